@@ -1,0 +1,499 @@
+//! The in-process lock engine: one table of resources, each with holders and a FIFO queue.
+//!
+//! Mutexes, read-write locks and semaphores are one algorithm with three compatibility rules.
+//! Only the queue's front is ever granted, so order is strict FIFO and a waiting writer blocks
+//! readers that arrive after it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::fencing::FencingToken;
+use crate::options::{AcquireOptions, Lease};
+use crate::state::StateCell;
+
+/// Which primitive a resource is; each has its own name space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Prim {
+    Mutex,
+    RwLock,
+    Semaphore,
+}
+
+/// How a holder or waiter holds a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Exclusive,
+    Shared,
+    Permits(u32),
+}
+
+pub(crate) type Key = (Prim, String);
+
+#[derive(Debug)]
+struct Holder {
+    mode: Mode,
+    lease: Lease,
+    expires_at: Instant,
+    state: StateCell,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    mode: Mode,
+    lease: Lease,
+    tx: oneshot::Sender<Grant>,
+}
+
+#[derive(Debug, Default)]
+struct Resource {
+    holders: BTreeMap<u64, Holder>,
+    queue: VecDeque<Waiter>,
+}
+
+impl Resource {
+    fn compatible(&self, mode: Mode, capacity: u32) -> bool {
+        match mode {
+            Mode::Exclusive => self.holders.is_empty(),
+            Mode::Shared => self.holders.values().all(|h| h.mode == Mode::Shared),
+            Mode::Permits(k) => self.permits_in_use() + k <= capacity,
+        }
+    }
+
+    fn permits_in_use(&self) -> u32 {
+        self.holders
+            .values()
+            .map(|h| match h.mode {
+                Mode::Permits(k) => k,
+                _ => 1,
+            })
+            .sum()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty()
+    }
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    resources: HashMap<Key, Resource>,
+    capacities: HashMap<Key, u32>,
+    next_id: u64,
+    next_token: u64,
+}
+
+/// The shared engine of one `mem://` backend.
+#[derive(Debug, Default)]
+pub(crate) struct Engine {
+    table: Mutex<Table>,
+}
+
+/// A granted ownership on its way to the acquirer. If it is dropped before it is turned into a
+/// guard (the acquirer went away), it releases itself.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    engine: Weak<Engine>,
+    key: Key,
+    owner: u64,
+    token: FencingToken,
+    lease: Lease,
+    state: StateCell,
+    armed: bool,
+}
+
+impl Grant {
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
+    }
+    pub(crate) fn token(&self) -> FencingToken {
+        self.token
+    }
+    pub(crate) fn state(&self) -> StateCell {
+        self.state.clone()
+    }
+    pub(crate) fn lease(&self) -> Lease {
+        self.lease
+    }
+    /// Hands responsibility for the ownership to the caller.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Some(engine) = self.engine.upgrade() {
+                let _ = engine.release(&self.key, self.owner);
+            }
+        }
+    }
+}
+
+enum Step {
+    Granted(Grant),
+    Queued(u64, oneshot::Receiver<Grant>),
+    Busy,
+}
+
+/// Removes a queued waiter if the acquire future is dropped or times out.
+struct CancelOnDrop<'a> {
+    engine: &'a Arc<Engine>,
+    key: &'a Key,
+    id: u64,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        self.engine.cancel(self.key, self.id);
+    }
+}
+
+impl Engine {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Acquires `key` in `mode`; `Ok(None)` when the wait budget ran out.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        key: Key,
+        mode: Mode,
+        capacity: u32,
+        opts: &AcquireOptions,
+    ) -> Result<Option<Grant>> {
+        let may_wait = opts.wait_budget() != Some(Duration::ZERO);
+        let grant = match self.try_or_queue(&key, mode, capacity, opts.lease, may_wait) {
+            Step::Granted(g) => g,
+            Step::Busy => return Ok(None),
+            Step::Queued(id, rx) => {
+                let cancel = CancelOnDrop {
+                    engine: self,
+                    key: &key,
+                    id,
+                };
+                let received = match opts.wait_budget() {
+                    None => Some(rx.await),
+                    Some(d) => tokio::time::timeout(d, rx).await.ok(),
+                };
+                match received {
+                    Some(Ok(g)) => {
+                        std::mem::forget(cancel);
+                        g
+                    }
+                    Some(Err(_)) => {
+                        return Err(Error::new(ErrorKind::Closed, "the lock table was dropped"))
+                    }
+                    None => return Ok(None),
+                }
+            }
+        };
+        tokio::spawn(lease_task(Arc::downgrade(self), key, grant.owner));
+        Ok(Some(grant))
+    }
+
+    fn try_or_queue(
+        self: &Arc<Self>,
+        key: &Key,
+        mode: Mode,
+        capacity: u32,
+        lease: Lease,
+        may_wait: bool,
+    ) -> Step {
+        let mut undelivered = Vec::new();
+        let step = {
+            let now = Instant::now();
+            let mut t = self.lock();
+            t.capacities.insert(key.clone(), capacity);
+            self.purge_expired(&mut t, key, now, &mut undelivered);
+            let res = t.resources.entry(key.clone()).or_default();
+            if res.queue.is_empty() && res.compatible(mode, capacity) {
+                Step::Granted(self.grant(&mut t, key, mode, lease, now))
+            } else if !may_wait {
+                drop_if_idle(&mut t, key);
+                Step::Busy
+            } else {
+                t.next_id += 1;
+                let id = t.next_id;
+                let (tx, rx) = oneshot::channel();
+                t.resources
+                    .entry(key.clone())
+                    .or_default()
+                    .queue
+                    .push_back(Waiter {
+                        id,
+                        mode,
+                        lease,
+                        tx,
+                    });
+                Step::Queued(id, rx)
+            }
+        };
+        drop(undelivered);
+        step
+    }
+
+    /// Drops holders whose lease ran out (their guards turn Lost) and lets the queue move.
+    fn purge_expired(
+        self: &Arc<Self>,
+        t: &mut Table,
+        key: &Key,
+        now: Instant,
+        undelivered: &mut Vec<Grant>,
+    ) {
+        let Some(res) = t.resources.get_mut(key) else {
+            return;
+        };
+        let before = res.holders.len();
+        res.holders.retain(|_, h| {
+            let live = h.expires_at > now;
+            if !live {
+                h.state.mark_lost();
+            }
+            live
+        });
+        if res.holders.len() != before {
+            self.drain(t, key, undelivered);
+        }
+    }
+
+    fn grant(
+        self: &Arc<Self>,
+        t: &mut Table,
+        key: &Key,
+        mode: Mode,
+        lease: Lease,
+        now: Instant,
+    ) -> Grant {
+        t.next_id += 1;
+        t.next_token += 1;
+        let (owner, token) = (t.next_id, FencingToken(t.next_token));
+        let state = StateCell::new();
+        let holder = Holder {
+            mode,
+            lease,
+            expires_at: now + lease.duration(),
+            state: state.clone(),
+        };
+        t.resources
+            .entry(key.clone())
+            .or_default()
+            .holders
+            .insert(owner, holder);
+        Grant {
+            engine: Arc::downgrade(self),
+            key: key.clone(),
+            owner,
+            token,
+            lease,
+            state,
+            armed: true,
+        }
+    }
+
+    /// Grants the queue's front while it is compatible. Grants nobody received are returned, to
+    /// be dropped (and so released) once the table lock is gone.
+    fn drain(self: &Arc<Self>, t: &mut Table, key: &Key, undelivered: &mut Vec<Grant>) {
+        let capacity = t.capacities.get(key).copied().unwrap_or(1);
+        let now = Instant::now();
+        loop {
+            let Some(res) = t.resources.get_mut(key) else {
+                return;
+            };
+            let Some(front) = res.queue.front() else {
+                break;
+            };
+            if front.tx.is_closed() {
+                res.queue.pop_front();
+                continue;
+            }
+            if !res.compatible(front.mode, capacity) {
+                break;
+            }
+            let w = res.queue.pop_front().expect("front exists");
+            let g = self.grant(t, key, w.mode, w.lease, now);
+            if let Err(g) = w.tx.send(g) {
+                undelivered.push(g);
+            }
+        }
+        drop_if_idle(t, key);
+    }
+
+    fn cancel(self: &Arc<Self>, key: &Key, id: u64) {
+        let mut undelivered = Vec::new();
+        {
+            let mut t = self.lock();
+            if let Some(res) = t.resources.get_mut(key) {
+                res.queue.retain(|w| w.id != id);
+            }
+            self.drain(&mut t, key, &mut undelivered);
+        }
+        drop(undelivered);
+    }
+
+    /// Releases one ownership. `NotHeld` if it is gone (expired, or force-unlocked).
+    pub(crate) fn release(self: &Arc<Self>, key: &Key, owner: u64) -> Result<()> {
+        let mut undelivered = Vec::new();
+        let result = {
+            let mut t = self.lock();
+            let removed = t
+                .resources
+                .get_mut(key)
+                .and_then(|r| r.holders.remove(&owner));
+            self.drain(&mut t, key, &mut undelivered);
+            match removed {
+                Some(_) => Ok(()),
+                None => Err(Error::not_held(&key.1)),
+            }
+        };
+        drop(undelivered);
+        result
+    }
+
+    /// Moves a holder's expiry to now + `lease`, if it still holds.
+    pub(crate) fn extend(&self, key: &Key, owner: u64, lease: Duration) -> Result<()> {
+        let now = Instant::now();
+        let mut t = self.lock();
+        match t
+            .resources
+            .get_mut(key)
+            .and_then(|r| r.holders.get_mut(&owner))
+        {
+            Some(h) if h.expires_at > now => {
+                h.expires_at = now + lease;
+                h.lease = Lease::Fixed(lease);
+                Ok(())
+            }
+            _ => Err(Error::not_held(&key.1)),
+        }
+    }
+
+    /// Turns an exclusive holder into a shared one with a fresh state; returns that state.
+    pub(crate) fn downgrade(self: &Arc<Self>, key: &Key, owner: u64) -> Result<StateCell> {
+        let mut undelivered = Vec::new();
+        let result = {
+            let mut t = self.lock();
+            let result = match t
+                .resources
+                .get_mut(key)
+                .and_then(|r| r.holders.get_mut(&owner))
+            {
+                Some(h) if h.mode == Mode::Exclusive => {
+                    h.mode = Mode::Shared;
+                    h.state = StateCell::new();
+                    Ok(h.state.clone())
+                }
+                _ => Err(Error::not_held(&key.1)),
+            };
+            self.drain(&mut t, key, &mut undelivered);
+            result
+        };
+        drop(undelivered);
+        result
+    }
+
+    /// Removes every holder (they turn Lost). Returns whether there was one.
+    pub(crate) fn force_unlock(self: &Arc<Self>, key: &Key) -> bool {
+        let mut undelivered = Vec::new();
+        let had = {
+            let mut t = self.lock();
+            let holders = t
+                .resources
+                .get_mut(key)
+                .map(|r| std::mem::take(&mut r.holders))
+                .unwrap_or_default();
+            for h in holders.values() {
+                h.state.mark_lost();
+            }
+            self.drain(&mut t, key, &mut undelivered);
+            !holders.is_empty()
+        };
+        drop(undelivered);
+        had
+    }
+
+    /// Whether anyone holds `key`.
+    pub(crate) fn is_locked(self: &Arc<Self>, key: &Key) -> bool {
+        let mut undelivered = Vec::new();
+        let locked = {
+            let mut t = self.lock();
+            self.purge_expired(&mut t, key, Instant::now(), &mut undelivered);
+            t.resources.get(key).is_some_and(|r| !r.holders.is_empty())
+        };
+        drop(undelivered);
+        locked
+    }
+
+    /// The longest remaining lease among holders of `key`.
+    pub(crate) fn remaining_lease(&self, key: &Key) -> Option<Duration> {
+        let now = Instant::now();
+        let t = self.lock();
+        t.resources
+            .get(key)?
+            .holders
+            .values()
+            .map(|h| h.expires_at.saturating_duration_since(now))
+            .filter(|d| !d.is_zero())
+            .max()
+    }
+
+    /// Permits not in use.
+    pub(crate) fn available(&self, key: &Key, capacity: u32) -> u32 {
+        let t = self.lock();
+        let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
+        capacity.saturating_sub(used)
+    }
+
+    /// One step of a holder's lease: renews a watchdog lease, expires a fixed one that ran out.
+    /// Returns when to look again, or `None` when the holder is gone.
+    fn lease_step(self: &Arc<Self>, key: &Key, owner: u64) -> Option<Instant> {
+        let now = Instant::now();
+        let mut undelivered = Vec::new();
+        let next = {
+            let mut t = self.lock();
+            let h = t.resources.get_mut(key)?.holders.get_mut(&owner)?;
+            match h.lease {
+                Lease::Watchdog(d) => {
+                    h.expires_at = now + d;
+                    Some(now + d / 3)
+                }
+                _ if h.expires_at > now => Some(h.expires_at),
+                _ => {
+                    let h = t.resources.get_mut(key)?.holders.remove(&owner)?;
+                    h.state.mark_lost();
+                    self.drain(&mut t, key, &mut undelivered);
+                    None
+                }
+            }
+        };
+        drop(undelivered);
+        next
+    }
+}
+
+fn drop_if_idle(t: &mut Table, key: &Key) {
+    if t.resources.get(key).is_some_and(Resource::is_idle) {
+        t.resources.remove(key);
+        t.capacities.remove(key);
+    }
+}
+
+/// Keeps one holder's lease: renews a watchdog lease every third of it, expires a fixed one.
+async fn lease_task(engine: Weak<Engine>, key: Key, owner: u64) {
+    loop {
+        let next = match engine.upgrade() {
+            Some(e) => e.lease_step(&key, owner),
+            None => return,
+        };
+        match next {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => return,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+use std::time::Duration;
+
+use super::{assert_kind, fixed, mutex, name, within, SHORT, SOON};
+use crate::{AcquireOptions, DistLockExt, ErrorKind, LockState, Locks};
+
+/// A fixed lease runs out: another acquirer gets the lock and the old guard turns Lost.
+pub async fn fixed_lease_expires_and_old_guard_is_lost(locks: &Locks) {
+    let n = name("fixed-expiry");
+    if !locks.capabilities().fixed_lease {
+        assert_kind(
+            mutex(locks, &n).acquire(&fixed(SHORT)).await,
+            ErrorKind::Unsupported,
+            "fixed lease",
+        );
+        return;
+    }
+    let old = mutex(locks, &n)
+        .acquire(&fixed(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(old.state(), LockState::Held);
+    let new = within(
+        Duration::from_secs(15),
+        "takeover",
+        mutex(locks, &n).lock_for(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap()
+    .expect("expired lock taken over");
+    within(SOON, "old guard's lost()", old.lost()).await;
+    assert_eq!(old.state(), LockState::Lost);
+    assert!(new.token() > old.token());
+    new.release().await.unwrap();
+}
+
+/// The watchdog keeps a 1 s lease alive for more than 3 s.
+pub async fn watchdog_keeps_lock_past_three_leases(locks: &Locks) {
+    let n = name("watchdog");
+    let g = mutex(locks, &n)
+        .acquire(&AcquireOptions::new().watchdog_lease(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(SHORT * 3 + Duration::from_millis(500)).await;
+    assert_eq!(g.state(), LockState::Held);
+    assert!(
+        mutex(locks, &n).try_lock().await.unwrap().is_none(),
+        "watchdog let the lease expire"
+    );
+    g.release().await.unwrap();
+}
+
+/// A renewed guard stays Held and its lost() does not fire.
+pub async fn state_stays_held_while_renewed(locks: &Locks) {
+    let g = mutex(locks, &name("stays-held"))
+        .acquire(&AcquireOptions::new().watchdog_lease(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    let lost = g.lost();
+    let fired = tokio::time::timeout(SHORT + Duration::from_millis(500), lost)
+        .await
+        .is_ok();
+    assert!(!fired, "lost() fired on a renewed lock");
+    assert_eq!(g.state(), LockState::Held);
+    g.release().await.unwrap();
+}
+
+/// `extend` moves a fixed lease forward.
+pub async fn extend_pushes_fixed_lease(locks: &Locks) {
+    let n = name("extend");
+    if !locks.capabilities().fixed_lease {
+        assert_kind(
+            mutex(locks, &n).acquire(&fixed(SHORT * 2)).await,
+            ErrorKind::Unsupported,
+            "fixed lease",
+        );
+        return;
+    }
+    let g = mutex(locks, &n)
+        .acquire(&fixed(SHORT * 2))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(SHORT).await;
+    g.extend(SHORT * 4).await.unwrap();
+    tokio::time::sleep(SHORT * 2).await;
+    assert_eq!(
+        g.state(),
+        LockState::Held,
+        "extended lease ran out at the old deadline"
+    );
+    assert!(mutex(locks, &n).try_lock().await.unwrap().is_none());
+    g.release().await.unwrap();
+}
+
+/// `extend` after expiry fails and never re-creates the lock.
+pub async fn extend_after_expiry_fails_and_does_not_recreate(locks: &Locks) {
+    let n = name("extend-late");
+    if !locks.capabilities().fixed_lease {
+        assert_kind(
+            mutex(locks, &n).acquire(&fixed(SHORT)).await,
+            ErrorKind::Unsupported,
+            "fixed lease",
+        );
+        return;
+    }
+    let g = mutex(locks, &n)
+        .acquire(&fixed(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    within(Duration::from_secs(10), "lost() at lease end", g.lost()).await;
+    let e = g.extend(SHORT * 5).await.expect_err("extend after expiry");
+    assert!(
+        matches!(e.kind(), ErrorKind::LockLost | ErrorKind::NotHeld),
+        "{e}"
+    );
+    assert!(
+        !mutex(locks, &n).is_locked().await.unwrap(),
+        "extend re-created an expired lock"
+    );
+}
+
+/// `extend` is for fixed leases only.
+pub async fn extend_on_watchdog_lease_is_invalid(locks: &Locks) {
+    let g = mutex(locks, &name("extend-watchdog")).lock().await.unwrap();
+    assert_kind(
+        g.extend(SHORT).await,
+        ErrorKind::InvalidArgument,
+        "extend on a watchdog lease",
+    );
+    g.release().await.unwrap();
+}
+
+/// A guard whose lock was taken over gets `NotHeld` on release; the new holder is untouched.
+pub async fn release_after_takeover_is_not_held(locks: &Locks) {
+    let n = name("takeover-release");
+    let old = mutex(locks, &n)
+        .acquire(&AcquireOptions::new().watchdog_lease(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(mutex(locks, &n).force_unlock().await.unwrap());
+    let new = within(SOON, "takeover", mutex(locks, &n).lock_for(SOON))
+        .await
+        .unwrap()
+        .expect("free after force");
+    assert_kind(
+        old.release().await,
+        ErrorKind::NotHeld,
+        "release by the old holder",
+    );
+    assert!(
+        mutex(locks, &n).is_locked().await.unwrap(),
+        "the old holder released the new holder's lock"
+    );
+    assert_eq!(new.state(), LockState::Held);
+    new.release().await.unwrap();
+}
+
+/// Releasing a guard after a force-unlock reports `NotHeld` and leaves the lock free.
+pub async fn release_after_force_unlock_is_not_held(locks: &Locks) {
+    let n = name("force-release");
+    let g = mutex(locks, &n).lock().await.unwrap();
+    assert!(mutex(locks, &n).force_unlock().await.unwrap());
+    assert_kind(
+        g.release().await,
+        ErrorKind::NotHeld,
+        "release after force_unlock",
+    );
+    assert!(!mutex(locks, &n).is_locked().await.unwrap());
+}
+
+/// Every operation on a lost guard is a typed error, never a panic.
+pub async fn release_of_lost_guard_is_an_error_not_a_panic(locks: &Locks) {
+    let n = name("lost-ops");
+    let g = mutex(locks, &n)
+        .acquire(&AcquireOptions::new().watchdog_lease(SHORT))
+        .await
+        .unwrap()
+        .unwrap();
+    mutex(locks, &n).force_unlock().await.unwrap();
+    within(Duration::from_secs(10), "lost()", g.lost()).await;
+    assert_kind(
+        g.reenter().await,
+        ErrorKind::LockLost,
+        "reenter of a lost guard",
+    );
+    let e = g.release().await.expect_err("release of a lost guard");
+    assert_eq!(e.kind(), &ErrorKind::NotHeld, "{e}");
+}

@@ -1,0 +1,61 @@
+//! The conformance cases, one `pub async fn` each, grouped by concept.
+//!
+//! Times are generous bounds on correctness ("it did not wait for a lease"), never performance
+//! targets: those live in the benchmarks.
+
+mod cancel;
+mod capability;
+mod lease;
+mod mutex;
+mod rwlock;
+mod semaphore;
+mod tokens;
+
+pub use cancel::*;
+pub use capability::*;
+pub use lease::*;
+pub use mutex::*;
+pub use rwlock::*;
+pub use semaphore::*;
+pub use tokens::*;
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::{AcquireOptions, DistLock, Error, ErrorKind, Locks, Result};
+
+/// Bound for things that must happen "at once" or "soon" on a loaded 2-core machine.
+pub(crate) const SOON: Duration = Duration::from_secs(5);
+/// A short lease for expiry tests (etcd's minimum TTL is 1 s).
+pub(crate) const SHORT: Duration = Duration::from_secs(1);
+
+pub(crate) fn name(case: &str) -> String {
+    super::unique_name(case)
+}
+
+pub(crate) fn mutex(locks: &Locks, name: &str) -> std::sync::Arc<dyn DistLock> {
+    locks.mutex(name).expect("valid name")
+}
+
+/// Awaits `fut`, failing the test if it takes longer than `limit`.
+pub(crate) async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not finish within {limit:?}"),
+    }
+}
+
+pub(crate) fn assert_kind<T: std::fmt::Debug>(r: Result<T>, kind: ErrorKind, what: &str) -> Error {
+    match r {
+        Ok(v) => panic!("{what}: expected {kind:?}, got Ok({v:?})"),
+        Err(e) => {
+            assert_eq!(e.kind(), &kind, "{what}: wrong error kind: {e}");
+            e
+        }
+    }
+}
+
+/// Options for a fixed short lease.
+pub(crate) fn fixed(d: Duration) -> AcquireOptions {
+    AcquireOptions::new().fixed_lease(d)
+}

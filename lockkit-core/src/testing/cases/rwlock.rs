@@ -1,0 +1,148 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{assert_kind, name, within, SOON};
+use crate::{ErrorKind, Locks, ReadWriteLock, ReadWriteLockExt};
+
+/// The rwlock for a case, or `None` after checking that an unsupported backend says so.
+fn rw(locks: &Locks, case: &str) -> Option<(String, Arc<dyn ReadWriteLock>)> {
+    let n = name(case);
+    if !locks.capabilities().rwlock {
+        assert_kind(locks.rwlock(&n), ErrorKind::Unsupported, "rwlock");
+        return None;
+    }
+    let lock = locks.rwlock(&n).expect("rwlock");
+    Some((n, lock))
+}
+
+/// Readers share.
+pub async fn rw_readers_share(locks: &Locks) {
+    let Some((n, a)) = rw(locks, "rw-share") else {
+        return;
+    };
+    let b = locks.rwlock(&n).unwrap();
+    let r1 = a.read_lock().await.unwrap();
+    let r2 = b.try_read().await.unwrap().expect("second reader shut out");
+    assert!(a.is_locked().await.unwrap());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    assert!(!a.is_locked().await.unwrap());
+}
+
+/// A writer excludes readers and writers.
+pub async fn rw_writer_is_exclusive(locks: &Locks) {
+    let Some((n, a)) = rw(locks, "rw-excl") else {
+        return;
+    };
+    let b = locks.rwlock(&n).unwrap();
+    let w = a.write_lock().await.unwrap();
+    assert!(
+        b.try_read().await.unwrap().is_none(),
+        "reader entered under a writer"
+    );
+    assert!(b.try_write().await.unwrap().is_none(), "two writers");
+    w.release().await.unwrap();
+    let r = b
+        .try_read()
+        .await
+        .unwrap()
+        .expect("reader after writer left");
+    assert!(
+        a.try_write().await.unwrap().is_none(),
+        "writer entered under a reader"
+    );
+    r.release().await.unwrap();
+}
+
+/// A waiting writer blocks readers that arrive after it (writers are not starved).
+pub async fn rw_waiting_writer_blocks_new_readers(locks: &Locks) {
+    let Some((n, a)) = rw(locks, "rw-writer-first") else {
+        return;
+    };
+    let r1 = a.read_lock().await.unwrap();
+    let writer_lock = locks.rwlock(&n).unwrap();
+    let writer = tokio::spawn(async move {
+        let w = writer_lock.write_lock().await.unwrap();
+        let token = w.token();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        w.release().await.unwrap();
+        token
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!writer.is_finished());
+    let late = locks.rwlock(&n).unwrap().try_read().await.unwrap();
+    assert!(late.is_none(), "a new reader overtook a waiting writer");
+    r1.release().await.unwrap();
+    within(SOON, "writer after readers left", writer)
+        .await
+        .unwrap();
+    let r = within(SOON, "reader after writer", a.read_lock())
+        .await
+        .unwrap();
+    r.release().await.unwrap();
+}
+
+/// A write lock downgrades to a read lock: other readers may join, writers stay out.
+pub async fn rw_downgrade_keeps_readers_out_of_write(locks: &Locks) {
+    let Some((n, a)) = rw(locks, "rw-downgrade") else {
+        return;
+    };
+    let w = a.write_lock().await.unwrap();
+    let token = w.token();
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(r.state(), crate::LockState::Held);
+    assert!(r.token() >= token);
+    let b = locks.rwlock(&n).unwrap();
+    assert!(
+        b.try_write().await.unwrap().is_none(),
+        "writer entered under a downgraded reader"
+    );
+    let r2 = b
+        .try_read()
+        .await
+        .unwrap()
+        .expect("reader shut out by a downgraded lock");
+    r.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w2 = within(SOON, "writer after downgrade", b.write_lock())
+        .await
+        .unwrap();
+    assert!(w2.token() > token);
+    w2.release().await.unwrap();
+}
+
+/// Upgrading a read lock fails at once with a typed error.
+pub async fn rw_upgrade_fails_typed(locks: &Locks) {
+    let Some((_, a)) = rw(locks, "rw-upgrade") else {
+        return;
+    };
+    let r = a.read_lock().await.unwrap();
+    assert_kind(r.upgrade(), ErrorKind::UpgradeNotSupported, "upgrade");
+    assert_eq!(
+        r.state(),
+        crate::LockState::Held,
+        "a failed upgrade must keep the read lock"
+    );
+    r.release().await.unwrap();
+}
+
+/// Reads are reentrant through `reenter`.
+pub async fn rw_reentrant_reads(locks: &Locks) {
+    let Some((n, a)) = rw(locks, "rw-reenter") else {
+        return;
+    };
+    let r1 = a.read_lock().await.unwrap();
+    let r2 = r1.reenter().await.unwrap();
+    assert_eq!(r1.hold_count(), 2);
+    r1.release().await.unwrap();
+    let b = locks.rwlock(&n).unwrap();
+    assert!(
+        b.try_write().await.unwrap().is_none(),
+        "read released with a hold left"
+    );
+    r2.release().await.unwrap();
+    let w = within(SOON, "writer after reads", b.write_lock())
+        .await
+        .unwrap();
+    w.release().await.unwrap();
+}

@@ -1,0 +1,11 @@
+//! The Redis backend of lockkit. Applications reach it through `lockkit::connect`.
+
+use lockkit_core::{Error, LockConfig, Locks, Result};
+
+/// Connects to Redis as described by `cfg`.
+pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
+    let _ = cfg;
+    Err(Error::unsupported(
+        "the Redis backend is not implemented yet",
+    ))
+}

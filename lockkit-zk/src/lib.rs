@@ -1,0 +1,11 @@
+//! The ZooKeeper backend of lockkit. Applications reach it through `lockkit::connect`.
+
+use lockkit_core::{Error, LockConfig, Locks, Result};
+
+/// Connects to ZooKeeper as described by `cfg`.
+pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
+    let _ = cfg;
+    Err(Error::unsupported(
+        "the ZooKeeper backend is not implemented yet",
+    ))
+}

@@ -1,0 +1,64 @@
+#![doc = include_str!("../README.md")]
+
+pub use lockkit_core::*;
+
+/// Connects to the backend named by `url`: `mem://`, `redis://…`, `rediss://…`, `zk://…`,
+/// `etcd://…` or `etcds://…`, with default options.
+///
+/// A URL whose backend feature is compiled out fails with [`ErrorKind::BackendDisabled`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit::Result<()> {
+/// let locks = lockkit::connect("mem://").await?;
+/// assert_eq!(locks.backend(), lockkit::BackendKind::Memory);
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Locks> {
+    from_config(&LockConfig::new(url)).await
+}
+
+/// Connects with a full [`LockConfig`] (from code, TOML or the environment).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit::Result<()> {
+/// let cfg = lockkit::LockConfig::from_toml_str("url = \"mem://\"\nlease = \"10s\"")?;
+/// let locks = lockkit::from_config(&cfg).await?;
+/// # Ok(()) }
+/// ```
+pub async fn from_config(cfg: &LockConfig) -> Result<Locks> {
+    let url = cfg.server_url()?;
+    match url.scheme {
+        Scheme::Mem => Ok(Locks::memory()),
+        Scheme::Redis | Scheme::Rediss => redis_backend(cfg, url.scheme).await,
+        Scheme::Zk => zk_backend(cfg, url.scheme).await,
+        Scheme::Etcd | Scheme::Etcds => etcd_backend(cfg, url.scheme).await,
+        other => Err(other.disabled_error()),
+    }
+}
+
+#[cfg(feature = "redis")]
+async fn redis_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
+    lockkit_redis::connect(cfg).await
+}
+#[cfg(not(feature = "redis"))]
+async fn redis_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
+    Err(scheme.disabled_error())
+}
+
+#[cfg(feature = "zk")]
+async fn zk_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
+    lockkit_zk::connect(cfg).await
+}
+#[cfg(not(feature = "zk"))]
+async fn zk_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
+    Err(scheme.disabled_error())
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
+    lockkit_etcd::connect(cfg).await
+}
+#[cfg(not(feature = "etcd"))]
+async fn etcd_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
+    Err(scheme.disabled_error())
+}
