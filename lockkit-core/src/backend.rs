@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::inspect::{LockInfo, Primitive};
 use crate::lock::DistLock;
 use crate::name::validate_name;
 use crate::rwlock::ReadWriteLock;
@@ -105,6 +106,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn close(&self) -> Result<()> {
         Ok(())
     }
+
+    /// Holders and waiters of one lock, for operators.
+    async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
+        let _ = (name, primitive);
+        Err(Error::unsupported(format!("{} cannot inspect locks", self.kind())))
+    }
 }
 
 /// A cheap-to-clone handle to one backend client, returned by `lockkit::connect`. Its background
@@ -183,6 +190,12 @@ impl Locks {
     /// The backend itself, for backend-specific extensions (downcast via your own knowledge).
     pub fn backend_ref(&self) -> &dyn Backend {
         &*self.backend
+    }
+
+    /// Holders and waiters of one lock, for operators (`lockkit inspect`).
+    pub async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
+        validate_name(name)?;
+        self.backend.inspect(name, primitive).await
     }
 
     /// Gives server-side resources back now (for example etcd's lease), instead of waiting for

@@ -1,0 +1,3 @@
+//! etcd benchmarks (filled in by the etcd backend work).
+
+fn main() {}
