@@ -110,7 +110,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Holders and waiters of one lock, for operators.
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
         let _ = (name, primitive);
-        Err(Error::unsupported(format!("{} cannot inspect locks", self.kind())))
+        Err(Error::unsupported(format!(
+            "{} cannot inspect locks",
+            self.kind()
+        )))
     }
 }
 

@@ -45,7 +45,12 @@ pub struct HolderInfo {
 impl HolderInfo {
     /// A holder with no token or lease known.
     pub fn new(owner: impl Into<String>, mode: HoldMode) -> Self {
-        HolderInfo { owner: owner.into(), mode, token: None, remaining_lease: None }
+        HolderInfo {
+            owner: owner.into(),
+            mode,
+            token: None,
+            remaining_lease: None,
+        }
     }
 
     /// Sets the token.
@@ -74,7 +79,10 @@ pub struct WaiterInfo {
 impl WaiterInfo {
     /// A waiter.
     pub fn new(owner: impl Into<String>, mode: HoldMode) -> Self {
-        WaiterInfo { owner: owner.into(), mode }
+        WaiterInfo {
+            owner: owner.into(),
+            mode,
+        }
     }
 }
 

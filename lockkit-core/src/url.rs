@@ -164,7 +164,7 @@ impl ServerUrl {
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::config(format!(
                 "{:?} is not a URL (expected scheme://…)",
-                redact(url)
+                redact_raw(url)
             ))
         })?;
         let scheme = Scheme::parse(scheme)?;
@@ -279,10 +279,20 @@ fn is_secret_param(k: &str) -> bool {
 pub fn redact(url: &str) -> String {
     match ServerUrl::parse(url) {
         Ok(u) => u.to_string(),
-        Err(_) => match (url.find("://"), url.rfind('@')) {
-            (Some(s), Some(at)) if at > s => format!("{}***@{}", &url[..s + 3], &url[at + 1..]),
-            _ => url.to_string(),
-        },
+        Err(_) => redact_raw(url),
+    }
+}
+
+/// Redaction without parsing: hides everything before the last `@`, and any `password=` value.
+fn redact_raw(url: &str) -> String {
+    let hidden = match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***@{}", &url[..s + 3], &url[at + 1..]),
+        (None, Some(at)) => format!("***@{}", &url[at + 1..]),
+        _ => url.to_string(),
+    };
+    match hidden.split_once('?') {
+        Some((base, _)) => format!("{base}?***"),
+        None => hidden,
     }
 }
 

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
+use crate::inspect::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
 use crate::options::{AcquireOptions, Lease};
 use crate::state::StateCell;
 
@@ -32,11 +33,22 @@ pub(crate) enum Mode {
     Permits(u32),
 }
 
+impl From<Mode> for HoldMode {
+    fn from(m: Mode) -> HoldMode {
+        match m {
+            Mode::Exclusive => HoldMode::Exclusive,
+            Mode::Shared => HoldMode::Shared,
+            Mode::Permits(k) => HoldMode::Permits(k),
+        }
+    }
+}
+
 pub(crate) type Key = (Prim, String);
 
 #[derive(Debug)]
 struct Holder {
     mode: Mode,
+    token: FencingToken,
     lease: Lease,
     expires_at: Instant,
     state: StateCell,
@@ -277,6 +289,7 @@ impl Engine {
         let state = StateCell::new();
         let holder = Holder {
             mode,
+            token,
             lease,
             expires_at: now + lease.duration(),
             state: state.clone(),
@@ -441,6 +454,32 @@ impl Engine {
             .map(|h| h.expires_at.saturating_duration_since(now))
             .filter(|d| !d.is_zero())
             .max()
+    }
+
+    /// Holders and queued waiters of `key`, for operators.
+    pub(crate) fn inspect(&self, key: &Key) -> LockInfo {
+        let now = Instant::now();
+        let t = self.lock();
+        let Some(res) = t.resources.get(key) else {
+            return LockInfo::default();
+        };
+        let holders = res
+            .holders
+            .iter()
+            .filter(|(_, h)| h.expires_at > now)
+            .map(|(id, h)| {
+                HolderInfo::new(format!("mem:{id}"), h.mode.into())
+                    .with_token(h.token)
+                    .with_remaining_lease(h.expires_at - now)
+            })
+            .collect();
+        let waiters = res
+            .queue
+            .iter()
+            .filter(|w| !w.tx.is_closed())
+            .map(|w| WaiterInfo::new(format!("mem-waiter:{}", w.id), w.mode.into()))
+            .collect();
+        LockInfo::new(holders, waiters)
     }
 
     /// Permits not in use.

@@ -16,6 +16,7 @@ use crate::backend::{Backend, BackendKind, Capabilities};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{GuardParts, Held, HoldRegistry, LockGuard, Permit, ReadGuard, WriteGuard};
+use crate::inspect::{LockInfo, Primitive};
 use crate::lock::DistLock;
 use crate::options::{AcquireOptions, Lease};
 use crate::rwlock::ReadWriteLock;
@@ -36,6 +37,7 @@ impl MemBackend {
     }
 }
 
+#[async_trait]
 impl Backend for MemBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Memory
@@ -68,6 +70,15 @@ impl Backend for MemBackend {
             key: (Prim::Semaphore, name.to_string()),
             permits,
         }))
+    }
+
+    async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
+        let prim = match primitive {
+            Primitive::Mutex => Prim::Mutex,
+            Primitive::RwLock => Prim::RwLock,
+            _ => Prim::Semaphore,
+        };
+        Ok(self.engine.inspect(&(prim, name.to_string())))
     }
 }
 

@@ -11,24 +11,38 @@ use rand::Rng;
 /// `all`) this panics, so a missing server fails the run; otherwise it returns `None` (skip).
 pub fn server_url(backend: &str) -> Option<String> {
     let var = format!("LOCKKIT_TEST_{}_URL", backend.to_ascii_uppercase());
-    match std::env::var(&var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            let required = std::env::var("LOCKKIT_TEST_REQUIRE").unwrap_or_default();
-            let is_required = required
-                .split(',')
-                .map(str::trim)
-                .any(|r| r.eq_ignore_ascii_case(backend) || r == "all");
-            if is_required {
-                panic!(
-                    "{var} is not set but LOCKKIT_TEST_REQUIRE={required} requires the {backend} \
-                     backend; run `eval \"$(scripts/services.sh up)\"` first"
-                );
-            }
+    let require = std::env::var("LOCKKIT_TEST_REQUIRE").unwrap_or_default();
+    match resolve_url(backend, std::env::var(&var).ok(), &require) {
+        Ok(Some(url)) => Some(url),
+        Ok(None) => {
             eprintln!("skipping: {var} is not set (start servers with scripts/services.sh up)");
             None
         }
+        Err(message) => panic!("{message}"),
     }
+}
+
+/// The decision behind [`server_url`]: the URL, a skip (`Ok(None)`), or a failure message.
+fn resolve_url(
+    backend: &str,
+    url: Option<String>,
+    require: &str,
+) -> Result<Option<String>, String> {
+    if let Some(url) = url.filter(|u| !u.is_empty()) {
+        return Ok(Some(url));
+    }
+    let required = require
+        .split(',')
+        .map(str::trim)
+        .any(|r| r.eq_ignore_ascii_case(backend) || r == "all");
+    if required {
+        let var = format!("LOCKKIT_TEST_{}_URL", backend.to_ascii_uppercase());
+        return Err(format!(
+            "{var} is not set but LOCKKIT_TEST_REQUIRE={require} requires the {backend} backend; \
+             run `eval \"$(scripts/services.sh up)\"` first"
+        ));
+    }
+    Ok(None)
 }
 
 /// A fresh name under a random prefix, so tests never meet each other's locks.
@@ -74,5 +88,23 @@ pub struct OverlapScope {
 impl Drop for OverlapScope {
     fn drop(&mut self) {
         self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolve_url;
+
+    #[test]
+    fn a_required_backend_without_url_fails_instead_of_skipping() {
+        assert_eq!(
+            resolve_url("redis", Some("redis://h".into()), ""),
+            Ok(Some("redis://h".into()))
+        );
+        assert_eq!(resolve_url("redis", None, ""), Ok(None));
+        assert_eq!(resolve_url("redis", None, "zk,etcd"), Ok(None));
+        assert!(resolve_url("redis", None, "redis,zk,etcd").is_err());
+        assert!(resolve_url("redis", Some(String::new()), "redis").is_err());
+        assert!(resolve_url("zk", None, "all").is_err());
     }
 }

@@ -1,0 +1,71 @@
+//! The embedded backend follows tokio's clock, so users' tests can run leases in paused time.
+
+use std::time::Duration;
+
+use lockkit_core::{AcquireOptions, DistLockExt, HoldMode, LockState, Locks, Primitive};
+
+#[tokio::test(start_paused = true)]
+async fn fixed_lease_expires_in_paused_time() {
+    let locks = Locks::memory();
+    let lock = locks.mutex("job").unwrap();
+    let g = lock
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    g.lost().await; // resolves when virtual time reaches the deadline
+    assert_eq!(started.elapsed(), Duration::from_secs(60));
+    assert_eq!(g.state(), LockState::Lost);
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchdog_renews_for_an_hour_of_virtual_time() {
+    let locks = Locks::memory();
+    let lock = locks.mutex("leader").unwrap();
+    let g = lock.lock().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(g.state(), LockState::Held);
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left > Duration::from_secs(15) && left <= Duration::from_secs(30),
+        "{left:?}"
+    );
+    g.release().await.unwrap();
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn inspect_shows_holders_and_queue_in_order() {
+    let locks = Locks::memory();
+    let rw = locks.rwlock("doc").unwrap();
+    let r = rw.read(&AcquireOptions::new()).await.unwrap().unwrap();
+    let rw2 = locks.rwlock("doc").unwrap();
+    let writer =
+        tokio::spawn(async move { rw2.write(&AcquireOptions::new()).await.map(|g| g.map(drop)) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let info = locks.inspect("doc", Primitive::RwLock).await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].mode, HoldMode::Shared);
+    assert_eq!(info.holders[0].token, Some(r.token()));
+    assert_eq!(info.waiters.len(), 1);
+    assert_eq!(info.waiters[0].mode, HoldMode::Exclusive);
+    r.release().await.unwrap();
+    writer.await.unwrap().unwrap();
+    assert!(locks
+        .inspect("doc", Primitive::RwLock)
+        .await
+        .unwrap()
+        .holders
+        .is_empty());
+}
+
+#[test]
+fn dropping_a_guard_outside_a_runtime_does_not_panic() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let locks = Locks::memory();
+    let g = rt.block_on(async { locks.mutex("x").unwrap().lock().await.unwrap() });
+    drop(rt);
+    drop(g);
+}

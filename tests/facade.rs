@@ -1,0 +1,115 @@
+//! The facade: `connect(url)` / `from_config` routing, errors for bad and disabled URLs.
+//!
+//! `scripts/test.sh` runs this file twice: with `--all-features` and with no features, so the
+//! `BackendDisabled` cases run for real.
+
+use lockkit::{BackendKind, DistLockExt, ErrorKind, LockConfig};
+
+#[tokio::test]
+async fn mem_url_connects_and_clones_share_one_table() {
+    let locks = lockkit::connect("mem://").await.unwrap();
+    assert_eq!(locks.backend(), BackendKind::Memory);
+    let clone = locks.clone();
+    let g = locks.mutex("shared").unwrap().lock().await.unwrap();
+    assert!(clone
+        .mutex("shared")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
+    g.release().await.unwrap();
+    let other = lockkit::connect("mem://").await.unwrap();
+    let g = other.mutex("shared").unwrap().try_lock().await.unwrap();
+    assert!(g.is_some(), "two mem:// backends must not share locks");
+}
+
+#[tokio::test]
+async fn malformed_urls_are_config_errors() {
+    for url in [
+        "",
+        "localhost:6379",
+        "nope://h",
+        "redis://",
+        "zk://h:notaport",
+        "etcd://h:70000",
+    ] {
+        let e = lockkit::connect(url).await.expect_err(url);
+        assert_eq!(e.kind(), &ErrorKind::Config, "{url}: {e}");
+        assert!(!e.is_retryable());
+    }
+}
+
+#[tokio::test]
+async fn config_errors_never_show_passwords() {
+    let e = lockkit::connect("redis://user:hunter2@h:badport")
+        .await
+        .unwrap_err();
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    assert!(!format!("{e:?}").contains("hunter2"), "{e:?}");
+}
+
+#[tokio::test]
+async fn from_config_reads_toml() {
+    let cfg = LockConfig::from_toml_str("url = \"mem://\"\nlease = \"2s\"\nkey_prefix = \"app\"")
+        .unwrap();
+    let locks = lockkit::from_config(&cfg).await.unwrap();
+    assert!(locks
+        .mutex("a")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_some());
+}
+
+#[cfg(not(feature = "redis"))]
+#[tokio::test]
+async fn redis_urls_without_the_feature_say_which_feature() {
+    for url in ["redis://127.0.0.1:6379", "rediss://h"] {
+        let e = lockkit::connect(url).await.unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::BackendDisabled {
+                    feature: "redis",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("`redis` feature"), "{e}");
+    }
+}
+
+#[cfg(not(feature = "zk"))]
+#[tokio::test]
+async fn zk_urls_without_the_feature_say_which_feature() {
+    let e = lockkit::connect("zk://127.0.0.1:2181/app")
+        .await
+        .unwrap_err();
+    match e.kind() {
+        ErrorKind::BackendDisabled { scheme, feature } => {
+            assert_eq!((scheme.as_str(), *feature), ("zk", "zk"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[cfg(not(feature = "etcd"))]
+#[tokio::test]
+async fn etcd_urls_without_the_feature_say_which_feature() {
+    for url in ["etcd://127.0.0.1:2379", "etcds://a,b"] {
+        let e = lockkit::connect(url).await.unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::BackendDisabled {
+                    feature: "etcd",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}
