@@ -2,7 +2,7 @@
 
 pub use lockkit_core::*;
 
-/// Connects to the backend named by `url`: `mem://`, `redis://…`, `rediss://…`, `zk://…`,
+/// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`, `zk://…`,
 /// `etcd://…` or `etcds://…`, with default options.
 ///
 /// A URL whose backend feature is compiled out fails with [`ErrorKind::BackendDisabled`].
@@ -29,6 +29,7 @@ pub async fn from_config(cfg: &LockConfig) -> Result<Locks> {
     let url = cfg.server_url()?;
     match url.scheme {
         Scheme::Mem => Ok(Locks::memory()),
+        Scheme::File => lockkit_core::file::connect(cfg).await,
         Scheme::Redis | Scheme::Rediss => redis_backend(cfg, url.scheme).await,
         Scheme::Zk => zk_backend(cfg, url.scheme).await,
         Scheme::Etcd | Scheme::Etcds => etcd_backend(cfg, url.scheme).await,

@@ -18,6 +18,8 @@ use crate::semaphore::Semaphore;
 pub enum BackendKind {
     /// In-process (`mem://`).
     Memory,
+    /// Lock files in a directory (`file://`).
+    File,
     /// Redis (`redis://`, `rediss://`).
     Redis,
     /// ZooKeeper (`zk://`).
@@ -30,6 +32,7 @@ impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             BackendKind::Memory => "mem",
+            BackendKind::File => "file",
             BackendKind::Redis => "redis",
             BackendKind::ZooKeeper => "zk",
             BackendKind::Etcd => "etcd",

@@ -4,6 +4,7 @@ mod backend;
 mod config;
 mod error;
 mod fencing;
+pub mod file;
 mod guard;
 mod inspect;
 mod lock;

@@ -16,6 +16,8 @@ use crate::error::{Error, ErrorKind, Result};
 pub enum Scheme {
     /// `mem://`
     Mem,
+    /// `file:///path/to/dir`: cross-process locks on one host, no server.
+    File,
     /// `redis://`
     Redis,
     /// `rediss://` (TLS)
@@ -33,6 +35,7 @@ impl Scheme {
     pub fn parse(s: &str) -> Result<Scheme> {
         Ok(match s.to_ascii_lowercase().as_str() {
             "mem" | "memory" => Scheme::Mem,
+            "file" => Scheme::File,
             "redis" => Scheme::Redis,
             "rediss" => Scheme::Rediss,
             "zk" | "zookeeper" => Scheme::Zk,
@@ -40,7 +43,7 @@ impl Scheme {
             "etcds" => Scheme::Etcds,
             other => {
                 return Err(Error::config(format!(
-                    "unknown URL scheme {other:?}; expected mem, redis, rediss, zk, etcd or etcds"
+                    "unknown URL scheme {other:?}; expected mem, file, redis, rediss, zk, etcd or etcds"
                 )))
             }
         })
@@ -50,6 +53,7 @@ impl Scheme {
     pub fn as_str(self) -> &'static str {
         match self {
             Scheme::Mem => "mem",
+            Scheme::File => "file",
             Scheme::Redis => "redis",
             Scheme::Rediss => "rediss",
             Scheme::Zk => "zk",
@@ -62,6 +66,7 @@ impl Scheme {
     pub fn backend(self) -> BackendKind {
         match self {
             Scheme::Mem => BackendKind::Memory,
+            Scheme::File => BackendKind::File,
             Scheme::Redis | Scheme::Rediss => BackendKind::Redis,
             Scheme::Zk => BackendKind::ZooKeeper,
             Scheme::Etcd | Scheme::Etcds => BackendKind::Etcd,
@@ -71,7 +76,7 @@ impl Scheme {
     /// The `lockkit` cargo feature that compiles its backend in (`None`: always there).
     pub fn feature(self) -> Option<&'static str> {
         match self.backend() {
-            BackendKind::Memory => None,
+            BackendKind::Memory | BackendKind::File => None,
             BackendKind::Redis => Some("redis"),
             BackendKind::ZooKeeper => Some("zk"),
             BackendKind::Etcd => Some("etcd"),
@@ -85,7 +90,7 @@ impl Scheme {
 
     fn default_port(self) -> u16 {
         match self {
-            Scheme::Mem => 0,
+            Scheme::Mem | Scheme::File => 0,
             Scheme::Redis | Scheme::Rediss => 6379,
             Scheme::Zk => 2181,
             Scheme::Etcd | Scheme::Etcds => 2379,
@@ -168,6 +173,9 @@ impl ServerUrl {
             ))
         })?;
         let scheme = Scheme::parse(scheme)?;
+        if scheme == Scheme::File {
+            return parse_file(rest);
+        }
         let (before_query, query) = match rest.split_once('?') {
             Some((a, q)) => (a, Some(q)),
             None => (rest, None),
@@ -242,6 +250,9 @@ impl ServerUrl {
 impl fmt::Display for ServerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://", self.scheme)?;
+        if self.scheme == Scheme::File {
+            return f.write_str(&self.path);
+        }
         match (&self.username, &self.password) {
             (Some(u), Some(_)) => write!(f, "{u}:***@")?,
             (Some(u), None) => write!(f, "{u}@")?,
@@ -294,6 +305,33 @@ fn redact_raw(url: &str) -> String {
         Some((base, _)) => format!("{base}?***"),
         None => hidden,
     }
+}
+
+/// `file://` URLs: everything up to `?` is the directory (`file:///var/lock/app`).
+fn parse_file(rest: &str) -> Result<ServerUrl> {
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let path = decode(path)?;
+    if path.is_empty() {
+        return Err(Error::config(
+            "file:// URL needs a directory, as in file:///var/lock/myapp",
+        ));
+    }
+    let mut params = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        params.push((decode(k)?, decode(v)?));
+    }
+    Ok(ServerUrl {
+        scheme: Scheme::File,
+        username: None,
+        password: None,
+        hosts: Vec::new(),
+        path,
+        params,
+    })
 }
 
 fn parse_host(h: &str, scheme: Scheme) -> Result<HostPort> {
@@ -436,6 +474,7 @@ mod tests {
             "zk://a,,b",
             "etcd://[::1",
             "redis://h/%zz",
+            "file://",
         ] {
             let e = ServerUrl::parse(bad).expect_err(bad);
             assert_eq!(e.kind(), &ErrorKind::Config, "{bad}");

@@ -1,0 +1,3 @@
+//! The `lockkit` command (work in progress).
+
+fn main() {}
