@@ -1,11 +1,33 @@
-//! The Redis backend of lockkit. Applications reach it through `lockkit::connect`.
+#![doc = include_str!("../README.md")]
 
-use lockkit_core::{Error, LockConfig, Locks, Result};
+mod backend;
+mod config;
+mod error;
+mod keys;
+mod mutex;
+mod pubsub;
+mod script_set;
+mod watchdog;
 
-/// Connects to Redis as described by `cfg`.
+pub use backend::RedisBackend;
+pub use keys::LockKeys;
+pub use script_set::source as scripts;
+
+use lockkit_core::{LockConfig, Locks, Result};
+
+/// Connects to Redis as described by `cfg` (`redis://[user:pass@]host:port[/db]` or
+/// `rediss://…`, plus the options in the crate docs).
+///
+/// Opens one multiplexed, auto-reconnecting command connection and one pub/sub connection, and
+/// starts the watchdog. Fails with `Connection` (retryable) when the server cannot be reached,
+/// `Auth` when the credentials are refused, and `Config` for a bad URL or option.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
-    let _ = cfg;
-    Err(Error::unsupported(
-        "the Redis backend is not implemented yet",
-    ))
+    Ok(Locks::new(connect_backend(cfg).await?))
+}
+
+/// Like [`connect`], but returns the backend itself, for its Redis-specific methods; wrap it with
+/// [`Locks::new`] to use it.
+pub async fn connect_backend(cfg: &LockConfig) -> Result<RedisBackend> {
+    let settings = config::Settings::from_config(cfg)?;
+    RedisBackend::connect(settings).await
 }

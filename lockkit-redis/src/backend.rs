@@ -1,0 +1,258 @@
+//! The backend object: connections, scripts, background tasks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::{
+    async_trait, Backend, BackendKind, Capabilities, DistLock, Error, HoldMode, HolderInfo,
+    LockInfo, Primitive, Result,
+};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, ScriptInvocation};
+use tokio::task::JoinHandle;
+
+use crate::config::Settings;
+use crate::error;
+use crate::keys::LockKeys;
+use crate::mutex::RedisMutex;
+use crate::pubsub::Subscriptions;
+use crate::script_set::Scripts;
+use crate::watchdog::{self, Watchdog};
+
+/// Release retries after a lost reply (the unlock latch makes them safe).
+const RELEASE_RETRIES: u32 = 3;
+
+/// What every handle and guard of one client shares.
+pub(crate) struct Inner {
+    pub(crate) conn: ConnectionManager,
+    pub(crate) settings: Settings,
+    client_id: String,
+    next_owner: AtomicU64,
+    pub(crate) scripts: Arc<Scripts>,
+    pub(crate) subs: Arc<Subscriptions>,
+    pub(crate) watchdog: Arc<Watchdog>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisClient")
+            .field("client_id", &self.client_id)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Inner {
+    /// A fresh owner field `<client-uuid>:<n>` for one acquisition.
+    pub(crate) fn new_owner(&self) -> String {
+        let n = self.next_owner.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.client_id)
+    }
+
+    pub(crate) fn keys(&self, name: &str) -> LockKeys {
+        LockKeys::mutex(&self.settings.prefix, name)
+    }
+
+    /// Runs a script with the command timeout as an outer bound (reconnects included).
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.settings.command_timeout, inv.invoke_async(&mut conn)).await
+        {
+            Ok(r) => r.map_err(|e| error::map(e, what)),
+            Err(_) => Err(error::timeout(what)),
+        }
+    }
+
+    /// Runs a command with the command timeout as an outer bound.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, what: &str) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.settings.command_timeout, cmd.query_async(&mut conn)).await
+        {
+            Ok(r) => r.map_err(|e| error::map(e, what)),
+            Err(_) => Err(error::timeout(what)),
+        }
+    }
+
+    /// Owner-checked, idempotent release: `true` when released, `false` when not ours. A reply
+    /// lost to a broken connection or a timeout is retried; the ownership's unlock latch makes
+    /// the retry answer like the first attempt did.
+    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
+        let latch = keys.unlock_latch(owner);
+        let latch_ttl = (self.settings.command_timeout * (RELEASE_RETRIES + 1) * 2)
+            .max(Duration::from_secs(10))
+            .as_millis() as u64;
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(&keys.lock)
+            .key(&latch)
+            .arg(owner)
+            .arg(&keys.channel)
+            .arg(latch_ttl);
+        let mut attempt = 0;
+        loop {
+            match self.invoke::<i64>(&inv, "release").await {
+                Ok(r) => return Ok(r == 1),
+                Err(e) if e.is_retryable() && attempt < RELEASE_RETRIES => {
+                    attempt += 1;
+                    tracing::debug!(error = %e, attempt, "lockkit: retrying release");
+                    tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Release from a context that cannot wait (Drop, cancelled acquires).
+    pub(crate) fn release_in_background(self: &Arc<Self>, keys: Arc<LockKeys>, owner: String) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = self.clone();
+            rt.spawn(async move {
+                if let Err(e) = inner.release(&keys, &owner).await {
+                    tracing::debug!(error = %e, "lockkit: background release failed; the lease will end it");
+                }
+            });
+        }
+    }
+}
+
+/// The Redis backend of one [`Locks`](lockkit_core::Locks) handle. Its background tasks (the
+/// watchdog and the pub/sub dispatcher) stop when it is dropped.
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("client", &self.inner)
+            .finish()
+    }
+}
+
+impl Drop for RedisBackend {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.inner.watchdog.abandon_all();
+    }
+}
+
+impl RedisBackend {
+    pub(crate) async fn connect(settings: Settings) -> Result<RedisBackend> {
+        let manager_config = || {
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(settings.connect_timeout))
+                .set_response_timeout(Some(settings.command_timeout))
+                .set_number_of_retries(2)
+                .set_min_delay(Duration::from_millis(20))
+                .set_max_delay(Duration::from_millis(500))
+        };
+        let client = redis::Client::open(settings.info.clone())
+            .map_err(|e| error::map(e, "client setup"))?;
+        let conn = client
+            .get_connection_manager_with_config(manager_config())
+            .await
+            .map_err(|e| error::map(e, "connect"))?;
+
+        let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
+        let pubsub_client = redis::Client::open(settings.pubsub_info.clone())
+            .map_err(|e| error::map(e, "client setup"))?;
+        let pubsub = pubsub_client
+            .get_connection_manager_with_config(
+                manager_config()
+                    .set_push_sender(push_tx)
+                    .set_automatic_resubscription(),
+            )
+            .await
+            .map_err(|e| error::map(e, "pub/sub connect"))?;
+        let (subs, dispatcher) = Subscriptions::new(pubsub, push_rx);
+
+        let scripts = Arc::new(Scripts::new());
+        let wd = Arc::new(Watchdog::default());
+        let watchdog_task = tokio::spawn(watchdog::run(
+            wd.clone(),
+            conn.clone(),
+            scripts.clone(),
+            settings.command_timeout,
+        ));
+        let dispatcher_task = tokio::spawn(dispatcher);
+        let inner = Arc::new(Inner {
+            conn,
+            settings,
+            client_id: uuid::Uuid::new_v4().to_string(),
+            next_owner: AtomicU64::new(1),
+            scripts,
+            subs,
+            watchdog: wd,
+        });
+        Ok(RedisBackend {
+            inner,
+            tasks: vec![watchdog_task, dispatcher_task],
+        })
+    }
+
+    /// This client's id: the `<client-uuid>` part of its owner fields.
+    pub fn client_id(&self) -> &str {
+        &self.inner.client_id
+    }
+
+    /// How many held locks the watchdog is watching (renewed or fixed-lease).
+    pub fn watched_locks(&self) -> usize {
+        self.inner.watchdog.len()
+    }
+
+    /// How many lock channels this client is subscribed to for waiting acquirers.
+    pub fn waiting_channels(&self) -> usize {
+        self.inner.subs.active_channels()
+    }
+
+    /// The key layout of mutex `name` under this client's prefix.
+    pub fn keys(&self, name: &str) -> LockKeys {
+        self.inner.keys(name)
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redis
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::mutex_only();
+        caps.fixed_lease = true;
+        caps.cross_process = true;
+        caps
+    }
+
+    fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
+        Ok(Arc::new(RedisMutex::new(self.inner.clone(), name)))
+    }
+
+    async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
+        if primitive != Primitive::Mutex {
+            return Err(Error::unsupported(format!(
+                "the Redis backend cannot inspect a {primitive:?} yet"
+            )));
+        }
+        let probe = crate::mutex::probe(&self.inner, &self.inner.keys(name)).await?;
+        let holders = probe
+            .owners
+            .into_iter()
+            .map(|(owner, _holds)| {
+                let h = HolderInfo::new(owner, HoldMode::Exclusive);
+                match probe.pttl {
+                    Some(d) => h.with_remaining_lease(d),
+                    None => h,
+                }
+            })
+            .collect();
+        Ok(LockInfo::new(holders, Vec::new()))
+    }
+}

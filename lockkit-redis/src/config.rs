@@ -1,0 +1,220 @@
+//! Typed settings of the Redis backend, read from a [`LockConfig`].
+
+use std::time::Duration;
+
+use lockkit_core::{Error, LockConfig, Result, Scheme};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
+
+/// Every option the Redis backend reads (URL query parameters or `LockConfig::options`).
+pub(crate) const OPTIONS: &[&str] = &[
+    "prefix",
+    "lease",
+    "connect_timeout",
+    "command_timeout",
+    "wait_replicas",
+    "wait_timeout",
+    "fence_ttl",
+];
+
+/// The settings of one [`crate::connect`].
+#[derive(Clone)]
+pub(crate) struct Settings {
+    /// For the command connection (RESP2).
+    pub(crate) info: ConnectionInfo,
+    /// For the pub/sub connection (RESP3, so pushes arrive on a managed connection).
+    pub(crate) pubsub_info: ConnectionInfo,
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) command_timeout: Duration,
+    pub(crate) wait_replicas: u32,
+    pub(crate) wait_timeout: Duration,
+    pub(crate) fence_ttl: Duration,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // ConnectionInfo carries the password: show the address only.
+        f.debug_struct("Settings")
+            .field("addr", &self.info.addr().to_string())
+            .field("db", &self.info.redis_settings().db())
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("command_timeout", &self.command_timeout)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("fence_ttl", &self.fence_ttl)
+            .finish()
+    }
+}
+
+impl Settings {
+    pub(crate) fn from_config(cfg: &LockConfig) -> Result<Settings> {
+        let url = cfg.server_url()?;
+        if !matches!(url.scheme, Scheme::Redis | Scheme::Rediss) {
+            return Err(Error::config(format!(
+                "the Redis backend takes redis:// or rediss:// URLs, not {}://",
+                url.scheme
+            )));
+        }
+        let known = |k: &str| OPTIONS.contains(&k);
+        for (k, _) in &url.params {
+            if !known(k) {
+                return Err(unknown_option(k));
+            }
+        }
+        for k in cfg.options.keys() {
+            if !known(k) {
+                return Err(unknown_option(k));
+            }
+        }
+        if url.hosts.len() != 1 {
+            return Err(Error::config(format!(
+                "a redis:// URL takes exactly one host, got {}",
+                url.host_list()
+            )));
+        }
+        let host = &url.hosts[0];
+        let db: i64 = match url.path.trim_matches('/') {
+            "" => 0,
+            p => p.parse().map_err(|_| {
+                Error::config(format!(
+                    "the path of a redis:// URL is a db number, not {p:?}"
+                ))
+            })?,
+        };
+        let addr = if url.scheme == Scheme::Rediss {
+            tls_addr(&host.host, host.port)?
+        } else {
+            ConnectionAddr::Tcp(host.host.clone(), host.port)
+        };
+        let base = addr
+            .into_connection_info()
+            .map_err(|e| Error::config(format!("bad Redis address: {e}")))?;
+        let mut redis = base.redis_settings().clone().set_db(db);
+        if let Some(u) = &url.username {
+            redis = redis.set_username(u);
+        }
+        if let Some(p) = &url.password {
+            redis = redis.set_password(p.expose());
+        }
+        let info = base.clone().set_redis_settings(redis.clone());
+        let pubsub_info = base.set_redis_settings(redis.set_protocol(ProtocolVersion::RESP3));
+
+        let prefix = cfg.prefix();
+        if prefix.contains(['{', '}']) || prefix.is_empty() {
+            return Err(Error::config(format!(
+                "key prefix {prefix:?} must be non-empty and hold no '{{' or '}}' (they would \
+                 change the cluster hash tag)"
+            )));
+        }
+        let lease = cfg.default_lease()?;
+        let wait_replicas = match cfg.option("wait_replicas") {
+            None => 0,
+            Some(v) => v.parse().map_err(|_| {
+                Error::config(format!("option wait_replicas={v:?} is not a replica count"))
+            })?,
+        };
+        let settings = Settings {
+            info,
+            pubsub_info,
+            prefix,
+            lease,
+            connect_timeout: cfg.duration_option("connect_timeout", cfg.connect_timeout)?,
+            command_timeout: cfg.duration_option("command_timeout", cfg.command_timeout)?,
+            wait_replicas,
+            wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
+            fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
+        };
+        for (what, d) in [
+            ("lease", settings.lease),
+            ("command_timeout", settings.command_timeout),
+            ("connect_timeout", settings.connect_timeout),
+            ("fence_ttl", settings.fence_ttl),
+        ] {
+            if d < Duration::from_millis(1) {
+                return Err(Error::config(format!("option {what} must be at least 1ms")));
+            }
+        }
+        Ok(settings)
+    }
+}
+
+fn unknown_option(k: &str) -> Error {
+    Error::config(format!(
+        "unknown Redis option {k:?}; known options: {}",
+        OPTIONS.join(", ")
+    ))
+}
+
+#[cfg(any())]
+fn tls_addr(host: &str, port: u16) -> Result<ConnectionAddr> {
+    Ok(ConnectionAddr::TcpTls {
+        host: host.to_string(),
+        port,
+        insecure: false,
+        tls_params: None,
+    })
+}
+
+#[cfg(not(any()))]
+fn tls_addr(_: &str, _: u16) -> Result<ConnectionAddr> {
+    Err(Error::config(
+        "rediss:// needs TLS support: enable the `tls` feature of lockkit-redis",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> Result<Settings> {
+        Settings::from_config(&LockConfig::new(url))
+    }
+
+    #[test]
+    fn url_table() {
+        let s = parse("redis://alice:pw@127.0.0.1:7000/3?prefix=app&lease=10s&command_timeout=2s")
+            .unwrap();
+        assert_eq!(s.info.redis_settings().db(), 3);
+        assert_eq!(s.info.redis_settings().username(), Some("alice"));
+        assert_eq!(s.info.redis_settings().password(), Some("pw"));
+        assert_eq!(
+            s.pubsub_info.redis_settings().protocol(),
+            ProtocolVersion::RESP3
+        );
+        assert_eq!(s.prefix, "app");
+        assert_eq!(s.lease, Duration::from_secs(10));
+        assert_eq!(s.command_timeout, Duration::from_secs(2));
+        assert_eq!(s.wait_replicas, 0);
+        assert!(!format!("{s:?}").contains("pw"));
+
+        let s = parse("redis://127.0.0.1?wait_replicas=2&wait_timeout=50ms&fence_ttl=1m").unwrap();
+        assert_eq!(s.wait_replicas, 2);
+        assert_eq!(s.wait_timeout, Duration::from_millis(50));
+        assert_eq!(s.fence_ttl, Duration::from_secs(60));
+        assert_eq!(s.prefix, "lockkit");
+        assert_eq!(s.lease, lockkit_core::DEFAULT_LEASE);
+
+        for bad in [
+            "redis://127.0.0.1/notadb",
+            "redis://127.0.0.1?bogus=1",
+            "redis://127.0.0.1?wait_replicas=x",
+            "redis://127.0.0.1?prefix={x}",
+            "redis://h1,h2",
+            "redis://127.0.0.1?lease=soon",
+        ] {
+            let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
+            assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_options_win() {
+        let mut cfg = LockConfig::new("redis://127.0.0.1?prefix=url");
+        cfg.key_prefix = Some("cfg".into());
+        cfg.options.insert("wait_replicas".into(), "1".into());
+        let s = Settings::from_config(&cfg).unwrap();
+        assert_eq!(s.prefix, "cfg");
+        assert_eq!(s.wait_replicas, 1);
+    }
+}

@@ -1,0 +1,31 @@
+//! Mapping of redis-rs errors onto lockkit's [`ErrorKind`], using the client's own signals.
+
+use lockkit_core::{Error, ErrorKind};
+use redis::{RedisError, RetryMethod};
+
+/// Maps a redis-rs error met while doing `what`.
+pub(crate) fn map(e: RedisError, what: &str) -> Error {
+    let code = e.code().map(str::to_owned);
+    let (kind, retryable) = if e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code.as_deref(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    {
+        (ErrorKind::Auth, false)
+    } else if code.as_deref() == Some("WRONGTYPE") {
+        (ErrorKind::WrongType, false)
+    } else if e.is_timeout() {
+        (ErrorKind::Timeout, true)
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+        (ErrorKind::Connection, true)
+    } else {
+        let retry = !matches!(e.retry_method(), RetryMethod::NoRetry);
+        (ErrorKind::Backend, retry)
+    };
+    Error::new(kind, format!("redis: {what} failed"))
+        .with_retryable(retryable)
+        .with_source(e)
+}
+
+/// A command that did not answer within its time limit.
+pub(crate) fn timeout(what: &str) -> Error {
+    Error::new(ErrorKind::Timeout, format!("redis: {what} timed out"))
+}

@@ -1,0 +1,177 @@
+//! Wake-ups over pub/sub: one subscription per lock channel per client, shared by its local
+//! waiters and dropped when the last one leaves; one local waiter woken per message.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use lockkit_core::Result;
+use redis::aio::ConnectionManager;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, Notify};
+
+use crate::error;
+
+#[derive(Debug)]
+struct Entry {
+    waiters: usize,
+    notify: Arc<Notify>,
+}
+
+/// The subscriptions of one backend.
+pub(crate) struct Subscriptions {
+    conn: ConnectionManager,
+    entries: Mutex<HashMap<String, Entry>>,
+    /// The channels subscribed on the server. Changes are made under this lock and decided from
+    /// `entries` at that moment, so a late unsubscribe never undoes a newer subscribe.
+    server: tokio::sync::Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for Subscriptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriptions")
+            .field("channels", &self.lock().len())
+            .finish()
+    }
+}
+
+/// One local waiter's share of a channel subscription.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    subs: Arc<Subscriptions>,
+    channel: String,
+    notify: Arc<Notify>,
+}
+
+impl Subscription {
+    /// Resolves when a release message for this channel picked this waiter.
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await
+    }
+
+    /// Passes a wake-up on to another local waiter (this one took it but did not use it).
+    pub(crate) fn forward(&self) {
+        self.notify.notify_one();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let last = {
+            let mut entries = self.subs.lock();
+            match entries.get_mut(&self.channel) {
+                Some(e) if e.waiters > 1 => {
+                    e.waiters -= 1;
+                    false
+                }
+                Some(_) => {
+                    entries.remove(&self.channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                let (subs, channel) = (self.subs.clone(), std::mem::take(&mut self.channel));
+                rt.spawn(async move {
+                    let _ = subs.sync(&channel).await;
+                });
+            }
+        }
+    }
+}
+
+impl Subscriptions {
+    /// A subscription manager over `conn`, a RESP3 connection whose pushes go to `pushes`.
+    /// Returns it and the dispatcher future (run it as a background task).
+    pub(crate) fn new(
+        conn: ConnectionManager,
+        pushes: mpsc::UnboundedReceiver<PushInfo>,
+    ) -> (
+        Arc<Self>,
+        impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let subs = Arc::new(Subscriptions {
+            conn,
+            entries: Mutex::new(HashMap::new()),
+            server: tokio::sync::Mutex::new(HashSet::new()),
+        });
+        let dispatch = dispatch(Arc::downgrade(&subs), pushes);
+        (subs, dispatch)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Joins the channel's subscription, subscribing on the server if this is its first waiter.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the registration; the unsubscribe follows when it is dropped.
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<Subscription> {
+        let notify = {
+            let mut entries = self.lock();
+            let e = entries.entry(channel.to_string()).or_insert_with(|| Entry {
+                waiters: 0,
+                notify: Arc::new(Notify::new()),
+            });
+            e.waiters += 1;
+            e.notify.clone()
+        };
+        let sub = Subscription {
+            subs: self.clone(),
+            channel: channel.to_string(),
+            notify,
+        };
+        self.sync(channel).await?;
+        Ok(sub)
+    }
+
+    /// Makes the server's subscription to `channel` match whether local waiters want it.
+    async fn sync(&self, channel: &str) -> Result<()> {
+        let mut server = self.server.lock().await;
+        let wanted = self.lock().contains_key(channel);
+        let have = server.contains(channel);
+        let mut conn = self.conn.clone();
+        if wanted && !have {
+            conn.subscribe(channel)
+                .await
+                .map_err(|e| error::map(e, "SUBSCRIBE"))?;
+            server.insert(channel.to_string());
+        } else if !wanted && have {
+            server.remove(channel);
+            // A failure leaves a stray subscription whose messages nobody reads: harmless.
+            let _ = conn.unsubscribe(channel).await;
+        }
+        Ok(())
+    }
+
+    /// How many channels have local waiters (for tests and inspection).
+    pub(crate) fn active_channels(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+async fn dispatch(
+    subs: std::sync::Weak<Subscriptions>,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+) {
+    while let Some(push) = pushes.recv().await {
+        if push.kind != PushKind::Message {
+            continue;
+        }
+        let Some(Value::BulkString(channel)) = push.data.first() else {
+            continue;
+        };
+        let Some(subs) = subs.upgrade() else {
+            return;
+        };
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            continue;
+        };
+        let notify = subs.lock().get(channel).map(|e| e.notify.clone());
+        if let Some(n) = notify {
+            n.notify_one();
+        }
+    }
+}

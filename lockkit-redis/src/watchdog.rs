@@ -1,0 +1,220 @@
+//! The watchdog: one background task per client that renews every watchdog-leased lock every
+//! third of its lease (up to 100 locks per script call) and turns guards Suspect or Lost; it also
+//! marks fixed leases Lost at their local deadline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use lockkit_core::StateCell;
+use redis::aio::ConnectionManager;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::script_set::Scripts;
+
+/// Locks per renewal script call.
+pub(crate) const BATCH: usize = 100;
+
+/// One lock due for renewal: watchdog id, lock key, owner field, lease.
+type Due = (u64, String, String, Duration);
+
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    owner: String,
+    lease: Duration,
+    renew: bool,
+    /// When the lock may have expired on the server: the monotonic time taken before the last
+    /// successful acquire or renewal was sent, plus the lease.
+    deadline: Instant,
+    next_due: Instant,
+    in_flight: bool,
+    state: StateCell,
+}
+
+/// What the watchdog watches, shared by the task and the guards.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    entries: Mutex<HashMap<u64, Entry>>,
+    next_id: std::sync::atomic::AtomicU64,
+    wake: Notify,
+}
+
+/// A watched ownership, as registered by an acquire.
+pub(crate) struct Watched {
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    pub(crate) lease: Duration,
+    pub(crate) renew: bool,
+    pub(crate) sent_at: Instant,
+    pub(crate) state: StateCell,
+}
+
+impl Watchdog {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts watching an ownership; returns its id.
+    pub(crate) fn register(&self, w: Watched) -> u64 {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = Entry {
+            deadline: w.sent_at + w.lease,
+            next_due: w.sent_at + w.lease / 3,
+            key: w.key,
+            owner: w.owner,
+            lease: w.lease,
+            renew: w.renew,
+            in_flight: false,
+            state: w.state,
+        };
+        self.lock().insert(id, entry);
+        self.wake.notify_one();
+        id
+    }
+
+    /// Stops watching (the ownership is being released).
+    pub(crate) fn unregister(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// A fixed lease was extended by a command sent at `sent_at`.
+    pub(crate) fn extended(&self, id: u64, sent_at: Instant, lease: Duration) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            e.deadline = e.deadline.max(sent_at + lease);
+            e.lease = lease;
+        }
+        self.wake.notify_one();
+    }
+
+    /// The ownership is gone on the server.
+    pub(crate) fn lost(&self, id: u64) {
+        if let Some(e) = self.lock().remove(&id) {
+            e.state.mark_lost();
+        }
+    }
+
+    /// How many ownerships are watched.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The client is going away: nobody renews any more.
+    pub(crate) fn abandon_all(&self) {
+        for (_, e) in self.lock().drain() {
+            e.state.mark_lost();
+        }
+    }
+
+    /// Expires what passed its deadline, takes what is due for renewal, and says when to look
+    /// again.
+    fn step(&self, now: Instant) -> (Vec<Due>, Option<Instant>) {
+        let mut due = Vec::new();
+        let mut wake: Option<Instant> = None;
+        let mut entries = self.lock();
+        entries.retain(|_, e| {
+            if now >= e.deadline {
+                e.state.mark_lost();
+                tracing::warn!(lock = %e.key, "lockkit: lease deadline passed without renewal");
+                return false;
+            }
+            true
+        });
+        for (id, e) in entries.iter_mut() {
+            // Renew a little early so locks due at nearby times share one call.
+            if e.renew && !e.in_flight && e.next_due <= now + e.lease / 6 {
+                e.in_flight = true;
+                due.push((*id, e.key.clone(), e.owner.clone(), e.lease));
+            }
+            let mut at = e.deadline;
+            if e.renew && !e.in_flight {
+                at = at.min(e.next_due);
+            }
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+        (due, wake)
+    }
+
+    fn apply(&self, sent_at: Instant, batch: &[Due], result: Option<Vec<i64>>) {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        for (i, (id, _, _, lease)) in batch.iter().enumerate() {
+            let Some(e) = entries.get_mut(id) else {
+                continue;
+            };
+            e.in_flight = false;
+            match result.as_ref().map(|r| r.get(i).copied().unwrap_or(0)) {
+                Some(1) => {
+                    e.deadline = e.deadline.max(sent_at + *lease);
+                    e.next_due = sent_at + *lease / 3;
+                    e.state.mark_held();
+                }
+                Some(_) => {
+                    e.state.mark_lost();
+                    tracing::warn!(lock = %e.key, "lockkit: lock gone or taken over at renewal");
+                    entries.remove(id);
+                }
+                None => {
+                    e.state.mark_suspect();
+                    let retry =
+                        (*lease / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
+                    e.next_due = now + retry;
+                }
+            }
+        }
+        drop(entries);
+        self.wake.notify_one();
+    }
+}
+
+/// The watchdog task of one client. Runs until aborted.
+pub(crate) async fn run(
+    wd: Arc<Watchdog>,
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+    command_timeout: Duration,
+) {
+    let mut renewals = JoinSet::new();
+    loop {
+        while renewals.try_join_next().is_some() {}
+        let (due, wake) = wd.step(Instant::now());
+        for chunk in due.chunks(BATCH) {
+            let chunk = chunk.to_vec();
+            let (wd, mut conn, scripts) = (wd.clone(), conn.clone(), scripts.clone());
+            let min_lease = chunk.iter().map(|c| c.3).min().unwrap_or(command_timeout);
+            let limit = command_timeout
+                .min(min_lease / 3)
+                .max(Duration::from_millis(10));
+            renewals.spawn(async move {
+                let mut call = scripts.renew.prepare_invoke();
+                for (_, key, owner, lease) in &chunk {
+                    call.key(key).arg(owner).arg(lease.as_millis() as u64);
+                }
+                let sent_at = Instant::now();
+                let result =
+                    tokio::time::timeout(limit, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+                let result = match result {
+                    Ok(Ok(r)) => Some(r),
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "lockkit: renewal failed");
+                        None
+                    }
+                    Err(_) => None,
+                };
+                wd.apply(sent_at, &chunk, result);
+            });
+        }
+        let sleep = match wake {
+            Some(at) => tokio::time::sleep_until(at),
+            None => tokio::time::sleep(Duration::from_secs(3600)),
+        };
+        tokio::select! {
+            _ = sleep => {}
+            _ = wd.wake.notified() => {}
+        }
+    }
+}
