@@ -1,0 +1,206 @@
+//! Typed configuration of the ZooKeeper backend, read from a [`LockConfig`].
+
+use std::fmt;
+use std::time::Duration;
+
+use lockkit_core::{Error, LockConfig, Result, Scheme, Secret};
+use zookeeper_client as zk;
+
+/// Default session timeout: how long ZooKeeper keeps our ephemeral nodes after it last heard from
+/// us, and so the longest a dead holder can block others.
+pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which ACL the nodes we create carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AclMode {
+    /// `world:anyone` may do everything (ZooKeeper's open ACL).
+    Open,
+    /// Only identities with the creator's credentials may do anything.
+    Creator,
+    /// The creator may do everything; everyone may read (list waiters, inspect).
+    CreatorRead,
+}
+
+impl AclMode {
+    fn parse(s: &str) -> Result<AclMode> {
+        Ok(match s {
+            "open" => AclMode::Open,
+            "creator" => AclMode::Creator,
+            "creator_read" => AclMode::CreatorRead,
+            other => {
+                return Err(Error::config(format!(
+                    "acl={other:?}: expected open, creator or creator_read"
+                )))
+            }
+        })
+    }
+
+    pub(crate) fn acls(self) -> Vec<zk::Acl> {
+        use zk::{Acl, AuthId, Permission};
+        match self {
+            AclMode::Open => vec![Acl::new(Permission::ALL, AuthId::anyone())],
+            AclMode::Creator => vec![Acl::new(Permission::ALL, AuthId::authed())],
+            AclMode::CreatorRead => vec![
+                Acl::new(Permission::ALL, AuthId::authed()),
+                Acl::new(Permission::READ, AuthId::anyone()),
+            ],
+        }
+    }
+}
+
+/// Everything needed to open a session and lay out nodes.
+#[derive(Clone)]
+pub(crate) struct ZkConfig {
+    /// `host:port,host:port` for the client.
+    pub hosts: String,
+    /// Absolute path under which every node lives: `/<chroot>/<prefix>`.
+    pub root: String,
+    pub session_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+    /// Digest credentials, `user:password`.
+    pub digest: Option<(String, Secret)>,
+    pub acl: AclMode,
+}
+
+impl fmt::Debug for ZkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkConfig")
+            .field("hosts", &self.hosts)
+            .field("root", &self.root)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("user", &self.digest.as_ref().map(|(u, _)| u))
+            .field("acl", &self.acl)
+            .finish()
+    }
+}
+
+fn join_path(parts: &[&str]) -> String {
+    let mut out = String::new();
+    for part in parts {
+        for seg in part.split('/').filter(|s| !s.is_empty()) {
+            out.push('/');
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+impl ZkConfig {
+    pub(crate) fn from_lock_config(cfg: &LockConfig) -> Result<ZkConfig> {
+        let url = cfg.server_url()?;
+        if url.scheme != Scheme::Zk {
+            return Err(Error::config(format!(
+                "the ZooKeeper backend needs a zk:// URL, not {}://",
+                url.scheme
+            )));
+        }
+        let session_timeout = cfg.duration_option("session_timeout", DEFAULT_SESSION_TIMEOUT)?;
+        if session_timeout < Duration::from_millis(100) {
+            return Err(Error::config(format!(
+                "session_timeout {session_timeout:?} is too short"
+            )));
+        }
+        let connect_timeout = cfg.duration_option("connect_timeout", cfg.connect_timeout)?;
+        let command_timeout = cfg.duration_option("command_timeout", cfg.command_timeout)?;
+        let digest = match (url.username.clone(), url.password.clone()) {
+            (Some(u), Some(p)) => Some((u, p)),
+            (Some(u), None) => Some((u, Secret::new(""))),
+            (None, Some(_)) => {
+                return Err(Error::config(
+                    "a ZooKeeper digest identity needs a user name, not only a password",
+                ))
+            }
+            (None, None) => None,
+        };
+        let acl = match cfg.option("acl") {
+            Some(a) => AclMode::parse(&a)?,
+            None if digest.is_some() => AclMode::CreatorRead,
+            None => AclMode::Open,
+        };
+        if acl != AclMode::Open && digest.is_none() {
+            return Err(Error::config(
+                "acl=creator and acl=creator_read need credentials (zk://user:password@…)",
+            ));
+        }
+        let prefix = cfg.prefix();
+        let root = join_path(&[&url.path, &prefix]);
+        if root.is_empty() {
+            return Err(Error::config(
+                "the ZooKeeper backend needs a non-empty chroot or key prefix",
+            ));
+        }
+        Ok(ZkConfig {
+            hosts: url.host_list(),
+            root,
+            session_timeout,
+            connect_timeout,
+            command_timeout,
+            digest,
+            acl,
+        })
+    }
+
+    /// Opens a new session.
+    pub(crate) async fn connect(&self) -> Result<zk::Client> {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(self.session_timeout)
+            .with_connection_timeout(self.connect_timeout)
+            .with_fail_eagerly();
+        if let Some((user, pass)) = &self.digest {
+            connector =
+                connector.with_auth("digest", format!("{user}:{}", pass.expose()).as_bytes());
+        }
+        match tokio::time::timeout(self.connect_timeout, connector.connect(&self.hosts)).await {
+            Ok(Ok(client)) => Ok(client),
+            Ok(Err(e)) => Err(crate::error::map(
+                e,
+                &format!("cannot open a session with {}", self.hosts),
+            )),
+            Err(_) => Err(Error::new(
+                lockkit_core::ErrorKind::Connection,
+                format!(
+                    "no ZooKeeper session with {} within {:?}",
+                    self.hosts, self.connect_timeout
+                ),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockkit_core::ErrorKind;
+
+    fn parse(url: &str) -> Result<ZkConfig> {
+        ZkConfig::from_lock_config(&LockConfig::new(url))
+    }
+
+    #[test]
+    fn url_table() {
+        let c = parse("zk://h1:1,h2:2/app/x?session_timeout=3s").unwrap();
+        assert_eq!(c.hosts, "h1:1,h2:2");
+        assert_eq!(c.root, "/app/x/lockkit");
+        assert_eq!(c.session_timeout, Duration::from_secs(3));
+        assert_eq!(c.acl, AclMode::Open);
+        let c = parse("zk://u:p@h1?prefix=a/b&acl=creator").unwrap();
+        assert_eq!(c.root, "/a/b");
+        assert_eq!(c.acl, AclMode::Creator);
+        assert_eq!(c.digest.as_ref().unwrap().1.expose(), "p");
+        assert!(!format!("{c:?}").contains("\"p\""));
+        let c = parse("zk://u:p@h1").unwrap();
+        assert_eq!(c.acl, AclMode::CreatorRead);
+        assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
+        for bad in [
+            "zk://h1?session_timeout=soon",
+            "zk://h1?acl=creator",
+            "zk://h1?acl=weird",
+            "zk://:p@h1",
+            "redis://h1",
+        ] {
+            assert_eq!(parse(bad).unwrap_err().kind(), &ErrorKind::Config, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! Mapping of ZooKeeper client errors onto lockkit's [`ErrorKind`]s.
+
+use lockkit_core::{Error, ErrorKind};
+use zookeeper_client as zk;
+
+/// Maps a client error, using the client's own notion of what is transient.
+pub(crate) fn map(e: zk::Error, what: &str) -> Error {
+    use zk::Error as Z;
+    let (kind, retryable) = match &e {
+        Z::ConnectionLoss | Z::Timeout | Z::NoHosts | Z::SessionMoved | Z::Throttled => {
+            (ErrorKind::Connection, true)
+        }
+        // A new session is being established by the session task: retrying may succeed.
+        Z::SessionExpired => (ErrorKind::Connection, true),
+        Z::AuthFailed | Z::NoAuth => (ErrorKind::Auth, false),
+        Z::ClientClosed => (ErrorKind::Closed, false),
+        Z::NoChildrenForEphemerals | Z::NodeExists => (ErrorKind::WrongType, false),
+        Z::InvalidAcl | Z::BadArguments(_) => (ErrorKind::Config, false),
+        _ => (ErrorKind::Backend, false),
+    };
+    Error::new(kind, format!("zookeeper: {what}"))
+        .with_source(e)
+        .with_retryable(retryable)
+}
+
+/// Whether an operation failed only because the connection dropped while the session lives on:
+/// the operation may be retried once the client reconnects.
+pub(crate) fn is_transient(e: &zk::Error) -> bool {
+    matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout)
+}

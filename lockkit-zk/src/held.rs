@@ -1,0 +1,261 @@
+//! What a guard holds on the server: our node(s), the watch that reports their deletion, and the
+//! release.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit_core::{Error, ErrorKind, FencingToken, GuardParts, Held, Lease, Result, StateCell};
+use zookeeper_client as zk;
+
+use crate::error::{is_transient, map};
+use crate::queue::{delete_node, Node};
+use crate::session::Session;
+
+/// For write locks: what a downgrade needs.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteInfo {
+    pub dir: String,
+}
+
+/// One ownership: our nodes in a directory.
+#[derive(Debug)]
+pub(crate) struct ZkHeld {
+    session: Arc<Session>,
+    client: zk::Client,
+    name: Arc<str>,
+    paths: Vec<String>,
+    token: FencingToken,
+    lease: Lease,
+    released: Arc<AtomicBool>,
+    track_id: u64,
+    write: Option<WriteInfo>,
+}
+
+/// Builds the guard parts for `nodes` (the first one gives the token) and starts watching them.
+pub(crate) fn parts(
+    session: &Arc<Session>,
+    name: &str,
+    nodes: Vec<Node>,
+    lease: Lease,
+    write: Option<WriteInfo>,
+) -> GuardParts {
+    let client = nodes[0].client.clone();
+    let token = FencingToken(u64::try_from(nodes[0].czxid).unwrap_or(0));
+    let paths: Vec<String> = nodes.into_iter().map(|n| n.path).collect();
+    parts_for_paths(session, name, client, paths, token, lease, write)
+}
+
+fn parts_for_paths(
+    session: &Arc<Session>,
+    name: &str,
+    client: zk::Client,
+    paths: Vec<String>,
+    token: FencingToken,
+    lease: Lease,
+    write: Option<WriteInfo>,
+) -> GuardParts {
+    let state = StateCell::new();
+    let released = Arc::new(AtomicBool::new(false));
+    let sid = client.session_id().0;
+    let track_id = session.track(sid, &state);
+    if client.state() == zk::SessionState::Disconnected {
+        state.mark_suspect();
+    }
+    for path in &paths {
+        watch_for_loss(
+            client.clone(),
+            path.clone(),
+            state.clone(),
+            released.clone(),
+        );
+    }
+    let name: Arc<str> = Arc::from(name);
+    let held = ZkHeld {
+        session: session.clone(),
+        client,
+        name: name.clone(),
+        paths,
+        token,
+        lease,
+        released,
+        track_id,
+        write,
+    };
+    GuardParts::new(name, token, lease, state, Box::new(held))
+}
+
+/// Marks `state` Lost when our node is deleted by someone else or the session ends.
+fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: Arc<AtomicBool>) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        let sid = client.session_id().0;
+        let lost = |why: &str| {
+            if !released.load(Ordering::Acquire) && state.mark_lost() {
+                tracing::warn!(node = %path, "zookeeper: lock lost ({why})");
+            }
+        };
+        loop {
+            if released.load(Ordering::Acquire) {
+                return;
+            }
+            match client.get_and_watch_data(&path).await {
+                Ok((_, stat, watcher)) => {
+                    if stat.ephemeral_owner != sid {
+                        lost("node owned by another session");
+                        return;
+                    }
+                    let event = watcher.changed().await;
+                    match event.event_type {
+                        zk::EventType::NodeDeleted => {
+                            lost("node deleted");
+                            return;
+                        }
+                        zk::EventType::Session => {
+                            if matches!(
+                                event.session_state,
+                                zk::SessionState::Expired
+                                    | zk::SessionState::Closed
+                                    | zk::SessionState::AuthFailed
+                            ) {
+                                lost("session ended");
+                                return;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Err(zk::Error::NoNode) => {
+                    lost("node deleted");
+                    return;
+                }
+                Err(e) if is_transient(&e) => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(_) => {
+                    lost("session ended");
+                    return;
+                }
+            }
+        }
+    });
+}
+
+impl ZkHeld {
+    fn finish(&self) {
+        self.released.store(true, Ordering::Release);
+        self.session.untrack(self.track_id);
+    }
+}
+
+async fn delete_all(client: &zk::Client, paths: &[String], limit: Duration) -> Result<bool> {
+    let mut all = true;
+    for path in paths {
+        all &= delete_node(client, path, limit).await?;
+    }
+    Ok(all)
+}
+
+#[async_trait]
+impl Held for ZkHeld {
+    async fn release(&self) -> Result<()> {
+        self.finish();
+        let limit = self.session.cfg.command_timeout;
+        match delete_all(&self.client, &self.paths, limit).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::new(
+                ErrorKind::NotHeld,
+                format!(
+                    "lock {:?} was not held: its node had been deleted",
+                    self.name
+                ),
+            )),
+            Err(_) if self.client.state().is_terminated() => {
+                // The session is gone, and with it our ephemeral nodes.
+                Err(Error::new(
+                    ErrorKind::NotHeld,
+                    format!(
+                        "lock {:?} was lost with its session before release",
+                        self.name
+                    ),
+                ))
+            }
+            Err(e) if !e.is_retryable() => Err(e),
+            Err(e) => {
+                // Keep trying in the background: the node must not outlive the guard while the
+                // session lives.
+                self.release_in_background();
+                Err(e)
+            }
+        }
+    }
+
+    fn release_in_background(&self) {
+        self.finish();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client.clone();
+        let paths = self.paths.clone();
+        let limit = self
+            .session
+            .cfg
+            .session_timeout
+            .max(self.session.cfg.command_timeout);
+        rt.spawn(async move {
+            if let Err(e) = delete_all(&client, &paths, limit).await {
+                tracing::warn!(error = %e, "zookeeper: background release failed; the session end removes the node");
+            }
+        });
+    }
+
+    async fn downgrade(&self) -> Result<GuardParts> {
+        let Some(write) = &self.write else {
+            return Err(Error::unsupported("only a write lock can be downgraded"));
+        };
+        let path = &self.paths[0];
+        let name = path.rsplit('/').next().unwrap_or_default();
+        let Some(at) = name.rfind(crate::node::WRITE_MARKER) else {
+            return Err(Error::new(
+                ErrorKind::WrongType,
+                format!("{path} is not a write node"),
+            ));
+        };
+        let seq = &name[at + crate::node::WRITE_MARKER.len()..];
+        // A read node with the write node's sequence takes its place in the queue in the same
+        // transaction, so a writer waiting behind us stays behind us.
+        let read_path = format!(
+            "{}/{}{}{seq}",
+            write.dir,
+            crate::node::protected_prefix(&uuid::Uuid::new_v4()),
+            crate::node::READ_MARKER
+        );
+        let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls));
+        let mut multi = self.client.new_multi_writer();
+        multi
+            .add_delete(path, None)
+            .and_then(|_| multi.add_create(&read_path, b"lockkit", &options))
+            .map_err(|e| map(e, "downgrade"))?;
+        match multi.commit().await {
+            Ok(_) => {}
+            Err(e) => {
+                let e: zk::Error = e.into();
+                return Err(match e {
+                    zk::Error::NoNode => Error::lost(&self.name),
+                    e => map(e, "downgrade"),
+                });
+            }
+        }
+        self.finish();
+        Ok(parts_for_paths(
+            &self.session,
+            &self.name,
+            self.client.clone(),
+            vec![read_path],
+            self.token,
+            self.lease,
+            None,
+        ))
+    }
+}

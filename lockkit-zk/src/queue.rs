@@ -1,0 +1,496 @@
+//! The queue of sequential nodes every primitive is built on: create our node in protected mode,
+//! then wait, watching only the node that stands in our way, until a rule says we hold it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::{Error, ErrorKind, Result};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{is_transient, map};
+use crate::node::{self, Participant};
+use crate::session::Session;
+
+/// What decides that a node holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// Holds when it is the first participant (mutex, write lock).
+    Exclusive,
+    /// Holds when no writer (marker index 1) comes before it (read lock).
+    Shared,
+}
+
+/// One queue: a directory, the markers of its participants, our marker and the rule.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Spec<'a> {
+    pub dir: &'a str,
+    pub marker: &'static str,
+    pub markers: &'static [&'static str],
+    pub rule: Rule,
+}
+
+/// A node of ours that holds its place.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub client: zk::Client,
+    pub path: String,
+    pub czxid: i64,
+}
+
+enum Item {
+    Path(String),
+    /// A create was sent but its answer not seen: whatever node carries this protected prefix.
+    Prefix {
+        dir: String,
+        prefix: String,
+    },
+}
+
+/// Deletes the nodes of an unfinished acquire when dropped (a cancelled or failed acquire),
+/// in order, in the background. Disarmed once the acquire hands its nodes to a guard.
+pub(crate) struct Cleanup {
+    client: zk::Client,
+    items: Vec<Item>,
+    timeout: Duration,
+}
+
+impl Cleanup {
+    pub(crate) fn new(client: zk::Client, timeout: Duration) -> Self {
+        Cleanup {
+            client,
+            items: Vec::new(),
+            timeout,
+        }
+    }
+
+    fn push_prefix(&mut self, dir: &str, prefix: &str) {
+        self.items.push(Item::Prefix {
+            dir: dir.to_string(),
+            prefix: prefix.to_string(),
+        });
+    }
+
+    fn resolve(&mut self, prefix: &str, path: &str) {
+        for item in &mut self.items {
+            if matches!(item, Item::Prefix { prefix: p, .. } if p == prefix) {
+                *item = Item::Path(path.to_string());
+            }
+        }
+    }
+
+    /// Deletes everything now and disarms.
+    pub(crate) async fn run(mut self) -> Result<()> {
+        let items = std::mem::take(&mut self.items);
+        delete_items(&self.client, items, self.timeout).await
+    }
+
+    /// Forgets the nodes: they belong to a guard now.
+    pub(crate) fn disarm(mut self) {
+        self.items.clear();
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.items.is_empty() {
+            return;
+        }
+        let items = std::mem::take(&mut self.items);
+        let client = self.client.clone();
+        let timeout = self.timeout;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = delete_items(&client, items, timeout).await {
+                    tracing::warn!(error = %e, "zookeeper: cleanup of a cancelled acquire failed; the session end removes the node");
+                }
+            });
+        }
+    }
+}
+
+/// Deletes in reverse order of creation: a semaphore's leases before its entry lock.
+async fn delete_items(client: &zk::Client, items: Vec<Item>, timeout: Duration) -> Result<()> {
+    for item in items.into_iter().rev() {
+        match item {
+            Item::Path(path) => {
+                delete_node(client, &path, timeout).await?;
+            }
+            Item::Prefix { dir, prefix } => {
+                if let Some(name) = find_protected(client, &dir, &prefix, timeout).await? {
+                    delete_node(client, &format!("{dir}/{name}"), timeout).await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Retries `op` while the connection is down (the session lives on), up to `limit`.
+pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
+{
+    let until = Instant::now() + limit;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if is_transient(&e) && Instant::now() + pause < until => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            Err(e) => return Err(map(e, what)),
+        }
+    }
+}
+
+/// Deletes `path`; `Ok(false)` when it was already gone.
+pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration) -> Result<bool> {
+    let r = retry(limit, "delete", || async {
+        match client.delete(path, None).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    r.map_err(|e| Error::new(e.kind().clone(), format!("cannot delete {path}: {e}")))
+}
+
+/// Finds the node of ours carrying protected prefix `prefix` in `dir`, checking that its
+/// `ephemeralOwner` is our session: after a connection loss the create may have happened.
+async fn find_protected(
+    client: &zk::Client,
+    dir: &str,
+    prefix: &str,
+    limit: Duration,
+) -> Result<Option<String>> {
+    let children = retry(limit, "list", || async {
+        match client.list_children(dir).await {
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            other => other,
+        }
+    })
+    .await?;
+    let Some(name) = find_by_prefix(&children, prefix) else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{name}");
+    let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
+    match stat {
+        Some(s) if s.ephemeral_owner == client.session_id().0 => Ok(Some(name)),
+        _ => Ok(None),
+    }
+}
+
+/// The child whose name starts with our protected prefix (Curator's `findProtectedNodeInForeground`).
+pub fn find_by_prefix(children: &[String], prefix: &str) -> Option<String> {
+    children.iter().find(|c| c.starts_with(prefix)).cloned()
+}
+
+/// Creates our node `dir/_c_<uuid>-<marker><seq>` and lists the directory in the same round
+/// trip (ZooKeeper answers one session's requests in order, so the listing includes the node).
+/// A create that fails with a connection loss is looked up by its protected prefix and retried
+/// only if it did not happen.
+pub(crate) async fn create(
+    session: &Session,
+    client: &zk::Client,
+    cleanup: &mut Cleanup,
+    dir: &str,
+    marker: &str,
+) -> Result<(Node, Vec<String>)> {
+    let prefix = format!("{}{marker}", node::protected_prefix(&uuid::Uuid::new_v4()));
+    let full = format!("{dir}/{prefix}");
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
+    let limit = session.cfg.command_timeout;
+    let until = Instant::now() + limit;
+    cleanup.push_prefix(dir, &prefix);
+    let mut made_dir = false;
+    loop {
+        let created = client.create(&full, b"lockkit", &options);
+        let listed = client.list_children(dir);
+        let stat = match created.await {
+            Ok((stat, _)) => Some(stat),
+            Err(zk::Error::NoNode) if !made_dir => {
+                drop(listed);
+                session.ensure_dir(client, dir).await?;
+                made_dir = true;
+                continue;
+            }
+            Err(e) if is_transient(&e) && Instant::now() < until => {
+                drop(listed);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                match find_protected(client, dir, &prefix, limit).await? {
+                    Some(name) => {
+                        let path = format!("{dir}/{name}");
+                        cleanup.resolve(&prefix, &path);
+                        let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
+                        let Some(stat) = stat else { continue };
+                        let children = retry(limit, "list", || client.list_children(dir)).await?;
+                        return Ok((
+                            Node {
+                                client: client.clone(),
+                                path,
+                                czxid: stat.czxid,
+                            },
+                            children,
+                        ));
+                    }
+                    None => continue,
+                }
+            }
+            Err(e) => return Err(map(e, &format!("cannot create a node in {dir}"))),
+        };
+        let stat = stat.expect("set above");
+        if stat.ephemeral_owner != client.session_id().0 {
+            return Err(Error::new(
+                ErrorKind::WrongType,
+                format!("node created under {dir} is not owned by our session"),
+            ));
+        }
+        let children = match listed.await {
+            Ok(c) => c,
+            Err(_) => retry(limit, "list", || client.list_children(dir)).await?,
+        };
+        let Some(name) = find_by_prefix(&children, &prefix) else {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!("our new node in {dir} vanished at once"),
+            ));
+        };
+        let path = format!("{dir}/{name}");
+        cleanup.resolve(&prefix, &path);
+        return Ok((
+            Node {
+                client: client.clone(),
+                path,
+                czxid: stat.czxid,
+            },
+            children,
+        ));
+    }
+}
+
+/// What our position in the queue means.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// We hold it.
+    Ours,
+    /// Wait for this node to go.
+    WaitFor(String),
+    /// Our node is not among the children (deleted by someone else).
+    Gone,
+}
+
+/// Decides our turn from the directory's children.
+pub(crate) fn decide(spec: &Spec<'_>, children: &[String], ours: &str) -> Turn {
+    let Some(me) = node::parse(ours, spec.markers) else {
+        return Turn::Gone;
+    };
+    let sorted = node::sorted(children, spec.markers, Some(me.seq));
+    let Some(i) = sorted.iter().position(|p| p.name == me.name) else {
+        return Turn::Gone;
+    };
+    let before: &[Participant] = &sorted[..i];
+    match spec.rule {
+        Rule::Exclusive => match before.last() {
+            None => Turn::Ours,
+            Some(p) => Turn::WaitFor(p.name.clone()),
+        },
+        // The last writer before us: writers ahead of it leave before it does, and no writer
+        // can appear before us later.
+        Rule::Shared => match before.iter().rev().find(|p| p.marker == 1) {
+            None => Turn::Ours,
+            Some(p) => Turn::WaitFor(p.name.clone()),
+        },
+    }
+}
+
+/// Waits for our turn. `Ok(true)` when we hold it, `Ok(false)` when `deadline` passed first (our
+/// node is then still there: the caller deletes it).
+pub(crate) async fn wait_turn(
+    session: &Arc<Session>,
+    spec: &Spec<'_>,
+    node: &Node,
+    mut children: Vec<String>,
+    deadline: Option<Instant>,
+) -> Result<bool> {
+    let client = &node.client;
+    let ours = node.path.rsplit('/').next().unwrap_or_default().to_string();
+    let limit = session.cfg.command_timeout;
+    loop {
+        match decide(spec, &children, &ours) {
+            Turn::Ours => return Ok(true),
+            Turn::Gone => {
+                return Err(Error::new(
+                    ErrorKind::LockLost,
+                    format!("our node {} was deleted while we waited", node.path),
+                ))
+            }
+            Turn::WaitFor(other) => {
+                if deadline.is_some_and(|d| d <= Instant::now()) {
+                    return Ok(false);
+                }
+                let path = format!("{}/{other}", spec.dir);
+                match client.get_and_watch_data(&path).await {
+                    Ok((_, _, watcher)) => {
+                        let event = match deadline {
+                            None => watcher.changed().await,
+                            Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
+                                Ok(ev) => ev,
+                                Err(_) => return Ok(false),
+                            },
+                        };
+                        session.count_wake();
+                        if event.event_type == zk::EventType::Session
+                            && matches!(
+                                event.session_state,
+                                zk::SessionState::Expired
+                                    | zk::SessionState::Closed
+                                    | zk::SessionState::AuthFailed
+                            )
+                        {
+                            return Err(map(
+                                zk::Error::SessionExpired,
+                                "session ended while waiting",
+                            ));
+                        }
+                    }
+                    Err(zk::Error::NoNode) => {}
+                    Err(e) if is_transient(&e) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Err(e) => return Err(map(e, "cannot watch the node ahead")),
+                }
+                children = retry(limit, "list", || client.list_children(spec.dir)).await?;
+            }
+        }
+    }
+}
+
+/// Creates our node and waits for our turn. `Ok(None)` when the budget ran out; then our node is
+/// already deleted. Dropping the future deletes it in the background.
+pub(crate) async fn contend(
+    session: &Arc<Session>,
+    spec: &Spec<'_>,
+    deadline: Option<Instant>,
+) -> Result<Option<Node>> {
+    let client = session.client()?;
+    let mut cleanup = Cleanup::new(client.clone(), session.cfg.command_timeout);
+    let result = async {
+        let (node, children) =
+            create(session, &client, &mut cleanup, spec.dir, spec.marker).await?;
+        let ok = wait_turn(session, spec, &node, children, deadline).await?;
+        Ok::<_, Error>(ok.then_some(node))
+    }
+    .await;
+    match result {
+        Ok(Some(node)) => {
+            cleanup.disarm();
+            Ok(Some(node))
+        }
+        Ok(None) => {
+            cleanup.run().await?;
+            Ok(None)
+        }
+        Err(e) => {
+            // Best effort now; the session end is the backstop.
+            let _ = cleanup.run().await;
+            Err(e)
+        }
+    }
+}
+
+/// The participants of `dir` in queue order (empty when the directory does not exist).
+pub(crate) async fn participants(
+    session: &Session,
+    dir: &str,
+    markers: &[&str],
+) -> Result<Vec<Participant>> {
+    let client = session.client()?;
+    let limit = session.cfg.command_timeout;
+    let children = retry(limit, "list", || async {
+        match client.list_children(dir).await {
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            other => other,
+        }
+    })
+    .await?;
+    Ok(node::sorted(&children, markers, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{MUTEX_MARKER, READ_MARKER, WRITE_MARKER};
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn protected_lookup_finds_our_node() {
+        let children = v(&["_c_aaa-lock-0000000001", "_c_bbb-lock-0000000002"]);
+        assert_eq!(
+            find_by_prefix(&children, "_c_bbb-lock-").as_deref(),
+            Some("_c_bbb-lock-0000000002")
+        );
+        assert_eq!(find_by_prefix(&children, "_c_ccc-lock-"), None);
+    }
+
+    #[test]
+    fn turns() {
+        let m = Spec {
+            dir: "/d",
+            marker: MUTEX_MARKER,
+            markers: &[MUTEX_MARKER],
+            rule: Rule::Exclusive,
+        };
+        let c = v(&[
+            "_c_a-lock-0000000003",
+            "_c_b-lock-0000000001",
+            "_c_c-lock-0000000002",
+        ]);
+        assert_eq!(decide(&m, &c, "_c_b-lock-0000000001"), Turn::Ours);
+        assert_eq!(
+            decide(&m, &c, "_c_a-lock-0000000003"),
+            Turn::WaitFor("_c_c-lock-0000000002".into())
+        );
+        assert_eq!(decide(&m, &c, "_c_z-lock-0000000009"), Turn::Gone);
+        let rw = [READ_MARKER, WRITE_MARKER];
+        let r = Spec {
+            dir: "/d",
+            marker: READ_MARKER,
+            markers: &[READ_MARKER, WRITE_MARKER],
+            rule: Rule::Shared,
+        };
+        let w = Spec {
+            marker: WRITE_MARKER,
+            rule: Rule::Exclusive,
+            ..r
+        };
+        let _ = rw;
+        let c = v(&[
+            "_c_a-__READ__0000000001",
+            "_c_b-__WRIT__0000000002",
+            "_c_c-__READ__0000000003",
+            "_c_d-__WRIT__0000000004",
+            "_c_e-__READ__0000000005",
+        ]);
+        assert_eq!(decide(&r, &c, "_c_a-__READ__0000000001"), Turn::Ours);
+        assert_eq!(
+            decide(&w, &c, "_c_b-__WRIT__0000000002"),
+            Turn::WaitFor("_c_a-__READ__0000000001".into())
+        );
+        assert_eq!(
+            decide(&r, &c, "_c_c-__READ__0000000003"),
+            Turn::WaitFor("_c_b-__WRIT__0000000002".into())
+        );
+        assert_eq!(
+            decide(&r, &c, "_c_e-__READ__0000000005"),
+            Turn::WaitFor("_c_d-__WRIT__0000000004".into())
+        );
+    }
+}

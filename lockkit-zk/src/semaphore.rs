@@ -1,0 +1,148 @@
+//! The semaphore: Curator's InterProcessSemaphoreV2 protocol. An entry mutex (`locks/`) lets one
+//! acquirer at a time add its lease nodes (`leases/`) and watch the lease set until it fits, so
+//! releases wake only that one acquirer (no herd). Leases are ephemeral: a dead session's permits
+//! come back when ZooKeeper expires it.
+
+use async_trait::async_trait;
+use lockkit_core::{AcquireOptions, Error, ErrorKind, Permit, Result, Semaphore};
+use std::sync::Arc;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::map;
+use crate::held;
+use crate::mutex::check_opts;
+use crate::node::{self, LEASE_MARKER, MUTEX_MARKER};
+use crate::queue::{self, Cleanup, Rule, Spec};
+use crate::session::Session;
+
+#[derive(Debug)]
+pub(crate) struct ZkSemaphore {
+    pub session: Arc<Session>,
+    pub name: String,
+    pub dir: String,
+    pub permits: u32,
+}
+
+impl ZkSemaphore {
+    fn locks_dir(&self) -> String {
+        format!("{}/locks", self.dir)
+    }
+
+    fn leases_dir(&self) -> String {
+        format!("{}/leases", self.dir)
+    }
+
+    async fn lease_count(&self, client: &zk::Client) -> Result<usize> {
+        let dir = self.leases_dir();
+        let children = queue::retry(self.session.cfg.command_timeout, "list", || async {
+            match client.list_children(&dir).await {
+                Err(zk::Error::NoNode) => Ok(Vec::new()),
+                other => other,
+            }
+        })
+        .await?;
+        Ok(count_leases(&children))
+    }
+}
+
+fn count_leases(children: &[String]) -> usize {
+    children
+        .iter()
+        .filter(|c| node::parse(c, &[LEASE_MARKER]).is_some())
+        .count()
+}
+
+#[async_trait]
+impl Semaphore for ZkSemaphore {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
+        if n == 0 || n > self.permits {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("cannot acquire {n} of {} permits", self.permits),
+            ));
+        }
+        let deadline = check_opts(opts)?;
+        let session = &self.session;
+        let client = session.client()?;
+        let limit = session.cfg.command_timeout;
+        let locks_dir = self.locks_dir();
+        let leases_dir = self.leases_dir();
+        let spec = Spec {
+            dir: &locks_dir,
+            marker: MUTEX_MARKER,
+            markers: crate::mutex::MARKERS,
+            rule: Rule::Exclusive,
+        };
+        // Every node made below is deleted, leases first, if this future is dropped or fails.
+        let mut cleanup = Cleanup::new(client.clone(), limit);
+        let (entry, children) =
+            queue::create(session, &client, &mut cleanup, &locks_dir, MUTEX_MARKER).await?;
+        if !queue::wait_turn(session, &spec, &entry, children, deadline).await? {
+            cleanup.run().await?;
+            return Ok(None);
+        }
+        let mut leases = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let (lease, _) =
+                queue::create(session, &client, &mut cleanup, &leases_dir, LEASE_MARKER).await?;
+            leases.push(lease);
+        }
+        loop {
+            let listed = queue::retry(limit, "watch leases", || {
+                client.list_and_watch_children(&leases_dir)
+            })
+            .await?;
+            let (children, watcher) = listed;
+            if count_leases(&children) <= self.permits as usize {
+                break;
+            }
+            let event = match deadline {
+                None => watcher.changed().await,
+                Some(d) if d <= Instant::now() => {
+                    cleanup.run().await?;
+                    return Ok(None);
+                }
+                Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
+                    Ok(ev) => ev,
+                    Err(_) => {
+                        cleanup.run().await?;
+                        return Ok(None);
+                    }
+                },
+            };
+            session.count_wake();
+            if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
+                let _ = cleanup.run().await;
+                return Err(map(
+                    zk::Error::SessionExpired,
+                    "session ended while waiting",
+                ));
+            }
+        }
+        // Our leases fit: let the next acquirer in.
+        if let Err(e) = queue::delete_node(&client, &entry.path, limit).await {
+            let _ = cleanup.run().await;
+            return Err(e);
+        }
+        cleanup.disarm();
+        let parts = held::parts(session, &self.name, leases, opts.lease, None).with_permits(n);
+        Ok(Some(Permit::new(parts)))
+    }
+
+    async fn available(&self) -> Result<u32> {
+        let client = self.session.client()?;
+        let used = self.lease_count(&client).await?;
+        Ok(self
+            .permits
+            .saturating_sub(u32::try_from(used).unwrap_or(u32::MAX)))
+    }
+}

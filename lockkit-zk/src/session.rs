@@ -1,0 +1,208 @@
+//! One ZooKeeper session per `Locks` handle, shared by all its locks, and the task that turns
+//! session events into guard states.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use lockkit_core::{Error, ErrorKind, Result, StateCell};
+use tokio::task::JoinHandle;
+use zookeeper_client as zk;
+
+use crate::config::ZkConfig;
+
+/// The shared state of one `Locks` handle.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub cfg: ZkConfig,
+    pub acls: Vec<zk::Acl>,
+    client: Mutex<Option<zk::Client>>,
+    live: Mutex<HashMap<u64, (i64, StateCell)>>,
+    next_id: AtomicU64,
+    /// Watch events delivered to waiters (predecessor or lease-set watches), for the herd test.
+    wakes: AtomicU64,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(task) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Session {
+    pub(crate) async fn open(cfg: ZkConfig) -> Result<Arc<Session>> {
+        let client = cfg.connect().await?;
+        let acls = cfg.acl.acls();
+        let session = Arc::new(Session {
+            cfg,
+            acls,
+            client: Mutex::new(Some(client.clone())),
+            live: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            wakes: AtomicU64::new(0),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(watch_session(Arc::downgrade(&session), client));
+        *lock(&session.task) = Some(task);
+        Ok(session)
+    }
+
+    /// The current client (a new one after a session expiry).
+    pub(crate) fn client(&self) -> Result<zk::Client> {
+        lock(&self.client)
+            .clone()
+            .ok_or_else(|| Error::new(ErrorKind::Closed, "the ZooKeeper handle was closed"))
+    }
+
+    /// Tracks a guard's state so session events reach it. Returns the id to untrack it with.
+    pub(crate) fn track(&self, session_id: i64, state: &StateCell) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.live).insert(id, (session_id, state.clone()));
+        id
+    }
+
+    pub(crate) fn untrack(&self, id: u64) {
+        lock(&self.live).remove(&id);
+    }
+
+    fn each_state(&self, session_id: i64, f: impl Fn(&StateCell) -> bool) {
+        let live = lock(&self.live);
+        for (sid, cell) in live.values() {
+            if *sid == session_id {
+                f(cell);
+            }
+        }
+    }
+
+    pub(crate) fn count_wake(&self) {
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn close(&self) {
+        if let Some(task) = lock(&self.task).take() {
+            task.abort();
+        }
+        lock(&self.client).take();
+        let live = std::mem::take(&mut *lock(&self.live));
+        for (_, cell) in live.values() {
+            cell.mark_lost();
+        }
+    }
+
+    /// Creates the directories of `path` (containers, like Curator's
+    /// `creatingParentContainersIfNeeded`), with our ACL on the last one.
+    pub(crate) async fn ensure_dir(&self, client: &zk::Client, path: &str) -> Result<()> {
+        let (parent, _) = path.rsplit_once('/').unwrap_or(("", path));
+        let open = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        let ours = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
+        let mut attempt = 0;
+        loop {
+            let mut result = Ok(());
+            if !parent.is_empty() {
+                result = client.mkdir(parent, &open).await;
+            }
+            if result.is_ok() {
+                result = match client.create(path, &[], &ours).await {
+                    Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                    Err(e) => Err(e),
+                };
+            }
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if crate::error::is_transient(&e) && attempt < 50 => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(crate::error::map(e, &format!("cannot create {path}"))),
+            }
+        }
+    }
+}
+
+/// Follows the session: connection loss makes guards Suspect, reconnection Held again, expiry
+/// (or a disconnection longer than the session timeout, after which the server has expired the
+/// session, as Curator assumes too) Lost. After an expiry it opens a new session for new acquires.
+async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
+    loop {
+        let sid = client.session_id().0;
+        let mut states = client.state_watcher();
+        let timeout = client.session_timeout();
+        drop(client);
+        let mut disconnected_at: Option<tokio::time::Instant> = None;
+        loop {
+            let event = match disconnected_at {
+                Some(at) => {
+                    match tokio::time::timeout_at(at + timeout, states.changed()).await {
+                        Ok(s) => s,
+                        Err(_) => {
+                            // The server has expired the session by now: stop trusting the locks.
+                            let Some(s) = session.upgrade() else { return };
+                            tracing::warn!(session = sid, "zookeeper: disconnected longer than the session timeout; locks lost");
+                            s.each_state(sid, StateCell::mark_lost);
+                            disconnected_at = None;
+                            continue;
+                        }
+                    }
+                }
+                None => states.changed().await,
+            };
+            let Some(s) = session.upgrade() else { return };
+            match event {
+                zk::SessionState::Disconnected => {
+                    tracing::debug!(session = sid, "zookeeper: disconnected; locks suspect");
+                    disconnected_at.get_or_insert_with(tokio::time::Instant::now);
+                    s.each_state(sid, StateCell::mark_suspect);
+                }
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    disconnected_at = None;
+                    s.each_state(sid, StateCell::mark_held);
+                }
+                zk::SessionState::Expired
+                | zk::SessionState::AuthFailed
+                | zk::SessionState::Closed => {
+                    tracing::warn!(session = sid, state = ?event, "zookeeper: session ended; locks lost");
+                    s.each_state(sid, StateCell::mark_lost);
+                    break;
+                }
+            }
+        }
+        // Open a new session for new acquires; the old guards stay Lost.
+        let mut backoff = Duration::from_millis(100);
+        client = loop {
+            let Some(s) = session.upgrade() else { return };
+            let cfg = s.cfg.clone();
+            drop(s);
+            match cfg.connect().await {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "zookeeper: cannot open a new session yet");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        let Some(s) = session.upgrade() else { return };
+        let mut slot = lock(&s.client);
+        if slot.is_none() {
+            return; // closed meanwhile
+        }
+        *slot = Some(client.clone());
+    }
+}
