@@ -1,11 +1,149 @@
-//! The etcd backend of lockkit. Applications reach it through `lockkit::connect`.
+#![doc = include_str!("../README.md")]
 
-use lockkit_core::{Error, LockConfig, Locks, Result};
+mod backend;
+mod client;
+mod mutex;
+mod session;
+mod watch;
 
-/// Connects to etcd as described by `cfg`.
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::{Error, ErrorKind, LockConfig, LockGuard, Locks, Result, Scheme};
+
+pub use etcd_client;
+
+use backend::{EtcdBackend, Inner, DEFAULT_SESSION_TTL};
+
+/// Connects to etcd as described by `cfg` and returns a [`Locks`] handle.
+///
+/// URL: `etcd://[user:password@]host1:2379[,host2:2379…][?lease_ttl=10s]`. Options (from the URL
+/// query or `cfg.options`): `lease_ttl` (the session lease, default 10 s, at least 1 s) and
+/// `prefix` (or `cfg.key_prefix`, default `lockkit`). `cfg.connect_timeout` bounds connecting and
+/// `cfg.command_timeout` every request.
+///
+/// Fails with a retryable [`ErrorKind::Connection`] error when no endpoint answers, with
+/// [`ErrorKind::Auth`] when the credentials are rejected and with [`ErrorKind::Config`] for a bad
+/// URL or option.
+///
+/// # Cancel safety
+/// Dropping the future leaves nothing behind (no lease is granted before the first acquire).
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
-    let _ = cfg;
-    Err(Error::unsupported(
-        "the etcd backend is not implemented yet",
-    ))
+    Ok(connect_etcd(cfg).await?.locks)
+}
+
+/// Like [`connect`], but returns an [`EtcdLocks`], which also offers etcd-specific extensions
+/// such as [`EtcdLocks::is_owner`].
+pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
+    let url = cfg.server_url()?;
+    match url.scheme {
+        Scheme::Etcd => {}
+        Scheme::Etcds => {
+            return Err(Error::config(
+                "etcds:// (TLS) is not built into this lockkit-etcd: etcd-client's `tls` feature is off",
+            ))
+        }
+        other => {
+            return Err(Error::config(format!(
+                "lockkit-etcd cannot serve {other}:// URLs"
+            )))
+        }
+    }
+    let ttl = cfg.duration_option("lease_ttl", DEFAULT_SESSION_TTL)?;
+    if ttl < Duration::from_secs(1) {
+        return Err(Error::config(format!(
+            "lease_ttl {ttl:?} is too short: etcd leases have a TTL of at least 1 s"
+        )));
+    }
+    let endpoints: Vec<String> = url.hosts.iter().map(|h| format!("http://{h}")).collect();
+    let user = match (&url.username, &url.password) {
+        (Some(u), Some(p)) => Some((u.clone(), p.expose().to_string())),
+        (Some(u), None) => Some((u.clone(), String::new())),
+        _ => None,
+    };
+    let pool =
+        client::Pool::connect(&endpoints, user, cfg.connect_timeout, cfg.command_timeout).await?;
+    pool.probe().await?;
+    let inner = Inner::new(pool, cfg.prefix(), ttl);
+    let locks = Locks::new(EtcdBackend {
+        inner: inner.clone(),
+    });
+    Ok(EtcdLocks { locks, inner })
+}
+
+/// A [`Locks`] handle on etcd with etcd-specific extensions. It dereferences to [`Locks`].
+#[derive(Debug, Clone)]
+pub struct EtcdLocks {
+    locks: Locks,
+    inner: Arc<Inner>,
+}
+
+impl std::ops::Deref for EtcdLocks {
+    type Target = Locks;
+    fn deref(&self) -> &Locks {
+        &self.locks
+    }
+}
+
+impl From<EtcdLocks> for Locks {
+    fn from(e: EtcdLocks) -> Locks {
+        e.locks
+    }
+}
+
+impl EtcdLocks {
+    /// The plain [`Locks`] handle.
+    pub fn locks(&self) -> &Locks {
+        &self.locks
+    }
+
+    /// An etcd client on the current endpoint, for your own requests (for example transactions
+    /// guarded by [`is_owner`](Self::is_owner)).
+    pub fn client(&self) -> etcd_client::Client {
+        self.inner.pool.current().1
+    }
+
+    /// The etcd key that backs `guard`'s ownership: `<prefix>/<encoded name>/<lease hex>[_n]`.
+    /// Fails with `NotHeld` when this handle holds no such ownership (any more).
+    pub async fn key_of(&self, guard: &LockGuard) -> Result<Vec<u8>> {
+        let prefix = self.inner.mutex_prefix(guard.name());
+        let rev = guard.token().get() as i64;
+        let kvs = self.inner.keys_by_create(&prefix, 0).await?;
+        kvs.iter()
+            .find(|kv| kv.create_revision() == rev)
+            .map(|kv| kv.key().to_vec())
+            .ok_or_else(|| Error::not_held(guard.name()))
+    }
+
+    /// A compare that holds exactly while `guard` owns its lock: its key still exists with the
+    /// create revision that is the guard's fencing token. Put it in the `when` of your own etcd
+    /// transaction so that the writes happen only while you hold the lock:
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lockkit_etcd::EtcdLocks) -> lockkit_core::Result<()> {
+    /// use lockkit_core::DistLockExt;
+    /// use lockkit_etcd::etcd_client::{Txn, TxnOp};
+    /// let guard = locks.mutex("orders/42")?.lock().await?;
+    /// let txn = Txn::new()
+    ///     .when([locks.is_owner(&guard).await?])
+    ///     .and_then([TxnOp::put("orders/42/state", "shipped", None)]);
+    /// let resp = locks.client().txn(txn).await.expect("etcd answered");
+    /// assert!(resp.succeeded(), "we lost the lock before writing");
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_owner(&self, guard: &LockGuard) -> Result<etcd_client::Compare> {
+        if !guard.state().is_live() {
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!("lock {:?} is no longer held", guard.name()),
+            ));
+        }
+        let key = self.key_of(guard).await?;
+        Ok(etcd_client::Compare::create_revision(
+            key,
+            etcd_client::CompareOp::Equal,
+            guard.token().get() as i64,
+        ))
+    }
 }

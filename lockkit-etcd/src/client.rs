@@ -1,0 +1,196 @@
+//! The connection pool: one etcd client per endpoint, explicit failover, per-request timeouts
+//! and the mapping of etcd-client errors to lockkit's error kinds.
+//!
+//! etcd-client load-balances over its endpoints but never fails over by itself: a request routed
+//! to a dead member fails, and one routed to a hung member waits until its timeout. So lockkit
+//! keeps one client per endpoint, sends every request to the current one, and on a connection
+//! error or a timeout moves to the next endpoint. Idempotent requests (reads, and lockkit's own
+//! compare-guarded transactions) are retried on the next endpoint, once per endpoint.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use lockkit_core::{Error, ErrorKind, Result};
+
+/// One client per endpoint, a current index and the per-request timeout.
+pub(crate) struct Pool {
+    clients: Vec<(String, Client)>,
+    current: AtomicUsize,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let endpoints: Vec<&str> = self.clients.iter().map(|(e, _)| e.as_str()).collect();
+        f.debug_struct("Pool")
+            .field("endpoints", &endpoints)
+            .field("current", &self.current.load(Ordering::Relaxed))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Pool {
+    /// Builds one client per endpoint. etcd-client connects lazily, so nothing fails here for a
+    /// dead endpoint except an authentication round trip when `user` is set; [`Pool::probe`]
+    /// checks that at least one endpoint answers.
+    pub(crate) async fn connect(
+        endpoints: &[String],
+        user: Option<(String, String)>,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> Result<Pool> {
+        let mut clients = Vec::new();
+        let mut last_err = None;
+        for ep in endpoints {
+            let mut opts = ConnectOptions::new()
+                .with_connect_timeout(connect_timeout)
+                .with_keep_alive(Duration::from_secs(5), timeout)
+                .with_tcp_keepalive(Duration::from_secs(10));
+            if let Some((u, p)) = &user {
+                opts = opts.with_user(u.clone(), p.clone());
+            }
+            match tokio::time::timeout(connect_timeout, Client::connect([ep.as_str()], Some(opts)))
+                .await
+            {
+                Ok(Ok(c)) => clients.push((ep.clone(), c)),
+                Ok(Err(e)) => {
+                    let err = map_err(e, "connect");
+                    if err.kind() == &ErrorKind::Auth || err.kind() == &ErrorKind::Config {
+                        return Err(err);
+                    }
+                    last_err = Some(err);
+                }
+                Err(_) => {
+                    last_err = Some(Error::new(
+                        ErrorKind::Connection,
+                        format!("connecting to etcd at {ep} timed out"),
+                    ))
+                }
+            }
+        }
+        if clients.is_empty() {
+            return Err(last_err
+                .unwrap_or_else(|| Error::config("an etcd URL needs at least one endpoint")));
+        }
+        Ok(Pool {
+            clients,
+            current: AtomicUsize::new(0),
+            timeout,
+        })
+    }
+
+    /// The per-request timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The current client and its index.
+    pub(crate) fn current(&self) -> (usize, Client) {
+        let i = self.current.load(Ordering::Acquire) % self.clients.len();
+        (i, self.clients[i].1.clone())
+    }
+
+    /// Moves to the next endpoint if `failed` is still the current one.
+    pub(crate) fn failed(&self, failed: usize) {
+        if self.clients.len() > 1 {
+            let next = (failed + 1) % self.clients.len();
+            if self
+                .current
+                .compare_exchange(failed, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                tracing::warn!(
+                    from = %self.clients[failed].0,
+                    to = %self.clients[next].0,
+                    "etcd endpoint failed; failing over"
+                );
+            }
+        }
+    }
+
+    /// Runs one request on the current endpoint with the request timeout. A connection error or
+    /// a timeout moves to the next endpoint; when `idempotent`, the request is retried there, at
+    /// most once per endpoint.
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        what: &'static str,
+        idempotent: bool,
+        mut f: F,
+    ) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let attempts = if idempotent { self.clients.len() } else { 1 };
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (idx, client) = self.current();
+            let err = match tokio::time::timeout(self.timeout, f(client)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) => map_err(e, what),
+                Err(_) => Error::new(
+                    ErrorKind::Timeout,
+                    format!("etcd {what} did not answer within {:?}", self.timeout),
+                ),
+            };
+            if matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout) {
+                self.failed(idx);
+                if tries < attempts {
+                    continue;
+                }
+            }
+            return Err(err);
+        }
+    }
+
+    /// Checks that some endpoint answers (etcd-client "connects" to closed ports).
+    pub(crate) async fn probe(&self) -> Result<()> {
+        self.run("probe", true, |mut c| async move {
+            c.get(
+                "lockkit-probe",
+                Some(etcd_client::GetOptions::new().with_count_only()),
+            )
+            .await
+        })
+        .await
+        .map(drop)
+    }
+}
+
+/// Maps an etcd-client error to lockkit's kinds, using the gRPC status code (and etcd's
+/// message for authentication failures, which etcd reports as `InvalidArgument`).
+pub(crate) fn map_err(e: etcd_client::Error, what: &str) -> Error {
+    use etcd_client::Error as E;
+    let (kind, retryable) = match &e {
+        E::GRpcStatus(s) => {
+            let msg = s.message();
+            if msg.contains("authentication failed")
+                || msg.contains("invalid auth token")
+                || msg.contains("user name is empty")
+                || msg.contains("permission denied")
+            {
+                (ErrorKind::Auth, false)
+            } else {
+                // tonic::Code is a fieldless enum with the gRPC numbering.
+                match s.code() as i32 {
+                    1 | 2 | 10 | 14 => (ErrorKind::Connection, true),
+                    4 => (ErrorKind::Timeout, true),
+                    7 | 16 => (ErrorKind::Auth, false),
+                    8 => (ErrorKind::Backend, true),
+                    _ => (ErrorKind::Backend, false),
+                }
+            }
+        }
+        E::TransportError(_) | E::IoError(_) => (ErrorKind::Connection, true),
+        E::WatchError(_) | E::LeaseKeepAliveError(_) => (ErrorKind::Connection, true),
+        E::InvalidUri(_) | E::InvalidArgs(_) | E::EndpointError(_) => (ErrorKind::Config, false),
+        _ => (ErrorKind::Backend, false),
+    };
+    Error::new(kind, format!("etcd {what} failed"))
+        .with_retryable(retryable)
+        .with_source(e)
+}

@@ -1,0 +1,247 @@
+//! The session: one lease per `Locks` handle, shared by all its locks, kept alive every TTL/3.
+//!
+//! Every watchdog-leased key of the handle is attached to the session lease. The keepalive task
+//! tracks a local deadline on the monotonic clock (the instant before the keepalive was sent plus
+//! the TTL the server granted). A failed keepalive makes the session's guards Suspect; a
+//! successful one makes them Held again; no success before the deadline, or a server answer that
+//! the lease is gone, makes every guard Lost and retires the session, so the next acquire grants
+//! a new lease transparently.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockkit_core::{Error, ErrorKind, LockState, Result, StateCell};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::client::{map_err, Pool};
+
+/// One granted session lease and its keepalive task.
+#[derive(Debug)]
+pub(crate) struct Session {
+    id: i64,
+    alive: AtomicBool,
+    guards: Mutex<Vec<StateCell>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Session {
+    /// Grants a lease of `ttl` and starts keeping it alive.
+    pub(crate) async fn grant(pool: &Arc<Pool>, ttl: Duration) -> Result<Arc<Session>> {
+        let secs = ttl_secs(ttl);
+        let sent = Instant::now();
+        let resp = pool
+            .run("lease grant", false, |mut c| async move {
+                c.lease_grant(secs, None).await
+            })
+            .await?;
+        if resp.ttl() <= 0 {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!("etcd refused the lease: {}", resp.error()),
+            ));
+        }
+        let session = Arc::new(Session {
+            id: resp.id(),
+            alive: AtomicBool::new(true),
+            guards: Mutex::new(Vec::new()),
+            task: Mutex::new(None),
+        });
+        let deadline = sent + Duration::from_secs(resp.ttl() as u64);
+        let task = tokio::spawn(keepalive(
+            Arc::downgrade(&session),
+            pool.clone(),
+            resp.id(),
+            Duration::from_secs(resp.ttl() as u64),
+            deadline,
+        ));
+        *session.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        tracing::debug!(
+            lease = format_args!("{:x}", resp.id()),
+            "etcd session started"
+        );
+        Ok(session)
+    }
+
+    /// The lease id.
+    pub(crate) fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// Whether the lease is still believed alive.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    /// Tracks a guard's state so that a session loss makes it Lost.
+    pub(crate) fn track(&self, cell: &StateCell) {
+        let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
+        g.retain(|c| c.get().is_live());
+        g.push(cell.clone());
+        if !self.is_alive() {
+            cell.mark_lost();
+        }
+    }
+
+    fn each_guard(&self, f: impl Fn(&StateCell)) {
+        let g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
+        for c in g.iter() {
+            f(c);
+        }
+    }
+
+    /// Retires the session: every guard turns Lost, the keepalive stops.
+    pub(crate) fn retire(&self, why: &str) {
+        if self.alive.swap(false, Ordering::AcqRel) {
+            tracing::warn!(
+                lease = format_args!("{:x}", self.id),
+                "etcd session lost: {why}"
+            );
+        }
+        self.each_guard(|c| {
+            c.mark_lost();
+        });
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    /// Retires the session and revokes its lease (deleting every key attached to it).
+    pub(crate) async fn revoke(&self, pool: &Pool) -> Result<()> {
+        self.retire("closed");
+        let id = self.id;
+        pool.run("lease revoke", true, |mut c| async move {
+            c.lease_revoke(id).await
+        })
+        .await
+        .map(drop)
+        .or_else(|e| {
+            // A lease that already expired is revoked as far as we care.
+            if e.to_string().contains("lease not found")
+                || format!("{:?}", std::error::Error::source(&e)).contains("lease not found")
+            {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(t) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            t.abort();
+        }
+    }
+}
+
+/// A TTL in whole seconds for etcd: rounded up, at least 1.
+pub(crate) fn ttl_secs(d: Duration) -> i64 {
+    let mut s = d.as_secs();
+    if d.subsec_nanos() > 0 {
+        s += 1;
+    }
+    s.max(1) as i64
+}
+
+async fn keepalive(
+    session: std::sync::Weak<Session>,
+    pool: Arc<Pool>,
+    id: i64,
+    ttl: Duration,
+    mut deadline: Instant,
+) {
+    let period = (ttl / 3).max(Duration::from_millis(100));
+    let mut stream = None;
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(s) = session.upgrade() else { return };
+        if !s.is_alive() {
+            return;
+        }
+        let sent = Instant::now();
+        if sent >= deadline {
+            s.retire("keepalive did not succeed before the lease deadline");
+            return;
+        }
+        let budget = (deadline - sent)
+            .min(pool.timeout())
+            .min(period.max(Duration::from_millis(300)));
+        let outcome =
+            tokio::time::timeout(budget, renew(&pool, id, ttl.as_secs() as i64, &mut stream)).await;
+        match outcome {
+            Ok(Ok(granted)) if granted > 0 => {
+                deadline = sent + Duration::from_secs(granted as u64);
+                s.each_guard(|c| {
+                    if c.get() == LockState::Suspect {
+                        c.mark_held();
+                    }
+                });
+                next = sent + period;
+            }
+            Ok(Ok(_)) => {
+                s.retire("the server says the lease is gone");
+                return;
+            }
+            Ok(Err(e)) => {
+                tracing::debug!("etcd keepalive failed: {e}");
+                stream = None;
+                s.each_guard(|c| {
+                    c.mark_suspect();
+                });
+                next = Instant::now() + Duration::from_millis(200);
+            }
+            Err(_) => {
+                stream = None;
+                s.each_guard(|c| {
+                    c.mark_suspect();
+                });
+                next = Instant::now() + Duration::from_millis(100);
+            }
+        }
+    }
+}
+
+type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+
+/// One keepalive round trip; returns the TTL granted (0 when the lease is gone).
+async fn renew(pool: &Pool, id: i64, ttl: i64, stream: &mut Option<KeepAlive>) -> Result<i64> {
+    if stream.is_none() {
+        let (idx, mut c) = pool.current();
+        match c.lease_keep_alive(id).await {
+            Ok(ka) => {
+                // Opening the stream already sent one keepalive and read its answer.
+                *stream = Some(ka);
+                return Ok(ttl);
+            }
+            Err(e) => {
+                let err = map_err(e, "lease keepalive");
+                if err.to_string().contains("lease not found")
+                    || format!("{err:?}").contains("lease not found")
+                {
+                    return Ok(0);
+                }
+                pool.failed(idx);
+                return Err(err);
+            }
+        }
+    }
+    let (keeper, rx) = stream.as_mut().expect("stream is open");
+    keeper
+        .keep_alive()
+        .await
+        .map_err(|e| map_err(e, "lease keepalive"))?;
+    match rx.message().await {
+        Ok(Some(resp)) => Ok(resp.ttl()),
+        Ok(None) => Err(Error::new(ErrorKind::Connection, "keepalive stream closed")),
+        Err(e) => Err(map_err(e, "lease keepalive")),
+    }
+}

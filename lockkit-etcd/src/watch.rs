@@ -1,0 +1,389 @@
+//! One long-lived prefix watch per lock name per client, and the local mirror of the prefix it
+//! maintains.
+//!
+//! Why: a watch created for each wait lands in etcd's "unsynced" watcher group now and then (and
+//! always when it starts at a past revision, as Go's `concurrency.Mutex` does), and unsynced
+//! watchers are only served by etcd's 100 ms catch-up loop. A watch that is created once, from
+//! the current revision, before any wait on the name begins, stays synced and gets every event
+//! as the write commits. No watcher is ever created on the acquire hot path.
+//!
+//! The watch task keeps a mirror of the prefix: every key with its create revision, built from
+//! one range read taken after the watch was created and then updated by the watch events. A
+//! waiter owns the lock when the mirror (at or after the revision of its own put) shows its own
+//! key with the lowest create revision: etcd serializes writes and the watch delivers them in
+//! order, and a key created later can never rank lower. The same mirror tells a waiter that its
+//! own key vanished (etcd issue 11456) and tells a holder that its key was deleted by someone
+//! else (`force_unlock`, lease expiry), which makes the guard Lost at once. Each waiter is woken
+//! only when it became the owner or lost its key, so there is no herd.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use etcd_client::{EventType, GetOptions, WatchOptions};
+use lockkit_core::{Error, ErrorKind, Result, StateCell};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::client::Pool;
+
+/// What the mirror says about one of our keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// The mirror has not yet seen the revision of our put: ask again later.
+    Unknown,
+    /// Our key has the lowest create revision: we hold the lock.
+    Owner,
+    /// Someone created before us is still there.
+    Waiting,
+    /// Our key is gone.
+    Gone,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Mirror {
+    synced: bool,
+    seen_rev: i64,
+    keys: HashMap<Vec<u8>, i64>,
+    order: BTreeMap<i64, Vec<u8>>,
+    waiters: HashMap<i64, Arc<Notify>>,
+    holders: HashMap<i64, StateCell>,
+}
+
+impl Mirror {
+    fn standing(&self, rev: i64) -> Standing {
+        if !self.synced || self.seen_rev < rev {
+            return Standing::Unknown;
+        }
+        match self.order.keys().next() {
+            _ if !self.order.contains_key(&rev) => Standing::Gone,
+            Some(first) if *first == rev => Standing::Owner,
+            _ => Standing::Waiting,
+        }
+    }
+
+    fn reset(&mut self, rev: i64, kvs: impl Iterator<Item = (Vec<u8>, i64)>) {
+        self.keys.clear();
+        self.order.clear();
+        for (k, r) in kvs {
+            self.order.insert(r, k.clone());
+            self.keys.insert(k, r);
+        }
+        self.seen_rev = rev;
+        self.synced = true;
+    }
+
+    fn put(&mut self, key: &[u8], create_rev: i64) {
+        if let Some(old) = self.keys.insert(key.to_vec(), create_rev) {
+            self.order.remove(&old);
+        }
+        self.order.insert(create_rev, key.to_vec());
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        if let Some(old) = self.keys.remove(key) {
+            self.order.remove(&old);
+        }
+    }
+
+    /// Wakes the waiters whose standing is decided and marks holders whose key is gone Lost.
+    fn settle(&mut self) {
+        for (rev, n) in &self.waiters {
+            if matches!(self.standing(*rev), Standing::Owner | Standing::Gone) {
+                n.notify_one();
+            }
+        }
+        let gone: Vec<i64> = self
+            .holders
+            .keys()
+            .copied()
+            .filter(|r| self.standing(*r) == Standing::Gone)
+            .collect();
+        for r in gone {
+            if let Some(cell) = self.holders.remove(&r) {
+                cell.mark_lost();
+            }
+        }
+    }
+}
+
+/// The watch of one lock prefix, shared by every handle, acquire and guard of that lock in one
+/// client. The task stops when the last user drops it.
+#[derive(Debug)]
+pub(crate) struct NameWatch {
+    prefix: Vec<u8>,
+    mirror: Mutex<Mirror>,
+    ready: watch::Sender<bool>,
+    slots: Mutex<BTreeSet<u32>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for NameWatch {
+    fn drop(&mut self) {
+        if let Some(t) = self
+            .task
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            t.abort();
+        }
+    }
+}
+
+impl NameWatch {
+    /// Creates the watch of `prefix` (which ends with `/`) and starts its task.
+    pub(crate) fn start(pool: Arc<Pool>, prefix: Vec<u8>) -> Arc<NameWatch> {
+        let (ready, _) = watch::channel(false);
+        let nw = Arc::new(NameWatch {
+            prefix,
+            mirror: Mutex::new(Mirror::default()),
+            ready,
+            slots: Mutex::new(BTreeSet::new()),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(run(Arc::downgrade(&nw), pool));
+        *nw.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        nw
+    }
+
+    /// Stops the watch (the handle was closed): holders turn Lost, waiters are woken and find
+    /// the handle closed.
+    pub(crate) fn stop(&self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+        let mut m = self.mirror();
+        m.synced = false;
+        for (_, cell) in m.holders.drain() {
+            cell.mark_lost();
+        }
+        for n in m.waiters.values() {
+            n.notify_one();
+        }
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// The watched prefix.
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.prefix
+    }
+
+    /// Waits until the watch is in place and the mirror is built.
+    pub(crate) async fn ready(&self, limit: Duration) -> Result<()> {
+        let mut rx = self.ready.subscribe();
+        let ok = matches!(
+            tokio::time::timeout(limit, rx.wait_for(|r| *r)).await,
+            Ok(Ok(_))
+        );
+        match ok {
+            true => Ok(()),
+            false => Err(Error::new(
+                ErrorKind::Connection,
+                "the etcd watch of the lock could not be established",
+            )),
+        }
+    }
+
+    pub(crate) fn mirror(&self) -> MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where our key of create revision `rev` stands.
+    pub(crate) fn standing(&self, rev: i64) -> Standing {
+        self.mirror().standing(rev)
+    }
+
+    /// Registers a waiter for `rev`; it is notified when it became owner or lost its key.
+    pub(crate) fn add_waiter(&self, rev: i64) -> Arc<Notify> {
+        let n = Arc::new(Notify::new());
+        self.mirror().waiters.insert(rev, n.clone());
+        n
+    }
+
+    pub(crate) fn remove_waiter(&self, rev: i64) {
+        self.mirror().waiters.remove(&rev);
+    }
+
+    /// Registers a holder: its state turns Lost when its key disappears.
+    pub(crate) fn add_holder(&self, rev: i64, cell: &StateCell) {
+        let mut m = self.mirror();
+        if m.standing(rev) == Standing::Gone {
+            cell.mark_lost();
+            return;
+        }
+        m.holders.insert(rev, cell.clone());
+    }
+
+    pub(crate) fn remove_holder(&self, rev: i64) {
+        self.mirror().holders.remove(&rev);
+    }
+
+    /// Reserves the lowest free key slot of this client for this lock (see `Slot`).
+    pub(crate) fn take_slot(self: &Arc<Self>) -> Slot {
+        let mut s = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        while s.contains(&n) {
+            n += 1;
+        }
+        s.insert(n);
+        Slot {
+            nw: self.clone(),
+            n,
+        }
+    }
+}
+
+/// A key slot: several acquisitions of one lock through one client (one lease) need distinct
+/// keys, so slot 0 is `<prefix><lease hex>` (the key Go's `concurrency.Mutex` uses) and slot n is
+/// `<prefix><lease hex>_<n>`. A slot stays reserved until its key is known to be deleted (or its
+/// deletion was tried), so a key is never shared by two live acquisitions.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    nw: Arc<NameWatch>,
+    n: u32,
+}
+
+impl Slot {
+    /// The key for this slot under lease `lease`.
+    pub(crate) fn key(&self, lease: i64) -> Vec<u8> {
+        let mut k = self.nw.prefix.clone();
+        if self.n == 0 {
+            k.extend_from_slice(format!("{lease:x}").as_bytes());
+        } else {
+            k.extend_from_slice(format!("{lease:x}_{}", self.n).as_bytes());
+        }
+        k
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.nw
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.n);
+    }
+}
+
+async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let Some(prefix) = nw.upgrade().map(|n| n.prefix.clone()) else {
+            return;
+        };
+        match session_of_watch(&nw, &pool, prefix).await {
+            Ok(()) => backoff = Duration::from_millis(50),
+            Err(e) => tracing::debug!("etcd lock watch broke: {e}"),
+        }
+        if let Some(n) = nw.upgrade() {
+            n.mirror().synced = false;
+        } else {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// One life of the watch stream: create, wait for `created`, range, then apply events until the
+/// stream ends.
+async fn session_of_watch(
+    nw: &std::sync::Weak<NameWatch>,
+    pool: &Arc<Pool>,
+    prefix: Vec<u8>,
+) -> Result<()> {
+    let limit = pool.timeout();
+    let (idx, mut client) = pool.current();
+    let opened = tokio::time::timeout(
+        limit,
+        client.watch(prefix.clone(), Some(WatchOptions::new().with_prefix())),
+    )
+    .await;
+    let mut stream = match opened {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            pool.failed(idx);
+            return Err(crate::client::map_err(e, "watch"));
+        }
+        Err(_) => {
+            pool.failed(idx);
+            return Err(Error::new(ErrorKind::Timeout, "etcd watch did not open"));
+        }
+    };
+    // The `created` answer: from here on every event on the prefix reaches us.
+    match tokio::time::timeout(limit, stream.message()).await {
+        Ok(Ok(Some(r))) if r.created() => {}
+        _ => {
+            pool.failed(idx);
+            return Err(Error::new(
+                ErrorKind::Connection,
+                "etcd watch was not created",
+            ));
+        }
+    }
+    let p2 = prefix.clone();
+    let mut resp = pool
+        .run("range", true, move |mut c| {
+            let p = p2.clone();
+            async move {
+                c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                    .await
+            }
+        })
+        .await?;
+    let base = resp.take_header().map(|h| h.revision()).unwrap_or(0);
+    {
+        let Some(n) = nw.upgrade() else { return Ok(()) };
+        let mut m = n.mirror();
+        m.reset(
+            base,
+            resp.take_kvs().into_iter().map(|kv| {
+                let r = kv.create_revision();
+                (kv.into_key_value().0, r)
+            }),
+        );
+        m.settle();
+        drop(m);
+        n.ready.send_replace(true);
+    }
+    loop {
+        let msg = stream
+            .message()
+            .await
+            .map_err(|e| crate::client::map_err(e, "watch"))?;
+        let Some(r) = msg else {
+            return Err(Error::new(ErrorKind::Connection, "etcd watch stream ended"));
+        };
+        let Some(n) = nw.upgrade() else { return Ok(()) };
+        if r.canceled() {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!("etcd cancelled the watch: {}", r.cancel_reason()),
+            ));
+        }
+        let mut m = n.mirror();
+        for ev in r.events() {
+            let Some(kv) = ev.kv() else { continue };
+            if kv.mod_revision() <= base {
+                continue;
+            }
+            match ev.event_type() {
+                EventType::Put => m.put(kv.key(), kv.create_revision()),
+                EventType::Delete => m.delete(kv.key()),
+            }
+            if kv.mod_revision() > m.seen_rev {
+                m.seen_rev = kv.mod_revision();
+            }
+        }
+        m.settle();
+    }
+}
