@@ -161,7 +161,7 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration
 
 /// Finds the node of ours carrying protected prefix `prefix` in `dir`, checking that its
 /// `ephemeralOwner` is our session: after a connection loss the create may have happened.
-async fn find_protected(
+pub(crate) async fn find_protected(
     client: &zk::Client,
     dir: &str,
     prefix: &str,

@@ -1,0 +1,141 @@
+//! The lost signal against a real server: stop and restart it (Suspect, then Held again), and
+//! expire the session (Lost). These tests stop the shared ZooKeeper, so they run one at a time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::{DistLockExt, LockConfig, LockState};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Restarts ZooKeeper if a test fails while it is stopped.
+struct Restart(bool);
+impl Drop for Restart {
+    fn drop(&mut self) {
+        if self.0 {
+            services("start");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_loss_makes_guard_suspect_then_held_again() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let url = with_params(&url, &format!("session_timeout=8s&prefix={}", prefix()));
+    let locks = backend(&url).await.into_locks();
+    let other = backend(&url).await.into_locks();
+    let guard = locks.mutex("restart").unwrap().lock().await.unwrap();
+    let lost = guard.lost();
+
+    services("stop");
+    let mut restart = Restart(true);
+    wait_state(&guard, LockState::Suspect, Duration::from_secs(10)).await;
+    services("start");
+    restart.0 = false;
+    wait_state(&guard, LockState::Held, Duration::from_secs(15)).await;
+
+    // Still ours, on the server too.
+    assert!(other
+        .mutex("restart")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), lost)
+            .await
+            .is_err(),
+        "lost() fired although the session survived"
+    );
+    guard.release().await.unwrap();
+    assert!(other
+        .mutex("restart")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_makes_guard_lost_and_handle_recovers() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    // The holder reaches the server through a proxy; cutting it is a partition: the server
+    // expires the holder's 1 s session while everyone else carries on.
+    let proxy = Proxy::start(server_addr(&url)).await;
+    let pre = prefix();
+    let via_proxy = format!("zk://{}?session_timeout=1s&prefix={pre}", proxy.addr);
+    let direct = with_params(&url, &format!("prefix={pre}"));
+    let locks = backend(&via_proxy).await.into_locks();
+    let other = backend(&direct).await.into_locks();
+    let guard = locks.mutex("expire").unwrap().lock().await.unwrap();
+    let token = guard.token();
+    let waiter = other.mutex("expire").unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let g = waiter.lock_for(Duration::from_secs(10)).await.unwrap();
+        (g, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let cut = Instant::now();
+    proxy.cut();
+    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+        .await
+        .expect("lost() after session expiry");
+    assert_eq!(guard.state(), LockState::Lost);
+    let lost_after = cut.elapsed();
+    assert!(
+        lost_after < Duration::from_secs(3),
+        "lost after {lost_after:?}"
+    );
+
+    // The server expired the session: the waiter got the lock without the holder's help.
+    let (g2, _) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let g2 = g2.expect("lock free after the holder's session expired");
+    assert!(g2.token() > token);
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        &lockkit_core::ErrorKind::NotHeld
+    );
+
+    // After the partition heals this handle opens a new session and works again.
+    proxy.heal();
+    g2.release().await.unwrap();
+    let start = Instant::now();
+    let again = loop {
+        match locks.mutex("expire").unwrap().try_lock().await {
+            Ok(g) => break g,
+            Err(e) if e.is_retryable() && start.elapsed() < Duration::from_secs(15) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("handle did not recover: {e}"),
+        }
+    };
+    again.expect("free").release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_disconnection_makes_guard_lost() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let url = with_params(&url, &format!("session_timeout=1s&prefix={}", prefix()));
+    let locks = lockkit_zk::connect(&LockConfig::new(url)).await.unwrap();
+    let guard = locks.mutex("long-outage").unwrap().lock().await.unwrap();
+    services("stop");
+    let restart = Restart(true);
+    wait_state(&guard, LockState::Suspect, Duration::from_secs(10)).await;
+    // Past the session timeout without contact, the server may have expired us: Lost.
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() after a disconnection longer than the session timeout");
+    drop(restart);
+}

@@ -1,0 +1,212 @@
+//! The ZooKeeper protocol points of issue 5, against a real server: protected-mode lookup and
+//! the ephemeralOwner check, czxid tokens across a re-created parent, no herd, digest auth and
+//! ACLs, and cancelled acquires leaving no node.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockkit_core::{AcquireOptions, Backend, DistLockExt, ErrorKind, LockConfig, Primitive};
+use zookeeper_client as zk;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protected_lookup_finds_only_our_session_node() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let a = backend(&url).await;
+    let b = backend(&url).await;
+    let dir = a.mutex_path("protected");
+    // Make the directory, then create a node the way an interrupted acquire would have.
+    drop(a.mutex("protected").unwrap().lock().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let uuid = "0b6b8d2e-7d0b-4a73-9a69-2a1b1c1d1e1f";
+    let prefix = format!("_c_{uuid}-lock-");
+    let client_a = a.zk_client().unwrap();
+    let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    client_a
+        .create(&format!("{dir}/{prefix}"), b"", &opts)
+        .await
+        .unwrap();
+    // The owner finds it again by its protected prefix...
+    let found = lockkit_zk::find_own_node(&client_a, &dir, &prefix)
+        .await
+        .unwrap();
+    assert!(found.as_deref().is_some_and(|n| n.starts_with(&prefix)));
+    // ...but another session with the same prefix must not claim it (ephemeralOwner check).
+    let client_b = b.zk_client().unwrap();
+    assert_eq!(
+        lockkit_zk::find_own_node(&client_b, &dir, &prefix)
+            .await
+            .unwrap(),
+        None
+    );
+    // And a plain prefix match (what Curator does) would have claimed it.
+    let children = client_b.list_children(&dir).await.unwrap();
+    assert!(lockkit_zk::find_by_prefix(&children, &prefix).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_after_parent_is_recreated() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let b = backend(&url).await;
+    let lock = b.mutex("recreated").unwrap();
+    let dir = b.mutex_path("recreated");
+    let client = b.zk_client().unwrap();
+    let mut last = None;
+    for round in 0..3 {
+        let g = lock.lock().await.unwrap();
+        let names = children(&b, &dir).await;
+        assert_eq!(names.len(), 1);
+        // The sequence restarted with the new parent; the czxid token did not.
+        assert!(names[0].ends_with("lock-0000000000"), "{names:?}");
+        if let Some(prev) = last {
+            assert!(
+                g.token() > prev,
+                "round {round}: token {} after {prev}",
+                g.token()
+            );
+        }
+        last = Some(g.token());
+        g.release().await.unwrap();
+        client.delete(&dir, None).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_waiters_each_release_wakes_exactly_one() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let backends: Vec<_> = futures::future::join_all((0..5).map(|_| backend(&url))).await;
+    let holder_backend = backend(&url).await;
+    let holder = holder_backend.mutex("herd").unwrap().lock().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut releases = Vec::new();
+    for i in 0..50 {
+        let lock = backends[i % 5].mutex("herd").unwrap();
+        let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+        releases.push(Some(go_tx));
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            tx.send(i).unwrap();
+            let _ = go_rx.await;
+            g.release().await.unwrap();
+        });
+        // Queue in a known order.
+        while holder_backend
+            .inspect("herd", Primitive::Mutex)
+            .await
+            .unwrap()
+            .waiters
+            .len()
+            < i + 1
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let wakes = || backends.iter().map(|b| b.wake_count()).sum::<u64>();
+    assert_eq!(wakes(), 0, "waiters woke before any release");
+    let before = wakes();
+    holder.release().await.unwrap();
+    let mut expected = before;
+    for (i, release) in releases.iter_mut().enumerate() {
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, i, "FIFO hand-off");
+        expected += 1;
+        // Give any other (wrongly) watching waiter time to receive its event.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(
+            wakes(),
+            expected,
+            "release {i} woke {} waiters",
+            wakes() - (expected - 1)
+        );
+        release.take().unwrap().send(()).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_and_acl_keep_other_identities_out() {
+    let Some(url) = url() else { return };
+    let pre = prefix();
+    let host = server_addr(&url);
+    let alice = backend(&format!("zk://alice:secret-a@{host}?prefix={pre}")).await;
+    let bob = backend(&format!("zk://bob:secret-b@{host}?prefix={pre}")).await;
+    let anon = backend(&format!("zk://{host}?prefix={pre}")).await;
+    let g = alice.mutex("acl").unwrap().lock().await.unwrap();
+
+    // Our node carries the creator's identity: digest:alice:... with every permission.
+    let dir = alice.mutex_path("acl");
+    let names = children(&alice, &dir).await;
+    let (acls, _) = alice
+        .zk_client()
+        .unwrap()
+        .get_acl(&format!("{dir}/{}", names[0]))
+        .await
+        .unwrap();
+    assert!(
+        acls.iter()
+            .any(|a| a.scheme() == "digest" && a.id().starts_with("alice:")),
+        "{acls:?}"
+    );
+
+    for (who, other) in [("bob", &bob), ("anonymous", &anon)] {
+        let lock = other.mutex("acl").unwrap();
+        assert!(lock.is_locked().await.unwrap(), "{who} can read");
+        let e = lock.force_unlock().await.unwrap_err();
+        assert_eq!(e.kind(), &ErrorKind::Auth, "{who}: {e}");
+        let e = lock.try_lock().await.unwrap_err();
+        assert_eq!(e.kind(), &ErrorKind::Auth, "{who}: {e}");
+    }
+    assert_eq!(g.state(), lockkit_core::LockState::Held);
+    assert_eq!(children(&alice, &dir).await.len(), 1);
+    g.release().await.unwrap();
+
+    // Wrong credentials for an identity are still a different identity, not alice.
+    let e = lockkit_zk::connect(&LockConfig::new(format!("zk://{host}?acl=creator")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Config);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_acquires_leave_no_node() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let b = backend(&url).await;
+    let dir = b.mutex_path("cancel");
+    let holder = b.mutex("cancel").unwrap().lock().await.unwrap();
+    let lock = b.mutex("cancel").unwrap();
+    // Cancel at every stage: before the create is answered, while listing, while watching.
+    for delay_us in [0u64, 100, 300, 600, 1000, 2000, 5000, 20000, 100000] {
+        let l = lock.clone();
+        let task = tokio::spawn(async move { l.lock().await.map(drop) });
+        tokio::time::sleep(Duration::from_micros(delay_us)).await;
+        task.abort();
+        let _ = task.await;
+        let timed = lock
+            .acquire(&AcquireOptions::new().wait(Duration::from_micros(delay_us + 1)))
+            .await
+            .unwrap();
+        assert!(timed.is_none());
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let names = children(&b, &dir).await;
+        if names.len() == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "nodes left behind: {names:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.release().await.unwrap();
+    assert!(children(&b, &dir).await.is_empty());
+}
