@@ -1,0 +1,198 @@
+package lockkit.interop;
+
+import java.io.IOException;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+
+/**
+ * The Curator side of lockkit's ZooKeeper interop test and benchmark.
+ *
+ * <pre>
+ *   mutex CONNECT PATH ITERATIONS DIR   contend with InterProcessMutex; overlap markers in DIR
+ *   rw    CONNECT PATH ITERATIONS DIR   InterProcessReadWriteLock, alternating write and read
+ *   bench-uncontended CONNECT PATH SECONDS
+ *   bench-contended   CONNECT PATH CLIENTS TOTAL
+ * </pre>
+ *
+ * The overlap detector is a set of marker files: an exclusive holder creates DIR/writer with
+ * CREATE_NEW (failing if anyone else is inside) and checks DIR/readers is empty; a reader checks
+ * DIR/writer is absent and adds DIR/readers/ID. Both sides append "curator" or "lockkit" to
+ * DIR/order on every exclusive entry, so the test can count hand-offs between the two.
+ */
+public final class Main {
+    public static void main(String[] args) throws Exception {
+        switch (args[0]) {
+            case "mutex" -> contend(args, false);
+            case "rw" -> contend(args, true);
+            case "bench-uncontended" -> benchUncontended(args[1], args[2], Double.parseDouble(args[3]));
+            case "bench-contended" -> benchContended(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            default -> throw new IllegalArgumentException("unknown mode " + args[0]);
+        }
+    }
+
+    static CuratorFramework client(String connect) throws InterruptedException {
+        CuratorFramework c = CuratorFrameworkFactory.builder()
+                .connectString(connect)
+                .sessionTimeoutMs(10_000)
+                .connectionTimeoutMs(5_000)
+                .retryPolicy(new ExponentialBackoffRetry(50, 5))
+                .build();
+        c.start();
+        if (!c.blockUntilConnected(10, TimeUnit.SECONDS)) {
+            throw new IllegalStateException("no ZooKeeper connection to " + connect);
+        }
+        return c;
+    }
+
+    static void enterExclusive(Path dir) throws IOException {
+        try {
+            Files.createFile(dir.resolve("writer"));
+        } catch (FileAlreadyExistsException e) {
+            throw new IllegalStateException("OVERLAP: curator entered while another holder was inside");
+        }
+        try (var s = Files.list(dir.resolve("readers"))) {
+            if (s.findAny().isPresent()) {
+                throw new IllegalStateException("OVERLAP: curator writer entered with readers inside");
+            }
+        }
+        Files.writeString(dir.resolve("order"), "curator\n", StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+    }
+
+    static void exitExclusive(Path dir) throws IOException {
+        Files.delete(dir.resolve("writer"));
+    }
+
+    static Path enterShared(Path dir) throws IOException {
+        Path me = dir.resolve("readers").resolve("curator-" + UUID.randomUUID());
+        Files.createFile(me);
+        if (Files.exists(dir.resolve("writer"))) {
+            throw new IllegalStateException("OVERLAP: curator reader entered with a writer inside");
+        }
+        return me;
+    }
+
+    static void contend(String[] args, boolean rw) throws Exception {
+        String connect = args[1], path = args[2];
+        int iterations = Integer.parseInt(args[3]);
+        Path dir = Path.of(args[4]);
+        Files.createDirectories(dir.resolve("readers"));
+        try (CuratorFramework c = client(connect)) {
+            InterProcessMutex mutex = new InterProcessMutex(c, path);
+            InterProcessReadWriteLock rwLock = new InterProcessReadWriteLock(c, path);
+            for (int i = 0; i < iterations; i++) {
+                InterProcessLock lock = rw ? rwLock.writeLock() : mutex;
+                if (!lock.acquire(30, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("curator did not get the lock within 30 s");
+                }
+                enterExclusive(dir);
+                Thread.sleep(2);
+                exitExclusive(dir);
+                lock.release();
+                if (rw) {
+                    InterProcessLock read = rwLock.readLock();
+                    if (!read.acquire(30, TimeUnit.SECONDS)) {
+                        throw new IllegalStateException("curator did not get the read lock within 30 s");
+                    }
+                    Path me = enterShared(dir);
+                    Thread.sleep(2);
+                    Files.delete(me);
+                    read.release();
+                }
+            }
+        }
+        System.out.println("curator done " + iterations);
+    }
+
+    static void benchUncontended(String connect, String path, double seconds) throws Exception {
+        try (CuratorFramework c = client(connect)) {
+            InterProcessMutex m = new InterProcessMutex(c, path);
+            for (int i = 0; i < 200; i++) { // warm-up
+                m.acquire();
+                m.release();
+            }
+            long n = 0;
+            long start = System.nanoTime(), end = start + (long) (seconds * 1e9);
+            while (System.nanoTime() < end) {
+                m.acquire();
+                m.release();
+                n++;
+            }
+            double secs = (System.nanoTime() - start) / 1e9;
+            System.out.printf("uncontended ops_per_sec=%.1f%n", n / secs);
+        }
+    }
+
+    static void benchContended(String connect, String path, int clients, int total) throws Exception {
+        List<CuratorFramework> cs = new ArrayList<>();
+        for (int i = 0; i < clients; i++) cs.add(client(connect));
+        AtomicLong remaining = new AtomicLong(total);
+        long[] counts = new long[clients];
+        List<Long> waits = Collections.synchronizedList(new ArrayList<>());
+        List<Integer> order = Collections.synchronizedList(new ArrayList<>());
+        CountDownLatch go = new CountDownLatch(1);
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < clients; i++) {
+            final int id = i;
+            InterProcessMutex m = new InterProcessMutex(cs.get(i), path);
+            Thread t = new Thread(() -> {
+                try {
+                    go.await();
+                    while (true) {
+                        long t0 = System.nanoTime();
+                        m.acquire();
+                        long waited = System.nanoTime() - t0;
+                        boolean more = remaining.getAndDecrement() > 0;
+                        if (more) {
+                            waits.add(waited);
+                            order.add(id);
+                            counts[id]++;
+                        }
+                        m.release();
+                        if (!more) return;
+                    }
+                } catch (Exception e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            t.start();
+            threads.add(t);
+        }
+        long start = System.nanoTime();
+        go.countDown();
+        for (Thread t : threads) t.join();
+        double secs = (System.nanoTime() - start) / 1e9;
+        List<Long> sorted = new ArrayList<>(waits);
+        Collections.sort(sorted);
+        long busiest = 0;
+        for (long c : counts) busiest = Math.max(busiest, c);
+        // FIFO: in a fair queue every client takes its turn once per round of `clients`.
+        int rounds = 0, fair = 0;
+        for (int i = 0; i + clients <= order.size(); i += clients) {
+            rounds++;
+            if (order.subList(i, i + clients).stream().distinct().count() == clients) fair++;
+        }
+        System.out.printf("contended ops_per_sec=%.1f p50_ms=%.2f p99_ms=%.2f busiest_share=%.3f fifo_rounds=%.3f%n",
+                total / secs,
+                sorted.get(sorted.size() / 2) / 1e6,
+                sorted.get((int) (sorted.size() * 0.99)) / 1e6,
+                (double) busiest / total,
+                rounds == 0 ? 0.0 : (double) fair / rounds);
+        for (CuratorFramework c : cs) c.close();
+    }
+}
