@@ -1,0 +1,260 @@
+//! One held ownership of lock files, and the task that watches it.
+//!
+//! The watcher turns the guard Lost when a fixed lease's deadline passes (it releases the OS
+//! locks itself: the lease is kept by the holder's process, which is the only one that can let
+//! go of an OS lock) or when a force-unlock unlinked the lock file under us.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::oslock::Locked;
+use super::sidecar::{now_ms, Record};
+use crate::error::{Error, Result};
+use crate::guard::{GuardParts, Held};
+use crate::inspect::HoldMode;
+use crate::options::Lease;
+use crate::state::StateCell;
+
+/// How often a holder checks that its lock file was not force-unlocked.
+pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// The shared body of one ownership.
+#[derive(Debug)]
+pub(crate) struct Ownership {
+    pub(crate) name: Arc<str>,
+    files: Mutex<Option<Vec<Locked>>>,
+    pub(crate) state: StateCell,
+    deadline: Mutex<Option<Instant>>,
+    /// Whether a force-unlock can take the files away (checked by inode).
+    check_identity: bool,
+    /// Sidecars: where each was written, and whether to delete it on release.
+    sidecars: Vec<PathBuf>,
+    remove_sidecars: bool,
+    record: Mutex<Record>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a fresh ownership is made of.
+pub(crate) struct Parts {
+    pub(crate) name: Arc<str>,
+    pub(crate) files: Vec<Locked>,
+    pub(crate) lease: Lease,
+    pub(crate) check_identity: bool,
+    pub(crate) sidecars: Vec<PathBuf>,
+    pub(crate) remove_sidecars: bool,
+    pub(crate) record: Record,
+}
+
+impl Ownership {
+    fn take(&self) -> Option<Vec<Locked>> {
+        lock(&self.files).take()
+    }
+
+    fn still_ours(files: &[Locked]) -> bool {
+        files.iter().all(Locked::is_current)
+    }
+
+    /// Gives the OS locks up and marks the guard Lost.
+    fn lose(&self) {
+        drop(self.take());
+        self.state.mark_lost();
+        self.drop_sidecars();
+    }
+
+    fn drop_sidecars(&self) {
+        if self.remove_sidecars {
+            for p in &self.sidecars {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+
+    /// Releases now; `NotHeld` when the lease ran out or a force-unlock took the lock.
+    pub(crate) fn release_now(&self) -> Result<()> {
+        let Some(files) = self.take() else {
+            return Err(Error::not_held(&self.name));
+        };
+        let ours = !self.check_identity || Self::still_ours(&files);
+        self.drop_sidecars();
+        for f in files {
+            f.unlock();
+        }
+        if ours {
+            Ok(())
+        } else {
+            Err(Error::not_held(&self.name))
+        }
+    }
+
+    /// One look: `Some(next look)` while held, `None` once gone.
+    fn watch_step(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let deadline = *lock(&self.deadline);
+        {
+            let files = lock(&self.files);
+            let files = files.as_ref()?;
+            let expired = deadline.is_some_and(|d| d <= now);
+            let taken = self.check_identity && !Self::still_ours(files);
+            if !(expired || taken) {
+                let next = now + WATCH_EVERY;
+                return Some(deadline.map_or(next, |d| d.min(next)));
+            }
+        }
+        self.lose();
+        None
+    }
+}
+
+/// The backend side of a guard.
+#[derive(Debug)]
+pub(crate) struct FileHeld {
+    own: Arc<Ownership>,
+    watcher: Option<AbortHandle>,
+}
+
+impl Drop for FileHeld {
+    fn drop(&mut self) {
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
+    }
+}
+
+impl FileHeld {
+    /// Builds the ownership, writes its sidecars and starts its watcher when it needs one.
+    pub(crate) fn start(p: Parts) -> (Arc<Ownership>, FileHeld) {
+        let deadline = match p.lease {
+            Lease::Fixed(d) => Some(Instant::now() + d),
+            _ => None,
+        };
+        for s in &p.sidecars {
+            p.record.write(s);
+        }
+        let own = Arc::new(Ownership {
+            name: p.name,
+            files: Mutex::new(Some(p.files)),
+            state: StateCell::new(),
+            deadline: Mutex::new(deadline),
+            check_identity: p.check_identity,
+            sidecars: p.sidecars,
+            remove_sidecars: p.remove_sidecars,
+            record: Mutex::new(p.record),
+        });
+        let watcher = (deadline.is_some() || own.check_identity)
+            .then(|| tokio::spawn(watch(Arc::downgrade(&own))).abort_handle());
+        (own.clone(), FileHeld { own, watcher })
+    }
+
+    /// The guard parts for this ownership.
+    pub(crate) fn into_parts(self, token: u64, lease: Lease) -> GuardParts {
+        let own = self.own.clone();
+        GuardParts::new(
+            own.name.clone(),
+            crate::FencingToken(token),
+            lease,
+            own.state.clone(),
+            Box::new(self),
+        )
+    }
+
+    /// Takes the held files away for a downgrade; the old ownership is then finished.
+    pub(crate) fn take_for_downgrade(&self) -> Result<(Vec<Locked>, Record)> {
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
+        let files = self
+            .own
+            .take()
+            .ok_or_else(|| Error::not_held(&self.own.name))?;
+        if self.own.check_identity && !Ownership::still_ours(&files) {
+            return Err(Error::not_held(&self.own.name));
+        }
+        Ok((files, lock(&self.own.record).clone()))
+    }
+
+    pub(crate) fn name(&self) -> Arc<str> {
+        self.own.name.clone()
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        *lock(&self.own.deadline)
+    }
+}
+
+async fn watch(own: Weak<Ownership>) {
+    loop {
+        let next = match own.upgrade() {
+            Some(o) => o.watch_step(),
+            None => return,
+        };
+        match next {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => return,
+        }
+    }
+}
+
+#[async_trait]
+impl Held for FileHeld {
+    async fn release(&self) -> Result<()> {
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
+        self.own.release_now()
+    }
+
+    fn release_in_background(&self) {
+        // Unlocking and closing a file never waits for anyone, so it is done right here.
+        let _ = self.release_now_quiet();
+    }
+
+    async fn extend(&self, lease: Duration) -> Result<()> {
+        let files = lock(&self.own.files);
+        match files.as_ref() {
+            Some(f) if !self.own.check_identity || Ownership::still_ours(f) => {}
+            _ => return Err(Error::not_held(&self.own.name)),
+        }
+        *lock(&self.own.deadline) = Some(Instant::now() + lease);
+        let mut record = lock(&self.own.record);
+        record.deadline_ms = Some(now_ms() + lease.as_millis() as u64);
+        for s in &self.own.sidecars {
+            record.write(s);
+        }
+        Ok(())
+    }
+
+    async fn downgrade(&self) -> Result<GuardParts> {
+        super::rwlock::downgrade(self)
+    }
+}
+
+impl FileHeld {
+    fn release_now_quiet(&self) -> Result<()> {
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
+        self.own.release_now()
+    }
+}
+
+/// The record of a new holder.
+pub(crate) fn record(owner: String, token: u64, mode: HoldMode, lease: Lease) -> Record {
+    Record {
+        owner,
+        pid: std::process::id(),
+        token,
+        mode,
+        deadline_ms: match lease {
+            Lease::Fixed(d) => Some(now_ms() + d.as_millis() as u64),
+            _ => None,
+        },
+    }
+}

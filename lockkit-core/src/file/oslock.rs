@@ -1,0 +1,155 @@
+//! OS file locks, polled without blocking the runtime.
+//!
+//! `flock`-style locks belong to an open file description, so every acquire opens its own
+//! `File`: two acquires in one process exclude each other exactly like two processes do. A
+//! holder that dies has its descriptors closed by the OS, which releases its locks.
+//!
+//! `force_unlock` cannot take an OS lock away from another process, so it unlinks the lock file
+//! instead: new acquirers create a fresh file and lock that, and the old holder notices that the
+//! path no longer names the file it locked (see [`Locked::is_current`]) and turns Lost. An
+//! acquirer checks the same thing right after locking, so it never settles on an unlinked file.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Exclusive or shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockMode {
+    Exclusive,
+    Shared,
+}
+
+/// An OS lock held on one file. Dropping it closes the file, which releases the lock.
+#[derive(Debug)]
+pub(crate) struct Locked {
+    pub(crate) path: PathBuf,
+    pub(crate) file: File,
+}
+
+impl Locked {
+    /// Whether the path still names the file we locked (false after a force-unlock).
+    pub(crate) fn is_current(&self) -> bool {
+        same_file(&self.path, &self.file)
+    }
+
+    /// Releases the OS lock now (closing the file would, too).
+    pub(crate) fn unlock(self) {
+        let _ = self.file.unlock();
+    }
+}
+
+#[cfg(unix)]
+fn same_file(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(path: &Path, _file: &File) -> bool {
+    // Open files cannot be unlinked on Windows, so the path keeps naming the locked file.
+    path.exists()
+}
+
+fn try_lock_file(file: &File, mode: LockMode) -> io::Result<bool> {
+    let r = match mode {
+        LockMode::Exclusive => file.try_lock(),
+        LockMode::Shared => file.try_lock_shared(),
+    };
+    match r {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+fn open(path: &Path, create: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .open(path)
+}
+
+/// One non-blocking attempt to lock `path` (created if missing). `Ok(None)` when it is busy.
+pub(crate) fn try_lock_path(path: &Path, mode: LockMode) -> io::Result<Option<Locked>> {
+    // A force-unlock between our open and our lock leaves us on an unlinked file: try again.
+    for _ in 0..16 {
+        let file = open(path, true)?;
+        if !try_lock_file(&file, mode)? {
+            return Ok(None);
+        }
+        let locked = Locked {
+            path: path.to_path_buf(),
+            file,
+        };
+        if locked.is_current() {
+            return Ok(Some(locked));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether someone holds `path` in a mode that conflicts with `mode`, without creating it.
+/// The probe holds the lock for an instant when it is free.
+pub(crate) fn is_held(path: &Path, mode: LockMode) -> io::Result<bool> {
+    let file = match open(path, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let free = try_lock_file(&file, mode)?;
+    if free {
+        let _ = file.unlock();
+    }
+    Ok(!free)
+}
+
+/// Removes `path`, ignoring a file that is already gone.
+pub(crate) fn remove(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(1);
+const MAX_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Repeats `attempt` with backoff (1 ms doubling to 20 ms) until it yields a value or the budget
+/// (`None` = forever) runs out. `attempt` never blocks; whatever it holds is dropped, and so
+/// released, when this future is.
+pub(crate) async fn poll<T>(
+    budget: Option<Duration>,
+    mut attempt: impl FnMut() -> io::Result<Option<T>>,
+) -> Result<Option<T>> {
+    let deadline = budget.map(|d| Instant::now() + d);
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        if let Some(v) = attempt().map_err(io_error)? {
+            return Ok(Some(v));
+        }
+        let now = Instant::now();
+        let nap = match deadline {
+            None => backoff,
+            Some(d) if now >= d => return Ok(None),
+            Some(d) => backoff.min(d - now),
+        };
+        tokio::time::sleep(nap).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// An I/O error of the lock directory as a lockkit error.
+pub(crate) fn io_error(e: io::Error) -> Error {
+    Error::new(ErrorKind::Backend, format!("lock directory: {e}")).with_source(e)
+}

@@ -1,0 +1,166 @@
+//! Where one lock's files live in the lock directory.
+//!
+//! Every file of a lock starts with `<primitive>.<stem>`, where the stem is the name encoded with
+//! [`encode_name`] (injective, `[A-Za-z0-9._-%]` only). Long stems are cut and completed with a
+//! 128-bit hash of the full name, so every file name stays under the usual 255-byte limit.
+
+use std::path::{Path, PathBuf};
+
+use crate::name::encode_name;
+
+/// Longest encoded stem used as is.
+const MAX_STEM: usize = 160;
+
+/// The files of one named primitive.
+#[derive(Clone, Debug)]
+pub(crate) struct LockPaths {
+    base: PathBuf,
+    prefix: String,
+}
+
+impl LockPaths {
+    /// The files of `name` for primitive `kind` (`mutex`, `rw`, `sem`) under `dir`.
+    pub(crate) fn new(dir: &Path, kind: &str, name: &str) -> Self {
+        LockPaths {
+            base: dir.to_path_buf(),
+            prefix: format!("{kind}.{}", stem(name)),
+        }
+    }
+
+    fn file(&self, suffix: &str) -> PathBuf {
+        self.base.join(format!("{}.{suffix}", self.prefix))
+    }
+
+    /// The lock file held by the holder (mutex, RW lock).
+    pub(crate) fn lock(&self) -> PathBuf {
+        self.file("lock")
+    }
+
+    /// The RW lock's writer gate: a waiting writer holds it to keep new readers out.
+    pub(crate) fn gate(&self) -> PathBuf {
+        self.file("gate")
+    }
+
+    /// The fencing-token counter.
+    pub(crate) fn counter(&self) -> PathBuf {
+        self.file("token")
+    }
+
+    /// The sidecar of the exclusive holder.
+    pub(crate) fn holder(&self) -> PathBuf {
+        self.file("holder")
+    }
+
+    /// Semaphore slot `i`.
+    pub(crate) fn slot(&self, i: u32) -> PathBuf {
+        self.file(&format!("slot.{i}.lock"))
+    }
+
+    /// The sidecar of semaphore slot `i`.
+    pub(crate) fn slot_holder(&self, i: u32) -> PathBuf {
+        self.file(&format!("slot.{i}.holder"))
+    }
+
+    /// The sidecar of one reader.
+    pub(crate) fn reader(&self, owner: &str) -> PathBuf {
+        self.file(&format!("reader.{owner}"))
+    }
+
+    /// The slot numbers of the semaphore found in the directory.
+    pub(crate) fn slots_present(&self) -> Vec<u32> {
+        let head = format!("{}.slot.", self.prefix);
+        let mut slots: Vec<u32> = std::fs::read_dir(&self.base)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_prefix(&head)?
+                    .strip_suffix(".lock")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        slots.sort_unstable();
+        slots
+    }
+
+    /// The reader sidecars found in the directory.
+    pub(crate) fn readers_present(&self) -> Vec<PathBuf> {
+        let head = format!("{}.reader.", self.prefix);
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&self.base)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(&head) && !n.ends_with(".tmp"))
+            })
+            .map(|e| e.path())
+            .collect();
+        found.sort();
+        found
+    }
+}
+
+fn stem(name: &str) -> String {
+    let enc = encode_name(name);
+    if enc.len() <= MAX_STEM {
+        return enc;
+    }
+    // The encoding is ASCII, so any byte index is a char boundary.
+    let (a, b) = hash128(name.as_bytes());
+    format!("{}~{a:016x}{b:016x}", &enc[..MAX_STEM - 40])
+}
+
+/// Two independent 64-bit FNV-1a hashes with a final mix: stable across versions and platforms.
+fn hash128(bytes: &[u8]) -> (u64, u64) {
+    fn fnv(bytes: &[u8], seed: u64) -> u64 {
+        let mut h = seed;
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // splitmix64 finaliser
+        h ^= h >> 30;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 27;
+        h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^ (h >> 31)
+    }
+    (
+        fnv(bytes, 0xcbf2_9ce4_8422_2325),
+        fnv(bytes, 0x6c62_272e_07bb_0142),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_are_short_distinct_and_safe() {
+        let long_a = format!("{}a", "x".repeat(250));
+        let long_b = format!("{}b", "x".repeat(250));
+        let names = [
+            "a/b",
+            "a%2Fb",
+            "..",
+            ".",
+            "锁",
+            long_a.as_str(),
+            long_b.as_str(),
+        ];
+        let stems: Vec<String> = names.iter().map(|n| stem(n)).collect();
+        for (i, s) in stems.iter().enumerate() {
+            assert!(s.len() <= MAX_STEM, "{s}");
+            assert!(!s.contains('/'), "{s}");
+            for t in &stems[i + 1..] {
+                assert_ne!(s, t);
+            }
+        }
+        let p = LockPaths::new(Path::new("/d"), "mutex", "..");
+        assert_eq!(p.lock(), Path::new("/d/mutex.%2E%2E.lock"));
+    }
+}

@@ -1,0 +1,189 @@
+//! RW locks: shared / exclusive OS locks on one file, plus a writer gate.
+//!
+//! A writer takes the gate (exclusive) and then the lock file (exclusive), and holds both while
+//! it writes. A reader passes the gate (shared, for an instant) and then takes the lock file
+//! shared. So a writer waiting for readers to leave holds the gate and keeps new readers out,
+//! and a downgrade (converting the write lock to shared) happens while the gate still keeps
+//! every other writer away, so no writer can come in between.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::held::{FileHeld, Parts};
+use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode, Locked};
+use super::paths::LockPaths;
+use super::sidecar::Record;
+use super::{holder_info, no_fair, waiting_writer, Acquired, Inner};
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::{GuardParts, ReadGuard, WriteGuard};
+use crate::inspect::{HoldMode, LockInfo};
+use crate::options::AcquireOptions;
+use crate::rwlock::ReadWriteLock;
+
+#[derive(Debug)]
+pub(super) struct FileRwLock {
+    pub(super) inner: Arc<Inner>,
+    pub(super) name: Arc<str>,
+    pub(super) paths: LockPaths,
+}
+
+#[async_trait]
+impl ReadWriteLock for FileRwLock {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
+        no_fair(opts)?;
+        let (gate, main) = (self.paths.gate(), self.paths.lock());
+        let files = poll(opts.wait_budget(), || {
+            let Some(pass) = try_lock_path(&gate, LockMode::Shared)? else {
+                return Ok(None);
+            };
+            let got = try_lock_path(&main, LockMode::Shared)?;
+            drop(pass);
+            Ok(got.map(|l| vec![l]))
+        })
+        .await?;
+        let Some(files) = files else {
+            return Ok(None);
+        };
+        let owner = self.inner.owner();
+        let acquired = Acquired {
+            name: self.name.clone(),
+            files,
+            lease: opts.lease,
+            mode: HoldMode::Shared,
+            check_identity: true,
+            sidecars: vec![self.paths.reader(&owner)],
+            remove_sidecars: true,
+            owner,
+        };
+        let parts = self.inner.finish(self.paths.counter(), acquired).await?;
+        Ok(Some(ReadGuard::new(parts)))
+    }
+
+    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
+        no_fair(opts)?;
+        let (gate, main) = (self.paths.gate(), self.paths.lock());
+        let mut gate_held: Option<Locked> = None;
+        let files = poll(opts.wait_budget(), move || {
+            if gate_held.as_ref().is_some_and(|g| !g.is_current()) {
+                gate_held = None;
+            }
+            if gate_held.is_none() {
+                gate_held = try_lock_path(&gate, LockMode::Exclusive)?;
+                if gate_held.is_none() {
+                    return Ok(None);
+                }
+            }
+            match try_lock_path(&main, LockMode::Exclusive)? {
+                Some(m) => Ok(gate_held.take().map(|g| vec![g, m])),
+                None => Ok(None),
+            }
+        })
+        .await?;
+        let Some(files) = files else {
+            return Ok(None);
+        };
+        let acquired = Acquired {
+            name: self.name.clone(),
+            files,
+            lease: opts.lease,
+            mode: HoldMode::Exclusive,
+            check_identity: true,
+            sidecars: vec![self.paths.holder()],
+            remove_sidecars: false,
+            owner: self.inner.owner(),
+        };
+        let parts = self.inner.finish(self.paths.counter(), acquired).await?;
+        Ok(Some(WriteGuard::new(parts)))
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        is_held(&self.paths.lock(), LockMode::Exclusive).map_err(io_error)
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        let main = self.paths.lock();
+        if !is_held(&main, LockMode::Exclusive).map_err(io_error)? {
+            return Ok(false);
+        }
+        remove(&main).map_err(io_error)?;
+        remove(&self.paths.gate()).map_err(io_error)?;
+        Ok(true)
+    }
+}
+
+/// Turns a write ownership (gate + lock file, both exclusive) into a read ownership.
+pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
+    let (files, record) = held.take_for_downgrade()?;
+    let deadline = held.deadline();
+    let mut files = files.into_iter();
+    let (Some(gate), Some(main)) = (files.next(), files.next()) else {
+        return Err(Error::unsupported("only a write lock can be downgraded"));
+    };
+    // The gate keeps every other writer out, so converting the OS lock in place is safe even
+    // where the conversion is not atomic.
+    match main.file.try_lock_shared() {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!("cannot downgrade the OS lock: {e}"),
+            ))
+        }
+    }
+    gate.unlock();
+    let reader_sidecar = reader_path_for(&main.path, &record.owner);
+    let lease = match deadline {
+        Some(d) => crate::Lease::Fixed(d.saturating_duration_since(tokio::time::Instant::now())),
+        None => crate::Lease::Watchdog(crate::DEFAULT_LEASE),
+    };
+    let record = Record {
+        mode: HoldMode::Shared,
+        ..record
+    };
+    let token = record.token;
+    let (_, held) = FileHeld::start(Parts {
+        name: held.name(),
+        files: vec![main],
+        lease,
+        check_identity: true,
+        sidecars: vec![reader_sidecar],
+        remove_sidecars: true,
+        record,
+    });
+    Ok(held.into_parts(token, lease))
+}
+
+fn reader_path_for(lock_file: &std::path::Path, owner: &str) -> PathBuf {
+    let s = lock_file.to_string_lossy();
+    let base = s.strip_suffix(".lock").unwrap_or(&s);
+    PathBuf::from(format!("{base}.reader.{owner}"))
+}
+
+pub(super) fn inspect(p: &LockPaths) -> std::io::Result<LockInfo> {
+    let main = p.lock();
+    if !is_held(&main, LockMode::Exclusive)? {
+        return Ok(LockInfo::default());
+    }
+    if is_held(&main, LockMode::Shared)? {
+        return Ok(LockInfo::new(vec![holder_info(&p.holder())], Vec::new()));
+    }
+    let holders = p
+        .readers_present()
+        .iter()
+        .filter_map(|r| Record::read(r))
+        .filter(Record::process_alive)
+        .map(|r| r.info())
+        .collect();
+    let waiters = if is_held(&p.gate(), LockMode::Shared)? {
+        vec![waiting_writer()]
+    } else {
+        Vec::new()
+    };
+    Ok(LockInfo::new(holders, waiters))
+}

@@ -1,0 +1,91 @@
+//! Holder sidecars: small `key=value` files a holder writes next to its lock (owner, pid, token,
+//! lease), read by `inspect`. Best effort: they are for operators, never for correctness.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::fencing::FencingToken;
+use crate::inspect::{HoldMode, HolderInfo};
+
+/// What a holder tells operators about itself.
+#[derive(Clone, Debug)]
+pub(crate) struct Record {
+    pub(crate) owner: String,
+    pub(crate) pid: u32,
+    pub(crate) token: u64,
+    pub(crate) mode: HoldMode,
+    /// Fixed-lease deadline, in ms since the Unix epoch.
+    pub(crate) deadline_ms: Option<u64>,
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Record {
+    pub(crate) fn write(&self, path: &Path) {
+        let mode = match self.mode {
+            HoldMode::Shared => "shared".to_string(),
+            HoldMode::Permits(k) => format!("permits:{k}"),
+            _ => "exclusive".to_string(),
+        };
+        let mut text = format!(
+            "owner={}\npid={}\ntoken={}\nmode={mode}\nacquired_ms={}\n",
+            self.owner,
+            self.pid,
+            self.token,
+            now_ms()
+        );
+        if let Some(d) = self.deadline_ms {
+            text.push_str(&format!("deadline_ms={d}\n"));
+        }
+        // Write then rename, so a reader never sees half a record.
+        let tmp = path.with_extension(format!("tmp{}", self.pid));
+        if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+
+    pub(crate) fn read(path: &Path) -> Option<Record> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .map(str::to_string)
+        };
+        let mode = match get("mode")?.as_str() {
+            "shared" => HoldMode::Shared,
+            m => match m.strip_prefix("permits:") {
+                Some(k) => HoldMode::Permits(k.parse().ok()?),
+                None => HoldMode::Exclusive,
+            },
+        };
+        Some(Record {
+            owner: get("owner")?,
+            pid: get("pid")?.parse().ok()?,
+            token: get("token")?.parse().ok()?,
+            mode,
+            deadline_ms: get("deadline_ms").and_then(|d| d.parse().ok()),
+        })
+    }
+
+    pub(crate) fn info(&self) -> HolderInfo {
+        let mut h = HolderInfo::new(format!("{} (pid {})", self.owner, self.pid), self.mode)
+            .with_token(FencingToken(self.token));
+        if let Some(d) = self.deadline_ms {
+            h = h.with_remaining_lease(Duration::from_millis(d.saturating_sub(now_ms())));
+        }
+        h
+    }
+
+    /// Whether the writing process may still be alive (always true where we cannot tell).
+    pub(crate) fn process_alive(&self) -> bool {
+        if cfg!(target_os = "linux") {
+            Path::new(&format!("/proc/{}", self.pid)).exists()
+        } else {
+            true
+        }
+    }
+}
