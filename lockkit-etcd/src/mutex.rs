@@ -209,6 +209,9 @@ async fn grant_fixed(inner: &Inner, d: Duration) -> Result<(i64, Instant)> {
     ))
 }
 
+/// The create transaction of an attempt, while it runs.
+type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Result<TxnResponse>> + Send>>;
+
 /// One try at creating our key. Dropping it (a cancelled acquire) deletes the key in the
 /// background, after the create transaction, if still in flight, has finished.
 struct Attempt {
@@ -216,7 +219,7 @@ struct Attempt {
     key: Vec<u8>,
     lease: KeyLease,
     slot: Option<Slot>,
-    inflight: Option<JoinHandle<Result<TxnResponse>>>,
+    inflight: Option<InFlight>,
     armed: bool,
 }
 
@@ -231,9 +234,10 @@ impl Attempt {
                 self.lease.id(),
                 prefix.to_vec(),
             );
-            // Spawned, so that a cancelled acquire cannot cut the request and leave us unsure
-            // whether the key exists: the cleanup awaits this handle before deleting.
-            let h = tokio::spawn(async move {
+            // Owned by the attempt, so that a cancelled acquire cannot cut the request and leave
+            // us unsure whether the key exists: a dropped attempt hands the unfinished request
+            // to its cleanup task, which drives it to the end before deleting the key.
+            let fut: InFlight = Box::pin(async move {
                 pool.run("acquire", true, move |mut c| {
                     let owner = TxnOp::get(
                         prefix.clone(),
@@ -255,10 +259,10 @@ impl Attempt {
                 })
                 .await
             });
-            self.inflight = Some(h);
-            let joined = self.inflight.as_mut().expect("just set").await;
+            self.inflight = Some(fut);
+            let resp = self.inflight.as_mut().expect("just set").await;
             self.inflight = None;
-            let resp = joined.map_err(|e| Error::new(ErrorKind::Backend, format!("{e}")))??;
+            let resp = resp?;
             let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
             let ops = resp.op_responses();
             if resp.succeeded() {
@@ -349,10 +353,10 @@ async fn remove_key(
     inner: &Inner,
     key: &[u8],
     lease: &KeyLease,
-    inflight: Option<JoinHandle<Result<TxnResponse>>>,
+    inflight: Option<InFlight>,
 ) -> Result<()> {
-    if let Some(h) = inflight {
-        let _ = h.await;
+    if let Some(f) = inflight {
+        let _ = f.await;
     }
     let k = key.to_vec();
     let r = inner

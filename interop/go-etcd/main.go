@@ -1,0 +1,185 @@
+// Command go-etcd-peer is the Go side of lockkit's etcd interop test and benchmark. It locks with
+// etcd's own client/v3/concurrency.Mutex.
+//
+//	go-etcd-peer interop -endpoints 127.0.0.1:2379 -prefix lockkit/NAME -log FILE -iters 20 -hold 20ms
+//	    locks the prefix ITERS times, appending "enter go <token>" / "exit go <token>" lines to FILE
+//	    while holding it (the overlap detector reads that file).
+//	go-etcd-peer bench -endpoints 127.0.0.1:2379 -prefix P -clients 8 -acquisitions 400 -cycles 300
+//	    prints one JSON line: the uncontended lock+unlock cycle p50 and the 8-client contention
+//	    throughput, p50/p99 wait and the busiest client's share.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: go-etcd-peer interop|bench [flags]")
+		os.Exit(2)
+	}
+	mode := os.Args[1]
+	fs := flag.NewFlagSet(mode, flag.ExitOnError)
+	endpoints := fs.String("endpoints", "127.0.0.1:2379", "comma-separated etcd endpoints")
+	prefix := fs.String("prefix", "lockkit/interop", "lock prefix (concurrency.NewMutex pfx)")
+	logFile := fs.String("log", "", "interop: file to append enter/exit records to")
+	iters := fs.Int("iters", 20, "interop: how many times to lock")
+	hold := fs.Duration("hold", 20*time.Millisecond, "interop: how long to hold each time")
+	ttl := fs.Int("ttl", 10, "session TTL in seconds")
+	clients := fs.Int("clients", 8, "bench: contending clients")
+	acquisitions := fs.Int("acquisitions", 400, "bench: total contended acquisitions")
+	cycles := fs.Int("cycles", 300, "bench: uncontended cycles")
+	_ = fs.Parse(os.Args[2:])
+	eps := strings.Split(*endpoints, ",")
+	switch mode {
+	case "interop":
+		interop(eps, *prefix, *logFile, *iters, *hold, *ttl)
+	case "bench":
+		bench(eps, *prefix, *clients, *acquisitions, *cycles, *ttl)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", mode)
+		os.Exit(2)
+	}
+}
+
+func newSession(eps []string, ttl int) (*clientv3.Client, *concurrency.Session) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	must(err)
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
+	must(err)
+	return cli, s
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "go-etcd-peer:", err)
+		os.Exit(1)
+	}
+}
+
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	must(err)
+	_, err = f.WriteString(line + "\n")
+	must(err)
+	must(f.Sync())
+	must(f.Close())
+}
+
+func interop(eps []string, prefix, logFile string, iters int, hold time.Duration, ttl int) {
+	cli, s := newSession(eps, ttl)
+	defer cli.Close()
+	defer s.Close()
+	m := concurrency.NewMutex(s, prefix)
+	for i := 0; i < iters; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		must(m.Lock(ctx))
+		cancel()
+		tok := m.Header().Revision
+		appendLine(logFile, fmt.Sprintf("enter go %d %d", tok, time.Now().UnixNano()))
+		time.Sleep(hold)
+		appendLine(logFile, fmt.Sprintf("exit go %d %d", tok, time.Now().UnixNano()))
+		must(m.Unlock(context.Background()))
+		// Give the other side a chance to take the lock.
+		time.Sleep(hold / 2)
+	}
+}
+
+type benchResult struct {
+	UncontendedP50Us float64 `json:"uncontended_p50_us"`
+	ContendedPerSec  float64 `json:"contended_per_sec"`
+	WaitP50Ms        float64 `json:"wait_p50_ms"`
+	WaitP99Ms        float64 `json:"wait_p99_ms"`
+	BusiestShare     float64 `json:"busiest_share"`
+}
+
+func pct(xs []time.Duration, p float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+	i := int(p * float64(len(xs)-1))
+	return xs[i]
+}
+
+func bench(eps []string, prefix string, clients, acquisitions, cycles, ttl int) {
+	var res benchResult
+	// Uncontended: one client, lock + unlock.
+	{
+		cli, s := newSession(eps, ttl)
+		m := concurrency.NewMutex(s, prefix+"/uncontended")
+		ctx := context.Background()
+		var lat []time.Duration
+		for i := 0; i < cycles; i++ {
+			t := time.Now()
+			must(m.Lock(ctx))
+			must(m.Unlock(ctx))
+			lat = append(lat, time.Since(t))
+		}
+		res.UncontendedP50Us = float64(pct(lat, 0.5).Microseconds())
+		s.Close()
+		cli.Close()
+	}
+	// Contended: `clients` sessions on one lock until `acquisitions` in total.
+	{
+		var left int64 = int64(acquisitions)
+		var mu sync.Mutex
+		var waits []time.Duration
+		counts := make([]int, clients)
+		var wg sync.WaitGroup
+		sessions := make([]*concurrency.Session, clients)
+		clis := make([]*clientv3.Client, clients)
+		for i := range sessions {
+			clis[i], sessions[i] = newSession(eps, ttl)
+		}
+		start := time.Now()
+		for c := 0; c < clients; c++ {
+			wg.Add(1)
+			go func(c int) {
+				defer wg.Done()
+				m := concurrency.NewMutex(sessions[c], prefix+"/contended")
+				ctx := context.Background()
+				for atomic.AddInt64(&left, -1) >= 0 {
+					t := time.Now()
+					must(m.Lock(ctx))
+					w := time.Since(t)
+					must(m.Unlock(ctx))
+					mu.Lock()
+					waits = append(waits, w)
+					counts[c]++
+					mu.Unlock()
+				}
+			}(c)
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		res.ContendedPerSec = float64(acquisitions) / elapsed.Seconds()
+		res.WaitP50Ms = float64(pct(waits, 0.5).Microseconds()) / 1000
+		res.WaitP99Ms = float64(pct(waits, 0.99).Microseconds()) / 1000
+		busiest := 0
+		for _, n := range counts {
+			if n > busiest {
+				busiest = n
+			}
+		}
+		res.BusiestShare = float64(busiest) / float64(acquisitions)
+		for i := range sessions {
+			sessions[i].Close()
+			clis[i].Close()
+		}
+	}
+	out, _ := json.Marshal(res)
+	fmt.Println(string(out))
+}
