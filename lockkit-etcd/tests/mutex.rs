@@ -1,0 +1,320 @@
+//! The etcd mutex's fixes over Go's `concurrency.Mutex` (issue 6), each proven against a real
+//! etcd, plus the session, close, cross-process and `is_owner` behaviour.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{connect, eventually, keys, name, raw, url};
+use lockkit_core::{DistLockExt, ErrorKind, LockState};
+use lockkit_etcd::etcd_client::{Compare, PutOptions, Txn, TxnOp};
+
+const SOON: Duration = Duration::from_secs(5);
+
+/// A key name comes back as soon as its session locks again. A waiter that only checked whether
+/// its predecessor's key *name* exists would wait forever here; lockkit compares create revisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reused_key_name_does_not_deadlock() {
+    let Some(url) = url() else { return };
+    let (a, b) = (connect(&url, "").await, connect(&url, "").await);
+    let n = name("reuse");
+    let (ma, mb) = (a.mutex(&n).unwrap(), b.mutex(&n).unwrap());
+    let g1 = ma.lock().await.unwrap();
+    let first_key = a.key_of(&g1).await.unwrap();
+    let waiter = tokio::spawn(async move { mb.lock_for(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A releases and at once queues again: its new key has the same name as before.
+    g1.release().await.unwrap();
+    let ma2 = ma.clone();
+    let again = tokio::spawn(async move { ma2.lock_for(Duration::from_secs(20)).await });
+    let gb = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("B woke up")
+        .unwrap()
+        .unwrap()
+        .expect("B got the lock");
+    let ga = {
+        gb.release().await.unwrap();
+        tokio::time::timeout(SOON, again)
+            .await
+            .expect("A woke up")
+            .unwrap()
+            .unwrap()
+            .expect("A got the lock again")
+    };
+    assert_eq!(
+        a.key_of(&ga).await.unwrap(),
+        first_key,
+        "the test needs the key name to come back"
+    );
+    ga.release().await.unwrap();
+}
+
+/// Our own key deleted while we wait (etcd issue 11456): we must not believe we hold the lock when
+/// our predecessors go away. Here, in one transaction, W's key is deleted and a foreign holder F
+/// (a Go client, say) queues; when H leaves, F holds, and W, which queued again behind F, waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_whose_key_vanished_does_not_think_it_holds() {
+    let Some(url) = url() else { return };
+    let mut r = raw(&url).await;
+    let (h, w) = (connect(&url, "").await, connect(&url, "").await);
+    let n = name("vanished");
+    let holder = h.mutex(&n).unwrap().lock().await.unwrap();
+    let mw = w.mutex(&n).unwrap();
+    let waiter = tokio::spawn(async move { mw.lock_for(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ks = keys(&mut r, &n).await;
+    assert_eq!(ks.len(), 2, "holder and waiter: {ks:?}");
+    let foreign = format!("{}foreign", common::prefix(&n));
+    let swap = Txn::new().and_then([
+        TxnOp::delete(ks[1].0.clone(), None),
+        TxnOp::put(foreign.clone(), "", None),
+    ]);
+    r.txn(swap).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiter.is_finished(),
+        "W believed it held the lock while the foreign key held it"
+    );
+    let now = keys(&mut r, &n).await;
+    assert_eq!(now[0].0, foreign, "{now:?}");
+    assert!(now[1].1 > ks[1].1, "W queued again with a new key: {now:?}");
+    r.delete(foreign, None).await.unwrap();
+    let gw = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("W woke up")
+        .unwrap()
+        .unwrap()
+        .expect("W holds after F");
+    gw.release().await.unwrap();
+}
+
+/// Unlock deletes only our key with our create revision (etcd issue 22082): a stale guard cannot
+/// delete a newer key of the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_guard_cannot_delete_a_newer_key_of_the_same_name() {
+    let Some(url) = url() else { return };
+    let mut r = raw(&url).await;
+    let a = connect(&url, "").await;
+    let n = name("stale");
+    let g = a.mutex(&n).unwrap().lock().await.unwrap();
+    let key = a.key_of(&g).await.unwrap();
+    // Someone deletes our key and a key of the same name is created again (newer revision).
+    r.delete(key.clone(), None).await.unwrap();
+    eventually(SOON, "guard turns Lost", || async {
+        g.state() == LockState::Lost
+    })
+    .await;
+    r.put(key.clone(), "", None).await.unwrap();
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::NotHeld, "{e}");
+    let ks = keys(&mut r, &n).await;
+    assert_eq!(ks.len(), 1, "the newer key was deleted by a stale unlock");
+    r.delete(key, None).await.unwrap();
+}
+
+/// A dropped or timed-out acquire deletes its key (etcd issue 9715).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_and_timed_out_acquires_leave_no_key() {
+    let Some(url) = url() else { return };
+    let mut r = raw(&url).await;
+    let (h, w) = (connect(&url, "").await, connect(&url, "").await);
+    let n = name("cancel-keys");
+    let holder = h.mutex(&n).unwrap().lock().await.unwrap();
+    let m = w.mutex(&n).unwrap();
+    // Timed out: the key is gone before the acquire returns.
+    assert!(m
+        .lock_for(Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        keys(&mut r, &n).await.len(),
+        1,
+        "a timed-out acquire left its key"
+    );
+    // Dropped while waiting, in this task and in an aborted task.
+    let _ = tokio::time::timeout(Duration::from_millis(200), m.lock()).await;
+    let m2 = w.mutex(&n).unwrap();
+    let t = tokio::spawn(async move { m2.lock().await.map(drop) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    t.abort();
+    let _ = t.await;
+    // Dropped at once, while the create transaction is still in flight.
+    for _ in 0..20 {
+        let f = m.lock();
+        let _ = tokio::time::timeout(Duration::from_micros(300), f).await;
+    }
+    eventually(SOON, "only the holder's key is left", || {
+        let mut r = r.clone();
+        let n = n.clone();
+        async move { keys(&mut r, &n).await.len() == 1 }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(keys(&mut r, &n).await.len(), 1, "a late create came back");
+    holder.release().await.unwrap();
+    assert!(keys(&mut r, &n).await.is_empty());
+}
+
+/// The session lease revoked behind our back: the guard turns Lost, and the next acquire gets a
+/// new lease transparently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_session_marks_guards_lost_and_next_acquire_uses_a_new_lease() {
+    let Some(url) = url() else { return };
+    let mut r = raw(&url).await;
+    let a = connect(&url, "").await;
+    let n = name("session-lost");
+    let g = a.mutex(&n).unwrap().lock().await.unwrap();
+    let other = a
+        .mutex(&format!("{n}/other"))
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let lease = keys(&mut r, &n).await[0].2;
+    r.lease_revoke(lease).await.unwrap();
+    tokio::time::timeout(SOON, g.lost()).await.expect("lost()");
+    tokio::time::timeout(SOON, other.lost())
+        .await
+        .expect("every guard of the session turns Lost");
+    let g2 = a
+        .mutex(&n)
+        .unwrap()
+        .lock_for(SOON)
+        .await
+        .unwrap()
+        .expect("next acquire");
+    let ks = keys(&mut r, &n).await;
+    assert_ne!(ks[0].2, lease, "the next acquire reused the dead lease");
+    assert_eq!(g2.state(), LockState::Held);
+    g2.release().await.unwrap();
+    assert_eq!(g.release().await.unwrap_err().kind(), &ErrorKind::NotHeld);
+}
+
+/// `close()` revokes the session lease: keys gone, guards Lost, later calls fail with `Closed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_revokes_the_lease() {
+    let Some(url) = url() else { return };
+    let mut r = raw(&url).await;
+    let a = connect(&url, "").await;
+    let n = name("close");
+    let g = a.mutex(&n).unwrap().lock().await.unwrap();
+    let lease = keys(&mut r, &n).await[0].2;
+    a.close().await.unwrap();
+    assert!(keys(&mut r, &n).await.is_empty(), "close left the key");
+    let ttl = r.lease_time_to_live(lease, None).await.unwrap().ttl();
+    assert_eq!(ttl, -1, "the lease still exists");
+    assert_eq!(g.state(), LockState::Lost);
+    let e = a.mutex(&n).unwrap().try_lock().await.unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Closed);
+}
+
+/// `is_owner()` guards a user transaction: it passes while we hold the lock, fails after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn is_owner_guards_a_user_transaction() {
+    let Some(url) = url() else { return };
+    let a = connect(&url, "").await;
+    let n = name("is-owner");
+    let m = a.mutex(&n).unwrap();
+    let g = m.lock().await.unwrap();
+    let data = format!("lockkit-test-data/{n}");
+    let write = |v: &'static str, cmp: Compare| {
+        Txn::new()
+            .when([cmp])
+            .and_then([TxnOp::put(data.clone(), v, Some(PutOptions::new()))])
+    };
+    let cmp = a.is_owner(&g).await.unwrap();
+    assert!(a
+        .client()
+        .txn(write("one", cmp.clone()))
+        .await
+        .unwrap()
+        .succeeded());
+    assert!(m.force_unlock().await.unwrap());
+    assert!(
+        !a.client().txn(write("two", cmp)).await.unwrap().succeeded(),
+        "a write guarded by is_owner() went through after the lock was lost"
+    );
+    a.client().delete(data, None).await.unwrap();
+}
+
+/// A closed port: connect fails fast with a retryable Connection error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_port_is_a_quick_retryable_connection_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let started = Instant::now();
+    let e = lockkit_etcd::connect(&lockkit_core::LockConfig::new(format!(
+        "etcd://127.0.0.1:{port}"
+    )))
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Connection, "{e}");
+    assert!(e.is_retryable());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+const CHILD_ENV: &str = "LOCKKIT_ETCD_TEST_CHILD_LOCK";
+
+/// A holder in another process is killed mid-hold: the lock comes free after the session TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_process_frees_the_lock_after_its_lease() {
+    let Some(url) = url() else { return };
+    let n = name("killed");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_holder", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, &n)
+        .env("LOCKKIT_TEST_ETCD_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("child output").unwrap();
+        if line.contains("CHILD-HOLDS") {
+            break;
+        }
+    }
+    let a = connect(&url, "").await;
+    let m = a.mutex(&n).unwrap();
+    assert!(m.try_lock().await.unwrap().is_none(), "child does not hold");
+    child.kill().unwrap(); // SIGKILL: no cleanup at all
+    child.wait().unwrap();
+    let started = Instant::now();
+    let g = m
+        .lock_for(Duration::from_secs(15))
+        .await
+        .unwrap()
+        .expect("lock freed by the lease");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(6),
+        "took {took:?} with a 2 s lease"
+    );
+    g.release().await.unwrap();
+}
+
+/// The child side of the test above (does nothing unless re-executed with the variable set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_holder() {
+    let Ok(n) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let url = std::env::var("LOCKKIT_TEST_ETCD_URL").unwrap();
+    let a = connect(&url, "lease_ttl=2s").await;
+    let g = a.mutex(&n).unwrap().lock().await.unwrap();
+    println!("CHILD-HOLDS {}", g.token());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
