@@ -1,0 +1,172 @@
+//! Server outages: these tests stop and restart the shared test etcd (`scripts/services.sh stop
+//! etcd` / `start etcd`), one at a time.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{eventually, name, url};
+use lockkit_core::{DistLockExt, ErrorKind, LockConfig, LockState};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn services(action: &str) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args([action, "etcd"])
+        .output()
+        .expect("run services.sh");
+    assert!(
+        out.status.success(),
+        "services.sh {action} etcd: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stops etcd; starts it again when dropped, even if the test panics.
+struct Outage;
+
+impl Outage {
+    fn begin() -> Outage {
+        services("stop");
+        Outage
+    }
+    fn end(self) {}
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        services("start");
+    }
+}
+
+async fn connect(url: &str, query: &str) -> lockkit_core::Locks {
+    let mut cfg = LockConfig::new(format!("{url}?{query}"));
+    cfg.command_timeout = Duration::from_secs(1);
+    cfg.connect_timeout = Duration::from_secs(1);
+    lockkit_etcd::connect(&cfg).await.unwrap()
+}
+
+/// With the server down, an acquire fails quickly with a retryable error, and works again once
+/// the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_at_acquire_is_a_quick_retryable_error() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let locks = connect(&url, "lease_ttl=5s").await;
+    let n = name("down");
+    locks
+        .mutex(&n)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let outage = Outage::begin();
+    for lock in [n.clone(), name("down-new")] {
+        let started = Instant::now();
+        let e = locks
+            .mutex(&lock)
+            .unwrap()
+            .lock_for(Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Connection | ErrorKind::Timeout),
+            "{e}"
+        );
+        assert!(e.is_retryable(), "{e}");
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(4), "took {took:?}");
+    }
+    outage.end();
+    let g = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match locks.mutex(&n).unwrap().try_lock().await {
+                Ok(g) => return g.expect("free"),
+                Err(e) => {
+                    assert!(e.is_retryable(), "{e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("acquire after the server came back");
+    g.release().await.unwrap();
+}
+
+/// An outage longer than the session TTL: the guard goes Suspect, then Lost at the local deadline;
+/// once the server is back the next acquire works on a new lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_past_the_lease_makes_guards_lost_then_recovers() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let locks = connect(&url, "lease_ttl=2s").await;
+    let n = name("outage");
+    let m = locks.mutex(&n).unwrap();
+    let g = m.lock().await.unwrap();
+    let outage = Outage::begin();
+    eventually(Duration::from_secs(3), "guard turns Suspect", || async {
+        g.state() != LockState::Held
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("Lost at the local lease deadline");
+    outage.end();
+    let g2 = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match m.lock_for(Duration::from_secs(5)).await {
+                Ok(Some(g)) => return g,
+                Ok(None) => panic!("the dead session's key still blocks the lock"),
+                Err(e) => {
+                    assert!(e.is_retryable(), "{e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("acquire after the outage");
+    assert!(g2.token() > g.token());
+    assert_eq!(g2.state(), LockState::Held);
+    g2.release().await.unwrap();
+}
+
+/// A short outage: the guard may turn Suspect but comes back Held and keeps the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_outage_keeps_the_lock() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let locks = connect(&url, "lease_ttl=10s").await;
+    let n = name("blip");
+    let g = locks.mutex(&n).unwrap().lock().await.unwrap();
+    let outage = Outage::begin();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    outage.end();
+    eventually(Duration::from_secs(15), "guard Held again", || async {
+        g.state() == LockState::Held
+    })
+    .await;
+    let other = connect(&url, "").await;
+    let busy = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match other.mutex(&n).unwrap().try_lock().await {
+                Ok(x) => return x.is_none(),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(busy, "the lock was lost in a short outage");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(g.state(), LockState::Held);
+    g.release().await.unwrap();
+}
