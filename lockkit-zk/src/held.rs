@@ -86,6 +86,12 @@ fn parts_for_paths(
     GuardParts::new(name, token, lease, state, Box::new(held))
 }
 
+/// How long a guard holds before its node gets a deletion watch. Most holds are shorter, and they
+/// then cost no extra request; a node deleted within this window is still reported (the watch
+/// request finds it gone), at most this much later. Session loss is reported by the session task
+/// at once either way.
+const WATCH_AFTER: Duration = Duration::from_millis(100);
+
 /// Marks `state` Lost when our node is deleted by someone else or the session ends.
 fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: Arc<AtomicBool>) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -98,6 +104,7 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                 tracing::warn!(node = %path, "zookeeper: lock lost ({why})");
             }
         };
+        tokio::time::sleep(WATCH_AFTER).await;
         loop {
             if released.load(Ordering::Acquire) {
                 return;

@@ -23,6 +23,11 @@ use crate::session::Session;
 
 pub use crate::queue::find_by_prefix;
 
+/// The ZooKeeper client crate this backend is built on, for tests and benchmarks that need raw
+/// access at the same version.
+#[doc(hidden)]
+pub use zookeeper_client;
+
 /// Finds the node `client`'s session created in `dir` with the protected prefix `prefix`
 /// (`_c_<uuid>-<marker>`), as an acquire does after a connection loss interrupted its create.
 /// A node with the prefix that another session owns is not ours (its `ephemeralOwner` differs)
