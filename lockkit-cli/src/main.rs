@@ -1,3 +1,173 @@
-//! The `lockkit` command (work in progress).
+#![doc = include_str!("../README.md")]
 
-fn main() {}
+mod bench;
+mod exec;
+mod guard;
+mod inspect;
+mod target;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Exit codes of `lockkit` itself (a command run by `exec` passes its own status through).
+pub(crate) mod code {
+    /// Generic failure: bad configuration, connection or backend error, refused confirmation.
+    pub const FAILURE: u8 = 1;
+    /// Bad usage (clap's own errors exit with 2).
+    pub const USAGE: u8 = 64;
+    /// The backend does not support the operation (EX_UNAVAILABLE).
+    pub const UNSUPPORTED: u8 = 69;
+    /// The lock was lost while the command ran; the command was terminated (EX_SOFTWARE).
+    pub const LOST: u8 = 70;
+    /// The lock stayed busy for the whole `--wait` (EX_TEMPFAIL).
+    pub const BUSY: u8 = 75;
+    /// The command could not be executed (permission, not a program).
+    pub const CANNOT_EXEC: u8 = 126;
+    /// The command was not found.
+    pub const NOT_FOUND: u8 = 127;
+}
+
+const AFTER_HELP: &str = "\
+Backend: --url URL, or LOCKKIT_URL, or --config FILE (TOML with url = \"...\").
+URLs: mem://  file:///var/lock/app  redis://host:6379  zk://h1:2181,h2:2181/chroot  etcd://h:2379
+
+Exit codes:
+  0..255  exec: the command's own status (128+N when it died from signal N)
+  1       error (configuration, connection, backend), or a refused confirmation
+  2       bad command line
+  69      the backend does not support this operation
+  70      exec: the lock was lost while the command ran; the command got SIGTERM (SIGKILL after --kill-after)
+  75      exec: the lock stayed busy for the whole --wait (e.g. --wait 0 on a held lock)
+  126     exec: the command could not be executed
+  127     exec: the command was not found";
+
+/// Distributed locks from the shell: run a command under a lock, inspect and force-unlock locks,
+/// and benchmark backends side by side.
+#[derive(Debug, Parser)]
+#[command(name = "lockkit", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Backend URL (repeat for `bench` to compare several backends).
+    #[arg(long, global = true, value_name = "URL")]
+    url: Vec<String>,
+
+    /// A TOML config file (`url = "..."`, `lease = "30s"`, `key_prefix = "..."`, ...).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Which primitive a name refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Kind {
+    /// A mutex.
+    Mutex,
+    /// A read-write lock.
+    Rwlock,
+    /// A semaphore.
+    Semaphore,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command while holding a lock: a distributed flock(1).
+    ///
+    /// The command gets LOCKKIT_FENCING_TOKEN and LOCKKIT_LOCK_NAME in its environment;
+    /// SIGINT, SIGTERM and SIGHUP sent to lockkit are forwarded to it; the lock is released on
+    /// every exit path. If the lock is lost while it runs, the command gets SIGTERM (then
+    /// SIGKILL after --kill-after) and lockkit exits 70.
+    #[command(after_help = AFTER_HELP)]
+    Exec(exec::ExecArgs),
+
+    /// Show a lock's holders (owner, mode, token, remaining lease) and waiters in queue order.
+    #[command(after_help = AFTER_HELP)]
+    Inspect {
+        /// The lock name.
+        name: String,
+        /// Which primitive the name refers to.
+        #[arg(long, value_enum, default_value = "mutex")]
+        kind: Kind,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Release a lock whoever holds it (their guards turn Lost). Asks for confirmation on a
+    /// terminal; refuses without --yes when stdin is not a terminal.
+    #[command(name = "force-unlock", after_help = AFTER_HELP)]
+    ForceUnlock {
+        /// The lock name.
+        name: String,
+        /// Which primitive the name refers to (semaphores cannot be force-unlocked).
+        #[arg(long, value_enum, default_value = "mutex")]
+        kind: Kind,
+        /// Do not ask for confirmation.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+
+    /// Run the same lock scenarios across every --url given and report throughput, wait
+    /// latency, fairness and violations.
+    #[command(after_help = AFTER_HELP)]
+    Bench(bench::BenchArgs),
+}
+
+/// Parses `10s`, `500ms`, `1m` or a bare number of seconds (`0` = do not wait).
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs >= 0.0 && secs.is_finite() {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration: {e}"))
+}
+
+/// Prints an error the same way everywhere.
+pub(crate) fn complain(msg: impl std::fmt::Display) {
+    eprintln!("lockkit: {msg}");
+}
+
+/// The exit code for a lockkit error.
+pub(crate) fn error_code(e: &lockkit::Error) -> u8 {
+    match e.kind() {
+        lockkit::ErrorKind::Unsupported | lockkit::ErrorKind::BackendDisabled { .. } => {
+            code::UNSUPPORTED
+        }
+        lockkit::ErrorKind::InvalidName | lockkit::ErrorKind::InvalidArgument => code::USAGE,
+        _ => code::FAILURE,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            complain(format!("cannot start the async runtime: {e}"));
+            return ExitCode::from(code::FAILURE);
+        }
+    };
+    let status = runtime.block_on(run(cli));
+    // Background release tasks and the like get a moment, then the runtime is torn down.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    ExitCode::from(status)
+}
+
+async fn run(cli: Cli) -> u8 {
+    let target = target::Target::new(cli.url, cli.config);
+    match cli.command {
+        Command::Exec(args) => exec::run(&target, args).await,
+        Command::Inspect { name, kind, json } => inspect::inspect(&target, &name, kind, json).await,
+        Command::ForceUnlock { name, kind, yes } => {
+            inspect::force_unlock(&target, &name, kind, yes).await
+        }
+        Command::Bench(args) => bench::run(&target, args).await,
+    }
+}

@@ -1,0 +1,245 @@
+//! `lockkit bench`: the same lock scenarios across several backends, side by side.
+
+mod report;
+mod scenario;
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::target::Target;
+use crate::{code, complain, parse_duration};
+
+pub(crate) use scenario::Scenario;
+
+/// Which scenarios to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Which {
+    /// One client, one lock: acquire / release cycles.
+    Uncontended,
+    /// N clients (each its own connection) hand one lock back and forth.
+    Contended,
+    /// N clients over 1000 independent locks.
+    Many,
+    /// N clients on one RW lock, 80 % reads and 20 % writes.
+    Rw,
+    /// N clients on one semaphore with N/2 permits (at least 1).
+    Semaphore,
+    /// The backend's own minimal round trips for one lock cycle, without lockkit.
+    Raw,
+    /// Every scenario.
+    All,
+}
+
+/// Arguments of `lockkit bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Scenario to run (repeat for several).
+    #[arg(long, value_enum, default_value = "all")]
+    scenario: Vec<Which>,
+
+    /// Concurrent clients in the contended, many, rw and semaphore scenarios.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+
+    /// Lock cycles per scenario and backend, shared among the clients.
+    #[arg(long, default_value_t = 1000)]
+    ops: u64,
+
+    /// How long each holder stays inside its critical section.
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DURATION")]
+    hold: Duration,
+
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+
+    /// Also write a self-contained HTML report (table and SVG charts) to this file.
+    #[arg(long, value_name = "FILE")]
+    report: Option<std::path::PathBuf>,
+}
+
+/// One result row: one scenario on one backend.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Row {
+    pub(crate) backend: String,
+    pub(crate) url: String,
+    pub(crate) scenario: String,
+    pub(crate) clients: usize,
+    pub(crate) ops: u64,
+    /// `ok`, `unsupported`, `todo` or `error`.
+    pub(crate) status: String,
+    pub(crate) note: Option<String>,
+    pub(crate) elapsed_ms: f64,
+    pub(crate) ops_per_sec: f64,
+    pub(crate) p50_wait_us: f64,
+    pub(crate) p99_wait_us: f64,
+    /// The busiest client's share of the ops (1/clients is perfectly even).
+    pub(crate) busiest_share: Option<f64>,
+    pub(crate) violations: u64,
+    /// Wait-latency histogram: bucket `i` counts waits in [2^i, 2^(i+1)) µs.
+    pub(crate) histogram: Vec<u64>,
+}
+
+impl Row {
+    pub(crate) fn empty(backend: &str, url: &str, scenario: &str, status: &str) -> Self {
+        Row {
+            backend: backend.into(),
+            url: url.into(),
+            scenario: scenario.into(),
+            clients: 0,
+            ops: 0,
+            status: status.into(),
+            note: None,
+            elapsed_ms: 0.0,
+            ops_per_sec: 0.0,
+            p50_wait_us: 0.0,
+            p99_wait_us: 0.0,
+            busiest_share: None,
+            violations: 0,
+            histogram: Vec::new(),
+        }
+    }
+
+    pub(crate) fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+}
+
+/// The whole run, as printed by `--json`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub(crate) clients: usize,
+    pub(crate) ops: u64,
+    pub(crate) hold_us: u64,
+    pub(crate) rows: Vec<Row>,
+}
+
+fn scenarios(which: &[Which]) -> Vec<Scenario> {
+    let mut out = Vec::new();
+    for w in which {
+        let add: &[Scenario] = match w {
+            Which::Uncontended => &[Scenario::Uncontended],
+            Which::Contended => &[Scenario::Contended],
+            Which::Many => &[Scenario::Many],
+            Which::Rw => &[Scenario::Rw],
+            Which::Semaphore => &[Scenario::Semaphore],
+            Which::Raw => &[Scenario::Raw],
+            Which::All => &Scenario::ALL,
+        };
+        for s in add {
+            if !out.contains(s) {
+                out.push(*s);
+            }
+        }
+    }
+    out
+}
+
+fn progress(label: String, total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos}/{len} {per_sec} {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(label);
+    pb
+}
+
+pub(crate) async fn run(target: &Target, args: BenchArgs) -> u8 {
+    let configs = match target.configs() {
+        Ok(c) => c,
+        Err(e) => {
+            complain(e);
+            return code::FAILURE;
+        }
+    };
+    if args.clients == 0 || args.ops == 0 {
+        complain("--clients and --ops must be at least 1");
+        return code::USAGE;
+    }
+    let list = scenarios(&args.scenario);
+    let mut rows = Vec::new();
+    for cfg in &configs {
+        let url = lockkit::redact(&cfg.url);
+        let scheme = url.split("://").next().unwrap_or("?").to_string();
+        let locks = match lockkit::from_config(cfg).await {
+            Ok(l) => l,
+            Err(e) => {
+                let status = if matches!(
+                    e.kind(),
+                    lockkit::ErrorKind::Unsupported | lockkit::ErrorKind::BackendDisabled { .. }
+                ) {
+                    "unsupported"
+                } else {
+                    "error"
+                };
+                complain(format!("{url}: {e}"));
+                for s in &list {
+                    rows.push(
+                        Row::empty(&scheme, &url, s.name(), status)
+                            .with_note(format!("connect: {e}")),
+                    );
+                }
+                continue;
+            }
+        };
+        let backend = locks.backend().to_string();
+        for s in &list {
+            let pb = progress(format!("{backend} {}", s.name()), args.ops);
+            let setup = scenario::Setup {
+                cfg,
+                locks: &locks,
+                clients: args.clients,
+                ops: args.ops,
+                hold: args.hold,
+                progress: &pb,
+            };
+            let mut row = s.run(&setup).await;
+            pb.finish_and_clear();
+            row.url = url.clone();
+            rows.push(row);
+        }
+        let _ = locks.close().await;
+    }
+    let report = Report {
+        clients: args.clients,
+        ops: args.ops,
+        hold_us: args.hold.as_micros() as u64,
+        rows,
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => complain(format!("cannot encode JSON: {e}")),
+        }
+    } else {
+        print!("{}", report::table(&report));
+    }
+    if let Some(path) = &args.report {
+        if let Err(e) = std::fs::write(path, report::html(&report)) {
+            complain(format!("cannot write {}: {e}", path.display()));
+            return code::FAILURE;
+        }
+        eprintln!("lockkit: wrote {}", path.display());
+    }
+    let violations: u64 = report.rows.iter().map(|r| r.violations).sum();
+    let errors = report.rows.iter().filter(|r| r.status == "error").count();
+    if violations > 0 {
+        complain(format!("{violations} mutual-exclusion violations detected"));
+        return code::FAILURE;
+    }
+    if errors > 0 {
+        complain(format!("{errors} scenario(s) failed"));
+        return code::FAILURE;
+    }
+    0
+}

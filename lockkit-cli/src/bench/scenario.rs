@@ -1,0 +1,394 @@
+//! The bench scenarios and the overlap detector.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use lockkit::{AcquireOptions, BackendKind, LockConfig, Locks};
+use rand::{Rng, SeedableRng};
+
+use super::Row;
+use crate::guard::{AnyLock, HoldKind};
+
+/// One scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scenario {
+    Uncontended,
+    Contended,
+    Many,
+    Rw,
+    Semaphore,
+    Raw,
+}
+
+/// Everything a scenario needs.
+pub(crate) struct Setup<'a> {
+    pub(crate) cfg: &'a LockConfig,
+    pub(crate) locks: &'a Locks,
+    pub(crate) clients: usize,
+    pub(crate) ops: u64,
+    pub(crate) hold: Duration,
+    pub(crate) progress: &'a ProgressBar,
+}
+
+const MANY_NAMES: usize = 1000;
+const BUCKETS: usize = 25;
+
+/// Counts holders inside a critical section and every entry that broke the rules.
+#[derive(Debug, Default)]
+struct Detector {
+    writers: AtomicI64,
+    readers: AtomicI64,
+    violations: AtomicU64,
+}
+
+impl Detector {
+    fn enter(&self, kind: HoldKind, permits: i64) {
+        let bad = match kind {
+            HoldKind::Mutex | HoldKind::Write => {
+                let w = self.writers.fetch_add(1, Ordering::SeqCst) + 1;
+                w > 1 || self.readers.load(Ordering::SeqCst) > 0
+            }
+            HoldKind::Read => {
+                self.readers.fetch_add(1, Ordering::SeqCst);
+                self.writers.load(Ordering::SeqCst) > 0
+            }
+            HoldKind::Permit => self.readers.fetch_add(1, Ordering::SeqCst) + 1 > permits,
+        };
+        if bad {
+            self.violations.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn exit(&self, kind: HoldKind) {
+        match kind {
+            HoldKind::Mutex | HoldKind::Write => self.writers.fetch_sub(1, Ordering::SeqCst),
+            _ => self.readers.fetch_sub(1, Ordering::SeqCst),
+        };
+    }
+}
+
+/// What one client measured.
+#[derive(Debug, Default)]
+struct ClientResult {
+    waits_ns: Vec<u64>,
+    done: u64,
+}
+
+impl Scenario {
+    pub(crate) const ALL: [Scenario; 6] = [
+        Scenario::Raw,
+        Scenario::Uncontended,
+        Scenario::Contended,
+        Scenario::Many,
+        Scenario::Rw,
+        Scenario::Semaphore,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Scenario::Uncontended => "uncontended",
+            Scenario::Contended => "contended",
+            Scenario::Many => "many",
+            Scenario::Rw => "rw",
+            Scenario::Semaphore => "semaphore",
+            Scenario::Raw => "raw-floor",
+        }
+    }
+
+    pub(crate) async fn run(self, s: &Setup<'_>) -> Row {
+        let backend = s.locks.backend().to_string();
+        if self == Scenario::Raw {
+            return super::report::finish_raw(&backend, s, raw_floor(s).await);
+        }
+        let clients = if self == Scenario::Uncontended {
+            1
+        } else {
+            s.clients
+        };
+        let permits = (clients as u32 / 2).max(1);
+        let (kind, primitive_ok) = match self {
+            Scenario::Rw => (HoldKind::Read, s.locks.capabilities().rwlock),
+            Scenario::Semaphore => (HoldKind::Permit, s.locks.capabilities().semaphore),
+            _ => (HoldKind::Mutex, true),
+        };
+        let name = format!(
+            "lockkit-bench/{:016x}/{}",
+            rand::thread_rng().gen::<u64>(),
+            self.name()
+        );
+        if !primitive_ok || AnyLock::new(s.locks, &name, kind, permits).is_err() {
+            return Row::empty(&backend, "", self.name(), "unsupported").with_note(format!(
+                "the {backend} backend has no {}",
+                match kind {
+                    HoldKind::Read => "RW lock",
+                    _ => "semaphore",
+                }
+            ));
+        }
+        // Each client gets its own connection, except mem:// whose lock table is per handle.
+        let mut handles = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            if s.locks.backend() == BackendKind::Memory {
+                handles.push(s.locks.clone());
+            } else {
+                match lockkit::from_config(s.cfg).await {
+                    Ok(l) => handles.push(l),
+                    Err(e) => {
+                        return Row::empty(&backend, "", self.name(), "error")
+                            .with_note(format!("connect: {e}"))
+                    }
+                }
+            }
+        }
+        let detectors: Arc<Vec<Detector>> = Arc::new(
+            (0..if self == Scenario::Many {
+                MANY_NAMES
+            } else {
+                1
+            })
+                .map(|_| Detector::default())
+                .collect(),
+        );
+        // Clients draw ops from one pool, so a client that wins more often does more of them:
+        // the busiest client's share measures fairness.
+        let pool = Arc::new(AtomicU64::new(s.ops));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for (c, locks) in handles.iter().enumerate() {
+            let ops = pool.clone();
+            let (locks, name, detectors, pb, hold) = (
+                locks.clone(),
+                name.clone(),
+                detectors.clone(),
+                s.progress.clone(),
+                s.hold,
+            );
+            tasks.push(tokio::spawn(async move {
+                client(self, c, &locks, &name, ops, permits, &detectors, &pb, hold).await
+            }));
+        }
+        let mut results = Vec::new();
+        let mut error = None;
+        for t in tasks {
+            match t.await {
+                Ok(Ok(r)) => results.push(r),
+                Ok(Err(e)) => error = Some(e.to_string()),
+                Err(e) => error = Some(format!("client task failed: {e}")),
+            }
+        }
+        let elapsed = started.elapsed();
+        if s.locks.backend() != BackendKind::Memory {
+            for l in &handles {
+                let _ = l.close().await;
+            }
+        }
+        let violations = detectors
+            .iter()
+            .map(|d| d.violations.load(Ordering::SeqCst))
+            .sum();
+        let mut row = summarize(
+            &backend,
+            self.name(),
+            clients,
+            &results,
+            elapsed,
+            violations,
+        );
+        if let Some(e) = error {
+            row.status = "error".into();
+            row.note = Some(e);
+        } else if self == Scenario::Semaphore {
+            row.note = Some(format!("{permits} permits"));
+        } else if self == Scenario::Rw {
+            row.note = Some("80% reads".into());
+        } else if self == Scenario::Many {
+            row.note = Some(format!("{MANY_NAMES} names"));
+        }
+        row
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn client(
+    scenario: Scenario,
+    c: usize,
+    locks: &Locks,
+    name: &str,
+    pool: Arc<AtomicU64>,
+    permits: u32,
+    detectors: &[Detector],
+    pb: &ProgressBar,
+    hold: Duration,
+) -> lockkit::Result<ClientResult> {
+    let opts = AcquireOptions::new();
+    let mut rng = rand::rngs::StdRng::from_entropy();
+    let mutex = AnyLock::new(locks, name, HoldKind::Mutex, 0)?;
+    let (read, write, sem) = match scenario {
+        Scenario::Rw => (
+            Some(AnyLock::new(locks, name, HoldKind::Read, 0)?),
+            Some(AnyLock::new(locks, name, HoldKind::Write, 0)?),
+            None,
+        ),
+        Scenario::Semaphore => (
+            None,
+            None,
+            Some(AnyLock::new(locks, name, HoldKind::Permit, permits)?),
+        ),
+        _ => (None, None, None),
+    };
+    let mut out = ClientResult::default();
+    let mut i = 0u64;
+    while pool
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        i += 1;
+        let (lock, kind, slot) = match scenario {
+            Scenario::Many => {
+                let slot = (c * 7919 + i as usize * 31 + rng.gen_range(0..MANY_NAMES)) % MANY_NAMES;
+                let l = AnyLock::new(locks, &format!("{name}/{slot}"), HoldKind::Mutex, 0)?;
+                (l, HoldKind::Mutex, slot)
+            }
+            Scenario::Rw if rng.gen_range(0..10) < 8 => {
+                (read.clone().expect("rw"), HoldKind::Read, 0)
+            }
+            Scenario::Rw => (write.clone().expect("rw"), HoldKind::Write, 0),
+            Scenario::Semaphore => (sem.clone().expect("sem"), HoldKind::Permit, 0),
+            _ => (mutex.clone(), HoldKind::Mutex, 0),
+        };
+        let t0 = Instant::now();
+        let guard = lock
+            .acquire(&opts)
+            .await?
+            .expect("an acquire that waits forever returns a guard");
+        out.waits_ns.push(t0.elapsed().as_nanos() as u64);
+        let d = &detectors[slot];
+        d.enter(kind, i64::from(permits));
+        if hold.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(hold).await;
+        }
+        d.exit(kind);
+        guard.release().await?;
+        out.done += 1;
+        pb.inc(1);
+    }
+    Ok(out)
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)] as f64 / 1000.0
+}
+
+/// Log2 buckets of microseconds.
+pub(crate) fn histogram(waits_ns: &[u64]) -> Vec<u64> {
+    let mut h = vec![0u64; BUCKETS];
+    for &w in waits_ns {
+        let us = (w / 1000).max(1);
+        let b = (63 - us.leading_zeros()) as usize;
+        h[b.min(BUCKETS - 1)] += 1;
+    }
+    h
+}
+
+fn summarize(
+    backend: &str,
+    scenario: &str,
+    clients: usize,
+    results: &[ClientResult],
+    elapsed: Duration,
+    violations: u64,
+) -> Row {
+    let mut waits: Vec<u64> = results
+        .iter()
+        .flat_map(|r| r.waits_ns.iter().copied())
+        .collect();
+    waits.sort_unstable();
+    let total: u64 = results.iter().map(|r| r.done).sum();
+    let busiest = results.iter().map(|r| r.done).max().unwrap_or(0);
+    let mut row = Row::empty(backend, "", scenario, "ok");
+    row.clients = clients;
+    row.ops = total;
+    row.elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+    row.ops_per_sec = total as f64 / elapsed.as_secs_f64().max(1e-9);
+    row.p50_wait_us = percentile(&waits, 0.50);
+    row.p99_wait_us = percentile(&waits, 0.99);
+    row.busiest_share = (clients > 1 && total > 0).then(|| busiest as f64 / total as f64);
+    row.violations = violations;
+    row.histogram = histogram(&waits);
+    row
+}
+
+/// The raw floor: the backend's own minimal steps for one lock cycle, without lockkit.
+pub(crate) enum RawFloor {
+    Measured(Vec<u64>, Duration, &'static str),
+    Todo(&'static str),
+    Failed(String),
+}
+
+async fn raw_floor(s: &Setup<'_>) -> RawFloor {
+    match s.locks.backend() {
+        BackendKind::Memory => {
+            // An uncontended in-process mutex cycle: the floor under any mem:// lock.
+            let m = std::sync::Mutex::new(0u64);
+            let mut waits = Vec::with_capacity(s.ops as usize);
+            let started = Instant::now();
+            for _ in 0..s.ops {
+                let t0 = Instant::now();
+                let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+                waits.push(t0.elapsed().as_nanos() as u64);
+                *g += 1;
+                drop(g);
+                s.progress.inc(1);
+            }
+            RawFloor::Measured(waits, started.elapsed(), "std Mutex lock + unlock")
+        }
+        BackendKind::File => match s.cfg.server_url() {
+            Ok(url) => {
+                let dir = std::path::PathBuf::from(url.path);
+                let path = dir.join(format!("raw-floor.{}.lock", std::process::id()));
+                let mut waits = Vec::with_capacity(s.ops as usize);
+                let started = Instant::now();
+                for _ in 0..s.ops {
+                    let t0 = Instant::now();
+                    let r = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(&path)
+                        .and_then(|f| f.try_lock().map_err(std::io::Error::from).map(|()| f));
+                    match r {
+                        Ok(f) => {
+                            waits.push(t0.elapsed().as_nanos() as u64);
+                            drop(f);
+                        }
+                        Err(e) => return RawFloor::Failed(format!("{}: {e}", path.display())),
+                    }
+                    s.progress.inc(1);
+                }
+                let _ = std::fs::remove_file(&path);
+                RawFloor::Measured(waits, started.elapsed(), "open + flock + close, no token")
+            }
+            Err(e) => RawFloor::Failed(e.to_string()),
+        },
+        _ => RawFloor::Todo(
+            "raw floor for server backends needs their client code in the CLI; not measured yet",
+        ),
+    }
+}
+
+pub(crate) fn summarize_raw(backend: &str, waits: &[u64], elapsed: Duration) -> Row {
+    let r = ClientResult {
+        waits_ns: waits.to_vec(),
+        done: waits.len() as u64,
+    };
+    summarize(backend, Scenario::Raw.name(), 1, &[r], elapsed, 0)
+}

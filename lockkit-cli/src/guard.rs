@@ -1,0 +1,91 @@
+//! One guard type over the four primitives `exec` and `bench` can hold.
+
+use std::sync::Arc;
+
+use lockkit::{
+    AcquireOptions, DistLock, FencingToken, LockGuard, Lost, Permit, ReadGuard, ReadWriteLock,
+    Result, Semaphore, WriteGuard,
+};
+
+/// How to hold a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    Mutex,
+    Read,
+    Write,
+    Permit,
+}
+
+/// A lock handle of any primitive.
+#[derive(Clone, Debug)]
+pub(crate) enum AnyLock {
+    Mutex(Arc<dyn DistLock>),
+    Read(Arc<dyn ReadWriteLock>),
+    Write(Arc<dyn ReadWriteLock>),
+    Permit(Arc<dyn Semaphore>),
+}
+
+impl AnyLock {
+    /// The handle for `name`: a mutex, one side of a RW lock, or a semaphore of `permits`.
+    pub(crate) fn new(
+        locks: &lockkit::Locks,
+        name: &str,
+        kind: HoldKind,
+        permits: u32,
+    ) -> Result<Self> {
+        Ok(match kind {
+            HoldKind::Mutex => AnyLock::Mutex(locks.mutex(name)?),
+            HoldKind::Read => AnyLock::Read(locks.rwlock(name)?),
+            HoldKind::Write => AnyLock::Write(locks.rwlock(name)?),
+            HoldKind::Permit => AnyLock::Permit(locks.semaphore(name, permits)?),
+        })
+    }
+
+    /// One acquire; `Ok(None)` when the wait ran out.
+    pub(crate) async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<AnyGuard>> {
+        Ok(match self {
+            AnyLock::Mutex(l) => l.acquire(opts).await?.map(AnyGuard::Mutex),
+            AnyLock::Read(l) => l.read(opts).await?.map(AnyGuard::Read),
+            AnyLock::Write(l) => l.write(opts).await?.map(AnyGuard::Write),
+            AnyLock::Permit(s) => s.acquire(1, opts).await?.map(AnyGuard::Permit),
+        })
+    }
+}
+
+/// A held guard of any primitive.
+#[derive(Debug)]
+pub(crate) enum AnyGuard {
+    Mutex(LockGuard),
+    Read(ReadGuard),
+    Write(WriteGuard),
+    Permit(Permit),
+}
+
+macro_rules! each {
+    ($self:ident, $g:ident => $e:expr) => {
+        match $self {
+            AnyGuard::Mutex($g) => $e,
+            AnyGuard::Read($g) => $e,
+            AnyGuard::Write($g) => $e,
+            AnyGuard::Permit($g) => $e,
+        }
+    };
+}
+
+impl AnyGuard {
+    pub(crate) fn token(&self) -> FencingToken {
+        each!(self, g => g.token())
+    }
+
+    pub(crate) fn lost(&self) -> Lost {
+        each!(self, g => g.lost())
+    }
+
+    pub(crate) fn state(&self) -> lockkit::LockState {
+        each!(self, g => g.state())
+    }
+
+    pub(crate) async fn release(self) -> Result<()> {
+        each!(self, g => g.release().await)
+    }
+}

@@ -1,0 +1,200 @@
+//! `lockkit inspect` and `lockkit force-unlock`.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use lockkit::{HoldMode, LockInfo, Primitive};
+use serde_json::json;
+
+use crate::target::Target;
+use crate::{code, complain, error_code, Kind};
+
+fn primitive(kind: Kind) -> Primitive {
+    match kind {
+        Kind::Mutex => Primitive::Mutex,
+        Kind::Rwlock => Primitive::RwLock,
+        Kind::Semaphore => Primitive::Semaphore,
+    }
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Mutex => "mutex",
+        Kind::Rwlock => "rwlock",
+        Kind::Semaphore => "semaphore",
+    }
+}
+
+fn mode(m: &HoldMode) -> (String, Option<u32>) {
+    match m {
+        HoldMode::Exclusive => ("exclusive".into(), None),
+        HoldMode::Shared => ("shared".into(), None),
+        HoldMode::Permits(k) => ("permits".into(), Some(*k)),
+        _ => ("other".into(), None),
+    }
+}
+
+fn mode_text(m: &HoldMode) -> String {
+    match mode(m) {
+        (s, Some(k)) => format!("{s}:{k}"),
+        (s, None) => s,
+    }
+}
+
+/// The JSON form of `lockkit inspect --json`.
+pub(crate) fn to_json(name: &str, kind: Kind, backend: &str, info: &LockInfo) -> serde_json::Value {
+    json!({
+        "name": name,
+        "kind": kind_name(kind),
+        "backend": backend,
+        "locked": !info.holders.is_empty(),
+        "holders": info.holders.iter().map(|h| {
+            let (m, permits) = mode(&h.mode);
+            json!({
+                "owner": h.owner,
+                "mode": m,
+                "permits": permits,
+                "token": h.token.map(|t| t.0),
+                "remaining_lease_ms": h.remaining_lease.map(|d| d.as_millis() as u64),
+            })
+        }).collect::<Vec<_>>(),
+        "waiters": info.waiters.iter().enumerate().map(|(i, w)| {
+            let (m, permits) = mode(&w.mode);
+            json!({ "position": i + 1, "owner": w.owner, "mode": m, "permits": permits })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn print_human(name: &str, kind: Kind, backend: &str, info: &LockInfo) {
+    let state = if info.holders.is_empty() {
+        "free"
+    } else {
+        "held"
+    };
+    println!("{} {name:?} on {backend}: {state}", kind_name(kind));
+    if !info.holders.is_empty() {
+        println!("holders:");
+        println!(
+            "  {:<40} {:<12} {:>10} {:>12}",
+            "OWNER", "MODE", "TOKEN", "LEASE LEFT"
+        );
+        for h in &info.holders {
+            let token = h.token.map_or("-".to_string(), |t| t.0.to_string());
+            let lease = h.remaining_lease.map_or("-".to_string(), |d| {
+                humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
+                    .to_string()
+            });
+            println!(
+                "  {:<40} {:<12} {token:>10} {lease:>12}",
+                h.owner,
+                mode_text(&h.mode)
+            );
+        }
+    }
+    if info.waiters.is_empty() {
+        println!("waiters: none");
+    } else {
+        println!("waiters (in queue order):");
+        for (i, w) in info.waiters.iter().enumerate() {
+            println!("  {:>3}. {:<40} {}", i + 1, w.owner, mode_text(&w.mode));
+        }
+    }
+}
+
+pub(crate) async fn inspect(target: &Target, name: &str, kind: Kind, json: bool) -> u8 {
+    let (_, locks) = match target.connect().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let backend = locks.backend().to_string();
+    match locks.inspect(name, primitive(kind)).await {
+        Ok(info) => {
+            if json {
+                println!("{}", to_json(name, kind, &backend, &info));
+            } else {
+                print_human(name, kind, &backend, &info);
+            }
+            0
+        }
+        Err(e) => {
+            if e.kind() == &lockkit::ErrorKind::Unsupported {
+                complain(format!(
+                    "the {backend} backend cannot inspect locks yet: {e}"
+                ));
+            } else {
+                complain(format!("inspect {name:?}: {e}"));
+            }
+            error_code(&e)
+        }
+    }
+}
+
+fn confirm(question: &str) -> Result<bool, String> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err("refusing to force-unlock without --yes: stdin is not a terminal".into());
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| format!("cannot read the answer: {e}"))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+pub(crate) async fn force_unlock(target: &Target, name: &str, kind: Kind, yes: bool) -> u8 {
+    if kind == Kind::Semaphore {
+        complain("semaphores cannot be force-unlocked: their permits come back when their leases run out");
+        return code::UNSUPPORTED;
+    }
+    let (cfg, locks) = match target.connect().await {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if !yes {
+        let q = format!(
+            "Force-unlock {} {name:?} on {}? Its holder will lose it.",
+            kind_name(kind),
+            lockkit::redact(&cfg.url)
+        );
+        match confirm(&q) {
+            Ok(true) => {}
+            Ok(false) => {
+                complain("not confirmed; nothing done");
+                return code::FAILURE;
+            }
+            Err(e) => {
+                complain(e);
+                return code::FAILURE;
+            }
+        }
+    }
+    let result = match kind {
+        Kind::Rwlock => match locks.rwlock(name) {
+            Ok(l) => l.force_unlock().await,
+            Err(e) => Err(e),
+        },
+        _ => match locks.mutex(name) {
+            Ok(l) => l.force_unlock().await,
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(true) => {
+            println!("{} {name:?} was held; released it", kind_name(kind));
+            0
+        }
+        Ok(false) => {
+            println!("{} {name:?} was not held", kind_name(kind));
+            0
+        }
+        Err(e) => {
+            complain(format!("force-unlock {name:?}: {e}"));
+            error_code(&e)
+        }
+    }
+}
