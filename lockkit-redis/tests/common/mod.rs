@@ -1,0 +1,177 @@
+//! Helpers shared by the Redis test binaries.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockkit_core::{LockConfig, Locks};
+
+/// The shared test server's URL (`LOCKKIT_TEST_REDIS_URL`), or `None` to skip.
+pub fn shared_url() -> Option<String> {
+    lockkit_core::testing::server_url("redis")
+}
+
+/// Connects to `url` with `options` (query-string keys) set on the config.
+pub async fn connect(url: &str, options: &[(&str, &str)]) -> Locks {
+    lockkit_redis::connect(&config(url, options)).await.unwrap()
+}
+
+pub fn config(url: &str, options: &[(&str, &str)]) -> LockConfig {
+    let mut cfg = LockConfig::new(url);
+    for (k, v) in options {
+        cfg.options.insert(k.to_string(), v.to_string());
+    }
+    cfg
+}
+
+/// A plain connection for admin commands in tests.
+pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A redis-server of the test's own, on a free loopback port, killed on drop.
+pub struct PrivateRedis {
+    pub port: u16,
+    pub dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    /// Starts `redis-server` with `extra` arguments (e.g. `["--appendonly", "yes"]`).
+    pub fn start(extra: &[&str]) -> PrivateRedis {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("lockkit-redis-test-{port}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut r = PrivateRedis {
+            port,
+            dir,
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--save")
+            .arg("");
+        let has_aof = self.args.iter().any(|a| a == "--appendonly");
+        if !has_aof {
+            cmd.arg("--appendonly").arg("no");
+        }
+        cmd.args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(cmd.spawn().expect("redis-server on PATH"));
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGTERM (redis saves its AOF and exits) and wait.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let _ = child.wait();
+        }
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts it again on the same port and directory.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn start_again(&mut self) {
+        self.spawn();
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits until `f` is true, polling, for at most `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !f() {
+        assert!(
+            started.elapsed() < limit,
+            "{what} did not happen within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Redis Cluster's key slot (CRC16/XMODEM of the hash tag, mod 16384).
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match bytes.iter().position(|&b| b == b'{') {
+        Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    let mut crc: u16 = 0;
+    for &b in hashed {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}

@@ -1,0 +1,120 @@
+//! Issue 3, point 1: one multiplexed command connection and one pub/sub connection per client;
+//! URL forms and options.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
+
+async fn client_count(admin: &mut redis::aio::MultiplexedConnection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(admin)
+        .await
+        .unwrap();
+    list.lines().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_and_one_pubsub_connection_per_client() {
+    let server = PrivateRedis::start(&[]);
+    let mut admin = admin(&server.url()).await;
+    let before = client_count(&mut admin).await;
+    let locks = connect(&server.url(), &[]).await;
+    // Many concurrent acquires, waits and releases on many names through one handle.
+    let holder = locks.mutex("busy").unwrap().lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let locks = locks.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = locks.mutex(&format!("n{i}")).unwrap().lock().await.unwrap();
+            let w = locks.mutex("busy").unwrap();
+            assert!(w
+                .lock_for(Duration::from_millis(100))
+                .await
+                .unwrap()
+                .is_none());
+            g.release().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    holder.release().await.unwrap();
+    assert_eq!(
+        client_count(&mut admin).await - before,
+        2,
+        "one command connection plus one pub/sub connection"
+    );
+}
+
+#[tokio::test]
+async fn url_db_and_prefix_are_used() {
+    let server = PrivateRedis::start(&[]);
+    let url = format!("{}/3?prefix=myapp", server.url());
+    let locks = connect(&url, &[]).await;
+    let g = locks.mutex("orders/1").unwrap().lock().await.unwrap();
+    let mut db3 = admin(&format!("{}/3", server.url())).await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut db3)
+        .await
+        .unwrap();
+    assert!(
+        keys.contains(&"myapp:lock:{orders/1}".to_string()),
+        "{keys:?}"
+    );
+    let mut db0 = admin(&server.url()).await;
+    let n: i64 = redis::cmd("DBSIZE").query_async(&mut db0).await.unwrap();
+    assert_eq!(n, 0, "keys went to db 0");
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn lease_and_command_timeout_options_apply() {
+    let Some(url) = shared_url() else { return };
+    let mut cfg = LockConfig::new(format!("{url}?lease=2s&command_timeout=1s"));
+    cfg.key_prefix = Some("lktest-opts".into());
+    let locks = lockkit_redis::connect(&cfg).await.unwrap();
+    let lock = locks
+        .mutex(&lockkit_core::testing::unique_name("opts"))
+        .unwrap();
+    // The default lease comes from the config's lease when the guard uses the default options.
+    let g = lock
+        .acquire(&lockkit_core::AcquireOptions::new().fixed_lease(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .unwrap();
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left <= Duration::from_secs(2) && left > Duration::from_millis(1500),
+        "{left:?}"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_urls_and_options_are_config_errors() {
+    for bad in [
+        "redis://127.0.0.1:1/x",
+        "redis://127.0.0.1:1?nope=1",
+        "redis://127.0.0.1:1?prefix=%7Bx%7D",
+        "redis://127.0.0.1:1?wait_replicas=-1",
+    ] {
+        let e = lockkit_redis::connect(&LockConfig::new(bad))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), &ErrorKind::Config, "{bad}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn rediss_without_tls_support_says_so() {
+    let e = lockkit_redis::connect(&LockConfig::new("rediss://127.0.0.1:1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("tls"), "{e}");
+}

@@ -1,0 +1,252 @@
+//! Issue 3, point 8: bad input and faults: a key of another type, wrong credentials, a server
+//! that is down at acquire, a server restarted while a lock is held.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::testing::unique_name;
+use lockkit_core::{AcquireOptions, DistLockExt, ErrorKind, LockConfig, LockState};
+use lockkit_redis::LockKeys;
+
+#[tokio::test]
+async fn key_of_another_type_is_a_typed_error_and_untouched() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("wrongtype");
+    let k = LockKeys::mutex("lockkit", &name);
+    let _: () = redis::cmd("SET")
+        .arg(&k.lock)
+        .arg("precious")
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let lock = locks.mutex(&name).unwrap();
+    for r in [
+        lock.try_lock().await.map(drop),
+        lock.lock_for(Duration::from_millis(50)).await.map(drop),
+    ] {
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
+        assert!(!e.is_retryable());
+    }
+    assert_eq!(
+        lock.is_locked().await.unwrap_err().kind(),
+        &ErrorKind::WrongType
+    );
+    assert_eq!(
+        lock.force_unlock().await.unwrap_err().kind(),
+        &ErrorKind::WrongType
+    );
+    let v: String = redis::cmd("GET")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(v, "precious", "lockkit overwrote a foreign key");
+    let _: () = redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+
+    // A foreign fencing counter is not overwritten either.
+    let _: () = redis::cmd("HSET")
+        .arg(&k.fence)
+        .arg("f")
+        .arg("v")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = lock.try_lock().await.unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
+    assert!(!lock.is_locked().await.unwrap(), "left a half-made lock");
+    let _: () = redis::cmd("DEL")
+        .arg(&k.fence)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn wrong_password_and_unknown_user_are_auth_errors() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let user = format!("lktest-{}", std::process::id());
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(&user)
+        .arg("on")
+        .arg(">right-pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let base = url.trim_start_matches("redis://").to_string();
+    let with = move |u: &str, p: &str| {
+        let mut cfg = LockConfig::new(format!("redis://{base}"));
+        cfg.username = Some(u.to_string());
+        cfg.password = Some(lockkit_core::Secret::new(p));
+        cfg
+    };
+    let u2 = user.clone();
+    let result = async move {
+        let user = u2;
+        for cfg in [with(&user, "wrong-pw"), with("lktest-no-such-user", "x")] {
+            let started = Instant::now();
+            let e = lockkit_redis::connect(&cfg).await.unwrap_err();
+            assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+            assert!(!e.is_retryable());
+            assert!(!format!("{e:?}").contains("wrong-pw"));
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+        let locks = lockkit_redis::connect(&with(&user, "right-pw"))
+            .await
+            .unwrap();
+        let g = locks
+            .mutex(&unique_name("acl"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    };
+    let outcome = tokio::spawn(result).await;
+    let _: i64 = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    outcome.unwrap();
+}
+
+#[tokio::test]
+async fn server_down_at_connect_is_a_fast_retryable_connection_error() {
+    let port = free_port(); // nothing listens here
+    let started = Instant::now();
+    let e = lockkit_redis::connect(&LockConfig::new(format!("redis://127.0.0.1:{port}")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Connection, "{e}");
+    assert!(e.is_retryable());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_at_acquire_is_a_fast_retryable_connection_error() {
+    let mut server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let lock = locks.mutex("down").unwrap();
+    lock.lock().await.unwrap().release().await.unwrap();
+    server.stop();
+    for opts in [AcquireOptions::new().no_wait(), AcquireOptions::new()] {
+        let started = Instant::now();
+        let e = lock.acquire(&opts).await.unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::Connection),
+            "{e} ({:?})",
+            e.kind()
+        );
+        assert!(e.is_retryable());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // And the client recovers when the server is back.
+    server.start_again();
+    let started = Instant::now();
+    loop {
+        match lock.try_lock().await {
+            Ok(g) => {
+                g.expect("free").release().await.unwrap();
+                break;
+            }
+            Err(e) => {
+                assert!(e.is_retryable(), "{e}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "no recovery: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_while_held_makes_suspect_then_lost() {
+    let mut server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let lease = Duration::from_secs(2);
+    let g = locks
+        .mutex("restart")
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut rx = Vec::new();
+    server.stop();
+    let started = Instant::now();
+    eventually(
+        Duration::from_secs(3),
+        "Suspect after the server went away",
+        || g.state() == LockState::Suspect,
+    )
+    .await;
+    rx.push(g.state());
+    // The server comes back empty (no persistence): the next renewal finds the lock gone.
+    server.start_again();
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("lost()");
+    assert_eq!(g.state(), LockState::Lost);
+    assert!(
+        started.elapsed() < lease + Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(rx, vec![LockState::Suspect]);
+    assert_eq!(g.release().await.unwrap_err().kind(), &ErrorKind::NotHeld);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_past_the_deadline_makes_lost_without_a_reply() {
+    let mut server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let lease = Duration::from_secs(1);
+    let g = locks
+        .mutex("down-long")
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    server.stop();
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("lost() at the deadline");
+    assert!(
+        started.elapsed() <= lease + Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,152 @@
+//! Issue 3, point 5: fencing tokens strictly increase per name after expiry, force-unlock, the
+//! counter key's own expiry, and a server restart with persistence; and no key per lock name is
+//! left behind forever.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockkit_core::testing::unique_name;
+use lockkit_core::{AcquireOptions, DistLockExt};
+use lockkit_redis::LockKeys;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_after_expiry_force_unlock_and_counter_expiry() {
+    let Some(url) = shared_url() else { return };
+    // The counter key expires 50 ms after its last use, so the time floor has to carry on.
+    let locks = connect(&url, &[("fence_ttl", "50ms")]).await;
+    let name = unique_name("fence");
+    let lock = locks.mutex(&name).unwrap();
+    let mut last = lock.lock().await.unwrap();
+    let t0 = last.token();
+    for round in 0..3 {
+        let next = match round {
+            0 => {
+                // Expiry.
+                drop(last);
+                let g = lock
+                    .acquire(&AcquireOptions::new().fixed_lease(Duration::from_millis(100)))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let t = g.token();
+                tokio::time::timeout(Duration::from_secs(3), g.lost())
+                    .await
+                    .unwrap();
+                let g2 = lock.lock().await.unwrap();
+                assert!(g2.token() > t);
+                g2
+            }
+            1 => {
+                // Force-unlock.
+                assert!(lock.force_unlock().await.unwrap());
+                lock.lock().await.unwrap()
+            }
+            _ => {
+                // The counter key expired.
+                last.release().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let mut admin = admin(&url).await;
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(LockKeys::mutex("lockkit", &name).fence)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                assert!(!exists, "the fencing counter should have expired");
+                lock.lock().await.unwrap()
+            }
+        };
+        assert!(next.token() > t0);
+        last = next;
+    }
+    last.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_across_a_restart_with_persistence() {
+    let mut server = PrivateRedis::start(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let name = "persisted";
+    let k = LockKeys::mutex("lockkit", name);
+    let t1 = {
+        let locks = connect(&server.url(), &[]).await;
+        let g = locks.mutex(name).unwrap().lock().await.unwrap();
+        let t = g.token().get();
+        g.release().await.unwrap();
+        // Push the counter far ahead of the clock, as a burst of acquisitions (or a server
+        // whose clock ran ahead before) would: only the persisted counter can keep order now.
+        let mut admin = admin(&server.url()).await;
+        let ahead = t + 10_000_000_000;
+        let _: () = redis::cmd("SET")
+            .arg(&k.fence)
+            .arg(ahead)
+            .arg("PX")
+            .arg(3_600_000)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        ahead
+    };
+    server.restart();
+    let locks = connect(&server.url(), &[]).await;
+    let g = locks.mutex(name).unwrap().lock().await.unwrap();
+    assert!(
+        g.token().get() > t1,
+        "token {} after {t1} across a restart",
+        g.token()
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_key_per_lock_name_is_left_forever() {
+    let server = PrivateRedis::start(&[]);
+    let mut admin = admin(&server.url()).await;
+    {
+        let locks = connect(&server.url(), &[]).await;
+        for i in 0..50 {
+            let g = locks
+                .mutex(&format!("many/{i}"))
+                .unwrap()
+                .lock()
+                .await
+                .unwrap();
+            g.release().await.unwrap();
+        }
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(!keys.is_empty());
+        for key in keys {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            assert!(ttl > 0, "key {key} has no expiry ({ttl})");
+        }
+    }
+    let locks = connect(&server.url(), &[("fence_ttl", "200ms")]).await;
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for i in 0..50 {
+        let g = locks
+            .mutex(&format!("many/{i}"))
+            .unwrap()
+            .lock()
+            .await
+            .unwrap();
+        g.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let fences: Vec<String> = redis::cmd("KEYS")
+        .arg("lockkit:fence:*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(fences.is_empty(), "{} fencing counters left", fences.len());
+}

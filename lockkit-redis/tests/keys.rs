@@ -1,0 +1,62 @@
+//! Issue 3, point 6: every key and channel of one lock shares a hash tag (one cluster slot).
+
+mod common;
+
+use common::*;
+use lockkit_core::DistLockExt;
+use lockkit_redis::LockKeys;
+
+#[test]
+fn all_keys_of_a_lock_share_one_slot() {
+    for name in [
+        "a",
+        "orders/42",
+        "{tag}",
+        "a}b{c",
+        "ünï 锁",
+        "%7B",
+        "x:y",
+        "}",
+    ] {
+        let k = LockKeys::mutex("lockkit", name);
+        let slot = key_slot(&k.lock);
+        for other in [&k.fence, &k.channel, &k.unlock_latch("uuid:1")] {
+            assert_eq!(
+                key_slot(other),
+                slot,
+                "{name:?}: {other} is in another slot"
+            );
+        }
+    }
+    // Different names spread over slots (not everything in one).
+    let slots: std::collections::HashSet<u16> = (0..100)
+        .map(|i| key_slot(&LockKeys::mutex("lockkit", &format!("n{i}")).lock))
+        .collect();
+    assert!(slots.len() > 50);
+}
+
+#[tokio::test]
+async fn keys_written_follow_the_layout() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let g = locks.mutex("a}b").unwrap().lock().await.unwrap();
+    let mut admin = admin(&server.url()).await;
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    keys.sort();
+    let k = LockKeys::mutex("lockkit", "a}b");
+    assert_eq!(keys, vec![k.fence.clone(), k.lock.clone()]);
+    g.release().await.unwrap();
+    let slot = key_slot(&k.lock);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for key in keys {
+        assert_eq!(key_slot(&key), slot, "{key}");
+    }
+}

@@ -1,0 +1,235 @@
+//! Issue 3, point 2: Redisson RLock semantics: the owner hash, hold counts, Lua scripts with
+//! NOSCRIPT reload, pub/sub wake-ups (one subscription per name per client, one waiter per
+//! message, waits bounded by the holder's TTL), and the handle's queries.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::testing::unique_name;
+use lockkit_core::{AcquireOptions, DistLockExt, HoldMode, Locks, Primitive};
+use lockkit_redis::LockKeys;
+
+fn keys(name: &str) -> LockKeys {
+    LockKeys::mutex("lockkit", name)
+}
+
+#[tokio::test]
+async fn owner_hash_holds_the_hold_count() {
+    let Some(url) = shared_url() else { return };
+    let backend = lockkit_redis::connect_backend(&config(&url, &[]))
+        .await
+        .unwrap();
+    let client_id = backend.client_id().to_string();
+    let locks = Locks::new(backend);
+    let mut admin = admin(&url).await;
+    let name = unique_name("hash");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let fields: HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg(&keys(&name).lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    let (owner, holds) = fields.iter().next().unwrap();
+    let (uuid, id) = owner.rsplit_once(':').unwrap();
+    assert_eq!(uuid, client_id);
+    id.parse::<u64>().expect("numeric owner id");
+    assert_eq!(*holds, 1);
+    let g2 = g.reenter().await.unwrap();
+    let holds: i64 = redis::cmd("HGET")
+        .arg(&keys(&name).lock)
+        .arg(owner)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(holds, 2, "reenter is mirrored on the server");
+    g2.release().await.unwrap();
+    g.release().await.unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&keys(&name).lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn scripts_reload_after_script_flush() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let lock = locks.mutex("flush").unwrap();
+    lock.lock().await.unwrap().release().await.unwrap();
+    let mut admin = admin(&server.url()).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let g = lock.lock().await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    g.release().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_wakes_on_release_message_not_on_ttl() {
+    let Some(url) = shared_url() else { return };
+    let (a, b) = (connect(&url, &[]).await, connect(&url, &[]).await);
+    let name = unique_name("wake");
+    let g = a.mutex(&name).unwrap().lock().await.unwrap(); // 30 s lease
+    let waiter = b.mutex(&name).unwrap();
+    let task = tokio::spawn(async move {
+        let g = waiter.lock().await.unwrap();
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let (woke, g2) = task.await.unwrap();
+    let took = woke - released;
+    assert!(took < Duration::from_millis(250), "woke after {took:?}");
+    g2.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_subscription_per_name_per_client_dropped_with_last_waiter() {
+    let Some(url) = shared_url() else { return };
+    let backend = lockkit_redis::connect_backend(&config(&url, &[]))
+        .await
+        .unwrap();
+    let locks = Locks::new(backend);
+    let holder_locks = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("subs");
+    let channel = keys(&name).channel;
+    let numsub = |mut admin: redis::aio::MultiplexedConnection, channel: String| async move {
+        let r: (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        r.1
+    };
+    let holder = holder_locks.mutex(&name).unwrap().lock().await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let lock = locks.mutex(&name).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let g = lock.lock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(numsub(admin.clone(), channel.clone()).await, 1);
+    // One release wakes one local waiter, which then releases and wakes the next: all five
+    // finish quickly although the holder's lease is 30 s.
+    let started = Instant::now();
+    holder.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        numsub(admin.clone(), channel).await,
+        0,
+        "subscription left behind"
+    );
+    let _ = &mut admin;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_message_costs_at_most_the_holders_ttl() {
+    let Some(url) = shared_url() else { return };
+    let (a, b) = (connect(&url, &[]).await, connect(&url, &[]).await);
+    let name = unique_name("missed");
+    let mut admin = admin(&url).await;
+    let g = a
+        .mutex(&name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(Duration::from_secs(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    // Silently take the lock away from under the holder without a message, then re-create it
+    // with a 700 ms TTL and no message when it expires.
+    std::mem::forget(g);
+    drop(a);
+    let _: () = redis::cmd("DEL")
+        .arg(&keys(&name).lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&keys(&name).lock)
+        .arg("someone:1")
+        .arg(1)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&keys(&name).lock)
+        .arg(700)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let g = b
+        .mutex(&name)
+        .unwrap()
+        .lock_for(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("acquired after the TTL");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "waited {took:?} for a 700 ms TTL"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn queries_is_locked_remaining_lease_inspect_force_unlock() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let name = unique_name("queries");
+    let lock = locks.mutex(&name).unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+    let g = lock
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        left > Duration::from_secs(4) && left <= Duration::from_secs(5),
+        "{left:?}"
+    );
+    let info = locks.inspect(&name, Primitive::Mutex).await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].mode, HoldMode::Exclusive);
+    assert!(info.holders[0].remaining_lease.is_some());
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(!lock.force_unlock().await.unwrap());
+    assert!(g.release().await.is_err());
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+}

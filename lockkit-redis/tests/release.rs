@@ -1,0 +1,107 @@
+//! Issue 3, point 4: a release retried after a lost reply neither fails nor releases another
+//! owner's lock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockkit_core::testing::unique_name;
+use lockkit_core::{DistLockExt, Locks, Primitive};
+use lockkit_redis::LockKeys;
+
+/// Runs the release script exactly as a retry would: same owner, same latch.
+async fn raw_release(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    owner: &str,
+) -> i64 {
+    redis::Script::new(lockkit_redis::scripts::RELEASE)
+        .key(&k.lock)
+        .key(k.unlock_latch(owner))
+        .arg(owner)
+        .arg(&k.channel)
+        .arg(10_000)
+        .invoke_async(admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn retried_release_is_idempotent_and_never_frees_the_next_owner() {
+    let Some(url) = shared_url() else { return };
+    let (a, b) = (connect(&url, &[]).await, connect(&url, &[]).await);
+    let mut admin = admin(&url).await;
+    let name = unique_name("idem");
+    let k = LockKeys::mutex("lockkit", &name);
+    let g = a.mutex(&name).unwrap().lock().await.unwrap();
+    let owner = a.inspect(&name, Primitive::Mutex).await.unwrap().holders[0]
+        .owner
+        .clone();
+    // The first attempt runs, its reply is "lost"; the retry must also report success.
+    assert_eq!(raw_release(&mut admin, &k, &owner).await, 1);
+    assert_eq!(raw_release(&mut admin, &k, &owner).await, 1);
+    // Another owner takes the lock; a late retry must leave it alone.
+    let g2 = b
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(raw_release(&mut admin, &k, &owner).await, 1);
+    assert!(
+        b.mutex(&name).unwrap().is_locked().await.unwrap(),
+        "retry freed the new owner's lock"
+    );
+    // A release by an owner that never released gets 0 (NotHeld), not 1.
+    assert_eq!(raw_release(&mut admin, &k, "someone-else:1").await, 0);
+    drop(g);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(b.mutex(&name).unwrap().is_locked().await.unwrap());
+    g2.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_whose_reply_times_out_is_retried_and_succeeds() {
+    let server = PrivateRedis::start(&[]);
+    let locks: Locks = connect(&server.url(), &[("command_timeout", "300ms")]).await;
+    let mut admin = admin(&server.url()).await;
+    let g = locks.mutex("lost-reply").unwrap().lock().await.unwrap();
+    // Writes pause for 500 ms: the first release attempt times out on the client while the
+    // server runs it later; the retries then find the unlock latch.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    g.release().await.expect("a retried release succeeds");
+    let lock = locks.mutex("lost-reply").unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    let again = lock.try_lock().await.unwrap();
+    assert!(again.is_some());
+}
+
+#[tokio::test]
+async fn double_release_through_guards_is_not_possible_and_drop_after_release_is_quiet() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let name = unique_name("idem-guard");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let g2 = g.reenter().await.unwrap();
+    g.release().await.unwrap();
+    g2.release().await.unwrap();
+    // Released for good; a new holder is unaffected by anything left over.
+    let g3 = locks
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(locks.mutex(&name).unwrap().is_locked().await.unwrap());
+    g3.release().await.unwrap();
+}

@@ -1,0 +1,164 @@
+//! Issue 3, point 3: the watchdog renews every held lock every lease/3 with at most one round
+//! trip per 100 locks, marks a guard Lost at once when the lock is gone, and leaves fixed leases
+//! alone.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::{AcquireOptions, DistLockExt, LockState};
+
+async fn evalsha_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_are_batched_one_call_per_100_locks() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let other = connect(&server.url(), &[]).await;
+    let mut admin = admin(&server.url()).await;
+    let lease = Duration::from_millis(900);
+    let opts = AcquireOptions::new().watchdog_lease(lease).no_wait();
+    let mut guards = Vec::new();
+    for i in 0..250 {
+        let g = locks
+            .mutex(&format!("batch/{i}"))
+            .unwrap()
+            .acquire(&opts)
+            .await
+            .unwrap();
+        guards.push(g.unwrap());
+    }
+    let before = evalsha_calls(&mut admin).await;
+    let started = Instant::now();
+    tokio::time::sleep(lease * 3).await;
+    let renewals = evalsha_calls(&mut admin).await - before;
+    let intervals = (started.elapsed().as_millis() / (lease / 3).as_millis()) as u64 + 1;
+    // 250 locks = 3 calls per interval; allow the early-renewal window to split a batch.
+    assert!(
+        renewals <= intervals * 3 * 2,
+        "{renewals} renewal calls in {intervals} intervals for 250 locks"
+    );
+    assert!(renewals >= 3, "no renewals at all");
+    for (i, g) in guards.iter().enumerate().step_by(50) {
+        assert_eq!(g.state(), LockState::Held);
+        let busy = other
+            .mutex(&format!("batch/{i}"))
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap();
+        assert!(busy.is_none(), "lock {i} expired although renewed");
+    }
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_that_finds_another_owner_marks_lost_at_once() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let name = lockkit_core::testing::unique_name("wd-lost");
+    let lease = Duration::from_secs(3);
+    let g = locks
+        .mutex(&name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    let lost = g.lost();
+    // Someone else takes the lock (an operator's force-unlock, then a new holder).
+    assert!(locks.mutex(&name).unwrap().force_unlock().await.unwrap());
+    let other = connect(&url, &[]).await;
+    let g2 = other
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    tokio::time::timeout(lease / 3 + Duration::from_millis(700), lost)
+        .await
+        .expect("lost() within one renewal interval");
+    assert!(started.elapsed() < lease, "lost only at the deadline");
+    assert_eq!(g.state(), LockState::Lost);
+    assert_eq!(g2.state(), LockState::Held);
+    g2.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_lease_is_not_renewed_and_extend_never_recreates() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let name = lockkit_core::testing::unique_name("fixed");
+    let lock = locks.mutex(&name).unwrap();
+    let g = lock
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_millis(600)))
+        .await
+        .unwrap()
+        .unwrap();
+    g.extend(Duration::from_millis(800)).await.unwrap();
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(left > Duration::from_millis(600), "{left:?}");
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .unwrap();
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "a fixed lease was renewed"
+    );
+    assert!(g.extend(Duration::from_secs(5)).await.is_err());
+    assert!(
+        !lock.is_locked().await.unwrap(),
+        "extend re-created the lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_errors_make_suspect_then_held_again() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let mut admin = admin(&server.url()).await;
+    let lease = Duration::from_secs(6);
+    let g = locks
+        .mutex("suspect")
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    // Pause the server's writes for longer than a renewal may take (lease/3): renewals time out, the guard turns Suspect, and
+    // Held again once a renewal gets through (before the deadline).
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(4500)
+        .arg("WRITE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut rx_state = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(5500) {
+        let s = g.state();
+        if rx_state.last() != Some(&s) {
+            rx_state.push(s);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(rx_state.contains(&LockState::Suspect), "{rx_state:?}");
+    assert_eq!(g.state(), LockState::Held, "{rx_state:?}");
+    g.release().await.unwrap();
+}
