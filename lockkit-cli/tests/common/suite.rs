@@ -1,0 +1,151 @@
+//! `lockkit exec` cases over any cross-process backend URL.
+#![allow(dead_code)]
+use super::*;
+use std::time::{Duration, Instant};
+
+fn exec(url: &str, name: &str, extra: &[&str], cmd: &[&str]) -> std::process::Command {
+    let mut args = vec!["exec", name];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(cmd);
+    lockkit(url, &args)
+}
+
+/// Exit status propagation and the environment passed to the command.
+pub fn exit_status_and_env(url: &str) {
+    let n = name("status");
+    let o = run(exec(url, &n, &[], &["sh", "-c", "exit 7"]), LIMIT);
+    assert_eq!(code(&o), 7, "{:?}", text(&o));
+    let o = run(
+        exec(
+            url,
+            &n,
+            &[],
+            &[
+                "sh",
+                "-c",
+                "echo token=$LOCKKIT_FENCING_TOKEN name=$LOCKKIT_LOCK_NAME",
+            ],
+        ),
+        LIMIT,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    let token: u64 = out
+        .trim()
+        .strip_prefix("token=")
+        .and_then(|s| s.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no token in {out:?}"));
+    assert!(token > 0);
+    assert!(out.contains(&format!("name={n}")), "{out}");
+}
+
+/// Release on a crashed command, busy exit codes, SIGTERM forwarding.
+pub fn crash_releases_and_busy_code(url: &str) {
+    let n = name("crash");
+    // The command dies from SIGKILL: 128 + 9, and the lock is free afterwards.
+    let o = run(exec(url, &n, &[], &["sh", "-c", "kill -KILL $$"]), LIMIT);
+    assert_eq!(code(&o), 137, "{:?}", text(&o));
+    let o = run(exec(url, &n, &["--wait", "0"], &["true"]), LIMIT);
+    assert_eq!(
+        code(&o),
+        0,
+        "lock not released after the command crashed: {:?}",
+        text(&o)
+    );
+
+    // While another lockkit holds it: --wait 0 gives 75 at once, --wait 300ms after it.
+    let dir = TempDir::new("busy");
+    let (ready, got) = (dir.path("ready"), dir.path("got"));
+    let mut holder = Bg::spawn(exec(
+        url,
+        &n,
+        &[],
+        &trapping_cmd(&ready, &got, 60)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    ));
+    wait_file(&ready, LIMIT);
+    let started = Instant::now();
+    let o = run(exec(url, &n, &["--wait", "0"], &["true"]), LIMIT);
+    assert_eq!(code(&o), 75, "{:?}", text(&o));
+    assert!(text(&o).1.contains("busy"), "{:?}", text(&o));
+    let o = run(exec(url, &n, &["--wait", "300ms"], &["true"]), LIMIT);
+    assert_eq!(code(&o), 75);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // SIGTERM to lockkit reaches the command (its trap exits 3), and the lock is released.
+    holder.signal("TERM");
+    let status = holder.wait(LIMIT);
+    assert_eq!(status.code(), Some(3), "{}", holder.stderr());
+    assert_eq!(wait_file(&got, LIMIT), "term");
+    let o = run(exec(url, &n, &["--wait", "5s"], &["true"]), LIMIT);
+    assert_eq!(
+        code(&o),
+        0,
+        "lock not released after a forwarded SIGTERM: {:?}",
+        text(&o)
+    );
+}
+
+/// SIGINT forwarding.
+pub fn sigint_is_forwarded(url: &str) {
+    let n = name("sigint");
+    let dir = TempDir::new("int");
+    let (ready, got) = (dir.path("ready"), dir.path("got"));
+    let cmd = trapping_cmd(&ready, &got, 60);
+    let mut holder = Bg::spawn(exec(
+        url,
+        &n,
+        &[],
+        &cmd.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    wait_file(&ready, LIMIT);
+    holder.signal("INT");
+    assert_eq!(holder.wait(LIMIT).code(), Some(3));
+    assert_eq!(wait_file(&got, LIMIT), "term");
+}
+
+/// Another process force-unlocks: the holder's command gets SIGTERM and lockkit exits 70.
+pub fn lost_lock_terminates_command(url: &str, lease: &str) {
+    let n = name("lost");
+    let dir = TempDir::new("lost");
+    let (ready, got) = (dir.path("ready"), dir.path("got"));
+    let cmd = trapping_cmd(&ready, &got, 120);
+    let mut holder = Bg::spawn(exec(
+        url,
+        &n,
+        &["--lease", lease],
+        &cmd.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    wait_file(&ready, LIMIT);
+    let o = run(lockkit(url, &["force-unlock", &n, "--yes"]), LIMIT);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    assert!(text(&o).0.contains("was held"), "{:?}", text(&o));
+    let status = holder.wait(Duration::from_secs(30));
+    let err = holder.stderr();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(err.contains("lost lock"), "{err}");
+    assert_eq!(wait_file(&got, LIMIT), "term");
+}
+
+/// A fixed lease shorter than the command: lost at the deadline, command terminated.
+pub fn fixed_lease_runs_out(url: &str) {
+    let n = name("fixed");
+    let started = Instant::now();
+    let o = run(
+        exec(
+            url,
+            &n,
+            &["--fixed-lease", "1s", "--kill-after", "2s"],
+            &["sleep", "30"],
+        ),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 70, "{:?}", text(&o));
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let o = run(exec(url, &n, &["--wait", "5s"], &["true"]), LIMIT);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+}

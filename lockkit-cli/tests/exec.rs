@@ -1,0 +1,133 @@
+//! `lockkit exec` on `mem://` and `file://` (the server backends are in `servers.rs`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::suite;
+use common::*;
+
+#[test]
+fn mem_exit_status_env_and_crash() {
+    suite::exit_status_and_env("mem://");
+    let o = run(
+        lockkit("mem://", &["exec", "x", "--", "sh", "-c", "kill -KILL $$"]),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 137);
+}
+
+#[test]
+fn file_exit_status_and_env() {
+    let d = TempDir::new("env");
+    suite::exit_status_and_env(&d.url());
+}
+
+#[test]
+fn file_crash_release_busy_code_and_sigterm_forwarding() {
+    let d = TempDir::new("crash");
+    suite::crash_releases_and_busy_code(&d.url());
+}
+
+#[test]
+fn file_sigint_forwarding() {
+    let d = TempDir::new("sigint");
+    suite::sigint_is_forwarded(&d.url());
+}
+
+#[test]
+fn file_lost_lock_terminates_command() {
+    let d = TempDir::new("lost");
+    suite::lost_lock_terminates_command(&d.url(), "30s");
+}
+
+#[test]
+fn file_fixed_lease_runs_out() {
+    let d = TempDir::new("fixed");
+    suite::fixed_lease_runs_out(&d.url());
+}
+
+#[test]
+fn shared_and_semaphore_modes() {
+    let d = TempDir::new("modes");
+    let url = d.url();
+    let n = name("modes");
+    let dir = TempDir::new("modes-marks");
+    // Two shared holders at once, while a writer is shut out.
+    let (r1, g1) = (dir.path("r1"), dir.path("g1"));
+    let c1 = trapping_cmd(&r1, &g1, 60);
+    let mut args = vec!["exec", &n, "--shared", "--"];
+    args.extend(c1.iter().map(String::as_str));
+    let _reader = Bg::spawn(lockkit(&url, &args));
+    wait_file(&r1, LIMIT);
+    let o = run(
+        lockkit(
+            &url,
+            &["exec", &n, "--shared", "--wait", "5s", "--", "true"],
+        ),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 0, "a second reader was shut out: {:?}", text(&o));
+    let o = run(
+        lockkit(&url, &["exec", &n, "--write", "--wait", "0", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 75, "a writer got in under a reader");
+    // Semaphore of 2: two holders, the third is busy.
+    let s = name("sem");
+    let (r2, g2, r3, g3) = (
+        dir.path("r2"),
+        dir.path("g2"),
+        dir.path("r3"),
+        dir.path("g3"),
+    );
+    let c2 = trapping_cmd(&r2, &g2, 60);
+    let c3 = trapping_cmd(&r3, &g3, 60);
+    let mut a2 = vec!["exec", &s, "--semaphore", "2", "--"];
+    a2.extend(c2.iter().map(String::as_str));
+    let mut a3 = vec!["exec", &s, "--semaphore", "2", "--"];
+    a3.extend(c3.iter().map(String::as_str));
+    let _h2 = Bg::spawn(lockkit(&url, &a2));
+    let _h3 = Bg::spawn(lockkit(&url, &a3));
+    wait_file(&r2, LIMIT);
+    wait_file(&r3, LIMIT);
+    let o = run(
+        lockkit(
+            &url,
+            &["exec", &s, "--semaphore", "2", "--wait", "0", "--", "true"],
+        ),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 75, "a third permit out of two");
+}
+
+#[test]
+fn usage_errors_and_missing_command() {
+    let o = run(
+        lockkit(
+            "mem://",
+            &["exec", "x", "--", "/nonexistent/lockkit-test-cmd"],
+        ),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 127);
+    let mut c = std::process::Command::new(LOCKKIT);
+    c.args(["exec", "x", "--", "true"])
+        .env_remove("LOCKKIT_URL")
+        .stdin(std::process::Stdio::null());
+    let o = run(c, LIMIT);
+    assert_eq!(code(&o), 1);
+    assert!(text(&o).1.contains("no backend"), "{:?}", text(&o));
+    let mut c = std::process::Command::new(LOCKKIT);
+    c.args(["exec", "x", "--", "true"])
+        .env("LOCKKIT_URL", "mem://");
+    assert_eq!(code(&run(c, LIMIT)), 0, "LOCKKIT_URL is honoured");
+    let d = TempDir::new("cfg");
+    std::fs::write(d.path("c.toml"), format!("url = \"{}\"\n", d.url())).unwrap();
+    let mut c = std::process::Command::new(LOCKKIT);
+    c.arg("--config")
+        .arg(d.path("c.toml"))
+        .args(["exec", "x", "--", "true"]);
+    assert_eq!(code(&run(c, LIMIT)), 0, "--config is honoured");
+    let _ = Duration::ZERO;
+}
