@@ -9,13 +9,15 @@ use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 use lockkit_core::{
     encode_name, Backend, BackendKind, Capabilities, DistLock, Error, ErrorKind, FencingToken,
-    HoldMode, HolderInfo, LockInfo, Primitive, Result, WaiterInfo,
+    HoldMode, HolderInfo, LockInfo, Primitive, ReadWriteLock, Result, Semaphore, WaiterInfo,
 };
 
 use crate::client::Pool;
 use crate::mutex::EtcdMutex;
+use crate::rwlock::EtcdRwLock;
+use crate::semaphore::EtcdSemaphore;
 use crate::session::Session;
-use crate::watch::NameWatch;
+use crate::watch::{Kind, NameWatch, Need};
 
 /// The default session lease TTL.
 pub(crate) const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
@@ -43,10 +45,23 @@ impl Inner {
         })
     }
 
-    /// The key prefix of a mutex (ends with `/`): `<root>/<encoded name>/`, the prefix Go's
-    /// `concurrency.NewMutex(session, "<root>/<encoded name>")` uses.
+    /// The key prefix of a lock (ends with `/`). A mutex uses `<root>/<encoded name>/`, the
+    /// prefix Go's `concurrency.NewMutex(session, "<root>/<encoded name>")` uses; RW locks and
+    /// semaphores use `<root>/%rw/…` and `<root>/%sem/…`, which no encoded name can equal
+    /// (`encode_name` never leaves a `%` without two hex digits).
+    pub(crate) fn prefix(&self, kind: Kind, name: &str) -> Vec<u8> {
+        let enc = encode_name(name);
+        match kind {
+            Kind::Mutex => format!("{}/{enc}/", self.root),
+            Kind::RwLock => format!("{}/%rw/{enc}/", self.root),
+            Kind::Semaphore => format!("{}/%sem/{enc}/", self.root),
+        }
+        .into_bytes()
+    }
+
+    /// The key prefix of a mutex.
     pub(crate) fn mutex_prefix(&self, name: &str) -> Vec<u8> {
-        format!("{}/{}/", self.root, encode_name(name)).into_bytes()
+        self.prefix(Kind::Mutex, name)
     }
 
     pub(crate) fn check_open(&self) -> Result<()> {
@@ -84,7 +99,7 @@ impl Inner {
     }
 
     /// The watch of `prefix`, created (and awaited until in place) if this client has none.
-    pub(crate) async fn name_watch(&self, prefix: &[u8]) -> Result<Arc<NameWatch>> {
+    pub(crate) async fn name_watch(&self, prefix: &[u8], kind: Kind) -> Result<Arc<NameWatch>> {
         self.check_open()?;
         let nw = {
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
@@ -92,7 +107,7 @@ impl Inner {
                 Some(nw) => nw,
                 None => {
                     names.retain(|_, w| w.strong_count() > 0);
-                    let nw = NameWatch::start(self.pool.clone(), prefix.to_vec());
+                    let nw = NameWatch::start(self.pool.clone(), prefix.to_vec(), kind);
                     names.insert(prefix.to_vec(), Arc::downgrade(&nw));
                     nw
                 }
@@ -180,15 +195,23 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::mutex_only();
-        caps.fair = true;
-        caps.fixed_lease = true;
-        caps.cross_process = true;
-        caps
+        Capabilities::all()
     }
 
     fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
         Ok(Arc::new(EtcdMutex::new(self.inner.clone(), name)))
+    }
+
+    fn rwlock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
+        Ok(Arc::new(EtcdRwLock::new(self.inner.clone(), name)))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
+        Ok(Arc::new(EtcdSemaphore::new(
+            self.inner.clone(),
+            name,
+            permits,
+        )))
     }
 
     async fn close(&self) -> Result<()> {
@@ -196,27 +219,45 @@ impl Backend for EtcdBackend {
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
-        if primitive != Primitive::Mutex {
-            return Err(Error::unsupported(
-                "the etcd backend has only mutexes so far",
-            ));
-        }
+        let kind = match primitive {
+            Primitive::Mutex => Kind::Mutex,
+            Primitive::RwLock => Kind::RwLock,
+            Primitive::Semaphore => Kind::Semaphore,
+            _ => return Err(Error::unsupported("unknown primitive")),
+        };
         let kvs = self
             .inner
-            .keys_by_create(&self.inner.mutex_prefix(name), 0)
+            .keys_by_create(&self.inner.prefix(kind, name), 0)
             .await?;
         let mut holders = Vec::new();
         let mut waiters = Vec::new();
-        for (i, kv) in kvs.iter().enumerate() {
+        let mut before = Vec::new();
+        for kv in &kvs {
+            let e = kind.entry(kv.value());
             let owner = String::from_utf8_lossy(kv.key()).into_owned();
-            if i == 0 {
+            let (need, mode) = match kind {
+                Kind::Semaphore => (
+                    Need::Permits {
+                        n: e.weight,
+                        total: u32::MAX,
+                    },
+                    HoldMode::Permits(e.weight),
+                ),
+                _ if e.exclusive => (Need::Exclusive, HoldMode::Exclusive),
+                _ => (Need::Shared, HoldMode::Shared),
+            };
+            // Semaphore totals live with the handles, not on the server: every key up to the
+            // first waiter is reported as a holder only for mutexes and RW locks.
+            let holds = kind == Kind::Semaphore || need.holds(before.iter());
+            if holds && waiters.is_empty() {
                 holders.push(
-                    HolderInfo::new(owner, HoldMode::Exclusive)
+                    HolderInfo::new(owner, mode)
                         .with_token(FencingToken(kv.create_revision() as u64)),
                 );
             } else {
-                waiters.push(WaiterInfo::new(owner, HoldMode::Exclusive));
+                waiters.push(WaiterInfo::new(owner, mode));
             }
+            before.push(e);
         }
         Ok(LockInfo::new(holders, waiters))
     }

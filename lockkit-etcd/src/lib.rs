@@ -1,8 +1,12 @@
 #![doc = include_str!("../README.md")]
 
+mod acquire;
 mod backend;
 mod client;
+mod held;
 mod mutex;
+mod rwlock;
+mod semaphore;
 mod session;
 mod watch;
 

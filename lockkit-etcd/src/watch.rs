@@ -40,44 +40,132 @@ pub(crate) enum Standing {
     Gone,
 }
 
-#[derive(Debug, Default)]
+/// What kind of primitive a prefix holds; it decides how a key's value is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Every key is exclusive (Go's `concurrency.Mutex` keys included, whatever their value).
+    Mutex,
+    /// Value `r`: a reader; anything else: a writer.
+    RwLock,
+    /// Value: the number of permits the key holds.
+    Semaphore,
+}
+
+/// What one key on a prefix stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Excludes everybody after it (mutex holders, writers).
+    pub(crate) exclusive: bool,
+    /// Permits it takes (semaphores; 1 otherwise).
+    pub(crate) weight: u32,
+}
+
+impl Kind {
+    pub(crate) fn entry(self, value: &[u8]) -> Entry {
+        match self {
+            Kind::Mutex => Entry {
+                exclusive: true,
+                weight: 1,
+            },
+            Kind::RwLock => Entry {
+                exclusive: value != b"r",
+                weight: 1,
+            },
+            Kind::Semaphore => Entry {
+                exclusive: false,
+                weight: std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1),
+            },
+        }
+    }
+}
+
+/// What an acquirer needs from the keys ranked before its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Nobody before us (mutex, write lock).
+    Exclusive,
+    /// No exclusive key before us (read lock).
+    Shared,
+    /// The permits of everyone before us plus ours fit in `total`.
+    Permits { n: u32, total: u32 },
+}
+
+impl Need {
+    /// Whether an acquirer with these keys ranked before it holds (FIFO by create revision).
+    pub(crate) fn holds<'a>(self, before: impl Iterator<Item = &'a Entry>) -> bool {
+        match self {
+            Need::Exclusive => before.count() == 0,
+            Need::Shared => !before.into_iter().any(|e| e.exclusive),
+            Need::Permits { n, total } => {
+                let mut sum = u64::from(n);
+                for e in before {
+                    sum += u64::from(e.weight);
+                    if sum > u64::from(total) {
+                        return false;
+                    }
+                }
+                sum <= u64::from(total)
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 pub(crate) struct Mirror {
+    kind: Kind,
     synced: bool,
     seen_rev: i64,
     keys: HashMap<Vec<u8>, i64>,
-    order: BTreeMap<i64, Vec<u8>>,
-    waiters: HashMap<i64, Arc<Notify>>,
+    order: BTreeMap<i64, Entry>,
+    waiters: HashMap<i64, (Arc<Notify>, Need)>,
     holders: HashMap<i64, StateCell>,
 }
 
 impl Mirror {
-    fn standing(&self, rev: i64) -> Standing {
-        if !self.synced || self.seen_rev < rev {
-            return Standing::Unknown;
-        }
-        match self.order.keys().next() {
-            _ if !self.order.contains_key(&rev) => Standing::Gone,
-            Some(first) if *first == rev => Standing::Owner,
-            _ => Standing::Waiting,
+    fn new(kind: Kind) -> Mirror {
+        Mirror {
+            kind,
+            synced: false,
+            seen_rev: 0,
+            keys: HashMap::new(),
+            order: BTreeMap::new(),
+            waiters: HashMap::new(),
+            holders: HashMap::new(),
         }
     }
 
-    fn reset(&mut self, rev: i64, kvs: impl Iterator<Item = (Vec<u8>, i64)>) {
+    fn standing(&self, rev: i64, need: Need) -> Standing {
+        if !self.synced || self.seen_rev < rev {
+            return Standing::Unknown;
+        }
+        if !self.order.contains_key(&rev) {
+            return Standing::Gone;
+        }
+        if need.holds(self.order.range(..rev).map(|(_, e)| e)) {
+            Standing::Owner
+        } else {
+            Standing::Waiting
+        }
+    }
+
+    fn reset(&mut self, rev: i64, kvs: Vec<etcd_client::KeyValue>) {
         self.keys.clear();
         self.order.clear();
-        for (k, r) in kvs {
-            self.order.insert(r, k.clone());
-            self.keys.insert(k, r);
+        for kv in kvs {
+            self.put(kv.key(), kv.create_revision(), kv.value());
         }
         self.seen_rev = rev;
         self.synced = true;
     }
 
-    fn put(&mut self, key: &[u8], create_rev: i64) {
+    fn put(&mut self, key: &[u8], create_rev: i64, value: &[u8]) {
         if let Some(old) = self.keys.insert(key.to_vec(), create_rev) {
             self.order.remove(&old);
         }
-        self.order.insert(create_rev, key.to_vec());
+        self.order.insert(create_rev, self.kind.entry(value));
     }
 
     fn delete(&mut self, key: &[u8]) {
@@ -88,8 +176,8 @@ impl Mirror {
 
     /// Wakes the waiters whose standing is decided and marks holders whose key is gone Lost.
     fn settle(&mut self) {
-        for (rev, n) in &self.waiters {
-            if matches!(self.standing(*rev), Standing::Owner | Standing::Gone) {
+        for (rev, (n, need)) in &self.waiters {
+            if matches!(self.standing(*rev, *need), Standing::Owner | Standing::Gone) {
                 n.notify_one();
             }
         }
@@ -97,7 +185,7 @@ impl Mirror {
             .holders
             .keys()
             .copied()
-            .filter(|r| self.standing(*r) == Standing::Gone)
+            .filter(|r| self.standing(*r, Need::Shared) == Standing::Gone)
             .collect();
         for r in gone {
             if let Some(cell) = self.holders.remove(&r) {
@@ -133,11 +221,11 @@ impl Drop for NameWatch {
 
 impl NameWatch {
     /// Creates the watch of `prefix` (which ends with `/`) and starts its task.
-    pub(crate) fn start(pool: Arc<Pool>, prefix: Vec<u8>) -> Arc<NameWatch> {
+    pub(crate) fn start(pool: Arc<Pool>, prefix: Vec<u8>, kind: Kind) -> Arc<NameWatch> {
         let (ready, _) = watch::channel(false);
         let nw = Arc::new(NameWatch {
             prefix,
-            mirror: Mutex::new(Mirror::default()),
+            mirror: Mutex::new(Mirror::new(kind)),
             ready,
             slots: Mutex::new(BTreeSet::new()),
             task: Mutex::new(None),
@@ -158,7 +246,7 @@ impl NameWatch {
         for (_, cell) in m.holders.drain() {
             cell.mark_lost();
         }
-        for n in m.waiters.values() {
+        for (n, _) in m.waiters.values() {
             n.notify_one();
         }
     }
@@ -197,14 +285,14 @@ impl NameWatch {
     }
 
     /// Where our key of create revision `rev` stands.
-    pub(crate) fn standing(&self, rev: i64) -> Standing {
-        self.mirror().standing(rev)
+    pub(crate) fn standing(&self, rev: i64, need: Need) -> Standing {
+        self.mirror().standing(rev, need)
     }
 
     /// Registers a waiter for `rev`; it is notified when it became owner or lost its key.
-    pub(crate) fn add_waiter(&self, rev: i64) -> Arc<Notify> {
+    pub(crate) fn add_waiter(&self, rev: i64, need: Need) -> Arc<Notify> {
         let n = Arc::new(Notify::new());
-        self.mirror().waiters.insert(rev, n.clone());
+        self.mirror().waiters.insert(rev, (n.clone(), need));
         n
     }
 
@@ -215,7 +303,7 @@ impl NameWatch {
     /// Registers a holder: its state turns Lost when its key disappears.
     pub(crate) fn add_holder(&self, rev: i64, cell: &StateCell) {
         let mut m = self.mirror();
-        if m.standing(rev) == Standing::Gone {
+        if m.standing(rev, Need::Shared) == Standing::Gone {
             cell.mark_lost();
             return;
         }
@@ -334,23 +422,14 @@ async fn session_of_watch(
     let mut resp = pool
         .run("range", true, move |mut c| {
             let p = p2.clone();
-            async move {
-                c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
-                    .await
-            }
+            async move { c.get(p, Some(GetOptions::new().with_prefix())).await }
         })
         .await?;
     let base = resp.take_header().map(|h| h.revision()).unwrap_or(0);
     {
         let Some(n) = nw.upgrade() else { return Ok(()) };
         let mut m = n.mirror();
-        m.reset(
-            base,
-            resp.take_kvs().into_iter().map(|kv| {
-                let r = kv.create_revision();
-                (kv.into_key_value().0, r)
-            }),
-        );
+        m.reset(base, resp.take_kvs());
         m.settle();
         drop(m);
         n.ready.send_replace(true);
@@ -377,7 +456,7 @@ async fn session_of_watch(
                 continue;
             }
             match ev.event_type() {
-                EventType::Put => m.put(kv.key(), kv.create_revision()),
+                EventType::Put => m.put(kv.key(), kv.create_revision(), kv.value()),
                 EventType::Delete => m.delete(kv.key()),
             }
             if kv.mod_revision() > m.seen_rev {

@@ -1,0 +1,412 @@
+//! Acquiring a key on a lock prefix, shared by the mutex, the RW lock and the semaphore.
+//!
+//! One transaction creates our key `<prefix><lease hex>[_n]` if absent (attached to the session
+//! lease, or to a lease of its own for fixed leases) and reads the keys ranked before it. If
+//! they leave room for us we hold at once. Otherwise we wait on the name's long-lived watch (see
+//! `watch.rs`) until the mirror shows that we hold; ranks are create revisions, never key names
+//! or mere existence, because key names come back whenever a session locks again. If our own key
+//! vanishes while we wait (etcd issue 11456) we start over with a fresh key. Every failure,
+//! timeout and cancellation deletes our key (etcd issue 9715).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
+use lockkit_core::{
+    AcquireOptions, Error, ErrorKind, FencingToken, GuardParts, Lease, Result, StateCell,
+};
+use tokio::time::Instant;
+
+use crate::backend::Inner;
+use crate::held::{EtcdHeld, HeldShared};
+use crate::session::{ttl_secs, Session};
+use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
+
+/// Which lease a key is attached to.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyLease {
+    /// The shared session lease (watchdog leases).
+    Session(Arc<Session>),
+    /// A lease of its own (fixed leases).
+    Fixed(i64),
+}
+
+impl KeyLease {
+    pub(crate) fn id(&self) -> i64 {
+        match self {
+            KeyLease::Session(s) => s.id(),
+            KeyLease::Fixed(id) => *id,
+        }
+    }
+}
+
+/// One acquire request on a prefix.
+pub(crate) struct Request<'a> {
+    pub(crate) name: &'a Arc<str>,
+    pub(crate) nw: &'a Arc<NameWatch>,
+    pub(crate) kind: Kind,
+    pub(crate) need: Need,
+    /// The value of our key: empty (mutex, as Go writes it), `w` / `r` (RW lock), the permit
+    /// count (semaphore).
+    pub(crate) value: String,
+}
+
+/// Acquires per `req`; `Ok(None)` when the wait budget ran out (our key deleted by then).
+pub(crate) async fn acquire(
+    inner: &Arc<Inner>,
+    req: Request<'_>,
+    opts: &AcquireOptions,
+) -> Result<Option<GuardParts>> {
+    let deadline = opts.wait_budget().map(|d| Instant::now() + d);
+    let nw = req.nw;
+    let prefix = nw.prefix().to_vec();
+    loop {
+        let (lease, lease_deadline) = match opts.lease {
+            Lease::Fixed(d) => {
+                let (id, deadline) = grant_fixed(inner, d).await?;
+                (KeyLease::Fixed(id), Some(deadline))
+            }
+            _ => (KeyLease::Session(inner.session().await?), None),
+        };
+        let slot = nw.take_slot();
+        let key = match &lease {
+            KeyLease::Session(s) => slot.key(s.id()),
+            KeyLease::Fixed(id) => {
+                let mut k = prefix.clone();
+                k.extend_from_slice(format!("{id:x}").as_bytes());
+                k
+            }
+        };
+        let mut attempt = Attempt {
+            inner: inner.clone(),
+            key,
+            lease: lease.clone(),
+            slot: Some(slot),
+            inflight: None,
+            armed: true,
+        };
+        let (rev, holds) = match attempt
+            .create(&prefix, &req.value, req.need, req.kind)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) if lease_not_found(&e) => {
+                if let KeyLease::Session(s) = &lease {
+                    inner.drop_session(s).await;
+                }
+                attempt.cleanup().await;
+                continue;
+            }
+            Err(e) => {
+                attempt.cleanup().await;
+                return Err(e);
+            }
+        };
+        if !holds {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                attempt.cleanup().await;
+                return Ok(None);
+            }
+            match wait_turn(nw, rev, req.need, deadline).await {
+                Standing::Owner => {}
+                Standing::Gone => {
+                    // Our key vanished while we waited (lease lost, force_unlock): start over.
+                    attempt.cleanup().await;
+                    inner.check_open()?;
+                    continue;
+                }
+                _ => {
+                    attempt.cleanup().await;
+                    inner.check_open()?;
+                    return Ok(None);
+                }
+            }
+        }
+        let state = StateCell::new();
+        if let KeyLease::Session(s) = &lease {
+            s.track(&state);
+        }
+        nw.add_holder(rev, &state);
+        let held = attempt.into_held(
+            opts.lease,
+            req.name.clone(),
+            nw.clone(),
+            rev,
+            state.clone(),
+            lease_deadline,
+        );
+        return Ok(Some(GuardParts::new(
+            req.name.clone(),
+            FencingToken(rev as u64),
+            opts.lease,
+            state,
+            Box::new(held),
+        )));
+    }
+}
+
+/// Waits until our key holds, vanishes, or the deadline passes (then `Waiting`).
+async fn wait_turn(
+    nw: &Arc<NameWatch>,
+    rev: i64,
+    need: Need,
+    deadline: Option<Instant>,
+) -> Standing {
+    struct Unregister<'a>(&'a NameWatch, i64);
+    impl Drop for Unregister<'_> {
+        fn drop(&mut self) {
+            self.0.remove_waiter(self.1);
+        }
+    }
+    let notify = nw.add_waiter(rev, need);
+    let _unregister = Unregister(nw, rev);
+    loop {
+        if let s @ (Standing::Owner | Standing::Gone) = nw.standing(rev, need) {
+            return s;
+        }
+        match deadline {
+            Some(d) => {
+                if tokio::time::timeout_at(d, notify.notified()).await.is_err() {
+                    // One last look: the hand-off may have landed at the deadline.
+                    return match nw.standing(rev, need) {
+                        Standing::Owner => Standing::Owner,
+                        _ => Standing::Waiting,
+                    };
+                }
+            }
+            None => notify.notified().await,
+        }
+        if nw.is_stopped() {
+            return Standing::Waiting;
+        }
+    }
+}
+
+fn lease_not_found(e: &Error) -> bool {
+    let s = format!("{e} {e:?}");
+    s.contains("requested lease not found") || s.contains("lease not found")
+}
+
+/// Grants a fixed lease of `d` (whole seconds, at least 1); returns its id and local deadline.
+pub(crate) async fn grant_fixed(inner: &Inner, d: Duration) -> Result<(i64, Instant)> {
+    let secs = ttl_secs(d);
+    let sent = Instant::now();
+    let resp = inner
+        .pool
+        .run("lease grant", false, |mut c| async move {
+            c.lease_grant(secs, None).await
+        })
+        .await?;
+    Ok((
+        resp.id(),
+        sent + Duration::from_secs(resp.ttl().max(1) as u64),
+    ))
+}
+
+/// The create transaction of an attempt, while it runs.
+type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Result<TxnResponse>> + Send>>;
+
+/// One try at creating our key. Dropping it (a cancelled acquire) deletes the key in the
+/// background, after the create transaction, if still in flight, has finished.
+struct Attempt {
+    inner: Arc<Inner>,
+    key: Vec<u8>,
+    lease: KeyLease,
+    slot: Option<Slot>,
+    inflight: Option<InFlight>,
+    armed: bool,
+}
+
+impl Attempt {
+    /// Creates our key (deleting a stale key of ours in the slot first) and returns our create
+    /// revision and whether we hold at once.
+    async fn create(
+        &mut self,
+        prefix: &[u8],
+        value: &str,
+        need: Need,
+        kind: Kind,
+    ) -> Result<(i64, bool)> {
+        // The mutex only needs the first key; the others need everyone ranked before them.
+        let limit = if need == Need::Exclusive { 1 } else { 0 };
+        for _ in 0..3 {
+            let (pool, key, lease, prefix, value) = (
+                self.inner.pool.clone(),
+                self.key.clone(),
+                self.lease.id(),
+                prefix.to_vec(),
+                value.to_string(),
+            );
+            // Owned by the attempt, so that a cancelled acquire cannot cut the request and leave
+            // us unsure whether the key exists: a dropped attempt hands the unfinished request
+            // to its cleanup task, which drives it to the end before deleting the key.
+            let fut: InFlight = Box::pin(async move {
+                pool.run("acquire", true, move |mut c| {
+                    let owner = TxnOp::get(
+                        prefix.clone(),
+                        Some(
+                            GetOptions::new()
+                                .with_prefix()
+                                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                                .with_limit(limit),
+                        ),
+                    );
+                    let txn = Txn::new()
+                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                        .and_then([
+                            TxnOp::put(
+                                key.clone(),
+                                value.clone(),
+                                Some(PutOptions::new().with_lease(lease)),
+                            ),
+                            owner.clone(),
+                        ])
+                        .or_else([TxnOp::get(key.clone(), None), owner]);
+                    async move { c.txn(txn).await }
+                })
+                .await
+            });
+            self.inflight = Some(fut);
+            let resp = self.inflight.as_mut().expect("just set").await;
+            self.inflight = None;
+            let resp = resp?;
+            let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+            let ops = resp.op_responses();
+            if resp.succeeded() {
+                let holds = match ops.get(1) {
+                    Some(TxnOpResponse::Get(g)) => {
+                        let before: Vec<_> = g
+                            .kvs()
+                            .iter()
+                            .filter(|kv| kv.create_revision() < rev)
+                            .map(|kv| kind.entry(kv.value()))
+                            .collect();
+                        need.holds(before.iter())
+                    }
+                    _ => false,
+                };
+                return Ok((rev, holds));
+            }
+            // Our slot's key exists: left over from an earlier acquisition whose delete failed,
+            // or from a retried request. Never adopt it (its token would repeat): delete it.
+            let stale = match ops.first() {
+                Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()),
+                _ => None,
+            };
+            if let Some(stale) = stale {
+                delete_if_ours(&self.inner, &self.key, stale).await?;
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Backend,
+            "could not create the lock key (it kept reappearing)",
+        ))
+    }
+
+    /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours.
+    async fn cleanup(&mut self) {
+        self.armed = false;
+        let inflight = self.inflight.take();
+        let _ = remove_key(&self.inner, &self.key, &self.lease, inflight).await;
+        self.slot = None;
+    }
+
+    fn into_held(
+        mut self,
+        guard_lease: Lease,
+        name: Arc<str>,
+        nw: Arc<NameWatch>,
+        rev: i64,
+        state: StateCell,
+        fixed_deadline: Option<Instant>,
+    ) -> EtcdHeld {
+        self.armed = false;
+        let shared = Arc::new(HeldShared {
+            inner: self.inner.clone(),
+            name,
+            nw,
+            key: std::mem::take(&mut self.key),
+            rev,
+            lease: Mutex::new(self.lease.clone()),
+            slot: Mutex::new(self.slot.take()),
+            state,
+            guard_lease,
+        });
+        EtcdHeld::new(shared, fixed_deadline)
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, key, lease, inflight, slot) = (
+            self.inner.clone(),
+            std::mem::take(&mut self.key),
+            self.lease.clone(),
+            self.inflight.take(),
+            self.slot.take(),
+        );
+        rt.spawn(async move {
+            let _ = remove_key(&inner, &key, &lease, inflight).await;
+            drop(slot);
+        });
+    }
+}
+
+/// Deletes an acquisition's key whatever its revision (the key is ours alone: it embeds our lease
+/// and a slot we reserved), after an in-flight create has finished. A fixed lease is revoked.
+pub(crate) async fn remove_key(
+    inner: &Inner,
+    key: &[u8],
+    lease: &KeyLease,
+    inflight: Option<InFlight>,
+) -> Result<()> {
+    if let Some(f) = inflight {
+        let _ = f.await;
+    }
+    let k = key.to_vec();
+    let r = inner
+        .pool
+        .run("delete", true, move |mut c| {
+            let k = k.clone();
+            async move { c.delete(k, None).await }
+        })
+        .await
+        .map(drop);
+    if let KeyLease::Fixed(id) = lease {
+        revoke(inner, *id).await;
+    }
+    r
+}
+
+pub(crate) async fn revoke(inner: &Inner, id: i64) {
+    let _ = inner
+        .pool
+        .run("lease revoke", true, move |mut c| async move {
+            c.lease_revoke(id).await
+        })
+        .await;
+}
+
+/// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
+pub(crate) async fn delete_if_ours(inner: &Inner, key: &[u8], rev: i64) -> Result<bool> {
+    let k = key.to_vec();
+    let resp = inner
+        .pool
+        .run("release", true, move |mut c| {
+            let txn = Txn::new()
+                .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::delete(k.clone(), None)]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(resp.succeeded())
+}

@@ -1,0 +1,88 @@
+//! The read-write lock: keys ranked by create revision on `<prefix>/%rw/<encoded name>/`, value
+//! `w` for a writer and `r` for a reader. A writer holds when it is first; a reader holds when no
+//! writer is ranked before it, so a waiting writer keeps later readers out (writers are not
+//! starved). Downgrade rewrites our key's value to `r` in place: same rank, same token.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lockkit_core::{AcquireOptions, ReadGuard, ReadWriteLock, Result, WriteGuard};
+
+use crate::acquire::{acquire, delete_if_ours, Request};
+use crate::backend::Inner;
+use crate::mutex::watch_of;
+use crate::watch::{Kind, NameWatch, Need};
+
+/// A read-write lock handle.
+#[derive(Debug)]
+pub(crate) struct EtcdRwLock {
+    inner: Arc<Inner>,
+    name: Arc<str>,
+    prefix: Vec<u8>,
+    watch: tokio::sync::OnceCell<Arc<NameWatch>>,
+}
+
+impl EtcdRwLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
+        EtcdRwLock {
+            prefix: inner.prefix(Kind::RwLock, name),
+            inner,
+            name: name.into(),
+            watch: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn take(
+        &self,
+        need: Need,
+        opts: &AcquireOptions,
+    ) -> Result<Option<lockkit_core::GuardParts>> {
+        let nw = watch_of(&self.inner, &self.watch, &self.prefix, Kind::RwLock).await?;
+        let value = if need == Need::Shared { "r" } else { "w" };
+        let req = Request {
+            name: &self.name,
+            nw: &nw,
+            kind: Kind::RwLock,
+            need,
+            value: value.into(),
+        };
+        acquire(&self.inner, req, opts).await
+    }
+}
+
+#[async_trait]
+impl ReadWriteLock for EtcdRwLock {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
+        Ok(self.take(Need::Shared, opts).await?.map(ReadGuard::new))
+    }
+
+    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
+        Ok(self.take(Need::Exclusive, opts).await?.map(WriteGuard::new))
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        Ok(!self.inner.keys_by_create(&self.prefix, 1).await?.is_empty())
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        // Delete every key that holds right now: the first, and when it is a reader, every
+        // reader up to the first writer.
+        let kvs = self.inner.keys_by_create(&self.prefix, 0).await?;
+        let mut any = false;
+        for (i, kv) in kvs.iter().enumerate() {
+            let writer = Kind::RwLock.entry(kv.value()).exclusive;
+            if i > 0 && writer {
+                break;
+            }
+            any |= delete_if_ours(&self.inner, kv.key(), kv.create_revision()).await?;
+            if writer {
+                break;
+            }
+        }
+        Ok(any)
+    }
+}
