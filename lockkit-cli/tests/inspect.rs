@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::suite::inspect_held;
 use common::*;
 
 fn json(o: &std::process::Output) -> serde_json::Value {
@@ -29,37 +30,6 @@ fn mem_inspect_shows_a_free_lock() {
     assert_eq!(v["backend"], "mem");
     assert_eq!(v["locked"], false);
     assert_eq!(v["holders"].as_array().unwrap().len(), 0);
-}
-
-/// Inspect a lock held by another `lockkit exec`: owner, token, mode; human and JSON.
-pub fn inspect_held(url: &str) -> bool {
-    let n = name("inspect");
-    let dir = TempDir::new("inspect");
-    let (ready, got) = (dir.path("ready"), dir.path("got"));
-    let cmd = trapping_cmd(&ready, &got, 60);
-    let mut args = vec!["exec", n.as_str(), "--"];
-    args.extend(cmd.iter().map(String::as_str));
-    let holder = Bg::spawn(lockkit(url, &args));
-    let token = wait_file(&ready, LIMIT);
-    let o = run(lockkit(url, &["inspect", &n]), LIMIT);
-    let (out, err) = text(&o);
-    if code(&o) == 69 {
-        eprintln!("skipping inspect on {url}: {err}");
-        assert!(err.contains("cannot inspect"), "{err}");
-        return false;
-    }
-    assert_eq!(code(&o), 0, "{err}");
-    assert!(out.contains(": held"), "{out}");
-    assert!(out.contains("exclusive"), "{out}");
-    assert!(out.contains(&token), "token {token} not in {out}");
-    let v = json(&run(lockkit(url, &["inspect", &n, "--json"]), LIMIT));
-    assert_eq!(v["locked"], true);
-    let h = &v["holders"][0];
-    assert_eq!(h["mode"], "exclusive");
-    assert_eq!(h["token"].as_u64().unwrap().to_string(), token);
-    assert!(!h["owner"].as_str().unwrap().is_empty());
-    drop(holder);
-    true
 }
 
 #[test]

@@ -149,3 +149,42 @@ pub fn fixed_lease_runs_out(url: &str) {
     let o = run(exec(url, &n, &["--wait", "5s"], &["true"]), LIMIT);
     assert_eq!(code(&o), 0, "{:?}", text(&o));
 }
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    let (out, err) = text(o);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out:?} / {err}"))
+}
+
+/// Inspect a lock held by another `lockkit exec`: owner, token, mode; human and JSON.
+pub fn inspect_held(url: &str) -> bool {
+    let n = name("inspect");
+    let dir = TempDir::new("inspect");
+    let (ready, got) = (dir.path("ready"), dir.path("got"));
+    let cmd = trapping_cmd(&ready, &got, 60);
+    let mut args = vec!["exec", n.as_str(), "--"];
+    args.extend(cmd.iter().map(String::as_str));
+    let holder = Bg::spawn(lockkit(url, &args));
+    let token = wait_file(&ready, LIMIT);
+    let o = run(lockkit(url, &["inspect", &n]), LIMIT);
+    let (out, err) = text(&o);
+    if code(&o) == 69 {
+        eprintln!("skipping inspect on {url}: {err}");
+        assert!(err.contains("cannot inspect"), "{err}");
+        return false;
+    }
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(out.contains(": held"), "{out}");
+    assert!(out.contains("exclusive"), "{out}");
+    let v = json(&run(lockkit(url, &["inspect", &n, "--json"]), LIMIT));
+    assert_eq!(v["locked"], true);
+    let h = &v["holders"][0];
+    assert_eq!(h["mode"], "exclusive");
+    // Backends report a holder's token where they can tell; when they do, it must be right.
+    if let Some(t) = h["token"].as_u64() {
+        assert_eq!(t.to_string(), token, "{v}");
+        assert!(out.contains(&token), "token {token} not in {out}");
+    }
+    assert!(!h["owner"].as_str().unwrap().is_empty());
+    drop(holder);
+    true
+}

@@ -1,0 +1,86 @@
+//! `lockkit exec` and `inspect` against the real servers named by `LOCKKIT_TEST_REDIS_URL`,
+//! `LOCKKIT_TEST_ZK_URL` and `LOCKKIT_TEST_ETCD_URL` (see `scripts/services.sh`). A backend whose
+//! `connect` still answers `Unsupported` (not built yet) is skipped with a message; anything
+//! else must work.
+
+mod common;
+
+use common::suite;
+
+/// The URL to test, or `None` (skip) when unset or when the backend is not built yet.
+async fn usable(backend: &str) -> Option<(String, lockkit::Capabilities)> {
+    let url = lockkit_core::testing::server_url(backend)?;
+    match lockkit::connect(&url).await {
+        Ok(locks) => {
+            let caps = locks.capabilities();
+            let _ = locks.close().await;
+            Some((url, caps))
+        }
+        Err(e) if e.kind() == &lockkit::ErrorKind::Unsupported => {
+            eprintln!("skipping {backend}: its backend is not built yet ({e})");
+            None
+        }
+        Err(e) if matches!(e.kind(), lockkit::ErrorKind::BackendDisabled { .. }) => {
+            eprintln!("skipping {backend}: this build leaves its feature out ({e})");
+            None
+        }
+        Err(e) => panic!("cannot connect to {backend} at {url}: {e}"),
+    }
+}
+
+async fn exec_on(backend: &str) {
+    let Some((url, caps)) = usable(backend).await else {
+        return;
+    };
+    tokio::task::spawn_blocking(move || {
+        suite::exit_status_and_env(&url);
+        suite::crash_releases_and_busy_code(&url);
+        suite::sigint_is_forwarded(&url);
+        suite::lost_lock_terminates_command(&url, "3s");
+        if caps.fixed_lease {
+            suite::fixed_lease_runs_out(&url);
+        }
+    })
+    .await
+    .unwrap();
+}
+
+async fn inspect_on(backend: &str) {
+    let Some((url, _)) = usable(backend).await else {
+        return;
+    };
+    // An Unsupported inspect is reported (exit 69, clear message) and accepted for now.
+    tokio::task::spawn_blocking(move || suite::inspect_held(&url))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn redis_exec() {
+    exec_on("redis").await;
+}
+
+#[tokio::test]
+async fn zk_exec() {
+    exec_on("zk").await;
+}
+
+#[tokio::test]
+async fn etcd_exec() {
+    exec_on("etcd").await;
+}
+
+#[tokio::test]
+async fn redis_inspect() {
+    inspect_on("redis").await;
+}
+
+#[tokio::test]
+async fn zk_inspect() {
+    inspect_on("zk").await;
+}
+
+#[tokio::test]
+async fn etcd_inspect() {
+    inspect_on("etcd").await;
+}
