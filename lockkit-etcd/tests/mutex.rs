@@ -318,3 +318,27 @@ async fn child_holder() {
     println!("CHILD-HOLDS {}", g.token());
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
+
+/// Several endpoints, the first one dead: connect, acquire and release fail over to the live one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_first_endpoint_fails_over() {
+    let Some(url) = url() else { return };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let live = url.trim_start_matches("etcd://");
+    let mut cfg = lockkit_core::LockConfig::new(format!("etcd://127.0.0.1:{port},{live}"));
+    cfg.command_timeout = Duration::from_secs(1);
+    let locks = lockkit_etcd::connect(&cfg)
+        .await
+        .expect("fail over at connect");
+    let n = name("failover");
+    let g = tokio::time::timeout(SOON, locks.mutex(&n).unwrap().lock())
+        .await
+        .expect("acquire through the live endpoint")
+        .unwrap();
+    assert!(locks.mutex(&n).unwrap().try_lock().await.unwrap().is_none());
+    g.release().await.unwrap();
+    assert!(!locks.mutex(&n).unwrap().is_locked().await.unwrap());
+}
