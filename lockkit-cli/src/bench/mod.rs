@@ -216,14 +216,19 @@ pub(crate) async fn run(target: &Target, args: BenchArgs) -> u8 {
         hold_us: args.hold.as_micros() as u64,
         rows,
     };
-    if args.json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => complain(format!("cannot encode JSON: {e}")),
+            Ok(s) => s + "\n",
+            Err(e) => {
+                complain(format!("cannot encode JSON: {e}"));
+                return code::FAILURE;
+            }
         }
     } else {
-        print!("{}", report::table(&report));
-    }
+        report::table(&report)
+    };
+    // A closed pipe (`| head`) is not worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     if let Some(path) = &args.report {
         if let Err(e) = std::fs::write(path, report::html(&report)) {
             complain(format!("cannot write {}: {e}", path.display()));

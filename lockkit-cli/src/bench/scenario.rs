@@ -379,9 +379,7 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
             }
             Err(e) => RawFloor::Failed(e.to_string()),
         },
-        _ => RawFloor::Todo(
-            "raw floor for server backends needs their client code in the CLI; not measured yet",
-        ),
+        _ => RawFloor::Todo("TODO: needs the server client in the CLI"),
     }
 }
 
