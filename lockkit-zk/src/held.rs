@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use lockkit_core::{Error, ErrorKind, FencingToken, GuardParts, Held, Lease, Result, StateCell};
 use zookeeper_client as zk;
 
-use crate::error::{is_transient, map};
+use crate::error::map;
 use crate::queue::{delete_node, Node};
 use crate::session::Session;
 
@@ -139,10 +139,18 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                     lost("node deleted");
                     return;
                 }
-                Err(e) if is_transient(&e) => tokio::time::sleep(Duration::from_millis(100)).await,
-                Err(_) => {
+                Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed) => {
                     lost("session ended");
                     return;
+                }
+                Err(e) => {
+                    if client.state().is_terminated() {
+                        lost("session ended");
+                        return;
+                    }
+                    // Connection trouble: the session task reports Suspect; try again.
+                    tracing::debug!(error = %e, node = %path, "zookeeper: deletion watch not set yet");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         }
