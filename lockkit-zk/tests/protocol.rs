@@ -210,3 +210,129 @@ async fn cancelled_acquires_leave_no_node() {
     holder.release().await.unwrap();
     assert!(children(&b, &dir).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downgrade_keeps_a_waiting_writer_behind_us() {
+    use lockkit_core::ReadWriteLockExt;
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let b = backend(&url).await;
+    let w = b.rwlock("down").unwrap().write_lock().await.unwrap();
+    let token = w.token();
+    let waiting_writer = b.rwlock("down").unwrap();
+    let writer = tokio::spawn(async move {
+        let g = waiting_writer.write_lock().await.unwrap();
+        let t = g.token();
+        g.release().await.unwrap();
+        t
+    });
+    while b
+        .inspect("down", Primitive::RwLock)
+        .await
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The read node takes the write node's place: the writer queued behind us stays behind.
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(r.token(), token);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "a waiting writer got in during the downgrade"
+    );
+    let names = children(&b, &b.rwlock_path("down")).await;
+    assert!(names.iter().any(|n| n.contains("__READ__")), "{names:?}");
+    // A reader arriving now queues behind the waiting writer (writers are not starved).
+    assert!(b
+        .rwlock("down")
+        .unwrap()
+        .try_read()
+        .await
+        .unwrap()
+        .is_none());
+    r.release().await.unwrap();
+    let wt = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(wt > token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_waiters_do_not_herd() {
+    use lockkit_core::SemaphoreExt;
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let holder_backend = backend(&url).await;
+    let waiters_backend = backend(&url).await;
+    let first = holder_backend
+        .semaphore("herd", 1)
+        .unwrap()
+        .acquire_one()
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..10 {
+        let s = waiters_backend.semaphore("herd", 1).unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let p = s.acquire_one().await.unwrap();
+            tx.send((i, p)).unwrap();
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut before = waiters_backend.wake_count();
+    drop(first);
+    for _ in 0..10 {
+        let (_, permit) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let woke = waiters_backend.wake_count() - before;
+        // The lease-set watcher wakes, takes the permit, and lets the next acquirer into the
+        // entry lock: two wake-ups per release, never one per waiter.
+        assert!(woke <= 2, "one release woke {woke} waiters");
+        before = waiters_backend.wake_count();
+        permit.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_of_a_dead_session_come_back() {
+    use lockkit_core::{AcquireOptions as Opts, SemaphoreExt};
+    let Some(url) = url() else { return };
+    let pre = prefix();
+    let proxy = Proxy::start(server_addr(&url)).await;
+    let dying = backend(&format!(
+        "zk://{}?session_timeout=1s&prefix={pre}",
+        proxy.addr
+    ))
+    .await;
+    let other = backend(&with_params(&url, &format!("prefix={pre}"))).await;
+    let permit = dying
+        .semaphore("dead", 2)
+        .unwrap()
+        .acquire(2, &Opts::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let sem = other.semaphore("dead", 2).unwrap();
+    assert_eq!(sem.available().await.unwrap(), 0);
+    proxy.cut(); // the holder's session expires on the server
+    let p = sem
+        .acquire(2, &Opts::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("permits back after the holder's session expired");
+    tokio::time::timeout(Duration::from_secs(5), permit.lost())
+        .await
+        .unwrap();
+    assert!(p.token() > permit.token());
+    p.release().await.unwrap();
+    assert_eq!(sem.available().await.unwrap(), 2);
+    let _ = sem.try_acquire(1).await.unwrap().expect("free");
+}
