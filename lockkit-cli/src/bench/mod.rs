@@ -1,5 +1,7 @@
 //! `lockkit bench`: the same lock scenarios across several backends, side by side.
 
+#[cfg(feature = "full")]
+mod raw;
 mod report;
 mod scenario;
 

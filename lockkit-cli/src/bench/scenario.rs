@@ -379,7 +379,10 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
             }
             Err(e) => RawFloor::Failed(e.to_string()),
         },
-        _ => RawFloor::Todo("TODO: needs the server client in the CLI"),
+        #[cfg(feature = "full")]
+        kind => super::raw::floor(s.cfg, kind, s.ops, s.progress).await,
+        #[cfg(not(feature = "full"))]
+        _ => RawFloor::Todo("TODO: raw floor needs the `full` feature"),
     }
 }
 

@@ -1,0 +1,158 @@
+//! Raw-floor rows for the server backends: each server's own minimal lock cycle, with its own
+//! client and without lockkit, so the table shows what lockkit adds on top.
+//!
+//! | backend | one cycle |
+//! | --- | --- |
+//! | redis | `SET key v NX PX 30000` + `DEL key` (2 round trips) |
+//! | zk | create an ephemeral node + delete it (2 round trips) |
+//! | etcd | a transaction put-if-absent (create revision 0) + a delete (2 round trips) |
+//!
+//! TLS URLs (`rediss`, `etcds`) and credentials are not handled here: those rows say `todo`.
+
+use std::time::{Duration, Instant};
+
+use indicatif::ProgressBar;
+use lockkit::{BackendKind, LockConfig};
+
+use super::scenario::RawFloor;
+
+fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, String> {
+    let url = cfg.server_url().map_err(|e| e.to_string())?;
+    if url.username.is_some() || url.password.is_some() {
+        return Err("credentials".into());
+    }
+    Ok(url)
+}
+
+/// Measures the raw floor of a server backend.
+pub(super) async fn floor(
+    cfg: &LockConfig,
+    kind: BackendKind,
+    ops: u64,
+    pb: &ProgressBar,
+) -> RawFloor {
+    let url = match hosts(cfg) {
+        Ok(u) => u,
+        Err(why) => {
+            return RawFloor::Todo(if why == "credentials" {
+                "TODO: raw floor with credentials"
+            } else {
+                "TODO: raw floor for this URL"
+            })
+        }
+    };
+    let key = format!("lockkit-raw-floor-{:016x}", rand::random::<u64>());
+    let r = match (kind, url.scheme) {
+        (BackendKind::Redis, lockkit::Scheme::Redis) => redis_floor(&url, &key, ops, pb).await,
+        (BackendKind::ZooKeeper, _) => zk_floor(&url, &key, ops, pb).await,
+        (BackendKind::Etcd, lockkit::Scheme::Etcd) => etcd_floor(&url, &key, ops, pb).await,
+        _ => return RawFloor::Todo("TODO: raw floor over TLS"),
+    };
+    match r {
+        Ok((waits, elapsed, what)) => RawFloor::Measured(waits, elapsed, what),
+        Err(e) => RawFloor::Failed(e),
+    }
+}
+
+type Measured = Result<(Vec<u64>, Duration, &'static str), String>;
+
+async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
+    let h = url.hosts.first().ok_or("no host")?;
+    let db = if url.path.is_empty() {
+        "0"
+    } else {
+        url.path.as_str()
+    };
+    let client = redis::Client::open(format!("redis://{}:{}/{db}", h.host, h.port))
+        .map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut waits = Vec::with_capacity(ops as usize);
+    let started = Instant::now();
+    for _ in 0..ops {
+        let t0 = Instant::now();
+        let got: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg("raw")
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| e.to_string())?;
+        waits.push(t0.elapsed().as_nanos() as u64);
+        if got.is_none() {
+            return Err(format!("raw floor key {key} was busy"));
+        }
+        let _: i64 = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .map_err(|e| e.to_string())?;
+        pb.inc(1);
+    }
+    Ok((waits, started.elapsed(), "SET NX PX + DEL"))
+}
+
+async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
+    use zookeeper_client::{Acls, Client, CreateMode};
+    let hosts: Vec<String> = url
+        .hosts
+        .iter()
+        .map(|h| format!("{}:{}", h.host, h.port))
+        .collect();
+    let mut connect = hosts.join(",");
+    if !url.path.is_empty() {
+        connect.push('/');
+        connect.push_str(url.path.trim_start_matches('/'));
+    }
+    let client = Client::connect(&connect).await.map_err(|e| e.to_string())?;
+    let path = format!("/{key}");
+    let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
+    let mut waits = Vec::with_capacity(ops as usize);
+    let started = Instant::now();
+    for _ in 0..ops {
+        let t0 = Instant::now();
+        client
+            .create(&path, b"", &opts)
+            .await
+            .map_err(|e| format!("create {path}: {e}"))?;
+        waits.push(t0.elapsed().as_nanos() as u64);
+        client
+            .delete(&path, None)
+            .await
+            .map_err(|e| format!("delete {path}: {e}"))?;
+        pb.inc(1);
+    }
+    Ok((waits, started.elapsed(), "create ephemeral + delete"))
+}
+
+async fn etcd_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
+    use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+    let endpoints: Vec<String> = url
+        .hosts
+        .iter()
+        .map(|h| format!("http://{}:{}", h.host, h.port))
+        .collect();
+    let mut client = Client::connect(endpoints, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut waits = Vec::with_capacity(ops as usize);
+    let started = Instant::now();
+    for _ in 0..ops {
+        let t0 = Instant::now();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, "raw", None)]);
+        let resp = client.txn(txn).await.map_err(|e| e.to_string())?;
+        waits.push(t0.elapsed().as_nanos() as u64);
+        if !resp.succeeded() {
+            return Err(format!("raw floor key {key} was busy"));
+        }
+        client.delete(key, None).await.map_err(|e| e.to_string())?;
+        pb.inc(1);
+    }
+    Ok((waits, started.elapsed(), "txn put-if-absent + delete"))
+}
