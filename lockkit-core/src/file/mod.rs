@@ -22,6 +22,10 @@
 //! URL: `file:///var/lock/myapp` (the directory is created if missing). Option `sync=false`
 //! skips the `fdatasync` of the token counter (faster; tokens may go back after a power loss).
 //!
+//! Files are never deleted (except by `force_unlock`): the token counter must outlive every
+//! holder, or tokens would start again from 1. A directory holds about three small files per
+//! lock name.
+//!
 //! Caveats: OS file locks are advisory, and unreliable on some network file systems; keep the
 //! directory on a local file system. Lock names map to file names injectively, but a
 //! case-insensitive file system folds names that differ only in case.

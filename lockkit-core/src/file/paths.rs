@@ -93,9 +93,9 @@ impl LockPaths {
             .flatten()
             .flatten()
             .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.starts_with(&head) && !n.ends_with(".tmp"))
+                e.file_name().to_str().is_some_and(|n| {
+                    n.starts_with(&head) && !n.ends_with(super::sidecar::TMP_SUFFIX)
+                })
             })
             .map(|e| e.path())
             .collect();

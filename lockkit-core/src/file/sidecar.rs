@@ -7,6 +7,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::fencing::FencingToken;
 use crate::inspect::{HoldMode, HolderInfo};
 
+/// Ends the names of records being written (never listed as holders).
+pub(crate) const TMP_SUFFIX: &str = ".tmp~";
+
 /// What a holder tells operators about itself.
 #[derive(Clone, Debug)]
 pub(crate) struct Record {
@@ -42,7 +45,10 @@ impl Record {
             text.push_str(&format!("deadline_ms={d}\n"));
         }
         // Write then rename, so a reader never sees half a record.
-        let tmp = path.with_extension(format!("tmp{}", self.pid));
+        // The temporary name is unique per owner, so concurrent holders never share one.
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}{TMP_SUFFIX}", self.owner));
+        let tmp = std::path::PathBuf::from(tmp);
         if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, path).is_err() {
             let _ = std::fs::remove_file(&tmp);
         }

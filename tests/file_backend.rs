@@ -1,0 +1,143 @@
+//! `file://`-specific behaviour beyond the conformance suite: inspect, RW force-unlock, names
+//! that map to long file names.
+
+use std::time::Duration;
+
+use lockkit::{
+    AcquireOptions, DistLockExt, HoldMode, LockState, Primitive, ReadWriteLockExt, SemaphoreExt,
+};
+
+fn dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "lockkit-file-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+async fn locks(d: &std::path::Path) -> lockkit::Locks {
+    lockkit::connect(&format!("file://{}", d.display()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_holders_readers_permits_and_a_waiting_writer() {
+    let d = dir("inspect");
+    let locks = locks(&d).await;
+
+    let info = locks.inspect("m", Primitive::Mutex).await.unwrap();
+    assert!(info.holders.is_empty());
+    let g = locks
+        .mutex("m")
+        .unwrap()
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    let info = locks.inspect("m", Primitive::Mutex).await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.holders[0].token, Some(g.token()));
+    assert_eq!(info.holders[0].mode, HoldMode::Exclusive);
+    let left = info.holders[0]
+        .remaining_lease
+        .expect("fixed lease is reported");
+    assert!(left > Duration::from_secs(50) && left <= Duration::from_secs(60));
+    g.release().await.unwrap();
+    assert!(locks
+        .inspect("m", Primitive::Mutex)
+        .await
+        .unwrap()
+        .holders
+        .is_empty());
+
+    let rw = locks.rwlock("rw").unwrap();
+    let r1 = rw.read_lock().await.unwrap();
+    let r2 = locks.rwlock("rw").unwrap().read_lock().await.unwrap();
+    let writer = locks.rwlock("rw").unwrap();
+    let waiting = tokio::spawn(async move { writer.write_lock().await.map(|w| w.token()) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let info = locks.inspect("rw", Primitive::RwLock).await.unwrap();
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    assert!(info.holders.iter().all(|h| h.mode == HoldMode::Shared));
+    assert_eq!(info.waiters.len(), 1, "the waiting writer: {info:?}");
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let wt = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(wt > lockkit::FencingToken(0));
+
+    let sem = locks.semaphore("s", 3).unwrap();
+    let p = sem
+        .acquire(2, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let info = locks.inspect("s", Primitive::Semaphore).await.unwrap();
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].mode, HoldMode::Permits(2));
+    assert_eq!(sem.available().await.unwrap(), 1);
+    p.release().await.unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rw_force_unlock_frees_readers_and_writers() {
+    let d = dir("rwforce");
+    let locks = locks(&d).await;
+    let rw = locks.rwlock("x").unwrap();
+    let r = rw.read_lock().await.unwrap();
+    assert!(rw.force_unlock().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), r.lost())
+        .await
+        .expect("reader lost after force_unlock");
+    let w = tokio::time::timeout(Duration::from_secs(5), rw.write_lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(rw.force_unlock().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), w.lost())
+        .await
+        .expect("writer lost after force_unlock");
+    assert_eq!(w.state(), LockState::Lost);
+    assert!(!rw.is_locked().await.unwrap());
+    assert!(!rw.force_unlock().await.unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_readers_in_one_process_keep_distinct_records() {
+    let d = dir("readers");
+    let locks = locks(&d).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let rw = locks.rwlock("r").unwrap();
+        tasks.push(tokio::spawn(async move { rw.read_lock().await.unwrap() }));
+    }
+    let mut guards = Vec::new();
+    for t in tasks {
+        guards.push(t.await.unwrap());
+    }
+    let info = locks.inspect("r", Primitive::RwLock).await.unwrap();
+    assert_eq!(info.holders.len(), 8, "{info:?}");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert!(locks
+        .inspect("r", Primitive::RwLock)
+        .await
+        .unwrap()
+        .holders
+        .is_empty());
+    let m = locks.mutex("r").unwrap();
+    drop(m.lock().await.unwrap());
+    let _ = std::fs::remove_dir_all(&d);
+}
