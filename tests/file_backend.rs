@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit::{
-    AcquireOptions, DistLockExt, HoldMode, LockState, Primitive, ReadWriteLockExt, SemaphoreExt,
-};
+use lockkit::{AcquireOptions, DistLockExt, HoldMode, LockState, Primitive, ReadWriteLockExt};
 
 fn dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(
