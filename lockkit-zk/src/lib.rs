@@ -144,8 +144,7 @@ impl Backend for ZkBackend {
     }
 
     async fn close(&self) -> Result<()> {
-        self.session.close();
-        Ok(())
+        self.session.close().await
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lockkit_core::{AcquireOptions, DistLock, Error, HoldRegistry, Lease, LockGuard, Result};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::held;
 use crate::node::MUTEX_MARKER;
@@ -51,7 +52,10 @@ impl DistLock for ZkMutex {
 
     async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
         let deadline = check_opts(opts)?;
-        let Some(node) = queue::contend(&self.session, &self.spec(), deadline).await? else {
+        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk");
+        let spec = self.spec();
+        let contend = queue::contend(&self.session, &spec, deadline);
+        let Some(node) = contend.instrument(span).await? else {
             return Ok(None);
         };
         let guard = LockGuard::new(held::parts(

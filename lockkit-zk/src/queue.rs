@@ -207,16 +207,17 @@ pub(crate) async fn create(
     let limit = session.cfg.command_timeout;
     let until = Instant::now() + limit;
     cleanup.push_prefix(dir, &prefix);
-    let mut made_dir = false;
+    let mut made_dir = 0;
     loop {
         let created = client.create(&full, b"lockkit", &options);
         let listed = client.list_children(dir);
         let stat = match created.await {
             Ok((stat, _)) => Some(stat),
-            Err(zk::Error::NoNode) if !made_dir => {
+            // The container may be reaped between our mkdir and create: try a few times.
+            Err(zk::Error::NoNode) if made_dir < 3 => {
                 drop(listed);
                 session.ensure_dir(client, dir).await?;
-                made_dir = true;
+                made_dir += 1;
                 continue;
             }
             Err(e) if is_transient(&e) && Instant::now() < until => {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lockkit_core::{AcquireOptions, ReadGuard, ReadWriteLock, Result, WriteGuard};
+use tracing::Instrument;
 
 use crate::held::{self, WriteInfo};
 use crate::mutex::{check_opts, force_delete};
@@ -35,7 +36,11 @@ impl ReadWriteLock for ZkRwLock {
             markers: MARKERS,
             rule: Rule::Shared,
         };
-        let Some(node) = queue::contend(&self.session, &spec, deadline).await? else {
+        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", mode = spec.marker);
+        let Some(node) = queue::contend(&self.session, &spec, deadline)
+            .instrument(span)
+            .await?
+        else {
             return Ok(None);
         };
         Ok(Some(ReadGuard::new(held::parts(
@@ -55,7 +60,11 @@ impl ReadWriteLock for ZkRwLock {
             markers: MARKERS,
             rule: Rule::Exclusive,
         };
-        let Some(node) = queue::contend(&self.session, &spec, deadline).await? else {
+        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", mode = spec.marker);
+        let Some(node) = queue::contend(&self.session, &spec, deadline)
+            .instrument(span)
+            .await?
+        else {
             return Ok(None);
         };
         Ok(Some(WriteGuard::new(held::parts(

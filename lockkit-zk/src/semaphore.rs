@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use lockkit_core::{AcquireOptions, Error, ErrorKind, Permit, Result, Semaphore};
 use std::sync::Arc;
 use tokio::time::Instant;
+use tracing::Instrument;
 use zookeeper_client as zk;
 
 use crate::error::map;
@@ -64,6 +65,22 @@ impl Semaphore for ZkSemaphore {
     }
 
     async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
+        let span =
+            tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", permits = n);
+        self.acquire_permits(n, opts).instrument(span).await
+    }
+
+    async fn available(&self) -> Result<u32> {
+        let client = self.session.client()?;
+        let used = self.lease_count(&client).await?;
+        Ok(self
+            .permits
+            .saturating_sub(u32::try_from(used).unwrap_or(u32::MAX)))
+    }
+}
+
+impl ZkSemaphore {
+    async fn acquire_permits(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
         if n == 0 || n > self.permits {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
@@ -136,13 +153,5 @@ impl Semaphore for ZkSemaphore {
         cleanup.disarm();
         let parts = held::parts(session, &self.name, leases, opts.lease, None).with_permits(n);
         Ok(Some(Permit::new(parts)))
-    }
-
-    async fn available(&self) -> Result<u32> {
-        let client = self.session.client()?;
-        let used = self.lease_count(&client).await?;
-        Ok(self
-            .permits
-            .saturating_sub(u32::try_from(used).unwrap_or(u32::MAX)))
     }
 }

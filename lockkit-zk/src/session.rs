@@ -12,13 +12,23 @@ use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
 
+/// A live guard: what session events and `close` need to reach it.
+#[derive(Debug)]
+pub(crate) struct Tracked {
+    pub session_id: i64,
+    pub state: StateCell,
+    pub client: zk::Client,
+    pub paths: Vec<String>,
+    pub released: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// The shared state of one `Locks` handle.
 #[derive(Debug)]
 pub(crate) struct Session {
     pub cfg: ZkConfig,
     pub acls: Vec<zk::Acl>,
     client: Mutex<Option<zk::Client>>,
-    live: Mutex<HashMap<u64, (i64, StateCell)>>,
+    live: Mutex<HashMap<u64, Tracked>>,
     next_id: AtomicU64,
     /// Watch events delivered to waiters (predecessor or lease-set watches), for the herd test.
     wakes: AtomicU64,
@@ -67,10 +77,10 @@ impl Session {
             .ok_or_else(|| Error::new(ErrorKind::Closed, "the ZooKeeper handle was closed"))
     }
 
-    /// Tracks a guard's state so session events reach it. Returns the id to untrack it with.
-    pub(crate) fn track(&self, session_id: i64, state: &StateCell) -> u64 {
+    /// Tracks a guard so session events reach it. Returns the id to untrack it with.
+    pub(crate) fn track(&self, tracked: Tracked) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.live).insert(id, (session_id, state.clone()));
+        lock(&self.live).insert(id, tracked);
         id
     }
 
@@ -80,9 +90,9 @@ impl Session {
 
     fn each_state(&self, session_id: i64, f: impl Fn(&StateCell) -> bool) {
         let live = lock(&self.live);
-        for (sid, cell) in live.values() {
-            if *sid == session_id {
-                f(cell);
+        for t in live.values() {
+            if t.session_id == session_id {
+                f(&t.state);
             }
         }
     }
@@ -95,15 +105,27 @@ impl Session {
         self.wakes.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn close(&self) {
+    /// Stops the session task, turns every live guard Lost and deletes its nodes, so other
+    /// clients get the locks now rather than when the guards are dropped.
+    pub(crate) async fn close(&self) -> Result<()> {
         if let Some(task) = lock(&self.task).take() {
             task.abort();
         }
         lock(&self.client).take();
         let live = std::mem::take(&mut *lock(&self.live));
-        for (_, cell) in live.values() {
-            cell.mark_lost();
+        let mut first_error = None;
+        for t in live.into_values() {
+            t.released.store(true, Ordering::Release);
+            t.state.mark_lost();
+            for path in &t.paths {
+                if let Err(e) =
+                    crate::queue::delete_node(&t.client, path, self.cfg.command_timeout).await
+                {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Creates the directories of `path` (containers, like Curator's

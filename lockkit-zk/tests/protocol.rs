@@ -336,3 +336,44 @@ async fn permits_of_a_dead_session_come_back() {
     assert_eq!(sem.available().await.unwrap(), 2);
     let _ = sem.try_acquire(1).await.unwrap().expect("free");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_gives_locks_back_and_marks_guards_lost() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let a = backend(&url).await.into_locks();
+    let b = backend(&url).await.into_locks();
+    let g = a.mutex("close").unwrap().lock().await.unwrap();
+    a.close().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), g.lost())
+        .await
+        .unwrap();
+    assert!(b
+        .mutex("close")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .is_some());
+    let e = a.mutex("close").unwrap().try_lock().await.unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Closed);
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_fast() {
+    let started = std::time::Instant::now();
+    let e = lockkit_zk::connect(&LockConfig::new("zk://127.0.0.1:1?connect_timeout=3s"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Connection, "{e}");
+    assert!(e.is_retryable());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let e = lockkit_zk::connect(&LockConfig::new("zk://127.0.0.1:1?session_timeout=never"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::Config);
+}
