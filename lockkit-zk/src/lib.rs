@@ -171,10 +171,18 @@ impl Backend for ZkBackend {
             },
             _ => all.len().min(1),
         };
-        let holders = all[..holding]
-            .iter()
-            .map(|p| HolderInfo::new(format!("{dir}/{}", p.name), mode(p)))
-            .collect();
+        let client = self.session.client()?;
+        let mut holders = Vec::with_capacity(holding);
+        for p in &all[..holding] {
+            let path = format!("{dir}/{}", p.name);
+            let mut info = HolderInfo::new(path.clone(), mode(p));
+            if let Ok(Some(stat)) = client.check_stat(&path).await {
+                info = info.with_token(lockkit_core::FencingToken(
+                    u64::try_from(stat.czxid).unwrap_or(0),
+                ));
+            }
+            holders.push(info);
+        }
         let waiters = all[holding..]
             .iter()
             .map(|p| WaiterInfo::new(format!("{dir}/{}", p.name), mode(p)))

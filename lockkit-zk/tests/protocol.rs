@@ -139,6 +139,12 @@ async fn digest_auth_and_acl_keep_other_identities_out() {
     let bob = backend(&format!("zk://bob:secret-b@{host}?prefix={pre}")).await;
     let anon = backend(&format!("zk://{host}?prefix={pre}")).await;
     let g = alice.mutex("acl").unwrap().lock().await.unwrap();
+    let info = anon.inspect("acl", Primitive::Mutex).await.unwrap();
+    assert_eq!(
+        info.holders[0].token,
+        Some(g.token()),
+        "inspect shows the czxid token"
+    );
 
     // Our node carries the creator's identity: digest:alice:... with every permission.
     let dir = alice.mutex_path("acl");
