@@ -1,3 +1,387 @@
-//! redis benchmarks (filled in by the redis backend work).
+//! Redis benchmark: lockkit against the raw floor and a plain `SET NX` retry loop, on the same
+//! server in the same run.
+//!
+//! ```text
+//! eval "$(scripts/services.sh up)"
+//! cargo bench --features redis --bench redis
+//! ```
+//!
+//! * uncontended: one client, acquire + release (awaited) on one lock, against the raw floor
+//!   (`SET NX PX` + compare-and-delete `EVALSHA` on one multiplexed connection). The two run in
+//!   alternating rounds so machine noise hits both alike; the ratio of the medians is reported.
+//! * contended: 8 clients (8 connections each) take one lock `LOCKKIT_BENCH_TOTAL` (2000) times
+//!   in all: throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against
+//!   a plain `SET NX PX` retry loop (1 ms between tries) and the same loop without sleeping.
+//!
+//! `LOCKKIT_BENCH_ROUNDS` (default 6) × `LOCKKIT_BENCH_CYCLES` (default 500) sets the
+//! uncontended run length.
 
-fn main() {}
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockkit::{DistLockExt, Locks};
+use lockkit_redis::redis;
+
+const CLIENTS: usize = 8;
+
+const CAD: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
+
+fn env_num(key: &str, default: usize) -> usize {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn raw_cycles(
+    conn: &mut redis::aio::MultiplexedConnection,
+    cad: &redis::Script,
+    key: &str,
+    n: usize,
+    out: &mut Vec<Duration>,
+) {
+    for i in 0..n {
+        let val = format!("owner-{i}");
+        let t = Instant::now();
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&val)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(conn)
+            .await
+            .unwrap();
+        assert!(ok.is_some());
+        let del: i64 = cad.key(key).arg(&val).invoke_async(conn).await.unwrap();
+        assert_eq!(del, 1);
+        out.push(t.elapsed());
+    }
+}
+
+/// lockkit's own acquire and release scripts on a plain connection: the server's share of the
+/// cycle, without the client library around it.
+async fn script_cycles(
+    conn: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    n: usize,
+    out: &mut Vec<Duration>,
+) {
+    let keys = lockkit_redis::LockKeys::mutex("lockkit", name);
+    let (acquire, release) = (
+        redis::Script::new(lockkit_redis::scripts::ACQUIRE),
+        redis::Script::new(lockkit_redis::scripts::RELEASE),
+    );
+    for i in 0..n {
+        let owner = format!("bench:{i}");
+        let t = Instant::now();
+        let (ok, _token): (i64, i64) = acquire
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .arg(&owner)
+            .arg(30_000)
+            .arg(3_600_000)
+            .invoke_async(conn)
+            .await
+            .unwrap();
+        assert_eq!(ok, 1);
+        let r: i64 = release
+            .key(&keys.lock)
+            .key(keys.unlock_latch(&owner))
+            .arg(&owner)
+            .arg(&keys.channel)
+            .arg(20_000)
+            .invoke_async(conn)
+            .await
+            .unwrap();
+        assert_eq!(r, 1);
+        out.push(t.elapsed());
+    }
+}
+
+async fn lockkit_cycles(lock: &Arc<dyn lockkit::DistLock>, n: usize, out: &mut Vec<Duration>) {
+    for _ in 0..n {
+        let t = Instant::now();
+        let g = lock.try_lock().await.unwrap().expect("uncontended");
+        g.release().await.unwrap();
+        out.push(t.elapsed());
+    }
+}
+
+struct Contended {
+    label: &'static str,
+    secs: f64,
+    total: usize,
+    waits: Vec<Duration>,
+    per_client: Vec<usize>,
+    overlaps: usize,
+}
+
+impl Contended {
+    fn print(&self) {
+        let mut w = self.waits.clone();
+        w.sort();
+        let busiest = *self.per_client.iter().max().unwrap_or(&0);
+        println!(
+            "{:<34} {:>9.0} {:>10.2} {:>10.2} {:>9.1}% {:>9}",
+            self.label,
+            self.total as f64 / self.secs,
+            us(pct(&w, 0.5)) / 1000.0,
+            us(pct(&w, 0.99)) / 1000.0,
+            100.0 * busiest as f64 / self.total as f64,
+            self.overlaps
+        );
+    }
+}
+
+/// Shared bookkeeping of a contended run: a ticket counter and an overlap detector.
+#[derive(Default)]
+struct Arena {
+    taken: AtomicUsize,
+    inside: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl Arena {
+    /// Enters the critical section; returns false once the run has its acquisitions.
+    fn enter(&self, total: usize) -> bool {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        self.taken.fetch_add(1, Ordering::SeqCst) < total
+    }
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn contended_lockkit(url: &str, name: &str, total: usize) -> Contended {
+    let arena = Arc::new(Arena::default());
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(lockkit::connect(url).await.unwrap());
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for locks in &clients {
+        let (lock, arena) = (locks.mutex(name).unwrap(), arena.clone());
+        tasks.push(tokio::spawn(async move {
+            let (mut waits, mut mine) = (Vec::new(), 0);
+            loop {
+                let t = Instant::now();
+                let g = lock.lock().await.unwrap();
+                let wait = t.elapsed();
+                let more = arena.enter(total);
+                arena.leave();
+                g.release().await.unwrap();
+                if !more {
+                    return (waits, mine);
+                }
+                waits.push(wait);
+                mine += 1;
+            }
+        }));
+    }
+    finish(
+        "lockkit mutex (pub/sub wake-up)",
+        started,
+        tasks,
+        arena,
+        clients,
+    )
+    .await
+}
+
+async fn contended_setnx(url: &str, key: &str, total: usize, retry: Option<Duration>) -> Contended {
+    let arena = Arc::new(Arena::default());
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let mut conn = raw_conn(url).await;
+        let (arena, key) = (arena.clone(), key.to_string());
+        tasks.push(tokio::spawn(async move {
+            let cad = redis::Script::new(CAD);
+            let (mut waits, mut mine, mut n) = (Vec::new(), 0, 0u64);
+            loop {
+                let t = Instant::now();
+                let val = format!("{c}-{n}");
+                n += 1;
+                loop {
+                    let ok: Option<String> = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(&val)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(30_000)
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    if ok.is_some() {
+                        break;
+                    }
+                    match retry {
+                        Some(d) => tokio::time::sleep(d).await,
+                        None => tokio::task::yield_now().await,
+                    }
+                }
+                let wait = t.elapsed();
+                let more = arena.enter(total);
+                arena.leave();
+                let _: i64 = cad
+                    .key(&key)
+                    .arg(&val)
+                    .invoke_async(&mut conn)
+                    .await
+                    .unwrap();
+                if !more {
+                    return (waits, mine);
+                }
+                waits.push(wait);
+                mine += 1;
+            }
+        }));
+    }
+    let label = if retry.is_some() {
+        "SET NX loop, 1 ms retry sleep"
+    } else {
+        "SET NX loop, no sleep (spin)"
+    };
+    finish(label, started, tasks, arena, Vec::new()).await
+}
+
+async fn finish(
+    label: &'static str,
+    started: Instant,
+    tasks: Vec<tokio::task::JoinHandle<(Vec<Duration>, usize)>>,
+    arena: Arc<Arena>,
+    clients: Vec<Locks>,
+) -> Contended {
+    let mut waits = Vec::new();
+    let mut per_client = Vec::new();
+    for t in tasks {
+        let (w, n) = t.await.unwrap();
+        waits.extend(w);
+        per_client.push(n);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    drop(clients);
+    Contended {
+        label,
+        secs,
+        total: per_client.iter().sum(),
+        waits,
+        per_client,
+        overlaps: arena.overlaps.load(Ordering::SeqCst),
+    }
+}
+
+fn main() {
+    let Ok(url) = std::env::var("LOCKKIT_TEST_REDIS_URL") else {
+        eprintln!(
+            "LOCKKIT_TEST_REDIS_URL is not set; run `eval \"$(scripts/services.sh up)\"` first"
+        );
+        return;
+    };
+    // `cargo bench` passes --bench; `cargo test --benches` passes nothing: run a smoke-sized pass.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_ROUNDS", 6) };
+        let cycles = if quick { 50 } else { env_num("LOCKKIT_BENCH_CYCLES", 500) };
+        let total = if quick { 100 } else { env_num("LOCKKIT_BENCH_TOTAL", 2000) };
+        let run = format!("lkbench-{}", std::process::id());
+
+        // Uncontended.
+        let mut raw = raw_conn(&url).await;
+        let cad = redis::Script::new(CAD);
+        let locks = lockkit::connect(&url).await.unwrap();
+        let lock = locks.mutex(&format!("{run}/uncontended")).unwrap();
+        let raw_key = format!("{run}:raw");
+        let (mut raw_t, mut lk_t, mut sc_t) = (Vec::new(), Vec::new(), Vec::new());
+        let script_name = format!("{run}/scripts");
+        // Warm up both (script load, connection, allocator).
+        raw_cycles(&mut raw, &cad, &raw_key, 100, &mut Vec::new()).await;
+        lockkit_cycles(&lock, 100, &mut Vec::new()).await;
+        script_cycles(&mut raw, &script_name, 100, &mut Vec::new()).await;
+        let mut ratios = Vec::new();
+        for _ in 0..rounds {
+            let (mut r, mut l) = (Vec::new(), Vec::new());
+            raw_cycles(&mut raw, &cad, &raw_key, cycles, &mut r).await;
+            lockkit_cycles(&lock, cycles, &mut l).await;
+            script_cycles(&mut raw, &script_name, cycles, &mut sc_t).await;
+            r.sort();
+            l.sort();
+            ratios.push(us(pct(&l, 0.5)) / us(pct(&r, 0.5)));
+            raw_t.extend(r);
+            lk_t.extend(l);
+        }
+        raw_t.sort();
+        lk_t.sort();
+        sc_t.sort();
+        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let mean = |v: &[Duration]| us(v.iter().sum::<Duration>() / v.len() as u32);
+        println!("\nuncontended acquire+release, {} cycles each, {rounds} alternating rounds", raw_t.len());
+        println!("{:<44} {:>9} {:>9} {:>9} {:>10}", "", "p50 µs", "p99 µs", "mean µs", "cycles/s");
+        for (label, v) in [
+            ("raw floor: SET NX PX + EVALSHA compare-del", &raw_t),
+            ("lockkit try_lock + release", &lk_t),
+            ("(lockkit's scripts on the raw connection)", &sc_t),
+        ] {
+            println!(
+                "{label:<44} {:>9.1} {:>9.1} {:>9.1} {:>10.0}",
+                us(pct(v, 0.5)),
+                us(pct(v, 0.99)),
+                mean(v),
+                1e6 / mean(v)
+            );
+        }
+        println!(
+            "ratio lockkit/raw: p50 {:.3}, mean {:.3}, median of per-round p50 ratios {:.3} (target <= 1.25)",
+            us(pct(&lk_t, 0.5)) / us(pct(&raw_t, 0.5)),
+            mean(&lk_t) / mean(&raw_t),
+            ratios[ratios.len() / 2]
+        );
+        drop(locks);
+
+        // Contended.
+        println!("\ncontended: {CLIENTS} clients, one lock, {total} acquisitions");
+        println!(
+            "{:<34} {:>9} {:>10} {:>10} {:>10} {:>9}",
+            "", "acq/s", "p50 ms", "p99 ms", "busiest", "overlaps"
+        );
+        let mut rows = Vec::new();
+        rows.push(contended_lockkit(&url, &format!("{run}/contended"), total).await);
+        rows.push(contended_setnx(&url, &format!("{run}:setnx1"), total, Some(Duration::from_millis(1))).await);
+        rows.push(contended_setnx(&url, &format!("{run}:setnx0"), total, None).await);
+        for r in &rows {
+            r.print();
+        }
+        assert!(rows.iter().all(|r| r.overlaps == 0), "overlapping holders");
+    });
+}

@@ -9,6 +9,10 @@ mod pubsub;
 mod script_set;
 mod watchdog;
 
+/// The redis-rs crate this backend is built on, for raw access next to lockkit (benchmarks,
+/// admin tools) with the same client version.
+pub use redis;
+
 pub use backend::RedisBackend;
 pub use keys::LockKeys;
 pub use script_set::source as scripts;

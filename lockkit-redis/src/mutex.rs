@@ -14,6 +14,9 @@ use crate::backend::Inner;
 use crate::keys::LockKeys;
 use crate::watchdog::Watched;
 
+/// How long a woken waiter that found the lock re-taken waits before it listens again.
+const BARGED_BACKOFF: Duration = Duration::from_millis(1);
+
 /// A mutex handle.
 #[derive(Debug)]
 pub(crate) struct RedisMutex {
@@ -171,11 +174,32 @@ impl DistLock for RedisMutex {
         let mut sub: Option<crate::pubsub::Subscription> = None;
         let mut woken = false;
         loop {
-            let pttl = match self.attempt(&owner, lease.duration()).await? {
-                Attempt::Acquired { token, sent_at } => {
-                    return Ok(Some(self.guard(owner, token, lease, sent_at)));
+            // After a wake-up, peek first: when another client barged in, a plain PTTL costs
+            // the server far less than a failed acquire script, and every waiting client got
+            // the same message.
+            let peeked = if woken {
+                let cmd = redis::cmd("PTTL").arg(&self.keys.lock).clone();
+                Some(self.inner.query::<i64>(&cmd, "PTTL").await?).filter(|p| *p != -2)
+            } else {
+                None
+            };
+            let pttl = match peeked {
+                Some(p) => {
+                    // Someone barged in between the release and our wake-up. Every waiting
+                    // client got the same message; backing off a moment before listening again
+                    // keeps a busy lock from making all of them spin on every release.
+                    let pause = BARGED_BACKOFF.min(give_up_at.map_or(BARGED_BACKOFF, |at| {
+                        at.saturating_duration_since(Instant::now())
+                    }));
+                    tokio::time::sleep(pause).await;
+                    p
                 }
-                Attempt::Busy { pttl } => pttl,
+                None => match self.attempt(&owner, lease.duration()).await? {
+                    Attempt::Acquired { token, sent_at } => {
+                        return Ok(Some(self.guard(owner, token, lease, sent_at)));
+                    }
+                    Attempt::Busy { pttl } => pttl,
+                },
             };
             let now = Instant::now();
             let left = give_up_at.map(|at| at.saturating_duration_since(now));

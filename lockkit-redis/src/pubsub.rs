@@ -1,8 +1,11 @@
 //! Wake-ups over pub/sub: one subscription per lock channel per client, shared by its local
-//! waiters and dropped when the last one leaves; one local waiter woken per message.
+//! waiters and dropped when the last one leaves (after a short linger, so a client that waits
+//! again at once does not pay SUBSCRIBE + UNSUBSCRIBE per acquisition); one local waiter woken
+//! per message.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use lockkit_core::Result;
 use redis::aio::ConnectionManager;
@@ -10,6 +13,9 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 
 use crate::error;
+
+/// How long a subscription outlives its last waiter.
+pub(crate) const LINGER: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 struct Entry {
@@ -56,6 +62,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        let rt = tokio::runtime::Handle::try_current().ok();
         let last = {
             let mut entries = self.subs.lock();
             match entries.get_mut(&self.channel) {
@@ -63,20 +70,32 @@ impl Drop for Subscription {
                     e.waiters -= 1;
                     false
                 }
-                Some(_) => {
-                    entries.remove(&self.channel);
+                Some(e) => {
+                    e.waiters = 0;
+                    if rt.is_none() {
+                        entries.remove(&self.channel);
+                    }
                     true
                 }
                 None => false,
             }
         };
-        if last {
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                let (subs, channel) = (self.subs.clone(), std::mem::take(&mut self.channel));
-                rt.spawn(async move {
+        if let (true, Some(rt)) = (last, rt) {
+            let (subs, channel) = (self.subs.clone(), std::mem::take(&mut self.channel));
+            rt.spawn(async move {
+                tokio::time::sleep(LINGER).await;
+                let idle = {
+                    let mut entries = subs.lock();
+                    let idle = entries.get(&channel).is_some_and(|e| e.waiters == 0);
+                    if idle {
+                        entries.remove(&channel);
+                    }
+                    idle
+                };
+                if idle {
                     let _ = subs.sync(&channel).await;
-                });
-            }
+                }
+            });
         }
     }
 }
@@ -148,7 +167,7 @@ impl Subscriptions {
 
     /// How many channels have local waiters (for tests and inspection).
     pub(crate) fn active_channels(&self) -> usize {
-        self.lock().len()
+        self.lock().values().filter(|e| e.waiters > 0).count()
     }
 }
 

@@ -40,6 +40,8 @@ pub(crate) struct Watchdog {
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: std::sync::atomic::AtomicU64,
     wake: Notify,
+    /// When the task will look again on its own (`None`: not before something changes).
+    scheduled: Mutex<Option<Instant>>,
 }
 
 /// A watched ownership, as registered by an acquire.
@@ -62,6 +64,11 @@ impl Watchdog {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let first_look = if w.renew {
+            w.sent_at + w.lease / 3
+        } else {
+            w.sent_at + w.lease
+        };
         let entry = Entry {
             deadline: w.sent_at + w.lease,
             next_due: w.sent_at + w.lease / 3,
@@ -73,7 +80,12 @@ impl Watchdog {
             state: w.state,
         };
         self.lock().insert(id, entry);
-        self.wake.notify_one();
+        // Wake the task only if it would otherwise look too late: a short acquire-release cycle
+        // then costs no task switch.
+        let scheduled = *self.scheduled.lock().unwrap_or_else(|e| e.into_inner());
+        if scheduled.is_none_or(|at| first_look < at) {
+            self.wake.notify_one();
+        }
         id
     }
 
@@ -136,6 +148,7 @@ impl Watchdog {
             }
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
+        *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = wake;
         (due, wake)
     }
 

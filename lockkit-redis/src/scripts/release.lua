@@ -2,16 +2,11 @@
 -- KEYS[1] lock hash, KEYS[2] unlock latch of this ownership
 -- ARGV[1] owner field, ARGV[2] channel, ARGV[3] latch TTL in ms
 -- Returns 1 when released (now or by an earlier attempt of the same release), 0 when not ours.
-if redis.call('exists', KEYS[2]) == 1 then
+-- Removing the only field deletes the hash; a key of another type is not ours (pcall).
+if redis.pcall('hdel', KEYS[1], ARGV[1]) == 1 then
+  redis.call('publish', ARGV[2], '0')
+  -- Owner fields are never reused, so the latch only has to answer retries of this release.
+  redis.call('set', KEYS[2], '1', 'px', ARGV[3])
   return 1
 end
-if redis.call('type', KEYS[1]).ok ~= 'hash' then
-  return 0
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-redis.call('del', KEYS[1])
-redis.call('publish', ARGV[2], '0')
-redis.call('set', KEYS[2], '1', 'px', ARGV[3])
-return 1
+return redis.call('exists', KEYS[2])
