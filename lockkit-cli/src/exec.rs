@@ -122,7 +122,13 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
             return code::FAILURE;
         }
     };
-    let opts = args.options();
+    let mut opts = args.options();
+    if args.lease.is_none() && args.fixed_lease.is_none() {
+        // The config's lease (`lease = "10s"` or `?lease=10s`) is the default watchdog lease.
+        if let Ok(d) = cfg.default_lease() {
+            opts = opts.watchdog_lease(d);
+        }
+    }
     let acquired = tokio::select! {
         r = lock.acquire(&opts) => r,
         _ = sigint.recv() => return 128 + 2,

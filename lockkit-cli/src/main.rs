@@ -37,6 +37,7 @@ Exit codes:
   0..255  exec: the command's own status (128+N when it died from signal N)
   1       error (configuration, connection, backend), or a refused confirmation
   2       bad command line
+  64      invalid lock name or argument
   69      the backend does not support this operation
   70      exec: the lock was lost while the command ran; the command got SIGTERM (SIGKILL after --kill-after)
   75      exec: the lock stayed busy for the whole --wait (e.g. --wait 0 on a held lock)
