@@ -256,5 +256,9 @@ pub(crate) fn record(owner: String, token: u64, mode: HoldMode, lease: Lease) ->
             Lease::Fixed(d) => Some(now_ms() + d.as_millis() as u64),
             _ => None,
         },
+        watchdog_ms: match lease {
+            Lease::Watchdog(d) => Some(d.as_millis() as u64),
+            _ => None,
+        },
     }
 }

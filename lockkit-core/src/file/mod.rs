@@ -311,9 +311,7 @@ impl DistLock for FileMutex {
         if !self.is_locked().await? {
             return Ok(None);
         }
-        // A watchdog lease lives as long as its holder: report nothing we cannot measure.
-        Ok(Record::read(&self.paths.holder())
-            .and_then(|r| r.info().remaining_lease)
-            .filter(|d| !d.is_zero()))
+        // A watchdog lease counts as renewed for as long as its holder lives: its full length.
+        Ok(Record::read(&self.paths.holder()).and_then(|r| r.info().remaining_lease))
     }
 }

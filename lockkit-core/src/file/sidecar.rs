@@ -19,6 +19,8 @@ pub(crate) struct Record {
     pub(crate) mode: HoldMode,
     /// Fixed-lease deadline, in ms since the Unix epoch.
     pub(crate) deadline_ms: Option<u64>,
+    /// A watchdog lease's length: it is "renewed" for as long as the holder lives.
+    pub(crate) watchdog_ms: Option<u64>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -43,6 +45,9 @@ impl Record {
         );
         if let Some(d) = self.deadline_ms {
             text.push_str(&format!("deadline_ms={d}\n"));
+        }
+        if let Some(w) = self.watchdog_ms {
+            text.push_str(&format!("watchdog_ms={w}\n"));
         }
         // Write then rename, so a reader never sees half a record.
         // The temporary name is unique per owner, so concurrent holders never share one.
@@ -74,6 +79,7 @@ impl Record {
             token: get("token")?.parse().ok()?,
             mode,
             deadline_ms: get("deadline_ms").and_then(|d| d.parse().ok()),
+            watchdog_ms: get("watchdog_ms").and_then(|d| d.parse().ok()),
         })
     }
 
@@ -82,6 +88,8 @@ impl Record {
             .with_token(FencingToken(self.token));
         if let Some(d) = self.deadline_ms {
             h = h.with_remaining_lease(Duration::from_millis(d.saturating_sub(now_ms())));
+        } else if let Some(w) = self.watchdog_ms {
+            h = h.with_remaining_lease(Duration::from_millis(w));
         }
         h
     }
