@@ -18,7 +18,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockkit::{DistLockExt, LockConfig};
+use lockkit::DistLockExt;
 use lockkit_etcd::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 
 const CLIENTS: usize = 8;
@@ -61,25 +61,28 @@ fn main() {
         "lkbench-{:x}",
         std::process::id() as u64 * 7919 + now_nanos() % 100_000
     );
-    // A current-thread runtime by default: on this 2-core machine, shared with the etcd server,
-    // cross-thread wake-ups cost a measurable share of a ~1 ms cycle for the raw floor and for
-    // lockkit alike. `LOCKKIT_BENCH_RUNTIME=multi` uses a 2-worker runtime instead.
-    let multi = std::env::var("LOCKKIT_BENCH_RUNTIME").is_ok_and(|v| v == "multi");
-    let rt = if multi {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+    // The uncontended cycle runs on a current-thread runtime (for the raw floor and lockkit
+    // alike): on this 2-core machine, shared with the etcd server, cross-thread wake-ups cost a
+    // measurable share of a ~1 ms cycle. The 8 contending clients run on a 2-worker runtime.
+    // `LOCKKIT_BENCH_RUNTIME=multi` runs everything on the 2-worker runtime.
+    let multi_only = std::env::var("LOCKKIT_BENCH_RUNTIME").is_ok_and(|v| v == "multi");
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rt1 = if multi_only { &multi } else { &single };
+    let raw = rt1.block_on(raw_floor(&url, &run, cycles));
+    let uncontended = rt1.block_on(lockkit_uncontended(&url, &run, cycles));
+    let contended = multi.block_on(lockkit_contended(&url, &run, acquisitions));
+    let lk = Side {
+        uncontended_us: uncontended,
+        contended,
     };
-
-    let raw = rt.block_on(raw_floor(&url, &run, cycles));
-    let lk = rt.block_on(lockkit_side(&url, &run, cycles, acquisitions));
     let go = if std::env::var("LOCKKIT_BENCH_NO_GO").is_ok() {
         None
     } else {
@@ -88,8 +91,8 @@ fn main() {
 
     println!();
     println!(
-        "etcd benchmark ({url}), {} tokio runtime, {CLIENTS} contending clients, {acquisitions} acquisitions",
-        if multi { "2-worker" } else { "current-thread" }
+        "etcd benchmark ({url}), uncontended on a {} tokio runtime, {CLIENTS} contending clients on a 2-worker one, {acquisitions} acquisitions",
+        if multi_only { "2-worker" } else { "current-thread" }
     );
     println!("uncontended cycle p50:   raw floor {:8.0} us", raw);
     println!(
@@ -152,69 +155,65 @@ async fn raw_floor(url: &str, run: &str, cycles: usize) -> f64 {
     pct(&mut lat, 0.5).as_secs_f64() * 1e6
 }
 
-async fn lockkit_side(url: &str, run: &str, cycles: usize, acquisitions: usize) -> Side {
-    let cfg = LockConfig::new(url);
-    let mut side = Side::default();
-    {
-        let locks = lockkit::connect(&cfg.url).await.unwrap();
-        let m = locks.mutex(&format!("{run}/uncontended")).unwrap();
-        // Warm up: session lease and the name's watch.
+async fn lockkit_uncontended(url: &str, run: &str, cycles: usize) -> f64 {
+    let locks = lockkit::connect(url).await.unwrap();
+    let m = locks.mutex(&format!("{run}/uncontended")).unwrap();
+    // Warm up: session lease and the name's watch.
+    m.lock().await.unwrap().release().await.unwrap();
+    let mut lat = Vec::new();
+    for _ in 0..cycles {
+        let t = Instant::now();
+        let g = m.lock().await.unwrap();
+        g.release().await.unwrap();
+        lat.push(t.elapsed());
+    }
+    locks.close().await.unwrap();
+    pct(&mut lat, 0.5).as_secs_f64() * 1e6
+}
+
+async fn lockkit_contended(url: &str, run: &str, acquisitions: usize) -> Contended {
+    let name = format!("{run}/contended");
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let locks = lockkit::connect(url).await.unwrap();
+        let m = locks.mutex(&name).unwrap();
+        // Warm up each client (session + watch) outside the measurement.
         m.lock().await.unwrap().release().await.unwrap();
-        let mut lat = Vec::new();
-        for _ in 0..cycles {
-            let t = Instant::now();
-            let g = m.lock().await.unwrap();
-            g.release().await.unwrap();
-            lat.push(t.elapsed());
-        }
-        side.uncontended_us = pct(&mut lat, 0.5).as_secs_f64() * 1e6;
+        clients.push((locks, m));
+    }
+    let left = Arc::new(std::sync::atomic::AtomicI64::new(acquisitions as i64));
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let counts = Arc::new(Mutex::new(vec![0usize; CLIENTS]));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, (_, m)) in clients.iter().enumerate() {
+        let (m, left, waits, counts) = (m.clone(), left.clone(), waits.clone(), counts.clone());
+        tasks.push(tokio::spawn(async move {
+            while left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+                let t = Instant::now();
+                let g = m.lock().await.unwrap();
+                let w = t.elapsed();
+                g.release().await.unwrap();
+                waits.lock().unwrap().push(w);
+                counts.lock().unwrap()[i] += 1;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    let mut w = waits.lock().unwrap().clone();
+    let busiest = *counts.lock().unwrap().iter().max().unwrap();
+    for (locks, _) in clients {
         locks.close().await.unwrap();
     }
-    {
-        let name = format!("{run}/contended");
-        let mut clients = Vec::new();
-        for _ in 0..CLIENTS {
-            let locks = lockkit::connect(&cfg.url).await.unwrap();
-            let m = locks.mutex(&name).unwrap();
-            // Warm up each client (session + watch) outside the measurement.
-            m.lock().await.unwrap().release().await.unwrap();
-            clients.push((locks, m));
-        }
-        let left = Arc::new(std::sync::atomic::AtomicI64::new(acquisitions as i64));
-        let waits = Arc::new(Mutex::new(Vec::new()));
-        let counts = Arc::new(Mutex::new(vec![0usize; CLIENTS]));
-        let start = Instant::now();
-        let mut tasks = Vec::new();
-        for (i, (_, m)) in clients.iter().enumerate() {
-            let (m, left, waits, counts) = (m.clone(), left.clone(), waits.clone(), counts.clone());
-            tasks.push(tokio::spawn(async move {
-                while left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
-                    let t = Instant::now();
-                    let g = m.lock().await.unwrap();
-                    let w = t.elapsed();
-                    g.release().await.unwrap();
-                    waits.lock().unwrap().push(w);
-                    counts.lock().unwrap()[i] += 1;
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let elapsed = start.elapsed();
-        let mut w = waits.lock().unwrap().clone();
-        let busiest = *counts.lock().unwrap().iter().max().unwrap();
-        side.contended = Contended {
-            per_sec: acquisitions as f64 / elapsed.as_secs_f64(),
-            p50_ms: pct(&mut w, 0.5).as_secs_f64() * 1e3,
-            p99_ms: pct(&mut w, 0.99).as_secs_f64() * 1e3,
-            busiest: busiest as f64 / acquisitions as f64,
-        };
-        for (locks, _) in clients {
-            locks.close().await.unwrap();
-        }
+    Contended {
+        per_sec: acquisitions as f64 / elapsed.as_secs_f64(),
+        p50_ms: pct(&mut w, 0.5).as_secs_f64() * 1e3,
+        p99_ms: pct(&mut w, 0.99).as_secs_f64() * 1e3,
+        busiest: busiest as f64 / acquisitions as f64,
     }
-    side
 }
 
 /// Builds and runs `interop/go-etcd` in bench mode; `None` (with a note) when Go is missing.

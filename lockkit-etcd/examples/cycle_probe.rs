@@ -92,10 +92,37 @@ async fn main() {
     let m = locks.mutex("probe-lockkit").unwrap();
     m.lock().await.unwrap().release().await.unwrap();
     let mut l = Vec::new();
+    let (mut acq, mut rel) = (Vec::new(), Vec::new());
     for _ in 0..n {
         let t = Instant::now();
-        m.lock().await.unwrap().release().await.unwrap();
+        let g = m.lock().await.unwrap();
+        let t1 = Instant::now();
+        g.release().await.unwrap();
+        rel.push(t1.elapsed());
+        acq.push(t1 - t);
         l.push(t.elapsed());
     }
-    println!("lockkit {} us", p50(l));
+    println!(
+        "lockkit {} us (acquire {} us, release {} us)",
+        p50(l),
+        p50(acq),
+        p50(rel)
+    );
+    let (mut t1s, mut t2s) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, "", None), owner()]);
+        let r = c.txn(txn).await.unwrap();
+        let t1 = Instant::now();
+        let rev = r.header().unwrap().revision();
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, rev)])
+            .and_then([TxnOp::delete(key, None)]);
+        c.txn(txn).await.unwrap();
+        t2s.push(t1.elapsed());
+        t1s.push(t1 - t);
+    }
+    println!("lock-shaped: txn1 {} us, txn2 {} us", p50(t1s), p50(t2s));
 }
