@@ -87,13 +87,27 @@ impl PrivateRedis {
             .stderr(Stdio::null());
         self.child = Some(cmd.spawn().expect("redis-server on PATH"));
         let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while !self.answers_ping() {
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "redis-server did not start"
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Whether the server answers PING with PONG (not LOADING while it reads its AOF).
+    fn answers_ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
     }
 
     pub fn url(&self) -> String {
