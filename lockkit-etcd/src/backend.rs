@@ -59,11 +59,6 @@ impl Inner {
         .into_bytes()
     }
 
-    /// The key prefix of a mutex.
-    pub(crate) fn mutex_prefix(&self, name: &str) -> Vec<u8> {
-        self.prefix(Kind::Mutex, name)
-    }
-
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::new(

@@ -13,7 +13,10 @@ mod watch;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::{Error, ErrorKind, LockConfig, LockGuard, Locks, Result, Scheme};
+use lockkit_core::{
+    Error, ErrorKind, LockConfig, LockGuard, LockState, Locks, Permit, ReadGuard, Result, Scheme,
+    WriteGuard,
+};
 
 pub use etcd_client;
 
@@ -109,8 +112,8 @@ impl EtcdLocks {
 
     /// The etcd key that backs `guard`'s ownership: `<prefix>/<encoded name>/<lease hex>[_n]`.
     /// Fails with `NotHeld` when this handle holds no such ownership (any more).
-    pub async fn key_of(&self, guard: &LockGuard) -> Result<Vec<u8>> {
-        let prefix = self.inner.mutex_prefix(guard.name());
+    pub async fn key_of(&self, guard: &impl Ownership) -> Result<Vec<u8>> {
+        let prefix = self.inner.prefix(guard.kind(), guard.name());
         let rev = guard.token().get() as i64;
         let kvs = self.inner.keys_by_create(&prefix, 0).await?;
         kvs.iter()
@@ -136,7 +139,9 @@ impl EtcdLocks {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn is_owner(&self, guard: &LockGuard) -> Result<etcd_client::Compare> {
+    ///
+    /// Works for every guard type: [`LockGuard`], [`WriteGuard`], [`ReadGuard`] and [`Permit`].
+    pub async fn is_owner(&self, guard: &impl Ownership) -> Result<etcd_client::Compare> {
         if !guard.state().is_live() {
             return Err(Error::new(
                 ErrorKind::LockLost,
@@ -151,3 +156,66 @@ impl EtcdLocks {
         ))
     }
 }
+
+/// A guard whose ownership is an etcd key: [`LockGuard`], [`WriteGuard`], [`ReadGuard`],
+/// [`Permit`]. Sealed: implemented by lockkit only.
+pub trait Ownership: sealed::Sealed {
+    /// The lock's name.
+    fn name(&self) -> &str;
+    /// The fencing token (the key's create revision).
+    fn token(&self) -> lockkit_core::FencingToken;
+    /// The guard's state.
+    fn state(&self) -> LockState;
+}
+
+mod sealed {
+    /// Which prefix a guard's key lives under.
+    pub enum Prim {
+        Mutex,
+        RwLock,
+        Semaphore,
+    }
+
+    pub trait Sealed {
+        fn prim(&self) -> Prim;
+    }
+}
+
+impl<T: Ownership + ?Sized> OwnershipExt for T {}
+
+trait OwnershipExt: Ownership {
+    fn kind(&self) -> watch::Kind {
+        match sealed::Sealed::prim(self) {
+            sealed::Prim::Mutex => watch::Kind::Mutex,
+            sealed::Prim::RwLock => watch::Kind::RwLock,
+            sealed::Prim::Semaphore => watch::Kind::Semaphore,
+        }
+    }
+}
+
+macro_rules! ownership {
+    ($($t:ty => $k:ident),*) => {$(
+        impl sealed::Sealed for $t {
+            fn prim(&self) -> sealed::Prim {
+                sealed::Prim::$k
+            }
+        }
+        impl Ownership for $t {
+            fn name(&self) -> &str {
+                <$t>::name(self)
+            }
+            fn token(&self) -> lockkit_core::FencingToken {
+                <$t>::token(self)
+            }
+            fn state(&self) -> LockState {
+                <$t>::state(self)
+            }
+        }
+    )*};
+}
+ownership!(
+    LockGuard => Mutex,
+    WriteGuard => RwLock,
+    ReadGuard => RwLock,
+    Permit => Semaphore
+);

@@ -93,6 +93,14 @@ impl Session {
 
     /// Retires the session: every guard turns Lost, the keepalive stops.
     pub(crate) fn retire(&self, why: &str) {
+        self.mark_dead(why);
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    /// Marks the session dead: every guard turns Lost (the keepalive task calls this itself).
+    fn mark_dead(&self, why: &str) {
         if self.alive.swap(false, Ordering::AcqRel) {
             tracing::warn!(
                 lease = format_args!("{:x}", self.id),
@@ -102,9 +110,6 @@ impl Session {
         self.each_guard(|c| {
             c.mark_lost();
         });
-        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            t.abort();
-        }
     }
 
     /// Retires the session and revokes its lease (deleting every key attached to it).
@@ -169,7 +174,17 @@ async fn keepalive(
         }
         let sent = Instant::now();
         if sent >= deadline {
-            s.retire("keepalive did not succeed before the lease deadline");
+            s.mark_dead("keepalive did not succeed before the lease deadline");
+            drop(s);
+            // Its keys may outlive our deadline on the server (until the server's own expiry):
+            // revoke it if the server is back, so they stop blocking other acquirers at once.
+            let _ = tokio::time::timeout(
+                pool.timeout(),
+                pool.run("lease revoke", true, |mut c| async move {
+                    c.lease_revoke(id).await
+                }),
+            )
+            .await;
             return;
         }
         let budget = (deadline - sent)
@@ -188,7 +203,7 @@ async fn keepalive(
                 next = sent + period;
             }
             Ok(Ok(_)) => {
-                s.retire("the server says the lease is gone");
+                s.mark_dead("the server says the lease is gone");
                 return;
             }
             Ok(Err(e)) => {

@@ -342,3 +342,20 @@ async fn dead_first_endpoint_fails_over() {
     g.release().await.unwrap();
     assert!(!locks.mutex(&n).unwrap().is_locked().await.unwrap());
 }
+
+/// `is_owner()` works for write guards and permits too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn is_owner_covers_write_guards_and_permits() {
+    use lockkit_core::{ReadWriteLockExt, SemaphoreExt};
+    let Some(url) = url() else { return };
+    let a = connect(&url, "").await;
+    let n = name("is-owner-kinds");
+    let w = a.rwlock(&n).unwrap().write_lock().await.unwrap();
+    let p = a.semaphore(&n, 2).unwrap().acquire_one().await.unwrap();
+    for cmp in [a.is_owner(&w).await.unwrap(), a.is_owner(&p).await.unwrap()] {
+        let txn = Txn::new().when([cmp]);
+        assert!(a.client().txn(txn).await.unwrap().succeeded());
+    }
+    w.release().await.unwrap();
+    p.release().await.unwrap();
+}
