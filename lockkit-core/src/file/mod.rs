@@ -19,6 +19,19 @@
 //! Waiting is polling: a busy lock is retried with backoff from 1 ms to 20 ms, so no thread is
 //! ever blocked on a lock and a dropped acquire leaves nothing behind (its files are closed).
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit_core::Result<()> {
+//! use lockkit_core::{DistLockExt, LockConfig};
+//! let dir = std::env::temp_dir().join(format!("lockkit-doc-{}", std::process::id()));
+//! let cfg = LockConfig::new(format!("file://{}", dir.display()));
+//! let locks = lockkit_core::file::connect(&cfg).await?;
+//! let guard = locks.mutex("reports/nightly")?.lock().await?;
+//! println!("token {}", guard.token()); // survives restarts: it comes from a file
+//! guard.release().await?;
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok(()) }
+//! ```
+//!
 //! URL: `file:///var/lock/myapp` (the directory is created if missing). Option `sync=false`
 //! skips the `fdatasync` of the token counter (faster; tokens may go back after a power loss).
 //!
