@@ -159,24 +159,29 @@ impl Session {
 }
 
 /// Follows the session: connection loss makes guards Suspect, reconnection Held again, expiry
-/// (or a disconnection longer than the session timeout, after which the server has expired the
-/// session, as Curator assumes too) Lost. After an expiry it opens a new session for new acquires.
+/// (or a disconnection of two thirds of the session timeout, before the server can have expired
+/// the session) Lost. After an expiry it opens a new session for new acquires.
 async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
     loop {
         let sid = client.session_id().0;
         let mut states = client.state_watcher();
-        let timeout = client.session_timeout();
+        // The client notices a silent connection within about 0.3 of the session timeout (it
+        // pings every tick and gives up after three), so two thirds of the timeout after it
+        // reports the disconnection the server cannot have expired the session yet: turning
+        // Lost then means a guard is never Suspect while another client may already hold the
+        // lock. Curator waits the whole timeout from the disconnection, which can be too late.
+        let lost_after = client.session_timeout() * 2 / 3;
         drop(client);
         let mut disconnected_at: Option<tokio::time::Instant> = None;
         loop {
             let event = match disconnected_at {
                 Some(at) => {
-                    match tokio::time::timeout_at(at + timeout, states.changed()).await {
+                    match tokio::time::timeout_at(at + lost_after, states.changed()).await {
                         Ok(s) => s,
                         Err(_) => {
                             // The server has expired the session by now: stop trusting the locks.
                             let Some(s) = session.upgrade() else { return };
-                            tracing::warn!(session = sid, "zookeeper: disconnected longer than the session timeout; locks lost");
+                            tracing::warn!(session = sid, "zookeeper: disconnected for 2/3 of the session timeout; locks lost");
                             s.each_state(sid, StateCell::mark_lost);
                             disconnected_at = None;
                             continue;

@@ -24,7 +24,7 @@ impl Drop for Restart {
 async fn connection_loss_makes_guard_suspect_then_held_again() {
     let Some(url) = url() else { return };
     let _serial = SERIAL.lock().await;
-    let url = with_params(&url, &format!("session_timeout=8s&prefix={}", prefix()));
+    let url = with_params(&url, &format!("session_timeout=15s&prefix={}", prefix()));
     let locks = backend(&url).await.into_locks();
     let other = backend(&url).await.into_locks();
     let guard = locks.mutex("restart").unwrap().lock().await.unwrap();
