@@ -79,6 +79,7 @@ pub(crate) struct Row {
     pub(crate) ops_per_sec: f64,
     pub(crate) p50_wait_us: f64,
     pub(crate) p99_wait_us: f64,
+    pub(crate) max_wait_us: f64,
     /// The busiest client's share of the ops (1/clients is perfectly even).
     pub(crate) busiest_share: Option<f64>,
     pub(crate) violations: u64,
@@ -100,6 +101,7 @@ impl Row {
             ops_per_sec: 0.0,
             p50_wait_us: 0.0,
             p99_wait_us: 0.0,
+            max_wait_us: 0.0,
             busiest_share: None,
             violations: 0,
             histogram: Vec::new(),

@@ -35,6 +35,7 @@ struct Cells {
     ops_s: String,
     p50: String,
     p99: String,
+    max: String,
     busiest: String,
     violations: String,
     note: String,
@@ -55,6 +56,7 @@ fn cells(r: &Row) -> Cells {
         },
         p50: if ok { us(r.p50_wait_us) } else { dash() },
         p99: if ok { us(r.p99_wait_us) } else { dash() },
+        max: if ok { us(r.max_wait_us) } else { dash() },
         busiest: r
             .busiest_share
             .filter(|_| ok)
@@ -74,11 +76,12 @@ pub(super) fn table(report: &Report) -> String {
         "ops/s",
         "p50 wait",
         "p99 wait",
+        "max wait",
         "busiest",
         "violations",
         "note",
     ];
-    let rows: Vec<[String; 10]> = report
+    let rows: Vec<[String; 11]> = report
         .rows
         .iter()
         .map(|r| {
@@ -91,6 +94,7 @@ pub(super) fn table(report: &Report) -> String {
                 c.ops_s,
                 c.p50,
                 c.p99,
+                c.max,
                 c.busiest,
                 c.violations,
                 c.note,
@@ -109,7 +113,7 @@ pub(super) fn table(report: &Report) -> String {
         for (i, (c, w)) in cols.iter().zip(&widths).enumerate() {
             let pad = w - c.chars().count();
             // Text left, numbers right.
-            if i < 2 || i == 9 {
+            if i < 2 || i == 10 {
                 let _ = write!(l, "{c}{}  ", " ".repeat(pad));
             } else {
                 let _ = write!(l, "{}{c}  ", " ".repeat(pad));
@@ -368,13 +372,13 @@ td,th{border:1px solid #ccc;padding:3px 8px}td.n{text-align:right}th{background:
         "<p>{} clients, {} ops per scenario and backend, hold {} µs. Wait = acquire latency. Busiest = the busiest client's share of the ops (1/clients is even). Violations = entries that broke exclusion (overlap detector).</p>",
         report.clients, report.ops, report.hold_us
     );
-    h.push_str("<table><tr><th>backend</th><th>url</th><th>scenario</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 wait</th><th>p99 wait</th><th>busiest</th><th>violations</th><th>note</th></tr>");
+    h.push_str("<table><tr><th>backend</th><th>url</th><th>scenario</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 wait</th><th>p99 wait</th><th>max wait</th><th>busiest</th><th>violations</th><th>note</th></tr>");
     for r in &report.rows {
         let c = cells(r);
         let vclass = if r.violations > 0 { " bad" } else { "" };
         let _ = write!(
             h,
-            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n{vclass}">{}</td><td>{}</td></tr>"#,
+            r#"<tr><td>{}</td><td>{}</td><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td><td class="n{vclass}">{}</td><td>{}</td></tr>"#,
             esc(&c.backend),
             esc(&r.url),
             esc(&c.scenario),
@@ -383,6 +387,7 @@ td,th{border:1px solid #ccc;padding:3px 8px}td.n{text-align:right}th{background:
             esc(&c.ops_s),
             esc(&c.p50),
             esc(&c.p99),
+            esc(&c.max),
             c.busiest,
             c.violations,
             esc(&c.note)

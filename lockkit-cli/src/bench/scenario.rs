@@ -320,6 +320,7 @@ fn summarize(
     row.ops_per_sec = total as f64 / elapsed.as_secs_f64().max(1e-9);
     row.p50_wait_us = percentile(&waits, 0.50);
     row.p99_wait_us = percentile(&waits, 0.99);
+    row.max_wait_us = percentile(&waits, 1.0);
     row.busiest_share = (clients > 1 && total > 0).then(|| busiest as f64 / total as f64);
     row.violations = violations;
     row.histogram = histogram(&waits);
