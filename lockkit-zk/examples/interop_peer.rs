@@ -69,6 +69,16 @@ async fn main() -> lockkit_core::Result<()> {
     let wait = AcquireOptions::new().wait(Duration::from_secs(30));
     let mutex = backend.mutex(name)?;
     let rw = backend.rwlock(name)?;
+    // Start together, so the two sides really contend.
+    std::fs::write(dir.join("ready-lockkit"), b"").unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while !dir.join("ready-curator").exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "Curator side never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     for _ in 0..iterations {
         if mode == "rw" {
             let w = rw.write(&wait).await?.expect("write lock within 30 s");

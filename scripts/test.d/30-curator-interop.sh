@@ -46,7 +46,7 @@ run_mode() { # mode name path
     total=$(wc -l <"$dir/order")
     handoffs=$(awk 'NR > 1 && $0 != prev { n++ } { prev = $0 } END { print n + 0 }' "$dir/order")
     echo "curator-interop[$mode]: $total exclusive holds, $handoffs hand-offs between Curator and lockkit, no overlap, $((t1 - t0)) s"
-    if [ "$total" -ne $((2 * ITER)) ] || [ "$handoffs" -lt $((ITER / 4)) ]; then
+    if [ "$total" -ne $((2 * ITER)) ] || [ "$handoffs" -lt $((ITER / 2)) ]; then
         echo "curator-interop[$mode]: too few hand-offs: the sides did not wake each other" >&2
         return 1
     fi

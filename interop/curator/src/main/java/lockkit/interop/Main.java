@@ -93,6 +93,13 @@ public final class Main {
         Path dir = Path.of(args[4]);
         Files.createDirectories(dir.resolve("readers"));
         try (CuratorFramework c = client(connect)) {
+            // Start together, so the two sides really contend (the JVM starts slower).
+            Files.writeString(dir.resolve("ready-curator"), "");
+            long until = System.nanoTime() + 60_000_000_000L;
+            while (!Files.exists(dir.resolve("ready-lockkit"))) {
+                if (System.nanoTime() > until) throw new IllegalStateException("lockkit side never started");
+                Thread.sleep(5);
+            }
             InterProcessMutex mutex = new InterProcessMutex(c, path);
             InterProcessReadWriteLock rwLock = new InterProcessReadWriteLock(c, path);
             for (int i = 0; i < iterations; i++) {
