@@ -9,7 +9,7 @@
 //! * uncontended: one client, acquire + release (awaited) on one lock, against the raw floor
 //!   (`SET NX PX` + compare-and-delete `EVALSHA` on one multiplexed connection). The two run in
 //!   alternating rounds so machine noise hits both alike; the ratio of the medians is reported.
-//! * contended: 8 clients (8 connections each) take one lock `LOCKKIT_BENCH_TOTAL` (2000) times
+//! * contended: 8 clients (their own connections each), non-fair and fair (FIFO) mutex, take one lock `LOCKKIT_BENCH_TOTAL` (2000) times
 //!   in all: throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against
 //!   a plain `SET NX PX` retry loop (1 ms between tries) and the same loop without sleeping.
 //!
@@ -110,6 +110,7 @@ async fn script_cycles(
         let r: i64 = release
             .key(&keys.lock)
             .key(keys.unlock_latch(&owner))
+            .key(&keys.queue)
             .arg(&owner)
             .arg(&keys.channel)
             .arg(20_000)
@@ -177,7 +178,7 @@ impl Arena {
     }
 }
 
-async fn contended_lockkit(url: &str, name: &str, total: usize) -> Contended {
+async fn contended_lockkit(url: &str, name: &str, total: usize, fair: bool) -> Contended {
     let arena = Arc::new(Arena::default());
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
@@ -191,7 +192,8 @@ async fn contended_lockkit(url: &str, name: &str, total: usize) -> Contended {
             let (mut waits, mut mine) = (Vec::new(), 0);
             loop {
                 let t = Instant::now();
-                let g = lock.lock().await.unwrap();
+                let opts = lockkit::AcquireOptions::new().fair(fair);
+                let g = lock.acquire(&opts).await.unwrap().unwrap();
                 let wait = t.elapsed();
                 let more = arena.enter(total);
                 arena.leave();
@@ -205,7 +207,11 @@ async fn contended_lockkit(url: &str, name: &str, total: usize) -> Contended {
         }));
     }
     finish(
-        "lockkit mutex (pub/sub wake-up)",
+        if fair {
+            "lockkit fair mutex (FIFO)"
+        } else {
+            "lockkit mutex (pub/sub wake-up)"
+        },
         started,
         tasks,
         arena,
@@ -376,7 +382,8 @@ fn main() {
             "", "acq/s", "p50 ms", "p99 ms", "busiest", "overlaps"
         );
         let mut rows = Vec::new();
-        rows.push(contended_lockkit(&url, &format!("{run}/contended"), total).await);
+        rows.push(contended_lockkit(&url, &format!("{run}/contended"), total, false).await);
+        rows.push(contended_lockkit(&url, &format!("{run}/contended-fair"), total, true).await);
         rows.push(contended_setnx(&url, &format!("{run}:setnx1"), total, Some(Duration::from_millis(1))).await);
         rows.push(contended_setnx(&url, &format!("{run}:setnx0"), total, None).await);
         for r in &rows {

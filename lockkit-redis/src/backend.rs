@@ -89,6 +89,7 @@ impl Inner {
         let mut inv = self.scripts.release.prepare_invoke();
         inv.key(&keys.lock)
             .key(&latch)
+            .key(&keys.queue)
             .arg(owner)
             .arg(&keys.channel)
             .arg(latch_ttl);
@@ -103,6 +104,45 @@ impl Inner {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// A fair waiter leaves the queue (and wakes the next one if the lock is free).
+    pub(crate) async fn leave_queue(&self, keys: &LockKeys, owner: &str) -> Result<()> {
+        let mut inv = self.scripts.fair_leave.prepare_invoke();
+        inv.key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.waiters)
+            .arg(owner)
+            .arg(&keys.channel);
+        self.invoke::<i64>(&inv, "leave queue").await.map(drop)
+    }
+
+    /// [`leave_queue`](Self::leave_queue) from a context that cannot wait.
+    pub(crate) fn leave_queue_in_background(self: &Arc<Self>, keys: Arc<LockKeys>, owner: String) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = self.clone();
+            rt.spawn(async move {
+                let _ = inner.leave_queue(&keys, &owner).await;
+            });
+        }
+    }
+
+    /// Undoes an acquire whose reply was never seen: release whatever it got, leave the queue.
+    pub(crate) fn abandon_in_background(
+        self: &Arc<Self>,
+        keys: Arc<LockKeys>,
+        owner: String,
+        fair: bool,
+    ) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = self.clone();
+            rt.spawn(async move {
+                let _ = inner.release(&keys, &owner).await;
+                if fair {
+                    let _ = inner.leave_queue(&keys, &owner).await;
+                }
+            });
         }
     }
 
@@ -227,6 +267,7 @@ impl Backend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
         let mut caps = Capabilities::mutex_only();
         caps.fixed_lease = true;
+        caps.fair = true;
         caps.cross_process = true;
         caps
     }

@@ -14,6 +14,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "wait_replicas",
     "wait_timeout",
     "fence_ttl",
+    "fair_heartbeat",
 ];
 
 /// The settings of one [`crate::connect`].
@@ -30,6 +31,8 @@ pub(crate) struct Settings {
     pub(crate) wait_replicas: u32,
     pub(crate) wait_timeout: Duration,
     pub(crate) fence_ttl: Duration,
+    /// How often a fair waiter refreshes its place in the queue; it is dropped after 3 missed.
+    pub(crate) fair_heartbeat: Duration,
 }
 
 impl std::fmt::Debug for Settings {
@@ -124,12 +127,14 @@ impl Settings {
             wait_replicas,
             wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
             fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
+            fair_heartbeat: cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
         };
         for (what, d) in [
             ("lease", settings.lease),
             ("command_timeout", settings.command_timeout),
             ("connect_timeout", settings.connect_timeout),
             ("fence_ttl", settings.fence_ttl),
+            ("fair_heartbeat", settings.fair_heartbeat),
         ] {
             if d < Duration::from_millis(1) {
                 return Err(Error::config(format!("option {what} must be at least 1ms")));

@@ -22,6 +22,10 @@ pub struct LockKeys {
     pub channel: String,
     /// The prefix of the short-lived unlock latches (`<unlock>:<owner>`).
     pub unlock: String,
+    /// The fair-lock queue: a list of waiting owners, first in line first.
+    pub queue: String,
+    /// The fair-lock waiters' heartbeats: a hash owner -> deadline (server ms).
+    pub waiters: String,
 }
 
 impl LockKeys {
@@ -33,6 +37,8 @@ impl LockKeys {
             fence: format!("{prefix}:fence:{tag}"),
             channel: format!("{prefix}:channel:{tag}"),
             unlock: format!("{prefix}:unlock:{tag}"),
+            queue: format!("{prefix}:queue:{tag}"),
+            waiters: format!("{prefix}:waiters:{tag}"),
         }
     }
 

@@ -37,6 +37,7 @@ struct Pending<'a> {
     inner: &'a Arc<Inner>,
     keys: &'a Arc<LockKeys>,
     owner: &'a str,
+    fair: bool,
     armed: bool,
 }
 
@@ -44,7 +45,25 @@ impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if self.armed {
             self.inner
-                .release_in_background(self.keys.clone(), self.owner.to_string());
+                .abandon_in_background(self.keys.clone(), self.owner.to_string(), self.fair);
+        }
+    }
+}
+
+/// Takes a fair waiter out of the queue if its acquire ends without the lock (timeout, error,
+/// or the future was dropped).
+struct Queued<'a> {
+    inner: &'a Arc<Inner>,
+    keys: &'a Arc<LockKeys>,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.inner
+                .leave_queue_in_background(self.keys.clone(), self.owner.to_string());
         }
     }
 }
@@ -60,18 +79,30 @@ impl RedisMutex {
         }
     }
 
-    async fn attempt(&self, owner: &str, lease: Duration) -> Result<Attempt> {
+    async fn attempt(&self, owner: &str, lease: Duration, fair: bool) -> Result<Attempt> {
         let settings = &self.inner.settings;
-        let mut inv = self.inner.scripts.acquire.prepare_invoke();
+        let scripts = &self.inner.scripts;
+        let mut inv = if fair {
+            scripts.fair_acquire.prepare_invoke()
+        } else {
+            scripts.acquire.prepare_invoke()
+        };
         inv.key(&self.keys.lock)
             .key(&self.keys.fence)
             .arg(owner)
             .arg(lease.as_millis() as u64)
             .arg(settings.fence_ttl.as_millis() as u64);
+        if fair {
+            inv.key(&self.keys.queue)
+                .key(&self.keys.waiters)
+                .arg((settings.fair_heartbeat * 3).as_millis() as u64)
+                .arg(&self.keys.channel);
+        }
         let mut pending = Pending {
             inner: &self.inner,
             keys: &self.keys,
             owner,
+            fair,
             armed: true,
         };
         let sent_at = Instant::now();
@@ -117,6 +148,62 @@ impl RedisMutex {
         })
     }
 
+    /// FIFO: queued waiters are served in arrival order; each release wakes only the first one
+    /// (by name, over the lock's channel). Waiters refresh a heartbeat every `fair_heartbeat`, so
+    /// a dead waiter is skipped after 3 missed beats and a live one is never dropped.
+    async fn acquire_fair(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
+        let lease = opts.lease;
+        let heartbeat = self.inner.settings.fair_heartbeat;
+        let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+        let owner = self.inner.new_owner();
+        let mut queued = Queued {
+            inner: &self.inner,
+            keys: &self.keys,
+            owner: &owner,
+            armed: false,
+        };
+        let mut sub: Option<crate::pubsub::Subscription> = None;
+        loop {
+            let pttl = match self.attempt(&owner, lease.duration(), true).await {
+                Ok(Attempt::Acquired { token, sent_at }) => {
+                    queued.armed = false;
+                    drop(queued);
+                    return Ok(Some(self.guard(owner.clone(), token, lease, sent_at)));
+                }
+                Ok(Attempt::Busy { pttl }) => pttl,
+                Err(e) => {
+                    queued.armed = true;
+                    return Err(e);
+                }
+            };
+            queued.armed = true;
+            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                queued.armed = false;
+                let _ = self.inner.leave_queue(&self.keys, &owner).await;
+                return Ok(None);
+            }
+            let Some(s) = sub.as_ref() else {
+                sub = Some(
+                    self.inner
+                        .subs
+                        .subscribe_as(&self.keys.channel, Some(&owner))
+                        .await?,
+                );
+                continue;
+            };
+            // Come back within one heartbeat to keep our place, and at the holder's expiry.
+            let mut wait = heartbeat;
+            if pttl > 0 {
+                wait = wait.min(Duration::from_millis(pttl as u64));
+            }
+            if let Some(left) = left {
+                wait = wait.min(left);
+            }
+            let _ = tokio::time::timeout(wait, s.notified()).await;
+        }
+    }
+
     fn guard(&self, owner: String, token: u64, lease: Lease, sent_at: Instant) -> LockGuard {
         let state = StateCell::new();
         let id = self.inner.watchdog.register(Watched {
@@ -157,17 +244,15 @@ impl DistLock for RedisMutex {
     /// released in the background by its (unique) owner field; a waiter holds no server state
     /// except its share of the channel subscription, which is dropped with it.
     async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        if opts.fair {
-            return Err(Error::unsupported(
-                "the Redis backend has no fair (FIFO) mutex yet",
-            ));
-        }
         let lease = opts.lease;
         if lease.duration() < Duration::from_millis(1) {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,
                 "a Redis lease must be at least 1ms",
             ));
+        }
+        if opts.fair {
+            return self.acquire_fair(opts).await;
         }
         let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
         let owner = self.inner.new_owner();
@@ -194,7 +279,7 @@ impl DistLock for RedisMutex {
                     tokio::time::sleep(pause).await;
                     p
                 }
-                None => match self.attempt(&owner, lease.duration()).await? {
+                None => match self.attempt(&owner, lease.duration(), false).await? {
                     Attempt::Acquired { token, sent_at } => {
                         return Ok(Some(self.guard(owner, token, lease, sent_at)));
                     }
@@ -238,7 +323,9 @@ impl DistLock for RedisMutex {
 
     async fn force_unlock(&self) -> Result<bool> {
         let mut inv = self.inner.scripts.force_unlock.prepare_invoke();
-        inv.key(&self.keys.lock).arg(&self.keys.channel);
+        inv.key(&self.keys.lock)
+            .key(&self.keys.queue)
+            .arg(&self.keys.channel);
         let r: i64 = self.inner.invoke(&inv, "force_unlock").await?;
         Ok(r == 1)
     }

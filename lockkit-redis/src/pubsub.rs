@@ -20,7 +20,10 @@ pub(crate) const LINGER: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 struct Entry {
     waiters: usize,
+    /// Woken by `0` messages, one local waiter per message.
     notify: Arc<Notify>,
+    /// Fair waiters, woken by a message carrying their owner id.
+    named: HashMap<String, Arc<Notify>>,
 }
 
 /// The subscriptions of one backend.
@@ -46,6 +49,8 @@ pub(crate) struct Subscription {
     subs: Arc<Subscriptions>,
     channel: String,
     notify: Arc<Notify>,
+    /// The owner id a fair waiter is woken by.
+    name: Option<String>,
 }
 
 impl Subscription {
@@ -65,6 +70,9 @@ impl Drop for Subscription {
         let rt = tokio::runtime::Handle::try_current().ok();
         let last = {
             let mut entries = self.subs.lock();
+            if let (Some(name), Some(e)) = (&self.name, entries.get_mut(&self.channel)) {
+                e.named.remove(name);
+            }
             match entries.get_mut(&self.channel) {
                 Some(e) if e.waiters > 1 => {
                     e.waiters -= 1;
@@ -128,19 +136,38 @@ impl Subscriptions {
     /// # Cancel safety
     /// Dropping the future leaves the registration; the unsubscribe follows when it is dropped.
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<Subscription> {
+        self.subscribe_as(channel, None).await
+    }
+
+    /// Like [`subscribe`](Self::subscribe); with a `name`, the waiter is woken only by messages
+    /// carrying that name (fair waiters), not by `0`.
+    pub(crate) async fn subscribe_as(
+        self: &Arc<Self>,
+        channel: &str,
+        name: Option<&str>,
+    ) -> Result<Subscription> {
         let notify = {
             let mut entries = self.lock();
             let e = entries.entry(channel.to_string()).or_insert_with(|| Entry {
                 waiters: 0,
                 notify: Arc::new(Notify::new()),
+                named: HashMap::new(),
             });
             e.waiters += 1;
-            e.notify.clone()
+            match name {
+                Some(n) => e
+                    .named
+                    .entry(n.to_string())
+                    .or_insert_with(|| Arc::new(Notify::new()))
+                    .clone(),
+                None => e.notify.clone(),
+            }
         };
         let sub = Subscription {
             subs: self.clone(),
             channel: channel.to_string(),
             notify,
+            name: name.map(str::to_string),
         };
         self.sync(channel).await?;
         Ok(sub)
@@ -188,7 +215,18 @@ async fn dispatch(
         let Ok(channel) = std::str::from_utf8(channel) else {
             continue;
         };
-        let notify = subs.lock().get(channel).map(|e| e.notify.clone());
+        let payload = match push.data.get(1) {
+            Some(Value::BulkString(p)) => p.as_slice(),
+            _ => b"0",
+        };
+        let notify = subs.lock().get(channel).and_then(|e| {
+            if payload == b"0" {
+                Some(e.notify.clone())
+            } else {
+                let name = std::str::from_utf8(payload).ok()?;
+                e.named.get(name).cloned()
+            }
+        });
         if let Some(n) = notify {
             n.notify_one();
         }

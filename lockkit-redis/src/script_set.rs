@@ -16,6 +16,10 @@ pub mod source {
     pub const FORCE_UNLOCK: &str = include_str!("scripts/force_unlock.lua");
     /// Read-only probe (remaining lease and holders).
     pub const PROBE: &str = include_str!("scripts/probe.lua");
+    /// Fair (FIFO) acquire with waiter heartbeats.
+    pub const FAIR_ACQUIRE: &str = include_str!("scripts/fair_acquire.lua");
+    /// A fair waiter leaves the queue.
+    pub const FAIR_LEAVE: &str = include_str!("scripts/fair_leave.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.
@@ -27,6 +31,8 @@ pub(crate) struct Scripts {
     pub(crate) reenter: Script,
     pub(crate) force_unlock: Script,
     pub(crate) probe: Script,
+    pub(crate) fair_acquire: Script,
+    pub(crate) fair_leave: Script,
 }
 
 impl Scripts {
@@ -38,6 +44,8 @@ impl Scripts {
             reenter: Script::new(source::REENTER),
             force_unlock: Script::new(source::FORCE_UNLOCK),
             probe: Script::new(source::PROBE),
+            fair_acquire: Script::new(source::FAIR_ACQUIRE),
+            fair_leave: Script::new(source::FAIR_LEAVE),
         }
     }
 }

@@ -19,6 +19,7 @@ async fn raw_release(
     redis::Script::new(lockkit_redis::scripts::RELEASE)
         .key(&k.lock)
         .key(k.unlock_latch(owner))
+        .key(&k.queue)
         .arg(owner)
         .arg(&k.channel)
         .arg(10_000)

@@ -1,0 +1,52 @@
+-- Fair (FIFO) acquire: take the lock only when it is free and we are first in the queue;
+-- otherwise queue (once) and refresh our heartbeat.
+-- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue (list of owners),
+-- KEYS[4] heartbeats (hash owner -> deadline, server ms)
+-- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms, ARGV[4] heartbeat timeout ms,
+-- ARGV[5] channel
+-- Returns {1, token} when acquired, {0, pttl of the holder or -2} when queued.
+local held = redis.pcall('hlen', KEYS[1])
+if type(held) == 'table' then
+  local t = redis.call('type', KEYS[1]).ok
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Waiters whose heartbeat stopped (their process died) leave the front of the queue. Live
+-- waiters refresh theirs well within the timeout, however long the holder keeps the lock.
+local first = redis.call('lindex', KEYS[3], 0)
+while first and first ~= ARGV[1] and tonumber(redis.call('hget', KEYS[4], first) or '0') < now do
+  redis.call('lpop', KEYS[3])
+  redis.call('hdel', KEYS[4], first)
+  first = redis.call('lindex', KEYS[3], 0)
+end
+if held == 0 and (not first or first == ARGV[1]) then
+  if first then
+    redis.call('lpop', KEYS[3])
+    redis.call('hdel', KEYS[4], ARGV[1])
+  end
+  local token = redis.pcall('incr', KEYS[2])
+  if type(token) == 'table' then
+    return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
+  end
+  if token == 1 then
+    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[3])
+  end
+  redis.call('hset', KEYS[1], ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, token}
+end
+if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
+  redis.call('rpush', KEYS[3], ARGV[1])
+end
+redis.call('hset', KEYS[4], ARGV[1], now + tonumber(ARGV[4]))
+-- The queue keys expire when no waiter refreshes them.
+redis.call('pexpire', KEYS[3], tonumber(ARGV[4]) * 2)
+redis.call('pexpire', KEYS[4], tonumber(ARGV[4]) * 2)
+if held == 0 then
+  -- Free, but someone else is first: make sure they know.
+  redis.call('publish', ARGV[5], first)
+  return {0, -2}
+end
+return {0, redis.call('pttl', KEYS[1])}
