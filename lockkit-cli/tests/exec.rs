@@ -131,3 +131,31 @@ fn usage_errors_and_missing_command() {
     assert_eq!(code(&run(c, LIMIT)), 0, "--config is honoured");
     let _ = Duration::ZERO;
 }
+
+#[test]
+fn file_lost_lock_kills_a_command_that_ignores_sigterm() {
+    let d = TempDir::new("kill");
+    let url = d.url();
+    let n = name("kill");
+    let ready = d.path("ready");
+    // An ignored signal stays ignored across exec, so `sleep` ignores SIGTERM here.
+    let script = format!(
+        "trap '' TERM; echo $LOCKKIT_FENCING_TOKEN > {}; exec sleep 60",
+        ready.display()
+    );
+    let mut holder = Bg::spawn(lockkit(
+        &url,
+        &["exec", &n, "--kill-after", "1s", "--", "sh", "-c", &script],
+    ));
+    wait_file(&ready, LIMIT);
+    let started = std::time::Instant::now();
+    let o = run(lockkit(&url, &["force-unlock", &n, "--yes"]), LIMIT);
+    assert_eq!(code(&o), 0);
+    assert_eq!(holder.wait(Duration::from_secs(30)).code(), Some(70));
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "SIGKILL came before --kill-after"
+    );
+    let err = holder.stderr();
+    assert!(err.contains("SIGKILL"), "{err}");
+}
