@@ -63,9 +63,10 @@ impl Ownership {
     }
 
     /// Gives the OS locks up and marks the guard Lost.
-    fn lose(&self) {
-        drop(self.take());
+    fn lose(&self, files: Option<Vec<Locked>>) {
+        // Lost first, then let go: nobody else may hold the lock while this guard says Held.
         self.state.mark_lost();
+        drop(files);
         self.drop_sidecars();
     }
 
@@ -97,18 +98,20 @@ impl Ownership {
     /// One look: `Some(next look)` while held, `None` once gone.
     fn watch_step(&self) -> Option<Instant> {
         let now = Instant::now();
-        let deadline = *lock(&self.deadline);
-        {
-            let files = lock(&self.files);
-            let files = files.as_ref()?;
+        // Decide and take under the files lock, so an `extend` cannot slip in between.
+        let gone = {
+            let mut files = lock(&self.files);
+            let deadline = *lock(&self.deadline);
+            let held = files.as_ref()?;
             let expired = deadline.is_some_and(|d| d <= now);
-            let taken = self.check_identity && !Self::still_ours(files);
+            let taken = self.check_identity && !Self::still_ours(held);
             if !(expired || taken) {
                 let next = now + WATCH_EVERY;
                 return Some(deadline.map_or(next, |d| d.min(next)));
             }
-        }
-        self.lose();
+            files.take()
+        };
+        self.lose(gone);
         None
     }
 }
@@ -217,12 +220,23 @@ impl Held for FileHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let files = lock(&self.own.files);
+        let mut files = lock(&self.own.files);
+        let now = Instant::now();
+        let mut deadline = lock(&self.own.deadline);
+        let expired = deadline.is_some_and(|d| d <= now);
         match files.as_ref() {
-            Some(f) if !self.own.check_identity || Ownership::still_ours(f) => {}
-            _ => return Err(Error::not_held(&self.own.name)),
+            Some(f) if !expired && (!self.own.check_identity || Ownership::still_ours(f)) => {}
+            Some(_) => {
+                // Ran out (or was taken) and the watcher has not noticed yet: never revive it.
+                let gone = files.take();
+                drop((deadline, files));
+                self.own.lose(gone);
+                return Err(Error::not_held(&self.own.name));
+            }
+            None => return Err(Error::not_held(&self.own.name)),
         }
-        *lock(&self.own.deadline) = Some(Instant::now() + lease);
+        *deadline = Some(now + lease);
+        drop(deadline);
         let mut record = lock(&self.own.record);
         record.deadline_ms = Some(now_ms() + lease.as_millis() as u64);
         for s in &self.own.sidecars {
