@@ -241,8 +241,8 @@ impl Backend for EtcdBackend {
                 _ if e.exclusive => (Need::Exclusive, HoldMode::Exclusive),
                 _ => (Need::Shared, HoldMode::Shared),
             };
-            // Semaphore totals live with the handles, not on the server: every key up to the
-            // first waiter is reported as a holder only for mutexes and RW locks.
+            // A semaphore's total lives with its handles, not on the server, so every permit
+            // key is listed as a holder; mutexes and RW locks list their waiters.
             let holds = kind == Kind::Semaphore || need.holds(before.iter());
             if holds && waiters.is_empty() {
                 holders.push(
