@@ -64,9 +64,10 @@ impl Ownership {
 
     /// Gives the OS locks up and marks the guard Lost.
     fn lose(&self, files: Option<Vec<Locked>>) {
-        // Lost first, then let go: nobody else may hold the lock while this guard says Held.
-        self.state.mark_lost();
+        // Let go first, then report: whoever awaits `lost()` finds the lock free already, as
+        // with a server-side lease that expires before its client hears of it.
         drop(files);
+        self.state.mark_lost();
         self.drop_sidecars();
     }
 
