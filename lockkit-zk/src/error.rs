@@ -10,6 +10,9 @@ pub(crate) fn map(e: zk::Error, what: &str) -> Error {
         Z::ConnectionLoss | Z::Timeout | Z::NoHosts | Z::SessionMoved | Z::Throttled => {
             (ErrorKind::Connection, true)
         }
+        // The client fails requests in flight with the socket's I/O error when a connection
+        // breaks (rather than with ConnectionLoss).
+        Z::Custom(_) => (ErrorKind::Connection, true),
         // A new session is being established by the session task: retrying may succeed.
         Z::SessionExpired => (ErrorKind::Connection, true),
         Z::AuthFailed | Z::NoAuth => (ErrorKind::Auth, false),
@@ -26,5 +29,8 @@ pub(crate) fn map(e: zk::Error, what: &str) -> Error {
 /// Whether an operation failed only because the connection dropped while the session lives on:
 /// the operation may be retried once the client reconnects.
 pub(crate) fn is_transient(e: &zk::Error) -> bool {
-    matches!(e, zk::Error::ConnectionLoss | zk::Error::Timeout)
+    matches!(
+        e,
+        zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_)
+    )
 }

@@ -93,6 +93,12 @@ impl ZkBackend {
         self.session.wakes()
     }
 
+    /// How many creates were interrupted by a connection loss and looked up again by their
+    /// protected prefix.
+    pub fn protected_lookups(&self) -> u64 {
+        self.session.lookups()
+    }
+
     /// The current ZooKeeper client, for tests and tools that need raw access (inspecting
     /// nodes, expiring the session).
     #[doc(hidden)]

@@ -222,6 +222,7 @@ pub(crate) async fn create(
             }
             Err(e) if is_transient(&e) && Instant::now() < until => {
                 drop(listed);
+                session.count_lookup();
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 match find_protected(client, dir, &prefix, limit).await? {
                     Some(name) => {

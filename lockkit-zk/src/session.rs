@@ -32,6 +32,8 @@ pub(crate) struct Session {
     next_id: AtomicU64,
     /// Watch events delivered to waiters (predecessor or lease-set watches), for the herd test.
     wakes: AtomicU64,
+    /// Creates interrupted by a connection loss, looked up by their protected prefix.
+    lookups: AtomicU64,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -63,6 +65,7 @@ impl Session {
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wakes: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
             task: Mutex::new(None),
         });
         let task = tokio::spawn(watch_session(Arc::downgrade(&session), client));
@@ -99,6 +102,14 @@ impl Session {
 
     pub(crate) fn count_wake(&self) {
         self.wakes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_lookup(&self) {
+        self.lookups.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn lookups(&self) -> u64 {
+        self.lookups.load(Ordering::Relaxed)
     }
 
     pub(crate) fn wakes(&self) -> u64 {

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{DistLockExt, LockConfig, LockState};
+use lockkit_core::{Backend, DistLockExt, LockConfig, LockState};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -138,4 +138,64 @@ async fn long_disconnection_makes_guard_lost() {
         .await
         .expect("lost() after a disconnection longer than the session timeout");
     drop(restart);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_interrupted_by_connection_loss_leaves_one_node() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let proxy = Proxy::start(server_addr(&url)).await;
+    let b = backend(&format!(
+        "zk://{}?session_timeout=10s&prefix={}",
+        proxy.addr,
+        prefix()
+    ))
+    .await;
+    let direct = backend(&url).await;
+    let dir = b.mutex_path("interrupted");
+    // Make the directory first, so the creates below are single requests.
+    drop(b.mutex("interrupted").unwrap().lock().await.unwrap());
+    let mut acquired = 0;
+    for round in 0..40u64 {
+        let lock = b.mutex("interrupted").unwrap();
+        let task = tokio::spawn(async move { lock.lock_for(Duration::from_secs(10)).await });
+        // Cut the connection at different moments around the create's round trip.
+        tokio::time::sleep(Duration::from_micros(round * 50)).await;
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.heal();
+        let result = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("acquire finished")
+            .unwrap();
+        let names = children(&direct, &dir).await;
+        match result {
+            Ok(Some(g)) => {
+                acquired += 1;
+                assert_eq!(names.len(), 1, "round {round}: duplicate nodes {names:?}");
+                g.release().await.unwrap();
+            }
+            Ok(None) => panic!("round {round}: lock busy"),
+            Err(e) => {
+                assert!(e.is_retryable(), "round {round}: {e}");
+                let start = Instant::now();
+                while !children(&direct, &dir).await.is_empty() {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(5),
+                        "round {round}: node left behind"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        assert!(children(&direct, &dir).await.is_empty(), "round {round}");
+    }
+    eprintln!(
+        "{acquired}/40 acquired through cuts; {} creates found again by their protected prefix",
+        b.protected_lookups()
+    );
+    assert!(
+        b.protected_lookups() > 0,
+        "no cut hit a create: the protected lookup was not exercised"
+    );
 }
