@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,6 +19,12 @@ use crate::semaphore::EtcdSemaphore;
 use crate::session::Session;
 use crate::watch::{Kind, NameWatch, Need};
 
+/// A name's watch and when it was last asked for.
+type WatchEntry = (Arc<NameWatch>, std::time::Instant);
+
+/// How long an unused name's watch is kept.
+pub(crate) const WATCH_LINGER: Duration = Duration::from_secs(60);
+
 /// The default session lease TTL.
 pub(crate) const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
 
@@ -29,7 +35,8 @@ pub(crate) struct Inner {
     pub(crate) root: String,
     pub(crate) session_ttl: Duration,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
-    names: Mutex<HashMap<Vec<u8>, Weak<NameWatch>>>,
+    /// Every name's watch, kept for a while after its last use (see `name_watch`).
+    names: Mutex<HashMap<Vec<u8>, WatchEntry>>,
     closed: AtomicBool,
 }
 
@@ -94,19 +101,34 @@ impl Inner {
     }
 
     /// The watch of `prefix`, created (and awaited until in place) if this client has none.
+    ///
+    /// A watch lives while a handle, an acquire or a guard of its name uses it, and
+    /// [`WATCH_LINGER`] after that, so that code creating a fresh handle for every acquire does
+    /// not create a watcher on every acquire either.
     pub(crate) async fn name_watch(&self, prefix: &[u8], kind: Kind) -> Result<Arc<NameWatch>> {
         self.check_open()?;
         let nw = {
+            let now = std::time::Instant::now();
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-            match names.get(prefix).and_then(Weak::upgrade) {
-                Some(nw) => nw,
+            let nw = match names.get_mut(prefix) {
+                Some((nw, used)) => {
+                    *used = now;
+                    nw.clone()
+                }
                 None => {
-                    names.retain(|_, w| w.strong_count() > 0);
                     let nw = NameWatch::start(self.pool.clone(), prefix.to_vec(), kind);
-                    names.insert(prefix.to_vec(), Arc::downgrade(&nw));
+                    names.insert(prefix.to_vec(), (nw.clone(), now));
                     nw
                 }
-            }
+            };
+            names.retain(|_, (nw, used)| {
+                let keep = Arc::strong_count(nw) > 1 || now.duration_since(*used) < WATCH_LINGER;
+                if !keep {
+                    nw.stop();
+                }
+                keep
+            });
+            nw
         };
         nw.ready(self.pool.timeout()).await?;
         Ok(nw)
@@ -125,7 +147,7 @@ impl Inner {
 
     fn stop_watches(&self) {
         let names = std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
-        for nw in names.values().filter_map(Weak::upgrade) {
+        for (nw, _) in names.values() {
             nw.stop();
         }
     }
