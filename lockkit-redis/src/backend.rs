@@ -268,12 +268,29 @@ impl Backend for RedisBackend {
         let mut caps = Capabilities::mutex_only();
         caps.fixed_lease = true;
         caps.fair = true;
+        caps.rwlock = true;
+        caps.semaphore = true;
         caps.cross_process = true;
         caps
     }
 
     fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
         Ok(Arc::new(RedisMutex::new(self.inner.clone(), name)))
+    }
+
+    fn rwlock(&self, name: &str) -> Result<Arc<dyn lockkit_core::ReadWriteLock>> {
+        Ok(Arc::new(crate::shared::RedisRwLock::new(
+            self.inner.clone(),
+            name,
+        )))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn lockkit_core::Semaphore>> {
+        Ok(Arc::new(crate::shared::RedisSemaphore::new(
+            self.inner.clone(),
+            name,
+            permits,
+        )))
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {

@@ -24,21 +24,48 @@ pub struct LockKeys {
     pub unlock: String,
     /// The fair-lock queue: a list of waiting owners, first in line first.
     pub queue: String,
-    /// The fair-lock waiters' heartbeats: a hash owner -> deadline (server ms).
+    /// The fair-lock waiters' heartbeats (hash owner -> deadline, server ms); for read-write
+    /// locks, the waiting writers (sorted set owner -> deadline).
     pub waiters: String,
+    /// Shared holders (read locks, semaphore permits): a sorted set member -> lease deadline
+    /// (server ms). Unused for mutexes.
+    pub holders: String,
 }
 
 impl LockKeys {
     /// The keys of mutex `name` under `prefix`.
     pub fn mutex(prefix: &str, name: &str) -> LockKeys {
+        Self::of_kind(prefix, "", name)
+    }
+
+    /// The keys of read-write lock `name`: `lock` is the write lock's hash, `holders` the
+    /// readers, `waiters` the waiting writers.
+    pub fn rwlock(prefix: &str, name: &str) -> LockKeys {
+        Self::of_kind(prefix, "rw", name)
+    }
+
+    /// The keys of semaphore `name`: `holders` holds one member `<owner>|<permits>` per permit
+    /// holder.
+    pub fn semaphore(prefix: &str, name: &str) -> LockKeys {
+        Self::of_kind(prefix, "sem", name)
+    }
+
+    fn of_kind(prefix: &str, kind: &str, name: &str) -> LockKeys {
         let tag = tag(name);
+        let (prefix, kind) = if kind.is_empty() {
+            (prefix.to_string(), String::new())
+        } else {
+            (prefix.to_string(), format!("{kind}-"))
+        };
+        let prefix = format!("{prefix}:{kind}");
         LockKeys {
-            lock: format!("{prefix}:lock:{tag}"),
-            fence: format!("{prefix}:fence:{tag}"),
-            channel: format!("{prefix}:channel:{tag}"),
-            unlock: format!("{prefix}:unlock:{tag}"),
-            queue: format!("{prefix}:queue:{tag}"),
-            waiters: format!("{prefix}:waiters:{tag}"),
+            lock: format!("{prefix}lock:{tag}"),
+            fence: format!("{prefix}fence:{tag}"),
+            channel: format!("{prefix}channel:{tag}"),
+            unlock: format!("{prefix}unlock:{tag}"),
+            queue: format!("{prefix}queue:{tag}"),
+            waiters: format!("{prefix}waiters:{tag}"),
+            holders: format!("{prefix}holders:{tag}"),
         }
     }
 

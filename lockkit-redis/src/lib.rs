@@ -7,6 +7,7 @@ mod keys;
 mod mutex;
 mod pubsub;
 mod script_set;
+mod shared;
 mod watchdog;
 
 /// The redis-rs crate this backend is built on, for raw access next to lockkit (benchmarks,

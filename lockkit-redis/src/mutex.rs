@@ -207,6 +207,7 @@ impl RedisMutex {
     fn guard(&self, owner: String, token: u64, lease: Lease, sent_at: Instant) -> LockGuard {
         let state = StateCell::new();
         let id = self.inner.watchdog.register(Watched {
+            kind: crate::watchdog::RenewKind::Hash,
             key: self.keys.lock.clone(),
             owner: owner.clone(),
             lease: lease.duration(),

@@ -20,6 +20,20 @@ pub mod source {
     pub const FAIR_ACQUIRE: &str = include_str!("scripts/fair_acquire.lua");
     /// A fair waiter leaves the queue.
     pub const FAIR_LEAVE: &str = include_str!("scripts/fair_leave.lua");
+    /// Read lock / semaphore acquire (leases in a sorted set).
+    pub const LEASE_SET: &str = include_str!("scripts/lease_set.lua");
+    /// Write lock acquire with writer intent.
+    pub const RW_WRITE: &str = include_str!("scripts/rw_write.lua");
+    /// Release of a write lock, read lock or permits; withdrawal of a writer's intent.
+    pub const SHARED_RELEASE: &str = include_str!("scripts/shared_release.lua");
+    /// Batched renewal of shared leases.
+    pub const RENEW_SET: &str = include_str!("scripts/renew_set.lua");
+    /// Write -> read downgrade.
+    pub const RW_DOWNGRADE: &str = include_str!("scripts/rw_downgrade.lua");
+    /// Read-only probe of a read-write lock or semaphore.
+    pub const RW_PROBE: &str = include_str!("scripts/rw_probe.lua");
+    /// Admin force-unlock of a read-write lock or semaphore.
+    pub const SHARED_FORCE: &str = include_str!("scripts/shared_force.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.
@@ -33,6 +47,13 @@ pub(crate) struct Scripts {
     pub(crate) probe: Script,
     pub(crate) fair_acquire: Script,
     pub(crate) fair_leave: Script,
+    pub(crate) lease_set: Script,
+    pub(crate) rw_write: Script,
+    pub(crate) shared_release: Script,
+    pub(crate) renew_set: Script,
+    pub(crate) rw_downgrade: Script,
+    pub(crate) rw_probe: Script,
+    pub(crate) shared_force: Script,
 }
 
 impl Scripts {
@@ -46,6 +67,13 @@ impl Scripts {
             probe: Script::new(source::PROBE),
             fair_acquire: Script::new(source::FAIR_ACQUIRE),
             fair_leave: Script::new(source::FAIR_LEAVE),
+            lease_set: Script::new(source::LEASE_SET),
+            rw_write: Script::new(source::RW_WRITE),
+            shared_release: Script::new(source::SHARED_RELEASE),
+            renew_set: Script::new(source::RENEW_SET),
+            rw_downgrade: Script::new(source::RW_DOWNGRADE),
+            rw_probe: Script::new(source::RW_PROBE),
+            shared_force: Script::new(source::SHARED_FORCE),
         }
     }
 }

@@ -20,8 +20,18 @@ pub(crate) const BATCH: usize = 100;
 /// One lock due for renewal: watchdog id, lock key, owner field, lease.
 type Due = (u64, String, String, Duration);
 
+/// How a watched ownership is renewed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RenewKind {
+    /// A field of a lock hash whose expiry is the lease (mutex, write lock).
+    Hash,
+    /// A member of a sorted set scored by its deadline (read lock, semaphore permits).
+    Set,
+}
+
 #[derive(Debug)]
 struct Entry {
+    kind: RenewKind,
     key: String,
     owner: String,
     lease: Duration,
@@ -46,6 +56,7 @@ pub(crate) struct Watchdog {
 
 /// A watched ownership, as registered by an acquire.
 pub(crate) struct Watched {
+    pub(crate) kind: RenewKind,
     pub(crate) key: String,
     pub(crate) owner: String,
     pub(crate) lease: Duration,
@@ -72,6 +83,7 @@ impl Watchdog {
         let entry = Entry {
             deadline: w.sent_at + w.lease,
             next_due: w.sent_at + w.lease / 3,
+            kind: w.kind,
             key: w.key,
             owner: w.owner,
             lease: w.lease,
@@ -124,7 +136,7 @@ impl Watchdog {
 
     /// Expires what passed its deadline, takes what is due for renewal, and says when to look
     /// again.
-    fn step(&self, now: Instant) -> (Vec<Due>, Option<Instant>) {
+    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Option<Instant>) {
         let mut due = Vec::new();
         let mut wake: Option<Instant> = None;
         let mut entries = self.lock();
@@ -140,7 +152,7 @@ impl Watchdog {
             // Renew a little early so locks due at nearby times share one call.
             if e.renew && !e.in_flight && e.next_due <= now + e.lease / 6 {
                 e.in_flight = true;
-                due.push((*id, e.key.clone(), e.owner.clone(), e.lease));
+                due.push((e.kind, (*id, e.key.clone(), e.owner.clone(), e.lease)));
             }
             let mut at = e.deadline;
             if e.renew && !e.in_flight {
@@ -195,31 +207,40 @@ pub(crate) async fn run(
     loop {
         while renewals.try_join_next().is_some() {}
         let (due, wake) = wd.step(Instant::now());
-        for chunk in due.chunks(BATCH) {
-            let chunk = chunk.to_vec();
-            let (wd, mut conn, scripts) = (wd.clone(), conn.clone(), scripts.clone());
-            let min_lease = chunk.iter().map(|c| c.3).min().unwrap_or(command_timeout);
-            let limit = command_timeout
-                .min(min_lease / 3)
-                .max(Duration::from_millis(10));
-            renewals.spawn(async move {
-                let mut call = scripts.renew.prepare_invoke();
-                for (_, key, owner, lease) in &chunk {
-                    call.key(key).arg(owner).arg(lease.as_millis() as u64);
-                }
-                let sent_at = Instant::now();
-                let result =
-                    tokio::time::timeout(limit, call.invoke_async::<Vec<i64>>(&mut conn)).await;
-                let result = match result {
-                    Ok(Ok(r)) => Some(r),
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "lockkit: renewal failed");
-                        None
+        let (hashes, sets): (Vec<_>, Vec<_>) =
+            due.into_iter().partition(|(k, _)| *k == RenewKind::Hash);
+        let groups = [(RenewKind::Hash, hashes), (RenewKind::Set, sets)];
+        for (kind, group) in groups {
+            let group: Vec<Due> = group.into_iter().map(|(_, d)| d).collect();
+            for chunk in group.chunks(BATCH) {
+                let chunk = chunk.to_vec();
+                let (wd, mut conn, scripts) = (wd.clone(), conn.clone(), scripts.clone());
+                let min_lease = chunk.iter().map(|c| c.3).min().unwrap_or(command_timeout);
+                let limit = command_timeout
+                    .min(min_lease / 3)
+                    .max(Duration::from_millis(10));
+                renewals.spawn(async move {
+                    let mut call = match kind {
+                        RenewKind::Hash => scripts.renew.prepare_invoke(),
+                        RenewKind::Set => scripts.renew_set.prepare_invoke(),
+                    };
+                    for (_, key, owner, lease) in &chunk {
+                        call.key(key).arg(owner).arg(lease.as_millis() as u64);
                     }
-                    Err(_) => None,
-                };
-                wd.apply(sent_at, &chunk, result);
-            });
+                    let sent_at = Instant::now();
+                    let result =
+                        tokio::time::timeout(limit, call.invoke_async::<Vec<i64>>(&mut conn)).await;
+                    let result = match result {
+                        Ok(Ok(r)) => Some(r),
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "lockkit: renewal failed");
+                            None
+                        }
+                        Err(_) => None,
+                    };
+                    wd.apply(sent_at, &chunk, result);
+                });
+            }
         }
         let sleep = match wake {
             Some(at) => tokio::time::sleep_until(at),

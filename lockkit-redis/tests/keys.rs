@@ -18,14 +18,26 @@ fn all_keys_of_a_lock_share_one_slot() {
         "x:y",
         "}",
     ] {
-        let k = LockKeys::mutex("lockkit", name);
-        let slot = key_slot(&k.lock);
-        for other in [&k.fence, &k.channel, &k.unlock_latch("uuid:1")] {
-            assert_eq!(
-                key_slot(other),
-                slot,
-                "{name:?}: {other} is in another slot"
-            );
+        for k in [
+            LockKeys::mutex("lockkit", name),
+            LockKeys::rwlock("lockkit", name),
+            LockKeys::semaphore("lockkit", name),
+        ] {
+            let slot = key_slot(&k.lock);
+            for other in [
+                &k.fence,
+                &k.channel,
+                &k.unlock_latch("uuid:1"),
+                &k.queue,
+                &k.waiters,
+                &k.holders,
+            ] {
+                assert_eq!(
+                    key_slot(other),
+                    slot,
+                    "{name:?}: {other} is in another slot"
+                );
+            }
         }
     }
     // Different names spread over slots (not everything in one).

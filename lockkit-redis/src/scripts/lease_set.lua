@@ -1,0 +1,42 @@
+-- Shared-lease acquire for read locks and semaphores: holders are members of a sorted set scored
+-- by their lease deadline (server ms), so a dead holder's share comes back when its lease ends.
+-- KEYS[1] write hash (read locks; a key that never exists for semaphores), KEYS[2] holders zset,
+-- KEYS[3] waiting writers zset (blocks new readers), KEYS[4] fencing counter
+-- ARGV[1] member ('<owner>' or '<owner>|<permits>'), ARGV[2] lease ms, ARGV[3] fence TTL ms,
+-- ARGV[4] permits wanted, ARGV[5] capacity (0: unlimited, read locks)
+-- Returns {1, token} when acquired, {0, ms to wait at most} when not.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+if redis.call('exists', KEYS[1]) == 1 then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+if redis.call('zcard', KEYS[3]) > 0 then
+  return {0, -2}
+end
+local capacity = tonumber(ARGV[5])
+if capacity > 0 then
+  local used = 0
+  for _, m in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do
+    used = used + tonumber(string.match(m, '|(%d+)$') or '1')
+  end
+  if used + tonumber(ARGV[4]) > capacity then
+    local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+    return {0, math.max(1, tonumber(first[2]) - now)}
+  end
+end
+local token = redis.pcall('incr', KEYS[4])
+if type(token) == 'table' then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[4] .. ' is not a fencing counter')
+end
+if token == 1 then
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('set', KEYS[4], string.format('%.0f', token), 'px', ARGV[3])
+end
+local deadline = now + tonumber(ARGV[2])
+redis.call('zadd', KEYS[2], deadline, ARGV[1])
+if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('pexpire', KEYS[2], ARGV[2])
+end
+return {1, token}

@@ -1,0 +1,14 @@
+-- Turn a held write lock into a read lock atomically: no writer can come in between.
+-- KEYS[1] write hash, KEYS[2] readers zset; ARGV[1] owner, ARGV[2] lease ms, ARGV[3] channel
+if redis.pcall('hdel', KEYS[1], ARGV[1]) ~= 1 then
+  return 0
+end
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('pexpire', KEYS[2], ARGV[2])
+end
+-- Waiting readers may join now.
+redis.call('publish', ARGV[3], '0')
+return 1

@@ -1,0 +1,33 @@
+-- Write-lock acquire: exclusive of writers and readers. A writer that has to wait registers its
+-- intent (refreshed while it waits), which keeps new readers out: writers do not starve.
+-- KEYS[1] write hash, KEYS[2] readers zset, KEYS[3] waiting writers zset, KEYS[4] fencing counter
+-- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fence TTL ms, ARGV[4] intent timeout ms
+-- Returns {1, token} when acquired, {0, ms to wait at most} when not.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+local held = redis.pcall('hlen', KEYS[1])
+if type(held) == 'table' then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a lock')
+end
+if held > 0 or redis.call('zcard', KEYS[2]) > 0 then
+  redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
+  redis.call('pexpire', KEYS[3], tonumber(ARGV[4]) * 2)
+  if held > 0 then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  return {0, -2}
+end
+redis.call('zrem', KEYS[3], ARGV[1])
+local token = redis.pcall('incr', KEYS[4])
+if type(token) == 'table' then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[4] .. ' is not a fencing counter')
+end
+if token == 1 then
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('set', KEYS[4], string.format('%.0f', token), 'px', ARGV[3])
+end
+redis.call('hset', KEYS[1], ARGV[1], 1)
+redis.call('pexpire', KEYS[1], ARGV[2])
+return {1, token}

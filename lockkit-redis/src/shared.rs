@@ -1,0 +1,504 @@
+//! The read-write lock and the semaphore: shared holders in a sorted set scored by their lease
+//! deadline, an exclusive write hash, and waiting writers' intents that keep new readers out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::{
+    async_trait, AcquireOptions, Error, ErrorKind, FencingToken, GuardParts, Held, Lease, Permit,
+    ReadGuard, ReadWriteLock, Result, Semaphore, StateCell, WriteGuard,
+};
+use tokio::time::Instant;
+
+use crate::backend::Inner;
+use crate::keys::LockKeys;
+use crate::watchdog::{RenewKind, Watched};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+    Permits(u32),
+}
+
+impl Mode {
+    fn renew_kind(self) -> RenewKind {
+        match self {
+            Mode::Write => RenewKind::Hash,
+            _ => RenewKind::Set,
+        }
+    }
+}
+
+/// What one shared-primitive handle needs.
+#[derive(Debug)]
+struct Core {
+    inner: Arc<Inner>,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+    /// Semaphores: the number of permits (0 for read-write locks).
+    capacity: u32,
+}
+
+struct Acquired {
+    token: u64,
+    sent_at: Instant,
+    member: String,
+}
+
+/// Undoes an acquire whose reply was never seen, or withdraws a writer's intent.
+struct Cleanup<'a> {
+    core: &'a Core,
+    member: &'a str,
+    mode: Mode,
+    armed: bool,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, keys, member, mode) = (
+            self.core.inner.clone(),
+            self.core.keys.clone(),
+            self.member.to_string(),
+            self.mode,
+        );
+        rt.spawn(async move {
+            let code = if mode == Mode::Write { "w" } else { "s" };
+            let _ = release(&inner, &keys, &member, code).await;
+            if mode == Mode::Write {
+                let _ = release(&inner, &keys, &member, "i").await;
+            }
+        });
+    }
+}
+
+/// Runs the shared release script: `w` write, `s` shared, `i` writer intent.
+async fn release(inner: &Inner, keys: &LockKeys, member: &str, mode: &str) -> Result<bool> {
+    let latch = keys.unlock_latch(member);
+    let mut inv = inner.scripts.shared_release.prepare_invoke();
+    inv.key(&keys.lock)
+        .key(&keys.holders)
+        .key(&latch)
+        .key(&keys.waiters)
+        .arg(member)
+        .arg(&keys.channel)
+        .arg(20_000)
+        .arg(mode);
+    let mut attempt = 0;
+    loop {
+        match inner.invoke::<i64>(&inv, "release").await {
+            Ok(r) => return Ok(r == 1),
+            Err(e) if e.is_retryable() && attempt < 3 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(25 * attempt)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Core {
+    async fn acquire(&self, mode: Mode, opts: &AcquireOptions) -> Result<Option<Acquired>> {
+        let lease = opts.lease.duration();
+        if lease < Duration::from_millis(1) {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "a Redis lease must be at least 1ms",
+            ));
+        }
+        let settings = &self.inner.settings;
+        let heartbeat = settings.fair_heartbeat;
+        let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+        let owner = self.inner.new_owner();
+        let member = match mode {
+            Mode::Permits(n) => format!("{owner}|{n}"),
+            _ => owner,
+        };
+        let mut sub: Option<crate::pubsub::Subscription> = None;
+        let mut woken = false;
+        // A writer that had to wait has registered its intent: withdraw it if we give up.
+        let mut intent = Cleanup {
+            core: self,
+            member: &member,
+            mode: Mode::Write,
+            armed: false,
+        };
+        loop {
+            let mut inv = match mode {
+                Mode::Write => self.inner.scripts.rw_write.prepare_invoke(),
+                _ => self.inner.scripts.lease_set.prepare_invoke(),
+            };
+            inv.key(&self.keys.lock)
+                .key(&self.keys.holders)
+                .key(&self.keys.waiters)
+                .key(&self.keys.fence)
+                .arg(&member)
+                .arg(lease.as_millis() as u64)
+                .arg(settings.fence_ttl.as_millis() as u64);
+            match mode {
+                Mode::Write => {
+                    inv.arg((heartbeat * 3).as_millis() as u64);
+                }
+                Mode::Read => {
+                    inv.arg(1).arg(0);
+                }
+                Mode::Permits(n) => {
+                    inv.arg(n).arg(self.capacity);
+                }
+            }
+            let mut pending = Cleanup {
+                core: self,
+                member: &member,
+                mode,
+                armed: true,
+            };
+            let sent_at = Instant::now();
+            let (ok, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
+                Ok(r) => r,
+                Err(e) if e.kind() == &ErrorKind::WrongType => {
+                    pending.armed = false;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
+            pending.armed = false;
+            if ok == 1 {
+                intent.armed = false;
+                if woken && mode != Mode::Write {
+                    if let Some(s) = sub.as_ref() {
+                        // Shared holders can come in together: pass the wake-up on.
+                        s.forward();
+                    }
+                }
+                let member = member.clone();
+                return Ok(Some(Acquired {
+                    token: value as u64,
+                    sent_at,
+                    member,
+                }));
+            }
+            if mode == Mode::Write {
+                intent.armed = true;
+            }
+            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                if woken {
+                    if let Some(s) = sub.as_ref() {
+                        s.forward();
+                    }
+                }
+                if intent.armed {
+                    intent.armed = false;
+                    let _ = release(&self.inner, &self.keys, &member, "i").await;
+                }
+                return Ok(None);
+            }
+            let Some(s) = sub.as_ref() else {
+                sub = Some(self.inner.subs.subscribe(&self.keys.channel).await?);
+                continue;
+            };
+            // Bounded by the holder's remaining lease and, since intents and blocked readers
+            // have no lease to wait for, by the heartbeat.
+            let mut wait = heartbeat;
+            if value > 0 {
+                wait = wait.min(Duration::from_millis(value as u64));
+            }
+            if let Some(left) = left {
+                wait = wait.min(left);
+            }
+            woken = tokio::time::timeout(wait, s.notified()).await.is_ok();
+        }
+    }
+
+    fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
+        let state = StateCell::new();
+        let key = if mode == Mode::Write {
+            self.keys.lock.clone()
+        } else {
+            self.keys.holders.clone()
+        };
+        let id = self.inner.watchdog.register(Watched {
+            kind: mode.renew_kind(),
+            key,
+            owner: got.member.clone(),
+            lease: lease.duration(),
+            renew: lease.is_watchdog(),
+            sent_at: got.sent_at,
+            state: state.clone(),
+        });
+        let held = SharedHeld {
+            inner: self.inner.clone(),
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            member: got.member,
+            mode,
+            id,
+            token: got.token,
+            lease,
+        };
+        let parts = GuardParts::new(
+            self.name.clone(),
+            FencingToken(got.token),
+            lease,
+            state,
+            Box::new(held),
+        );
+        match mode {
+            Mode::Permits(n) => parts.with_permits(n),
+            _ => parts,
+        }
+    }
+
+    async fn probe(&self) -> Result<(bool, u32)> {
+        let mut inv = self.inner.scripts.rw_probe.prepare_invoke();
+        inv.key(&self.keys.lock).key(&self.keys.holders);
+        let (write, used): (i64, i64) = self.inner.invoke(&inv, "probe").await?;
+        Ok((write == 1, used.max(0) as u32))
+    }
+}
+
+/// A read-write lock handle.
+#[derive(Debug)]
+pub(crate) struct RedisRwLock {
+    core: Core,
+}
+
+impl RedisRwLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
+        let keys = Arc::new(LockKeys::rwlock(&inner.settings.prefix, name));
+        RedisRwLock {
+            core: Core {
+                inner,
+                name: name.into(),
+                keys,
+                capacity: 0,
+            },
+        }
+    }
+}
+
+fn no_fair() -> Error {
+    Error::unsupported("fair order is offered for the Redis mutex only")
+}
+
+#[async_trait]
+impl ReadWriteLock for RedisRwLock {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
+        if opts.fair {
+            return Err(no_fair());
+        }
+        let got = self.core.acquire(Mode::Read, opts).await?;
+        Ok(got.map(|g| ReadGuard::new(self.core.parts(Mode::Read, g, opts.lease))))
+    }
+
+    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
+        if opts.fair {
+            return Err(no_fair());
+        }
+        let got = self.core.acquire(Mode::Write, opts).await?;
+        Ok(got.map(|g| WriteGuard::new(self.core.parts(Mode::Write, g, opts.lease))))
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        let (write, readers) = self.core.probe().await?;
+        Ok(write || readers > 0)
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        force(&self.core).await
+    }
+}
+
+async fn force(core: &Core) -> Result<bool> {
+    let mut inv = core.inner.scripts.shared_force.prepare_invoke();
+    inv.key(&core.keys.lock)
+        .key(&core.keys.holders)
+        .arg(&core.keys.channel);
+    Ok(core.inner.invoke::<i64>(&inv, "force_unlock").await? == 1)
+}
+
+/// A semaphore handle.
+#[derive(Debug)]
+pub(crate) struct RedisSemaphore {
+    core: Core,
+}
+
+impl RedisSemaphore {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: u32) -> Self {
+        let keys = Arc::new(LockKeys::semaphore(&inner.settings.prefix, name));
+        RedisSemaphore {
+            core: Core {
+                inner,
+                name: name.into(),
+                keys,
+                capacity: permits,
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Semaphore for RedisSemaphore {
+    fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    fn permits(&self) -> u32 {
+        self.core.capacity
+    }
+
+    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
+        if n == 0 || n > self.core.capacity {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("cannot acquire {n} of {} permits", self.core.capacity),
+            ));
+        }
+        if opts.fair {
+            return Err(no_fair());
+        }
+        let got = self.core.acquire(Mode::Permits(n), opts).await?;
+        Ok(got.map(|g| Permit::new(self.core.parts(Mode::Permits(n), g, opts.lease))))
+    }
+
+    async fn available(&self) -> Result<u32> {
+        let (_, used) = self.core.probe().await?;
+        Ok(self.core.capacity.saturating_sub(used))
+    }
+}
+
+/// One held write lock, read lock or set of permits.
+#[derive(Debug)]
+struct SharedHeld {
+    inner: Arc<Inner>,
+    name: Arc<str>,
+    keys: Arc<LockKeys>,
+    member: String,
+    mode: Mode,
+    id: u64,
+    token: u64,
+    lease: Lease,
+}
+
+impl SharedHeld {
+    fn code(&self) -> &'static str {
+        if self.mode == Mode::Write {
+            "w"
+        } else {
+            "s"
+        }
+    }
+}
+
+#[async_trait]
+impl Held for SharedHeld {
+    async fn release(&self) -> Result<()> {
+        self.inner.watchdog.unregister(self.id);
+        if release(&self.inner, &self.keys, &self.member, self.code()).await? {
+            Ok(())
+        } else {
+            Err(Error::not_held(&self.name))
+        }
+    }
+
+    fn release_in_background(&self) {
+        self.inner.watchdog.unregister(self.id);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (inner, keys, member, code) = (
+                self.inner.clone(),
+                self.keys.clone(),
+                self.member.clone(),
+                self.code(),
+            );
+            rt.spawn(async move {
+                let _ = release(&inner, &keys, &member, code).await;
+            });
+        }
+    }
+
+    async fn extend(&self, lease: Duration) -> Result<()> {
+        let mut inv = if self.mode == Mode::Write {
+            self.inner.scripts.renew.prepare_invoke()
+        } else {
+            self.inner.scripts.renew_set.prepare_invoke()
+        };
+        let key = if self.mode == Mode::Write {
+            &self.keys.lock
+        } else {
+            &self.keys.holders
+        };
+        inv.key(key)
+            .arg(&self.member)
+            .arg(lease.as_millis().max(1) as u64);
+        let sent_at = Instant::now();
+        let r: Vec<i64> = self.inner.invoke(&inv, "extend").await?;
+        if r.first() == Some(&1) {
+            self.inner.watchdog.extended(self.id, sent_at, lease);
+            Ok(())
+        } else {
+            self.inner.watchdog.lost(self.id);
+            Err(Error::not_held(&self.name))
+        }
+    }
+
+    async fn reenter(&self) -> Result<()> {
+        if self.mode != Mode::Write {
+            return Ok(());
+        }
+        let mut inv = self.inner.scripts.reenter.prepare_invoke();
+        inv.key(&self.keys.lock).arg(&self.member);
+        if self.inner.invoke::<i64>(&inv, "reenter").await? > 0 {
+            Ok(())
+        } else {
+            self.inner.watchdog.lost(self.id);
+            Err(Error::lost(&self.name))
+        }
+    }
+
+    async fn downgrade(&self) -> Result<GuardParts> {
+        if self.mode != Mode::Write {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "only a write lock can be downgraded",
+            ));
+        }
+        let mut inv = self.inner.scripts.rw_downgrade.prepare_invoke();
+        inv.key(&self.keys.lock)
+            .key(&self.keys.holders)
+            .arg(&self.member)
+            .arg(self.lease.duration().as_millis() as u64)
+            .arg(&self.keys.channel);
+        let sent_at = Instant::now();
+        if self.inner.invoke::<i64>(&inv, "downgrade").await? != 1 {
+            self.inner.watchdog.lost(self.id);
+            return Err(Error::not_held(&self.name));
+        }
+        self.inner.watchdog.unregister(self.id);
+        let core = Core {
+            inner: self.inner.clone(),
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            capacity: 0,
+        };
+        // The read ownership keeps the write ownership's token: no writer came in between.
+        Ok(core.parts(
+            Mode::Read,
+            Acquired {
+                token: self.token,
+                sent_at,
+                member: self.member.clone(),
+            },
+            self.lease,
+        ))
+    }
+}

@@ -1,0 +1,130 @@
+//! Issue 4, point 2: the read-write lock: shared readers, exclusive writers, writers not
+//! starved by a stream of readers, upgrade fails fast, downgrade, watchdog, lost signal and
+//! fencing on both guard kinds.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::testing::unique_name;
+use lockkit_core::{AcquireOptions, ErrorKind, LockState, ReadWriteLockExt};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writer_is_not_starved_by_a_stream_of_readers() {
+    let Some(url) = shared_url() else { return };
+    let name = unique_name("rw-starve");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    // Four clients keep overlapping read locks held at all times.
+    for _ in 0..4 {
+        let locks = connect(&url, &[]).await;
+        let (name, stop) = (name.clone(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            let rw = locks.rwlock(&name).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let r = rw.read_lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                r.release().await.unwrap();
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let writer = connect(&url, &[]).await;
+    let started = Instant::now();
+    let w = tokio::time::timeout(
+        Duration::from_secs(5),
+        writer.rwlock(&name).unwrap().write_lock(),
+    )
+    .await
+    .expect("a writer starved behind readers")
+    .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    w.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for r in readers {
+        r.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_and_write_guards_are_renewed_fenced_and_lose_on_force_unlock() {
+    let Some(url) = shared_url() else { return };
+    let (a, b) = (connect(&url, &[]).await, connect(&url, &[]).await);
+    let name = unique_name("rw-watchdog");
+    let opts = AcquireOptions::new().watchdog_lease(Duration::from_secs(1));
+    let rw = a.rwlock(&name).unwrap();
+    let w = rw.write(&opts).await.unwrap().unwrap();
+    let t_w = w.token();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(w.state(), LockState::Held);
+    assert!(b.rwlock(&name).unwrap().try_read().await.unwrap().is_none());
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(r.token(), t_w);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(r.state(), LockState::Held, "read lease not renewed");
+    assert!(b
+        .rwlock(&name)
+        .unwrap()
+        .try_write()
+        .await
+        .unwrap()
+        .is_none());
+    let e = r.upgrade().unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::UpgradeNotSupported);
+    // An operator's force-unlock: the reader learns at its next renewal.
+    assert!(b.rwlock(&name).unwrap().force_unlock().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(3), r.lost())
+        .await
+        .expect("read guard lost()");
+    let w2 = b.rwlock(&name).unwrap().try_write().await.unwrap().unwrap();
+    assert!(w2.token() > t_w, "write tokens order writers");
+    w2.release().await.unwrap();
+    assert_eq!(r.release().await.unwrap_err().kind(), &ErrorKind::NotHeld);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_reader_comes_back_within_one_lease_and_try_write_leaves_no_intent() {
+    let Some(url) = shared_url() else { return };
+    let name = unique_name("rw-dead");
+    let lease = Duration::from_secs(1);
+    {
+        let doomed = connect(&url, &[]).await;
+        let r = doomed
+            .rwlock(&name)
+            .unwrap()
+            .read(&AcquireOptions::new().watchdog_lease(lease))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(r); // the process "dies": no release, and its watchdog stops below
+    }
+    let locks = connect(&url, &[]).await;
+    let rw = locks.rwlock(&name).unwrap();
+    // A failed try_write must not leave an intent that blocks readers.
+    assert!(rw.try_write().await.unwrap().is_none());
+    let r = rw
+        .try_read()
+        .await
+        .unwrap()
+        .expect("a failed try_write blocked readers");
+    r.release().await.unwrap();
+    let started = Instant::now();
+    let w = rw
+        .write(&AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("the dead reader's lease ended");
+    assert!(
+        started.elapsed() < lease + Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    w.release().await.unwrap();
+}

@@ -1,0 +1,129 @@
+//! Issue 4, point 3: the semaphore: N permits and acquire(n), leased permits that come back
+//! when their holder dies, available(), and pub/sub wake-ups that wake enough waiters for the
+//! permits released.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::testing::unique_name;
+use lockkit_core::{AcquireOptions, SemaphoreExt};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_of_k_permits_wakes_waiters_for_k_permits() {
+    let Some(url) = shared_url() else { return };
+    let name = unique_name("sem-wake");
+    let holder = connect(&url, &[]).await;
+    let all = holder
+        .semaphore(&name, 3)
+        .unwrap()
+        .acquire(3, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut tasks = Vec::new();
+    // Three clients with one waiter each and one client with two: remote and local wake-ups.
+    for _ in 0..3 {
+        let locks = connect(&url, &[]).await;
+        let s = locks.semaphore(&name, 3).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let p = s.acquire_one().await.unwrap();
+            (Instant::now(), p, Some(locks))
+        }));
+    }
+    let shared = connect(&url, &[]).await;
+    for _ in 0..2 {
+        let s = shared.semaphore(&name, 3).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let p = s.acquire_one().await.unwrap();
+            (Instant::now(), p, None)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let released = Instant::now();
+    all.release().await.unwrap(); // 3 permits back; 5 waiters; the 30 s lease is far away
+    let mut woke = Vec::new();
+    let mut permits = Vec::new();
+    let deadline = tokio::time::sleep(Duration::from_secs(2));
+    tokio::pin!(deadline);
+    let mut pending: futures::stream::FuturesUnordered<_> = tasks.into_iter().collect();
+    use futures::StreamExt;
+    loop {
+        tokio::select! {
+            Some(r) = pending.next() => {
+                let (at, p, client) = r.unwrap();
+                woke.push(at - released);
+                permits.push((p, client));
+            }
+            _ = &mut deadline => break,
+        }
+        if permits.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(
+        permits.len(),
+        3,
+        "3 released permits must wake 3 waiters (got {woke:?})"
+    );
+    assert!(
+        woke.iter().all(|d| *d < Duration::from_millis(1000)),
+        "{woke:?}"
+    );
+    for (p, _client) in permits {
+        p.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_holders_permits_come_back_within_one_lease() {
+    let Some(url) = shared_url() else { return };
+    let name = unique_name("sem-dead");
+    let lease = Duration::from_secs(1);
+    {
+        let doomed = connect(&url, &[]).await;
+        let p = doomed
+            .semaphore(&name, 2)
+            .unwrap()
+            .acquire(2, &AcquireOptions::new().watchdog_lease(lease))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(p); // no release; dropping the client stops its watchdog
+    }
+    let locks = connect(&url, &[]).await;
+    let s = locks.semaphore(&name, 2).unwrap();
+    assert_eq!(s.available().await.unwrap(), 0);
+    let started = Instant::now();
+    let p = s
+        .acquire(2, &AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("permits came back");
+    assert!(
+        started.elapsed() < lease + Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(s.available().await.unwrap(), 0);
+    p.release().await.unwrap();
+    assert_eq!(s.available().await.unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_keeps_permits_and_tokens_increase() {
+    let Some(url) = shared_url() else { return };
+    let name = unique_name("sem-renew");
+    let locks = connect(&url, &[]).await;
+    let s = locks.semaphore(&name, 2).unwrap();
+    let opts = AcquireOptions::new().watchdog_lease(Duration::from_secs(1));
+    let p1 = s.acquire(1, &opts).await.unwrap().unwrap();
+    let p2 = s.acquire(1, &opts).await.unwrap().unwrap();
+    assert!(p2.token() > p1.token());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(s.available().await.unwrap(), 0, "renewed permits expired");
+    assert!(s.try_acquire(1).await.unwrap().is_none());
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+}
