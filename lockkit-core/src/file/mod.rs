@@ -17,7 +17,13 @@
 //! | `is_locked`, `available`, `inspect` | try-lock probes (they hold a free lock for an instant) plus the holder sidecar files (owner, pid, token, lease deadline) |
 //!
 //! Waiting is polling: a busy lock is retried with backoff from 1 ms to 20 ms, so no thread is
-//! ever blocked on a lock and a dropped acquire leaves nothing behind (its files are closed).
+//! ever blocked on a lock.
+//!
+//! # Cancel safety
+//! A dropped acquire leaves nothing behind: the files it locked are owned by the future and
+//! closed with it. Only the token counter is updated on a blocking thread (it takes the counter
+//! file's own lock and syncs); if the acquire is dropped meanwhile, that update finishes and
+//! leaves a gap in the token sequence, which fencing allows.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit_core::Result<()> {
