@@ -50,8 +50,12 @@ impl Inner {
         format!("{}:{n}", self.client_id)
     }
 
-    pub(crate) fn keys(&self, name: &str) -> LockKeys {
-        LockKeys::mutex(&self.settings.prefix, name)
+    pub(crate) fn keys(&self, name: &str) -> Result<LockKeys> {
+        if self.settings.redisson_compat {
+            LockKeys::redisson_mutex(name)
+        } else {
+            Ok(LockKeys::mutex(&self.settings.prefix, name))
+        }
     }
 
     /// Runs a script with the command timeout as an outer bound (reconnects included).
@@ -253,7 +257,7 @@ impl RedisBackend {
     }
 
     /// The key layout of mutex `name` under this client's prefix.
-    pub fn keys(&self, name: &str) -> LockKeys {
+    pub fn keys(&self, name: &str) -> Result<LockKeys> {
         self.inner.keys(name)
     }
 }
@@ -275,7 +279,7 @@ impl Backend for RedisBackend {
     }
 
     fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
-        Ok(Arc::new(RedisMutex::new(self.inner.clone(), name)))
+        Ok(Arc::new(RedisMutex::new(self.inner.clone(), name)?))
     }
 
     fn rwlock(&self, name: &str) -> Result<Arc<dyn lockkit_core::ReadWriteLock>> {
@@ -299,7 +303,7 @@ impl Backend for RedisBackend {
                 "the Redis backend cannot inspect a {primitive:?} yet"
             )));
         }
-        let probe = crate::mutex::probe(&self.inner, &self.inner.keys(name)).await?;
+        let probe = crate::mutex::probe(&self.inner, &self.inner.keys(name)?).await?;
         let holders = probe
             .owners
             .into_iter()

@@ -15,6 +15,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "wait_timeout",
     "fence_ttl",
     "fair_heartbeat",
+    "redisson_compat",
 ];
 
 /// The settings of one [`crate::connect`].
@@ -33,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) fence_ttl: Duration,
     /// How often a fair waiter refreshes its place in the queue; it is dropped after 3 missed.
     pub(crate) fair_heartbeat: Duration,
+    /// Mutexes use Redisson's `RLock` key layout and channel.
+    pub(crate) redisson_compat: bool,
 }
 
 impl std::fmt::Debug for Settings {
@@ -128,6 +131,15 @@ impl Settings {
             wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
             fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
             fair_heartbeat: cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
+            redisson_compat: match cfg.option("redisson_compat").as_deref() {
+                None | Some("false" | "0" | "no") => false,
+                Some("true" | "1" | "yes") => true,
+                Some(v) => {
+                    return Err(Error::config(format!(
+                        "option redisson_compat={v:?} is not true or false"
+                    )))
+                }
+            },
         };
         for (what, d) in [
             ("lease", settings.lease),

@@ -69,6 +69,58 @@ impl LockKeys {
         }
     }
 
+    /// The keys of mutex `name` in Redisson's layout (`redisson_compat`): the lock hash is the
+    /// name itself and the channel `redisson_lock__channel:{name}`, as Redisson's `RLock`
+    /// writes them; lockkit's own extras (fencing counter, latches, queue) sit next to it in the
+    /// same hash slot.
+    ///
+    /// A name whose cluster slot cannot be shared by other keys (it holds a `}` but no
+    /// `{tag}`) is an `InvalidName` error.
+    ///
+    /// ```
+    /// let k = lockkit_redis::LockKeys::redisson_mutex("orders").unwrap();
+    /// assert_eq!(k.lock, "orders");
+    /// assert_eq!(k.channel, "redisson_lock__channel:{orders}");
+    /// assert!(lockkit_redis::LockKeys::redisson_mutex("a}b").is_err());
+    /// ```
+    pub fn redisson_mutex(name: &str) -> lockkit_core::Result<LockKeys> {
+        // Redisson's prefixName(): braces are added unless the name has a hash tag already.
+        let channel = if name.contains('{') {
+            format!("redisson_lock__channel:{name}")
+        } else {
+            format!("redisson_lock__channel:{{{name}}}")
+        };
+        // Our extra keys must hash like `name`: Redis hashes its first `{…}` tag if it has a
+        // non-empty one, else the whole name, which a tag can hold only without a `}`.
+        let own_tag = name.find('{').and_then(|open| {
+            let close = name[open + 1..].find('}')? + open + 1;
+            (close > open + 1).then(|| &name[open + 1..close])
+        });
+        let tag = match own_tag {
+            Some(t) => t,
+            None if !name.contains('}') => name,
+            None => {
+                return Err(lockkit_core::Error::new(
+                    lockkit_core::ErrorKind::InvalidName,
+                    format!(
+                        "lock name {name:?} cannot be used with redisson_compat: it holds a '}}' \
+                         but no {{tag}}, so no other key can share its cluster slot"
+                    ),
+                ))
+            }
+        };
+        let extra = |what: &str| format!("{{{tag}}}:lockkit-{what}");
+        Ok(LockKeys {
+            lock: name.to_string(),
+            fence: extra("fence"),
+            channel,
+            unlock: extra("unlock"),
+            queue: extra("queue"),
+            waiters: extra("waiters"),
+            holders: extra("holders"),
+        })
+    }
+
     /// The unlock latch of one ownership.
     pub fn unlock_latch(&self, owner: &str) -> String {
         format!("{}:{owner}", self.unlock)

@@ -69,14 +69,14 @@ impl Drop for Queued<'_> {
 }
 
 impl RedisMutex {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
-        let keys = Arc::new(inner.keys(name));
-        RedisMutex {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Result<Self> {
+        let keys = Arc::new(inner.keys(name)?);
+        Ok(RedisMutex {
             inner,
             name: name.into(),
             keys,
             holds: HoldRegistry::new(),
-        }
+        })
     }
 
     async fn attempt(&self, owner: &str, lease: Duration, fair: bool) -> Result<Attempt> {

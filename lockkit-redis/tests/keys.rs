@@ -22,7 +22,10 @@ fn all_keys_of_a_lock_share_one_slot() {
             LockKeys::mutex("lockkit", name),
             LockKeys::rwlock("lockkit", name),
             LockKeys::semaphore("lockkit", name),
-        ] {
+        ]
+        .into_iter()
+        .chain(LockKeys::redisson_mutex(name).ok())
+        {
             let slot = key_slot(&k.lock);
             for other in [
                 &k.fence,
