@@ -1,5 +1,6 @@
 //! The backend trait and the `Locks` handle users hold.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -77,7 +78,7 @@ impl Capabilities {
 
 /// What a backend implements to plug into [`Locks`]. Names arrive validated.
 #[async_trait]
-pub trait Backend: Send + Sync + fmt::Debug + 'static {
+pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
@@ -193,9 +194,21 @@ impl Locks {
         self.backend.kind()
     }
 
-    /// The backend itself, for backend-specific extensions (downcast via your own knowledge).
+    /// The backend itself.
     pub fn backend_ref(&self) -> &dyn Backend {
         &*self.backend
+    }
+
+    /// The backend as its concrete type, for backend-specific extensions; `None` if it is
+    /// another backend.
+    ///
+    /// ```
+    /// let locks = lockkit_core::Locks::memory();
+    /// assert!(locks.backend_as::<lockkit_core::mem::MemBackend>().is_some());
+    /// ```
+    pub fn backend_as<T: Backend>(&self) -> Option<&T> {
+        let any: &dyn Any = &*self.backend;
+        any.downcast_ref::<T>()
     }
 
     /// Holders and waiters of one lock, for operators (`lockkit inspect`).
