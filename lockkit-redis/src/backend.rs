@@ -85,7 +85,7 @@ impl Inner {
     /// Owner-checked, idempotent release: `true` when released, `false` when not ours. A reply
     /// lost to a broken connection or a timeout is retried; the ownership's unlock latch makes
     /// the retry answer like the first attempt did.
-    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str) -> Result<bool> {
+    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str, fair: bool) -> Result<bool> {
         let latch = keys.unlock_latch(owner);
         let latch_ttl = (self.settings.command_timeout * (RELEASE_RETRIES + 1) * 2)
             .max(Duration::from_secs(10))
@@ -96,7 +96,8 @@ impl Inner {
             .key(&keys.queue)
             .arg(owner)
             .arg(&keys.channel)
-            .arg(latch_ttl);
+            .arg(latch_ttl)
+            .arg(if fair { "1" } else { "0" });
         let mut attempt = 0;
         loop {
             match self.invoke::<i64>(&inv, "release").await {
@@ -142,7 +143,7 @@ impl Inner {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.clone();
             rt.spawn(async move {
-                let _ = inner.release(&keys, &owner).await;
+                let _ = inner.release(&keys, &owner, fair).await;
                 if fair {
                     let _ = inner.leave_queue(&keys, &owner).await;
                 }
@@ -151,11 +152,16 @@ impl Inner {
     }
 
     /// Release from a context that cannot wait (Drop, cancelled acquires).
-    pub(crate) fn release_in_background(self: &Arc<Self>, keys: Arc<LockKeys>, owner: String) {
+    pub(crate) fn release_in_background(
+        self: &Arc<Self>,
+        keys: Arc<LockKeys>,
+        owner: String,
+        fair: bool,
+    ) {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let inner = self.clone();
             rt.spawn(async move {
-                if let Err(e) = inner.release(&keys, &owner).await {
+                if let Err(e) = inner.release(&keys, &owner, fair).await {
                     tracing::debug!(error = %e, "lockkit: background release failed; the lease will end it");
                 }
             });

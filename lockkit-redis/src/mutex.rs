@@ -130,7 +130,7 @@ impl RedisMutex {
                 .await?;
             if acked < i64::from(settings.wait_replicas) {
                 pending.armed = false;
-                let _ = self.inner.release(&self.keys, owner).await;
+                let _ = self.inner.release(&self.keys, owner, fair).await;
                 return Err(Error::new(
                     ErrorKind::ReplicaSync,
                     format!(
@@ -168,7 +168,7 @@ impl RedisMutex {
                 Ok(Attempt::Acquired { token, sent_at }) => {
                     queued.armed = false;
                     drop(queued);
-                    return Ok(Some(self.guard(owner.clone(), token, lease, sent_at)));
+                    return Ok(Some(self.guard(owner.clone(), token, lease, sent_at, true)));
                 }
                 Ok(Attempt::Busy { pttl }) => pttl,
                 Err(e) => {
@@ -204,7 +204,14 @@ impl RedisMutex {
         }
     }
 
-    fn guard(&self, owner: String, token: u64, lease: Lease, sent_at: Instant) -> LockGuard {
+    fn guard(
+        &self,
+        owner: String,
+        token: u64,
+        lease: Lease,
+        sent_at: Instant,
+        fair: bool,
+    ) -> LockGuard {
         let state = StateCell::new();
         let id = self.inner.watchdog.register(Watched {
             kind: crate::watchdog::RenewKind::Hash,
@@ -221,6 +228,7 @@ impl RedisMutex {
             keys: self.keys.clone(),
             owner,
             id,
+            fair,
         };
         let guard = LockGuard::new(GuardParts::new(
             self.name.clone(),
@@ -282,7 +290,7 @@ impl DistLock for RedisMutex {
                 }
                 None => match self.attempt(&owner, lease.duration(), false).await? {
                     Attempt::Acquired { token, sent_at } => {
-                        return Ok(Some(self.guard(owner, token, lease, sent_at)));
+                        return Ok(Some(self.guard(owner, token, lease, sent_at, false)));
                     }
                     Attempt::Busy { pttl } => pttl,
                 },
@@ -380,13 +388,19 @@ struct RedisHeld {
     keys: Arc<LockKeys>,
     owner: String,
     id: u64,
+    /// Acquired in fair mode: the release wakes the first queued waiter by name.
+    fair: bool,
 }
 
 #[async_trait]
 impl Held for RedisHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
-        if self.inner.release(&self.keys, &self.owner).await? {
+        if self
+            .inner
+            .release(&self.keys, &self.owner, self.fair)
+            .await?
+        {
             Ok(())
         } else {
             Err(Error::not_held(&self.name))
@@ -396,7 +410,7 @@ impl Held for RedisHeld {
     fn release_in_background(&self) {
         self.inner.watchdog.unregister(self.id);
         self.inner
-            .release_in_background(self.keys.clone(), self.owner.clone());
+            .release_in_background(self.keys.clone(), self.owner.clone(), self.fair);
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {

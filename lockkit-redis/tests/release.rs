@@ -23,6 +23,7 @@ async fn raw_release(
         .arg(owner)
         .arg(&k.channel)
         .arg(10_000)
+        .arg("0")
         .invoke_async(admin)
         .await
         .unwrap()
