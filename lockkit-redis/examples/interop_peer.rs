@@ -36,6 +36,29 @@ async fn main() {
         .await
         .unwrap();
     let inside = format!("{{{name}}}:interop-inside");
+    // Start together: the JVM on the other side starts far slower than we do.
+    let ready = format!("{{{name}}}:interop-ready");
+    let _: i64 = redis::cmd("INCR")
+        .arg(&ready)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let n: i64 = redis::cmd("GET")
+            .arg(&ready)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if n >= 2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the Redisson peer never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let lock = locks.mutex(name).unwrap();
     let mut order = std::fs::OpenOptions::new()
         .create(true)
@@ -64,5 +87,14 @@ async fn main() {
         writeln!(order, "rust {acquired} {released}").unwrap();
         g.release().await.unwrap();
         tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Leave nothing behind on the test server for long.
+    for key in [&inside, &ready] {
+        let _: i64 = redis::cmd("EXPIRE")
+            .arg(key)
+            .arg(60)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
     }
 }

@@ -56,7 +56,7 @@ if [ "$total" -ne $((2 * ITER)) ]; then
     echo "redisson-interop[mutex]: expected $((2 * ITER)) holds" >&2
     exit 1
 fi
-if [ "$handoffs" -lt $((ITER / 4)) ]; then
+if [ "$handoffs" -lt $((ITER / 2)) ]; then
     echo "redisson-interop[mutex]: too few hand-offs: the sides did not wake each other" >&2
     exit 1
 fi

@@ -32,6 +32,16 @@ public final class Main {
         cfg.useSingleServer().setAddress(url);
         RedissonClient client = Redisson.create(cfg);
         try {
+            // Start together: the JVM starts far slower than the Rust peer.
+            RAtomicLong ready = client.getAtomicLong("{" + name + "}:interop-ready");
+            ready.incrementAndGet();
+            long waitUntil = System.currentTimeMillis() + 60_000;
+            while (ready.get() < 2) {
+                if (System.currentTimeMillis() > waitUntil) {
+                    throw new IllegalStateException("the lockkit peer never started");
+                }
+                Thread.sleep(5);
+            }
             RLock lock = client.getLock(name);
             RAtomicLong inside = client.getAtomicLong("{" + name + "}:interop-inside");
             for (int i = 0; i < iter; i++) {
