@@ -16,6 +16,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "fence_ttl",
     "fair_heartbeat",
     "redisson_compat",
+    "tls_ca",
 ];
 
 /// The settings of one [`crate::connect`].
@@ -36,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) fair_heartbeat: Duration,
     /// Mutexes use Redisson's `RLock` key layout and channel.
     pub(crate) redisson_compat: bool,
+    /// For rediss://: a PEM file of the CA to trust instead of the system's roots.
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -131,6 +134,7 @@ impl Settings {
             wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
             fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
             fair_heartbeat: cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
+            tls_ca: cfg.option("tls_ca").map(Into::into),
             redisson_compat: match cfg.option("redisson_compat").as_deref() {
                 None | Some("false" | "0" | "no") => false,
                 Some("true" | "1" | "yes") => true,
@@ -163,7 +167,7 @@ fn unknown_option(k: &str) -> Error {
     ))
 }
 
-#[cfg(any())]
+#[cfg(feature = "tls")]
 fn tls_addr(host: &str, port: u16) -> Result<ConnectionAddr> {
     Ok(ConnectionAddr::TcpTls {
         host: host.to_string(),
@@ -173,7 +177,7 @@ fn tls_addr(host: &str, port: u16) -> Result<ConnectionAddr> {
     })
 }
 
-#[cfg(not(any()))]
+#[cfg(not(feature = "tls"))]
 fn tls_addr(_: &str, _: u16) -> Result<ConnectionAddr> {
     Err(Error::config(
         "rediss:// needs TLS support: enable the `tls` feature of lockkit-redis",

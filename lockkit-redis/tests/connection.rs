@@ -110,6 +110,7 @@ async fn bad_urls_and_options_are_config_errors() {
     }
 }
 
+#[cfg(not(feature = "tls"))]
 #[tokio::test]
 async fn rediss_without_tls_support_says_so() {
     let e = lockkit_redis::connect(&LockConfig::new("rediss://127.0.0.1:1"))
@@ -117,4 +118,111 @@ async fn rediss_without_tls_support_says_so() {
         .unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("tls"), "{e}");
+}
+
+/// rediss:// against a private TLS redis-server whose CA is passed with `tls_ca`.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_connects_with_a_private_ca() {
+    let dir = std::env::temp_dir().join(format!("lockkit-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |args: &[&str]| {
+        let ok = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(&dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl on PATH")
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=lockkit-test-ca",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "srv.key",
+        "-out",
+        "srv.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "srv.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "srv.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let tls_port = free_port();
+    let path = |f: &str| dir.join(f).display().to_string();
+    let (port_s, cert, key, ca) = (
+        tls_port.to_string(),
+        path("srv.pem"),
+        path("srv.key"),
+        path("ca.pem"),
+    );
+    let server = PrivateRedis::start(&[
+        "--tls-port",
+        &port_s,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(10), "no TLS port");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let locks = connect(&url, &[("tls_ca", &ca)]).await;
+    let g = locks.mutex("tls").unwrap().lock().await.unwrap();
+    let plain = connect(&server.url(), &[]).await;
+    assert!(
+        plain.mutex("tls").unwrap().is_locked().await.unwrap(),
+        "not the same server"
+    );
+    g.release().await.unwrap();
+    // Without the CA the server's certificate is not trusted: a connection error, not a hang.
+    let e = lockkit_redis::connect(&LockConfig::new(url.as_str()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e.kind(), ErrorKind::Connection | ErrorKind::Backend),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
