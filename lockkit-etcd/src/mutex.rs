@@ -81,6 +81,25 @@ impl DistLock for EtcdMutex {
         Ok(self.holds.hold_count())
     }
 
+    async fn remaining_lease(&self) -> Result<Option<std::time::Duration>> {
+        let kvs = self.inner.keys_by_create(&self.prefix, 1).await?;
+        let Some(owner) = kvs.first() else {
+            return Ok(None);
+        };
+        let id = owner.lease();
+        if id == 0 {
+            return Ok(None); // a key without a lease never expires
+        }
+        let resp = self
+            .inner
+            .pool
+            .run("lease ttl", true, move |mut c| async move {
+                c.lease_time_to_live(id, None).await
+            })
+            .await?;
+        Ok((resp.ttl() >= 0).then(|| std::time::Duration::from_secs(resp.ttl() as u64)))
+    }
+
     async fn force_unlock(&self) -> Result<bool> {
         loop {
             let kvs = self.inner.keys_by_create(&self.prefix, 1).await?;

@@ -359,3 +359,20 @@ async fn is_owner_covers_write_guards_and_permits() {
     w.release().await.unwrap();
     p.release().await.unwrap();
 }
+
+/// `remaining_lease()` reports the holder's lease (the session TTL for watchdog leases).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remaining_lease_reports_the_holders_lease() {
+    let Some(url) = url() else { return };
+    let a = connect(&url, "lease_ttl=5s").await;
+    let m = a.mutex(&name("remaining")).unwrap();
+    assert_eq!(m.remaining_lease().await.unwrap(), None);
+    let g = m.lock().await.unwrap();
+    let left = m.remaining_lease().await.unwrap().expect("held");
+    assert!(
+        left <= Duration::from_secs(5) && left >= Duration::from_secs(2),
+        "{left:?}"
+    );
+    g.release().await.unwrap();
+    assert_eq!(m.remaining_lease().await.unwrap(), None);
+}
