@@ -2,6 +2,18 @@
 
 pub use lockkit_core::*;
 
+/// The Redis backend's own API (Redisson compatibility, replica `WAIT`, typed handle).
+#[cfg(feature = "redis")]
+pub use lockkit_redis as redis;
+
+/// The ZooKeeper backend's own API (node paths, typed handle).
+#[cfg(feature = "zk")]
+pub use lockkit_zk as zk;
+
+/// The etcd backend's own API (`is_owner` compares for your own transactions, typed handle).
+#[cfg(feature = "etcd")]
+pub use lockkit_etcd as etcd;
+
 /// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`, `zk://…`,
 /// `etcd://…` or `etcds://…`, with default options.
 ///
