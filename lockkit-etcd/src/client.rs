@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, TlsOptions};
 use lockkit_core::{Error, ErrorKind, Result};
 
 /// One client per endpoint, a current index and the per-request timeout.
@@ -39,6 +39,7 @@ impl Pool {
     pub(crate) async fn connect(
         endpoints: &[String],
         user: Option<(String, String)>,
+        tls: Option<TlsOptions>,
         connect_timeout: Duration,
         timeout: Duration,
     ) -> Result<Pool> {
@@ -51,6 +52,9 @@ impl Pool {
                 .with_tcp_keepalive(Duration::from_secs(10));
             if let Some((u, p)) = &user {
                 opts = opts.with_user(u.clone(), p.clone());
+            }
+            if let Some(tls) = &tls {
+                opts = opts.with_tls(tls.clone());
             }
             match tokio::time::timeout(connect_timeout, Client::connect([ep.as_str()], Some(opts)))
                 .await

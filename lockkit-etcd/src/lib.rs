@@ -8,6 +8,7 @@ mod mutex;
 mod rwlock;
 mod semaphore;
 mod session;
+mod tls;
 mod watch;
 
 use std::sync::Arc;
@@ -43,33 +44,36 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 /// such as [`EtcdLocks::is_owner`].
 pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
     let url = cfg.server_url()?;
-    match url.scheme {
-        Scheme::Etcd => {}
-        Scheme::Etcds => {
-            return Err(Error::config(
-                "etcds:// (TLS) is not built into this lockkit-etcd: etcd-client's `tls` feature is off",
-            ))
-        }
+    let tls = match url.scheme {
+        Scheme::Etcd => None,
+        Scheme::Etcds => Some(tls::options(cfg)?),
         other => {
             return Err(Error::config(format!(
                 "lockkit-etcd cannot serve {other}:// URLs"
             )))
         }
-    }
+    };
+    let http = if tls.is_some() { "https" } else { "http" };
     let ttl = cfg.duration_option("lease_ttl", DEFAULT_SESSION_TTL)?;
     if ttl < Duration::from_secs(1) {
         return Err(Error::config(format!(
             "lease_ttl {ttl:?} is too short: etcd leases have a TTL of at least 1 s"
         )));
     }
-    let endpoints: Vec<String> = url.hosts.iter().map(|h| format!("http://{h}")).collect();
+    let endpoints: Vec<String> = url.hosts.iter().map(|h| format!("{http}://{h}")).collect();
     let user = match (&url.username, &url.password) {
         (Some(u), Some(p)) => Some((u.clone(), p.expose().to_string())),
         (Some(u), None) => Some((u.clone(), String::new())),
         _ => None,
     };
-    let pool =
-        client::Pool::connect(&endpoints, user, cfg.connect_timeout, cfg.command_timeout).await?;
+    let pool = client::Pool::connect(
+        &endpoints,
+        user,
+        tls,
+        cfg.connect_timeout,
+        cfg.command_timeout,
+    )
+    .await?;
     pool.probe().await?;
     let inner = Inner::new(pool, cfg.prefix(), ttl);
     let locks = Locks::new(EtcdBackend {

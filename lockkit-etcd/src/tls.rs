@@ -1,0 +1,40 @@
+//! TLS for `etcds://` URLs: the CA to trust and an optional client certificate, from options.
+
+use etcd_client::{Certificate, Identity, TlsOptions};
+use lockkit_core::{Error, LockConfig, Result};
+
+/// TLS options from `tls_ca` (PEM file of the CA that signed the server's certificate; without
+/// it the server must present a certificate that a public root signed), `tls_cert` + `tls_key`
+/// (PEM files of a client certificate, for servers started with `--client-cert-auth`) and
+/// `tls_domain` (the name to check in the server's certificate, when it differs from the host
+/// in the URL).
+pub(crate) fn options(cfg: &LockConfig) -> Result<TlsOptions> {
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = cfg.option("tls_ca") {
+        tls = tls.ca_certificate(Certificate::from_pem(read(&ca, "tls_ca")?));
+    }
+    match (cfg.option("tls_cert"), cfg.option("tls_key")) {
+        (Some(cert), Some(key)) => {
+            tls = tls.identity(Identity::from_pem(
+                read(&cert, "tls_cert")?,
+                read(&key, "tls_key")?,
+            ));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(Error::config(
+                "tls_cert and tls_key go together: give both or neither",
+            ))
+        }
+    }
+    if let Some(domain) = cfg.option("tls_domain") {
+        tls = tls.domain_name(domain);
+    }
+    Ok(tls)
+}
+
+fn read(path: &str, option: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        Error::config(format!("cannot read {option} file {path:?}: {e}")).with_source(e)
+    })
+}
