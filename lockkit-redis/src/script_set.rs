@@ -34,6 +34,8 @@ pub mod source {
     pub const RW_PROBE: &str = include_str!("scripts/rw_probe.lua");
     /// Admin force-unlock of a read-write lock or semaphore.
     pub const SHARED_FORCE: &str = include_str!("scripts/shared_force.lua");
+    /// Removal of a fixed lease that reached its local deadline.
+    pub const DROP_OWNED: &str = include_str!("scripts/drop_owned.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.
@@ -54,6 +56,7 @@ pub(crate) struct Scripts {
     pub(crate) rw_downgrade: Script,
     pub(crate) rw_probe: Script,
     pub(crate) shared_force: Script,
+    pub(crate) drop_owned: Script,
 }
 
 impl Scripts {
@@ -74,6 +77,7 @@ impl Scripts {
             rw_downgrade: Script::new(source::RW_DOWNGRADE),
             rw_probe: Script::new(source::RW_PROBE),
             shared_force: Script::new(source::SHARED_FORCE),
+            drop_owned: Script::new(source::DROP_OWNED),
         }
     }
 }

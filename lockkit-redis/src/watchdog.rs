@@ -20,6 +20,15 @@ pub(crate) const BATCH: usize = 100;
 /// One lock due for renewal: watchdog id, lock key, owner field, lease.
 type Due = (u64, String, String, Duration);
 
+/// A fixed lease past its local deadline, to be removed on the server before its guard turns
+/// Lost.
+struct Expired {
+    kind: RenewKind,
+    key: String,
+    owner: String,
+    state: StateCell,
+}
+
 /// How a watched ownership is renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RenewKind {
@@ -136,17 +145,30 @@ impl Watchdog {
 
     /// Expires what passed its deadline, takes what is due for renewal, and says when to look
     /// again.
-    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Option<Instant>) {
+    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Vec<Expired>, Option<Instant>) {
         let mut due = Vec::new();
+        let mut expired = Vec::new();
         let mut wake: Option<Instant> = None;
         let mut entries = self.lock();
         entries.retain(|_, e| {
-            if now >= e.deadline {
+            if now < e.deadline {
+                return true;
+            }
+            if !e.renew && e.state.get() == lockkit_core::LockState::Held {
+                // A fixed lease that ran its course: the server expires it at about the same
+                // moment (a little later, by the request's one-way latency). Remove it there
+                // first, so nobody who sees the guard Lost can still find the lock held.
+                expired.push(Expired {
+                    kind: e.kind,
+                    key: e.key.clone(),
+                    owner: e.owner.clone(),
+                    state: e.state.clone(),
+                });
+            } else {
                 e.state.mark_lost();
                 tracing::warn!(lock = %e.key, "lockkit: lease deadline passed without renewal");
-                return false;
             }
-            true
+            false
         });
         for (id, e) in entries.iter_mut() {
             // Renew a little early so locks due at nearby times share one call.
@@ -161,7 +183,7 @@ impl Watchdog {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
         *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = wake;
-        (due, wake)
+        (due, expired, wake)
     }
 
     fn apply(&self, sent_at: Instant, batch: &[Due], result: Option<Vec<i64>>) {
@@ -206,7 +228,20 @@ pub(crate) async fn run(
     let mut renewals = JoinSet::new();
     loop {
         while renewals.try_join_next().is_some() {}
-        let (due, wake) = wd.step(Instant::now());
+        let (due, expired, wake) = wd.step(Instant::now());
+        for e in expired {
+            let (mut conn, scripts) = (conn.clone(), scripts.clone());
+            let limit = command_timeout.min(Duration::from_millis(200));
+            renewals.spawn(async move {
+                let mut call = scripts.drop_owned.prepare_invoke();
+                call.key(&e.key).arg(&e.owner).arg(match e.kind {
+                    RenewKind::Hash => "h",
+                    RenewKind::Set => "s",
+                });
+                let _ = tokio::time::timeout(limit, call.invoke_async::<i64>(&mut conn)).await;
+                e.state.mark_lost();
+            });
+        }
         let (hashes, sets): (Vec<_>, Vec<_>) =
             due.into_iter().partition(|(k, _)| *k == RenewKind::Hash);
         let groups = [(RenewKind::Hash, hashes), (RenewKind::Set, sets)];
