@@ -333,6 +333,25 @@ impl Backend for RedisBackend {
         )))
     }
 
+    /// Releases every lock, read lock and permit this client holds (owner-checked) and marks
+    /// their guards Lost. The handle stays usable.
+    async fn close(&self) -> Result<()> {
+        let held = self.inner.watchdog.take_all();
+        let mut first_error = None;
+        for (kind, key, owner, state) in held {
+            let mut inv = self.inner.scripts.drop_owned.prepare_invoke();
+            inv.key(&key).arg(&owner).arg(match kind {
+                crate::watchdog::RenewKind::Hash => "h",
+                crate::watchdog::RenewKind::Set => "s",
+            });
+            if let Err(e) = self.inner.invoke::<i64>(&inv, "close").await {
+                first_error.get_or_insert(e);
+            }
+            state.mark_lost();
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
         if primitive != Primitive::Mutex {
             return Err(Error::unsupported(format!(

@@ -136,6 +136,14 @@ impl Watchdog {
         self.lock().len()
     }
 
+    /// Takes every watched ownership out of the watchdog: (kind, key, owner, state).
+    pub(crate) fn take_all(&self) -> Vec<(RenewKind, String, String, StateCell)> {
+        self.lock()
+            .drain()
+            .map(|(_, e)| (e.kind, e.key, e.owner, e.state))
+            .collect()
+    }
+
     /// The client is going away: nobody renews any more.
     pub(crate) fn abandon_all(&self) {
         for (_, e) in self.lock().drain() {

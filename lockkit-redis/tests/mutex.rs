@@ -234,3 +234,34 @@ async fn queries_is_locked_remaining_lease_inspect_force_unlock() {
     assert!(g.release().await.is_err());
     assert_eq!(lock.hold_count().await.unwrap(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_releases_everything_held_and_marks_guards_lost() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let other = connect(&url, &[]).await;
+    let (a, b) = (unique_name("close-a"), unique_name("close-b"));
+    let g = locks.mutex(&a).unwrap().lock().await.unwrap();
+    let r = locks
+        .rwlock(&b)
+        .unwrap()
+        .read(&AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    locks.close().await.unwrap();
+    assert_eq!(g.state(), lockkit_core::LockState::Lost);
+    assert_eq!(r.state(), lockkit_core::LockState::Lost);
+    assert!(!other.mutex(&a).unwrap().is_locked().await.unwrap());
+    assert!(!other.rwlock(&b).unwrap().is_locked().await.unwrap());
+    // The handle still works.
+    locks
+        .mutex(&a)
+        .unwrap()
+        .lock()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
