@@ -10,10 +10,32 @@ use tracing::Instrument;
 use crate::held::{self, WriteInfo};
 use crate::mutex::{check_opts, force_delete};
 use crate::node::{READ_MARKER, WRITE_MARKER};
-use crate::queue::{self, Rule, Spec};
+use crate::queue::{self, Node, Rule, Spec};
 use crate::session::Session;
 
 pub(crate) const MARKERS: &[&str] = &[READ_MARKER, WRITE_MARKER];
+
+impl ZkRwLock {
+    /// Queues a `marker` node and waits until `rule` lets it hold.
+    async fn contend(
+        &self,
+        opts: &AcquireOptions,
+        marker: &'static str,
+        rule: Rule,
+    ) -> Result<Option<Node>> {
+        let deadline = check_opts(opts)?;
+        let spec = Spec {
+            dir: &self.dir,
+            marker,
+            markers: MARKERS,
+            rule,
+        };
+        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", mode = marker);
+        queue::contend(&self.session, &spec, deadline)
+            .instrument(span)
+            .await
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct ZkRwLock {
@@ -29,53 +51,28 @@ impl ReadWriteLock for ZkRwLock {
     }
 
     async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
-        let deadline = check_opts(opts)?;
-        let spec = Spec {
-            dir: &self.dir,
-            marker: READ_MARKER,
-            markers: MARKERS,
-            rule: Rule::Shared,
-        };
-        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", mode = spec.marker);
-        let Some(node) = queue::contend(&self.session, &spec, deadline)
-            .instrument(span)
-            .await?
-        else {
+        let Some(node) = self.contend(opts, READ_MARKER, Rule::Shared).await? else {
             return Ok(None);
         };
-        Ok(Some(ReadGuard::new(held::parts(
-            &self.session,
-            &self.name,
-            vec![node],
-            opts.lease,
-            None,
-        ))))
+        let parts = held::parts(&self.session, &self.name, vec![node], opts.lease, None);
+        Ok(Some(ReadGuard::new(parts)))
     }
 
     async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
-        let deadline = check_opts(opts)?;
-        let spec = Spec {
-            dir: &self.dir,
-            marker: WRITE_MARKER,
-            markers: MARKERS,
-            rule: Rule::Exclusive,
-        };
-        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", mode = spec.marker);
-        let Some(node) = queue::contend(&self.session, &spec, deadline)
-            .instrument(span)
-            .await?
-        else {
+        let Some(node) = self.contend(opts, WRITE_MARKER, Rule::Exclusive).await? else {
             return Ok(None);
         };
-        Ok(Some(WriteGuard::new(held::parts(
+        let info = WriteInfo {
+            dir: self.dir.clone(),
+        };
+        let parts = held::parts(
             &self.session,
             &self.name,
             vec![node],
             opts.lease,
-            Some(WriteInfo {
-                dir: self.dir.clone(),
-            }),
-        ))))
+            Some(info),
+        );
+        Ok(Some(WriteGuard::new(parts)))
     }
 
     async fn is_locked(&self) -> Result<bool> {
