@@ -29,7 +29,7 @@ pub use lock::{DistLock, DistLockExt};
 pub use name::{encode_name, validate_name, MAX_NAME_LEN};
 pub use options::{AcquireOptions, Lease, Wait, DEFAULT_LEASE};
 pub use rwlock::{ReadWriteLock, ReadWriteLockExt};
-pub use semaphore::{Semaphore, SemaphoreExt};
+pub use semaphore::{check_permits, Semaphore, SemaphoreExt};
 pub use state::{LockState, Lost, StateCell};
 pub use url::{redact, HostPort, Scheme, ServerUrl};
 

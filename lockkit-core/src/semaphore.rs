@@ -10,6 +10,18 @@ use crate::error::Result;
 use crate::guard::Permit;
 use crate::options::AcquireOptions;
 
+/// Checks a permit count for [`Semaphore::acquire`]: `InvalidArgument` for zero or for more
+/// than the semaphore's `total`. Every backend calls it, so they all answer alike.
+pub fn check_permits(n: u32, total: u32) -> Result<()> {
+    if n == 0 || n > total {
+        return Err(crate::Error::new(
+            crate::ErrorKind::InvalidArgument,
+            format!("cannot acquire {n} of {total} permits"),
+        ));
+    }
+    Ok(())
+}
+
 /// A named distributed counting semaphore with leased permits: a dead holder's permits come back
 /// when its lease runs out.
 #[async_trait]

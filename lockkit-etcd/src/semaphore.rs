@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, Error, ErrorKind, Permit, Result, Semaphore};
+use lockkit_core::{AcquireOptions, Permit, Result, Semaphore};
 
 use crate::acquire::{acquire, Request};
 use crate::backend::Inner;
@@ -46,12 +46,7 @@ impl Semaphore for EtcdSemaphore {
     }
 
     async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        if n == 0 || n > self.permits {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} permits", self.permits),
-            ));
-        }
+        lockkit_core::check_permits(n, self.permits)?;
         let nw = watch_of(&self.inner, &self.watch, &self.prefix, Kind::Semaphore).await?;
         let req = Request {
             name: &self.name,

@@ -358,12 +358,7 @@ impl Semaphore for RedisSemaphore {
     }
 
     async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        if n == 0 || n > self.core.capacity {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} permits", self.core.capacity),
-            ));
-        }
+        lockkit_core::check_permits(n, self.core.capacity)?;
         if opts.fair {
             return Err(no_fair());
         }

@@ -4,7 +4,7 @@
 //! come back when ZooKeeper expires it.
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, Error, ErrorKind, Permit, Result, Semaphore};
+use lockkit_core::{AcquireOptions, Permit, Result, Semaphore};
 use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -81,12 +81,7 @@ impl Semaphore for ZkSemaphore {
 
 impl ZkSemaphore {
     async fn acquire_permits(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        if n == 0 || n > self.permits {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} permits", self.permits),
-            ));
-        }
+        lockkit_core::check_permits(n, self.permits)?;
         let deadline = check_opts(opts)?;
         let session = &self.session;
         let client = session.client()?;

@@ -8,7 +8,7 @@ use super::oslock::{io_error, is_held, poll, try_lock_path, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
 use super::{no_fair, Acquired, Inner};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::guard::Permit;
 use crate::inspect::{HoldMode, LockInfo};
 use crate::options::AcquireOptions;
@@ -33,12 +33,7 @@ impl Semaphore for FileSemaphore {
     }
 
     async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        if n == 0 || n > self.permits {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} permits", self.permits),
-            ));
-        }
+        crate::check_permits(n, self.permits)?;
         no_fair(opts)?;
         let paths = &self.paths;
         let got = poll(opts.wait_budget(), || {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{Backend, BackendKind, Capabilities};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::guard::{GuardParts, Held, HoldRegistry, LockGuard, Permit, ReadGuard, WriteGuard};
 use crate::inspect::{LockInfo, Primitive};
@@ -241,12 +241,7 @@ impl Semaphore for MemSemaphore {
     }
 
     async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        if n == 0 || n > self.permits {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("cannot acquire {n} of {} permits", self.permits),
-            ));
-        }
+        crate::check_permits(n, self.permits)?;
         let grant = self
             .engine
             .acquire(self.key.clone(), Mode::Permits(n), self.permits, opts)
