@@ -2,20 +2,12 @@
 //! (the shared test server stays as it is). Skipped when the `etcd` binary is missing, unless
 //! `LOCKKIT_TEST_REQUIRE` names etcd.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lockkit_core::testing::{free_port, tool_available};
 use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
 use lockkit_etcd::etcd_client::Client;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A private etcd, stopped (SIGKILL, then waited for) when dropped.
 struct PrivateEtcd {
@@ -32,25 +24,11 @@ impl Drop for PrivateEtcd {
     }
 }
 
-fn etcd_binary() -> Option<&'static str> {
-    let found = Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if found {
-        return Some("etcd");
-    }
-    let required = std::env::var("LOCKKIT_TEST_REQUIRE").unwrap_or_default();
-    if required.contains("etcd") || required.contains("all") {
-        panic!("the etcd binary is needed for this test (apt-get install etcd-server)");
-    }
-    None
-}
-
 async fn start() -> Option<PrivateEtcd> {
-    let bin = etcd_binary()?;
+    if !tool_available("etcd", "--version", "etcd") {
+        return None;
+    }
+    let bin = "etcd";
     let (port, peer) = (free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("lockkit-etcd-auth-{}-{port}", std::process::id()));
     let child = Command::new(bin)

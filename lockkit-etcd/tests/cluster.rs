@@ -2,20 +2,12 @@
 //! client talks to is killed while a lock is held. Skipped when the `etcd` binary is missing,
 //! unless `LOCKKIT_TEST_REQUIRE` names etcd.
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lockkit_core::testing::{free_port, tool_available};
 use lockkit_core::{DistLockExt, LockConfig, LockState};
 use lockkit_etcd::etcd_client::Client;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Member {
     child: Option<Child>,
@@ -52,22 +44,8 @@ impl Drop for Cluster {
     }
 }
 
-fn have_etcd() -> bool {
-    let found = Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let required = std::env::var("LOCKKIT_TEST_REQUIRE").unwrap_or_default();
-    if !found && (required.contains("etcd") || required.contains("all")) {
-        panic!("the etcd binary is needed for this test (apt-get install etcd-server)");
-    }
-    found
-}
-
 async fn start_cluster() -> Option<Cluster> {
-    if !have_etcd() {
+    if !tool_available("etcd", "--version", "etcd") {
         return None;
     }
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();

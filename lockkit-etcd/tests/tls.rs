@@ -2,109 +2,12 @@
 //! openssl makes in a temp dir. Skipped when `etcd` or `openssl` is missing, unless
 //! `LOCKKIT_TEST_REQUIRE` names etcd.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lockkit_core::testing::{free_port, make_test_certs, tool_available};
 use lockkit_core::{DistLockExt, LockConfig};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn have(cmd: &str, arg: &str) -> bool {
-    let found = Command::new(cmd)
-        .arg(arg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let required = std::env::var("LOCKKIT_TEST_REQUIRE").unwrap_or_default();
-    if !found && (required.contains("etcd") || required.contains("all")) {
-        panic!("{cmd} is needed for the etcd TLS tests");
-    }
-    found
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let ok = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl runs")
-        .success();
-    assert!(ok, "openssl {args:?}");
-}
-
-/// A CA and a server certificate for 127.0.0.1 signed by it.
-fn make_certs(dir: &Path) {
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=lockkit test CA",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-}
 
 /// A private TLS etcd, killed and waited for when dropped.
 struct TlsEtcd {
@@ -123,14 +26,16 @@ impl Drop for TlsEtcd {
 
 impl TlsEtcd {
     fn start() -> Option<TlsEtcd> {
-        if !have("etcd", "--version") || !have("openssl", "version") {
+        if !tool_available("etcd", "--version", "etcd")
+            || !tool_available("openssl", "version", "etcd")
+        {
             return None;
         }
         let (port, peer) = (free_port(), free_port());
         let dir =
             std::env::temp_dir().join(format!("lockkit-etcd-tls-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        make_certs(&dir);
+        let certs = make_test_certs(&dir);
         let client = format!("https://127.0.0.1:{port}");
         let peer = format!("http://127.0.0.1:{peer}");
         let child = Command::new("etcd")
@@ -155,9 +60,9 @@ impl TlsEtcd {
                 "new",
             ])
             .arg("--cert-file")
-            .arg(dir.join("server.pem"))
+            .arg(&certs.cert)
             .arg("--key-file")
-            .arg(dir.join("server.key"))
+            .arg(&certs.key)
             .args([
                 "--heartbeat-interval=50",
                 "--election-timeout=500",

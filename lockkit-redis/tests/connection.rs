@@ -125,70 +125,14 @@ async fn rediss_without_tls_support_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_connects_with_a_private_ca() {
     let dir = std::env::temp_dir().join(format!("lockkit-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let run = |args: &[&str]| {
-        let ok = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(&dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("openssl on PATH")
-            .success();
-        assert!(ok, "openssl {args:?}");
-    };
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=lockkit-test-ca",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "srv.key",
-        "-out",
-        "srv.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "srv.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "srv.pem",
-        "-days",
-        "1",
-        "-extfile",
-        "ext.cnf",
-    ]);
+    let certs = lockkit_core::testing::make_test_certs(&dir);
     let tls_port = free_port();
-    let path = |f: &str| dir.join(f).display().to_string();
+    let path = |p: &std::path::Path| p.display().to_string();
     let (port_s, cert, key, ca) = (
         tls_port.to_string(),
-        path("srv.pem"),
-        path("srv.key"),
-        path("ca.pem"),
+        path(&certs.cert),
+        path(&certs.key),
+        path(&certs.ca),
     );
     let server = PrivateRedis::start(&[
         "--tls-port",

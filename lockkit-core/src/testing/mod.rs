@@ -20,7 +20,9 @@
 pub mod cases;
 mod support;
 
-pub use support::{server_url, unique_name, OverlapDetector};
+pub use support::{
+    free_port, make_test_certs, server_url, tool_available, unique_name, OverlapDetector, TestCerts,
+};
 
 /// Expands the whole conformance suite into one `#[tokio::test]` per case. `$make` is an async fn
 /// returning `Option<Locks>`: `None` skips (only allowed when the backend is not required).

@@ -45,6 +45,116 @@ fn resolve_url(
     Ok(None)
 }
 
+/// A loopback TCP port that was free a moment ago, for a private server a test starts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral loopback port")
+}
+
+/// Whether `cmd version_arg` runs. When it does not and `LOCKKIT_TEST_REQUIRE` names `backend`
+/// (or `all`), this panics: a test that needs a private server must not skip silently.
+pub fn tool_available(cmd: &str, version_arg: &str, backend: &str) -> bool {
+    let found = std::process::Command::new(cmd)
+        .arg(version_arg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let require = std::env::var("LOCKKIT_TEST_REQUIRE").unwrap_or_default();
+    let required = require
+        .split(',')
+        .map(str::trim)
+        .any(|r| r.eq_ignore_ascii_case(backend) || r == "all");
+    if !found && required {
+        panic!("`{cmd}` is needed for the {backend} tests (scripts/services.sh install)");
+    }
+    found
+}
+
+/// Paths of a throwaway CA and a server certificate for 127.0.0.1 signed by it (PEM).
+#[derive(Debug, Clone)]
+pub struct TestCerts {
+    /// The CA certificate, to trust.
+    pub ca: std::path::PathBuf,
+    /// The server certificate (SAN IP:127.0.0.1 and DNS:localhost).
+    pub cert: std::path::PathBuf,
+    /// The server certificate's private key.
+    pub key: std::path::PathBuf,
+}
+
+/// Makes a CA and a server certificate with `openssl` in `dir` (valid for two days).
+pub fn make_test_certs(dir: &std::path::Path) -> TestCerts {
+    std::fs::create_dir_all(dir).expect("create the certificate directory");
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("write server.ext");
+    let openssl = |args: &[&str]| {
+        let ok = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl runs")
+            .success();
+        assert!(ok, "openssl {args:?}");
+    };
+    let days = ["-days", "2"];
+    openssl(
+        &[
+            &[
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+                "ca.pem",
+            ][..],
+            &days,
+            &["-subj", "/CN=lockkit test CA"],
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(
+        &[
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+            ][..],
+            &days,
+            &["-extfile", "server.ext"],
+        ]
+        .concat(),
+    );
+    TestCerts {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+    }
+}
+
 /// A fresh name under a random prefix, so tests never meet each other's locks.
 pub fn unique_name(case: &str) -> String {
     let n: u64 = rand::thread_rng().gen();

@@ -1,7 +1,6 @@
 //! Helpers shared by the Redis test binaries.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,13 +34,7 @@ pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use lockkit_core::testing::free_port;
 
 /// A redis-server of the test's own, on a free loopback port, killed on drop.
 pub struct PrivateRedis {
