@@ -246,10 +246,7 @@ async fn is_owner_guards_a_user_transaction() {
 /// A closed port: connect fails fast with a retryable Connection error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_port_is_a_quick_retryable_connection_error() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = lockkit_core::testing::free_port();
     let started = Instant::now();
     let e = lockkit_etcd::connect(&lockkit_core::LockConfig::new(format!(
         "etcd://127.0.0.1:{port}"
@@ -323,10 +320,7 @@ async fn child_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_first_endpoint_fails_over() {
     let Some(url) = url() else { return };
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = lockkit_core::testing::free_port();
     let live = url.trim_start_matches("etcd://");
     let mut cfg = lockkit_core::LockConfig::new(format!("etcd://127.0.0.1:{port},{live}"));
     cfg.command_timeout = Duration::from_secs(1);
