@@ -16,10 +16,13 @@ use lockkit::{BackendKind, LockConfig};
 
 use super::scenario::RawFloor;
 
-fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, String> {
-    let url = cfg.server_url().map_err(|e| e.to_string())?;
+/// The server URL, or why this module cannot measure it.
+fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, &'static str> {
+    let url = cfg
+        .server_url()
+        .map_err(|_| "TODO: raw floor for this URL")?;
     if url.username.is_some() || url.password.is_some() {
-        return Err("credentials".into());
+        return Err("TODO: raw floor with credentials");
     }
     Ok(url)
 }
@@ -33,13 +36,7 @@ pub(super) async fn floor(
 ) -> RawFloor {
     let url = match hosts(cfg) {
         Ok(u) => u,
-        Err(why) => {
-            return RawFloor::Todo(if why == "credentials" {
-                "TODO: raw floor with credentials"
-            } else {
-                "TODO: raw floor for this URL"
-            })
-        }
+        Err(why) => return RawFloor::Todo(why),
     };
     let key = format!("lockkit-raw-floor-{:016x}", rand::random::<u64>());
     let r = match (kind, url.scheme) {
@@ -63,8 +60,7 @@ async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progres
     } else {
         url.path.as_str()
     };
-    let client = redis::Client::open(format!("redis://{}:{}/{db}", h.host, h.port))
-        .map_err(|e| e.to_string())?;
+    let client = redis::Client::open(format!("redis://{h}/{db}")).map_err(|e| e.to_string())?;
     let mut con = client
         .get_multiplexed_async_connection()
         .await
@@ -98,12 +94,7 @@ async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progres
 
 async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
     use zookeeper_client::{Acls, Client, CreateMode};
-    let hosts: Vec<String> = url
-        .hosts
-        .iter()
-        .map(|h| format!("{}:{}", h.host, h.port))
-        .collect();
-    let mut connect = hosts.join(",");
+    let mut connect = url.host_list();
     if !url.path.is_empty() {
         connect.push('/');
         connect.push_str(url.path.trim_start_matches('/'));
@@ -131,11 +122,7 @@ async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBa
 
 async fn etcd_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
     use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
-    let endpoints: Vec<String> = url
-        .hosts
-        .iter()
-        .map(|h| format!("http://{}:{}", h.host, h.port))
-        .collect();
+    let endpoints: Vec<String> = url.hosts.iter().map(|h| format!("http://{h}")).collect();
     let mut client = Client::connect(endpoints, None)
         .await
         .map_err(|e| e.to_string())?;

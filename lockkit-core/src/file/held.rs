@@ -126,15 +126,13 @@ pub(crate) struct FileHeld {
 
 impl Drop for FileHeld {
     fn drop(&mut self) {
-        if let Some(w) = &self.watcher {
-            w.abort();
-        }
+        self.stop_watcher();
     }
 }
 
 impl FileHeld {
     /// Builds the ownership, writes its sidecars and starts its watcher when it needs one.
-    pub(crate) fn start(p: Parts) -> (Arc<Ownership>, FileHeld) {
+    pub(crate) fn start(p: Parts) -> FileHeld {
         let deadline = match p.lease {
             Lease::Fixed(d) => Some(Instant::now() + d),
             _ => None,
@@ -154,7 +152,13 @@ impl FileHeld {
         });
         let watcher = (deadline.is_some() || own.check_identity)
             .then(|| tokio::spawn(watch(Arc::downgrade(&own))).abort_handle());
-        (own.clone(), FileHeld { own, watcher })
+        FileHeld { own, watcher }
+    }
+
+    fn stop_watcher(&self) {
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
     }
 
     /// The guard parts for this ownership.
@@ -171,9 +175,7 @@ impl FileHeld {
 
     /// Takes the held files away for a downgrade; the old ownership is then finished.
     pub(crate) fn take_for_downgrade(&self) -> Result<(Vec<Locked>, Record)> {
-        if let Some(w) = &self.watcher {
-            w.abort();
-        }
+        self.stop_watcher();
         let files = self
             .own
             .take()
@@ -209,15 +211,14 @@ async fn watch(own: Weak<Ownership>) {
 #[async_trait]
 impl Held for FileHeld {
     async fn release(&self) -> Result<()> {
-        if let Some(w) = &self.watcher {
-            w.abort();
-        }
+        self.stop_watcher();
         self.own.release_now()
     }
 
     fn release_in_background(&self) {
         // Unlocking and closing a file never waits for anyone, so it is done right here.
-        let _ = self.release_now_quiet();
+        self.stop_watcher();
+        let _ = self.own.release_now();
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
@@ -248,15 +249,6 @@ impl Held for FileHeld {
 
     async fn downgrade(&self) -> Result<GuardParts> {
         super::rwlock::downgrade(self)
-    }
-}
-
-impl FileHeld {
-    fn release_now_quiet(&self) -> Result<()> {
-        if let Some(w) = &self.watcher {
-            w.abort();
-        }
-        self.own.release_now()
     }
 }
 

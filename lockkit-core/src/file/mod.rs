@@ -181,7 +181,7 @@ impl Inner {
             .map_err(|e| Error::new(ErrorKind::Backend, format!("token task failed: {e}")))?
             .map_err(io_error)?;
         let record = held::record(a.owner, token, a.mode, a.lease);
-        let (_, held) = FileHeld::start(Parts {
+        let held = FileHeld::start(Parts {
             name: a.name,
             files: a.files,
             lease: a.lease,
@@ -191,6 +191,27 @@ impl Inner {
             record,
         });
         Ok(held.into_parts(token, a.lease))
+    }
+
+    /// Finishes an exclusive hold of a mutex or RW lock: one holder sidecar, kept on release.
+    async fn finish_exclusive(
+        &self,
+        name: &Arc<str>,
+        paths: &LockPaths,
+        files: Vec<Locked>,
+        lease: Lease,
+    ) -> Result<GuardParts> {
+        let acquired = Acquired {
+            name: name.clone(),
+            files,
+            lease,
+            mode: HoldMode::Exclusive,
+            check_identity: true,
+            sidecars: vec![paths.holder()],
+            remove_sidecars: false,
+            owner: self.owner(),
+        };
+        self.finish(paths.counter(), acquired).await
     }
 }
 
@@ -293,17 +314,10 @@ impl DistLock for FileMutex {
         let Some(files) = files else {
             return Ok(None);
         };
-        let acquired = Acquired {
-            name: self.name.clone(),
-            files,
-            lease: opts.lease,
-            mode: HoldMode::Exclusive,
-            check_identity: true,
-            sidecars: vec![self.paths.holder()],
-            remove_sidecars: false,
-            owner: self.inner.owner(),
-        };
-        let parts = self.inner.finish(self.paths.counter(), acquired).await?;
+        let parts = self
+            .inner
+            .finish_exclusive(&self.name, &self.paths, files, opts.lease)
+            .await?;
         let guard = LockGuard::new(parts);
         self.holds.track(&guard);
         Ok(Some(guard))

@@ -88,17 +88,10 @@ impl ReadWriteLock for FileRwLock {
         let Some(files) = files else {
             return Ok(None);
         };
-        let acquired = Acquired {
-            name: self.name.clone(),
-            files,
-            lease: opts.lease,
-            mode: HoldMode::Exclusive,
-            check_identity: true,
-            sidecars: vec![self.paths.holder()],
-            remove_sidecars: false,
-            owner: self.inner.owner(),
-        };
-        let parts = self.inner.finish(self.paths.counter(), acquired).await?;
+        let parts = self
+            .inner
+            .finish_exclusive(&self.name, &self.paths, files, opts.lease)
+            .await?;
         Ok(Some(WriteGuard::new(parts)))
     }
 
@@ -127,15 +120,12 @@ pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
     };
     // The gate keeps every other writer out, so converting the OS lock in place is safe even
     // where the conversion is not atomic.
-    match main.file.try_lock_shared() {
-        Ok(()) => {}
-        Err(e) => {
-            return Err(Error::new(
-                ErrorKind::Backend,
-                format!("cannot downgrade the OS lock: {e}"),
-            ))
-        }
-    }
+    main.file.try_lock_shared().map_err(|e| {
+        Error::new(
+            ErrorKind::Backend,
+            format!("cannot downgrade the OS lock: {e}"),
+        )
+    })?;
     gate.unlock();
     let reader_sidecar = reader_path_for(&main.path, &record.owner);
     let lease = match deadline {
@@ -147,7 +137,7 @@ pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
         ..record
     };
     let token = record.token;
-    let (_, held) = FileHeld::start(Parts {
+    let held = FileHeld::start(Parts {
         name: held.name(),
         files: vec![main],
         lease,
