@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::options::DEFAULT_LEASE;
-use crate::url::{redact, ServerUrl};
+use crate::url::{is_secret_param, redact, ServerUrl};
 
 /// A secret string (password, token). `Debug` and `Display` print `***`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,11 +96,14 @@ impl fmt::Debug for LockConfig {
             .options
             .iter()
             .map(|(k, v)| {
-                let lower = k.to_ascii_lowercase();
-                let secret = lower.contains("password")
-                    || lower.contains("secret")
-                    || lower.contains("token");
-                (k.as_str(), if secret { "***" } else { v.as_str() })
+                (
+                    k.as_str(),
+                    if is_secret_param(k) {
+                        "***"
+                    } else {
+                        v.as_str()
+                    },
+                )
             })
             .collect();
         f.debug_struct("LockConfig")

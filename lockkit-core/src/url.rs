@@ -281,7 +281,8 @@ impl fmt::Debug for ServerUrl {
     }
 }
 
-fn is_secret_param(k: &str) -> bool {
+/// Whether an option or query key names a secret (its value is never shown).
+pub(crate) fn is_secret_param(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
     k.contains("password") || k.contains("secret") || k.contains("token") || k.ends_with("key")
 }
