@@ -127,16 +127,9 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                             lost("node deleted");
                             return;
                         }
-                        zk::EventType::Session => {
-                            if matches!(
-                                event.session_state,
-                                zk::SessionState::Expired
-                                    | zk::SessionState::Closed
-                                    | zk::SessionState::AuthFailed
-                            ) {
-                                lost("session ended");
-                                return;
-                            }
+                        zk::EventType::Session if event.session_state.is_terminated() => {
+                            lost("session ended");
+                            return;
                         }
                         _ => {}
                     }

@@ -171,10 +171,7 @@ impl Backend for ZkBackend {
         };
         let holding = match primitive {
             Primitive::Semaphore => all.len(),
-            Primitive::RwLock => match all.first() {
-                Some(p) if p.marker == 1 => 1,
-                _ => all.iter().take_while(|p| p.marker == 0).count(),
-            },
+            Primitive::RwLock => rwlock::holder_count(&all),
             _ => all.len().min(1),
         };
         let client = self.session.client()?;

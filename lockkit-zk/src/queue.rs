@@ -159,6 +159,21 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration
     r.map_err(|e| Error::new(e.kind().clone(), format!("cannot delete {path}: {e}")))
 }
 
+/// The children of `dir` (retried while the connection is down); none when it does not exist.
+pub(crate) async fn list_or_empty(
+    client: &zk::Client,
+    dir: &str,
+    limit: Duration,
+) -> Result<Vec<String>> {
+    retry(limit, "list", || async {
+        match client.list_children(dir).await {
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            other => other,
+        }
+    })
+    .await
+}
+
 /// Finds the node of ours carrying protected prefix `prefix` in `dir`, checking that its
 /// `ephemeralOwner` is our session: after a connection loss the create may have happened.
 pub(crate) async fn find_protected(
@@ -167,13 +182,7 @@ pub(crate) async fn find_protected(
     prefix: &str,
     limit: Duration,
 ) -> Result<Option<String>> {
-    let children = retry(limit, "list", || async {
-        match client.list_children(dir).await {
-            Err(zk::Error::NoNode) => Ok(Vec::new()),
-            other => other,
-        }
-    })
-    .await?;
+    let children = list_or_empty(client, dir, limit).await?;
     let Some(name) = find_by_prefix(&children, prefix) else {
         return Ok(None);
     };
@@ -347,12 +356,7 @@ pub(crate) async fn wait_turn(
                         };
                         session.count_wake();
                         if event.event_type == zk::EventType::Session
-                            && matches!(
-                                event.session_state,
-                                zk::SessionState::Expired
-                                    | zk::SessionState::Closed
-                                    | zk::SessionState::AuthFailed
-                            )
+                            && event.session_state.is_terminated()
                         {
                             return Err(map(
                                 zk::Error::SessionExpired,
@@ -412,14 +416,7 @@ pub(crate) async fn participants(
     markers: &[&str],
 ) -> Result<Vec<Participant>> {
     let client = session.client()?;
-    let limit = session.cfg.command_timeout;
-    let children = retry(limit, "list", || async {
-        match client.list_children(dir).await {
-            Err(zk::Error::NoNode) => Ok(Vec::new()),
-            other => other,
-        }
-    })
-    .await?;
+    let children = list_or_empty(&client, dir, session.cfg.command_timeout).await?;
     Ok(node::sorted(&children, markers, None))
 }
 

@@ -9,11 +9,20 @@ use tracing::Instrument;
 
 use crate::held::{self, WriteInfo};
 use crate::mutex::{check_opts, force_delete};
-use crate::node::{READ_MARKER, WRITE_MARKER};
+use crate::node::{Participant, READ_MARKER, WRITE_MARKER};
 use crate::queue::{self, Node, Rule, Spec};
 use crate::session::Session;
 
 pub(crate) const MARKERS: &[&str] = &[READ_MARKER, WRITE_MARKER];
+
+/// How many of the participants (in queue order) hold the lock: a leading writer, or the readers
+/// before the first writer.
+pub(crate) fn holder_count(all: &[Participant]) -> usize {
+    match all.first() {
+        Some(p) if p.marker == 1 => 1,
+        _ => all.iter().take_while(|p| p.marker == 0).count(),
+    }
+}
 
 impl ZkRwLock {
     /// Queues a `marker` node and waits until `rule` lets it hold.
@@ -83,11 +92,7 @@ impl ReadWriteLock for ZkRwLock {
 
     async fn force_unlock(&self) -> Result<bool> {
         force_delete(&self.session, &self.dir, MARKERS, |all| {
-            // The holders: a leading writer, or the readers before the first writer.
-            match all.first() {
-                Some(p) if p.marker == 1 => vec![p.clone()],
-                _ => all.iter().take_while(|p| p.marker == 0).cloned().collect(),
-            }
+            all[..holder_count(all)].to_vec()
         })
         .await
     }

@@ -35,14 +35,9 @@ impl ZkSemaphore {
     }
 
     async fn lease_count(&self, client: &zk::Client) -> Result<usize> {
-        let dir = self.leases_dir();
-        let children = queue::retry(self.session.cfg.command_timeout, "list", || async {
-            match client.list_children(&dir).await {
-                Err(zk::Error::NoNode) => Ok(Vec::new()),
-                other => other,
-            }
-        })
-        .await?;
+        let children =
+            queue::list_or_empty(client, &self.leases_dir(), self.session.cfg.command_timeout)
+                .await?;
         Ok(count_leases(&children))
     }
 }
