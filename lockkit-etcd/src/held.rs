@@ -48,7 +48,7 @@ impl HeldShared {
                 if deleted {
                     Ok(())
                 } else {
-                    Err(Error::not_held(self.nw_name()))
+                    Err(Error::not_held(&self.name))
                 }
             }
             Err(e) => {
@@ -82,10 +82,6 @@ impl HeldShared {
             revoke(&self.inner, id).await;
         }
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
-    }
-
-    fn nw_name(&self) -> &str {
-        &self.name
     }
 }
 
@@ -261,7 +257,7 @@ impl Held for EtcdHeld {
             Ok(_) => {
                 revoke(&s.inner, new).await;
                 s.state.mark_lost();
-                Err(Error::lost(s.nw_name()))
+                Err(Error::lost(&s.name))
             }
             Err(e) => {
                 revoke(&s.inner, new).await;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit_core::{Error, ErrorKind, LockState, Result, StateCell};
+use lockkit_core::{Error, ErrorKind, Result, StateCell};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -94,9 +94,7 @@ impl Session {
     /// Retires the session: every guard turns Lost, the keepalive stops.
     pub(crate) fn retire(&self, why: &str) {
         self.mark_dead(why);
-        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            t.abort();
-        }
+        abort_task(&self.task);
     }
 
     /// Marks the session dead: every guard turns Lost (the keepalive task calls this itself).
@@ -136,14 +134,15 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(t) = self
-            .task
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            t.abort();
-        }
+        abort_task(&self.task);
+    }
+}
+
+/// Aborts the background task kept in `slot`, if it is still there (the session's keepalive, a
+/// name's watch).
+pub(crate) fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
+    if let Some(t) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        t.abort();
     }
 }
 
@@ -195,10 +194,9 @@ async fn keepalive(
         match outcome {
             Ok(Ok(granted)) if granted > 0 => {
                 deadline = sent + Duration::from_secs(granted as u64);
+                // Suspect -> Held; mark_held leaves every other state alone.
                 s.each_guard(|c| {
-                    if c.get() == LockState::Suspect {
-                        c.mark_held();
-                    }
+                    c.mark_held();
                 });
                 next = sent + period;
             }

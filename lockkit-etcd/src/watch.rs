@@ -26,6 +26,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::client::Pool;
+use crate::session::abort_task;
 
 /// What the mirror says about one of our keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,14 +209,7 @@ pub(crate) struct NameWatch {
 
 impl Drop for NameWatch {
     fn drop(&mut self) {
-        if let Some(t) = self
-            .task
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
-            t.abort();
-        }
+        abort_task(&self.task);
     }
 }
 
@@ -238,9 +232,7 @@ impl NameWatch {
     /// Stops the watch (the handle was closed): holders turn Lost, waiters are woken and find
     /// the handle closed.
     pub(crate) fn stop(&self) {
-        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            t.abort();
-        }
+        abort_task(&self.task);
         let mut m = self.mirror();
         m.synced = false;
         for (_, cell) in m.holders.drain() {
