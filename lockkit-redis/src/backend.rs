@@ -1,5 +1,6 @@
 //! The backend object: connections, scripts, background tasks.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use lockkit_core::{
     LockInfo, Primitive, Result,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{FromRedisValue, ScriptInvocation};
+use redis::{FromRedisValue, Script, ScriptInvocation};
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
@@ -98,17 +99,61 @@ impl Inner {
             .arg(&keys.channel)
             .arg(latch_ttl)
             .arg(if fair { "1" } else { "0" });
+        Ok(self.invoke_retrying(&inv, "release").await? == 1)
+    }
+
+    /// Runs an idempotent script, retrying up to [`RELEASE_RETRIES`] times after a lost reply.
+    pub(crate) async fn invoke_retrying(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<i64> {
         let mut attempt = 0;
         loop {
-            match self.invoke::<i64>(&inv, "release").await {
-                Ok(r) => return Ok(r == 1),
+            match self.invoke::<i64>(inv, what).await {
+                Ok(r) => return Ok(r),
                 Err(e) if e.is_retryable() && attempt < RELEASE_RETRIES => {
                     attempt += 1;
-                    tracing::debug!(error = %e, attempt, "lockkit: retrying release");
+                    tracing::debug!(error = %e, attempt, "lockkit: retrying {what}");
                     tokio::time::sleep(Duration::from_millis(25 * u64::from(attempt))).await;
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// Owner-checked extension of watched ownership `id` (`script`: renew or renew_set).
+    pub(crate) async fn extend(
+        &self,
+        script: &Script,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        id: u64,
+        name: &str,
+    ) -> Result<()> {
+        let mut inv = script.prepare_invoke();
+        inv.key(key).arg(owner).arg(lease.as_millis().max(1) as u64);
+        let sent_at = tokio::time::Instant::now();
+        let r: Vec<i64> = self.invoke(&inv, "extend").await?;
+        if r.first() == Some(&1) {
+            self.watchdog.extended(id, sent_at, lease);
+            Ok(())
+        } else {
+            self.watchdog.lost(id);
+            Err(Error::not_held(name))
+        }
+    }
+
+    /// Owner-checked reentry (hold count + 1) of watched ownership `id`.
+    pub(crate) async fn reenter(&self, key: &str, owner: &str, id: u64, name: &str) -> Result<()> {
+        let mut inv = self.scripts.reenter.prepare_invoke();
+        inv.key(key).arg(owner);
+        if self.invoke::<i64>(&inv, "reenter").await? > 0 {
+            Ok(())
+        } else {
+            self.watchdog.lost(id);
+            Err(Error::lost(name))
         }
     }
 
@@ -123,50 +168,28 @@ impl Inner {
         self.invoke::<i64>(&inv, "leave queue").await.map(drop)
     }
 
-    /// [`leave_queue`](Self::leave_queue) from a context that cannot wait.
-    pub(crate) fn leave_queue_in_background(self: &Arc<Self>, keys: Arc<LockKeys>, owner: String) {
+    /// Runs `work` on the current runtime without waiting for it, from a context that cannot
+    /// wait (Drop, cancelled acquires); outside a runtime nothing runs.
+    pub(crate) fn in_background<F, Fut>(self: &Arc<Self>, work: F)
+    where
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let inner = self.clone();
-            rt.spawn(async move {
-                let _ = inner.leave_queue(&keys, &owner).await;
-            });
+            rt.spawn(work(self.clone()));
         }
     }
+}
 
-    /// Undoes an acquire whose reply was never seen: release whatever it got, leave the queue.
-    pub(crate) fn abandon_in_background(
-        self: &Arc<Self>,
-        keys: Arc<LockKeys>,
-        owner: String,
-        fair: bool,
-    ) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let inner = self.clone();
-            rt.spawn(async move {
-                let _ = inner.release(&keys, &owner, fair).await;
-                if fair {
-                    let _ = inner.leave_queue(&keys, &owner).await;
-                }
-            });
-        }
+/// Rejects a lease the server cannot express (PEXPIRE takes whole milliseconds).
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::new(
+            lockkit_core::ErrorKind::InvalidArgument,
+            "a Redis lease must be at least 1ms",
+        ));
     }
-
-    /// Release from a context that cannot wait (Drop, cancelled acquires).
-    pub(crate) fn release_in_background(
-        self: &Arc<Self>,
-        keys: Arc<LockKeys>,
-        owner: String,
-        fair: bool,
-    ) {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let inner = self.clone();
-            rt.spawn(async move {
-                if let Err(e) = inner.release(&keys, &owner, fair).await {
-                    tracing::debug!(error = %e, "lockkit: background release failed; the lease will end it");
-                }
-            });
-        }
-    }
+    Ok(())
 }
 
 /// A redis-rs client for `info`, trusting `tls_ca` for rediss:// when given.
@@ -340,10 +363,7 @@ impl Backend for RedisBackend {
         let mut first_error = None;
         for (kind, key, owner, state) in held {
             let mut inv = self.inner.scripts.drop_owned.prepare_invoke();
-            inv.key(&key).arg(&owner).arg(match kind {
-                crate::watchdog::RenewKind::Hash => "h",
-                crate::watchdog::RenewKind::Set => "s",
-            });
+            inv.key(&key).arg(&owner).arg(kind.code());
             if let Err(e) = self.inner.invoke::<i64>(&inv, "close").await {
                 first_error.get_or_insert(e);
             }

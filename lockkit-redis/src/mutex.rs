@@ -10,7 +10,7 @@ use lockkit_core::{
 use redis::Value;
 use tokio::time::Instant;
 
-use crate::backend::Inner;
+use crate::backend::{check_lease, Inner};
 use crate::keys::LockKeys;
 use crate::watchdog::Watched;
 
@@ -44,8 +44,13 @@ struct Pending<'a> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.inner
-                .abandon_in_background(self.keys.clone(), self.owner.to_string(), self.fair);
+            let (keys, owner, fair) = (self.keys.clone(), self.owner.to_string(), self.fair);
+            self.inner.in_background(|inner| async move {
+                let _ = inner.release(&keys, &owner, fair).await;
+                if fair {
+                    let _ = inner.leave_queue(&keys, &owner).await;
+                }
+            });
         }
     }
 }
@@ -62,8 +67,10 @@ struct Queued<'a> {
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.inner
-                .leave_queue_in_background(self.keys.clone(), self.owner.to_string());
+            let (keys, owner) = (self.keys.clone(), self.owner.to_string());
+            self.inner.in_background(|inner| async move {
+                let _ = inner.leave_queue(&keys, &owner).await;
+            });
         }
     }
 }
@@ -254,12 +261,7 @@ impl DistLock for RedisMutex {
     /// except its share of the channel subscription, which is dropped with it.
     async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
         let lease = opts.lease;
-        if lease.duration() < Duration::from_millis(1) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "a Redis lease must be at least 1ms",
-            ));
-        }
+        check_lease(lease.duration())?;
         if opts.fair {
             return self.acquire_fair(opts).await;
         }
@@ -409,41 +411,32 @@ impl Held for RedisHeld {
 
     fn release_in_background(&self) {
         self.inner.watchdog.unregister(self.id);
-        self.inner
-            .release_in_background(self.keys.clone(), self.owner.clone(), self.fair);
+        let (keys, owner, fair) = (self.keys.clone(), self.owner.clone(), self.fair);
+        self.inner.in_background(|inner| async move {
+            if let Err(e) = inner.release(&keys, &owner, fair).await {
+                tracing::debug!(error = %e, "lockkit: background release failed; the lease will end it");
+            }
+        });
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        if lease < Duration::from_millis(1) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "a Redis lease must be at least 1ms",
-            ));
-        }
-        let mut inv = self.inner.scripts.renew.prepare_invoke();
-        inv.key(&self.keys.lock)
-            .arg(&self.owner)
-            .arg(lease.as_millis() as u64);
-        let sent_at = Instant::now();
-        let r: Vec<i64> = self.inner.invoke(&inv, "extend").await?;
-        if r.first() == Some(&1) {
-            self.inner.watchdog.extended(self.id, sent_at, lease);
-            Ok(())
-        } else {
-            self.inner.watchdog.lost(self.id);
-            Err(Error::not_held(&self.name))
-        }
+        check_lease(lease)?;
+        let renew = &self.inner.scripts.renew;
+        self.inner
+            .extend(
+                renew,
+                &self.keys.lock,
+                &self.owner,
+                lease,
+                self.id,
+                &self.name,
+            )
+            .await
     }
 
     async fn reenter(&self) -> Result<()> {
-        let mut inv = self.inner.scripts.reenter.prepare_invoke();
-        inv.key(&self.keys.lock).arg(&self.owner);
-        let holds: i64 = self.inner.invoke(&inv, "reenter").await?;
-        if holds > 0 {
-            Ok(())
-        } else {
-            self.inner.watchdog.lost(self.id);
-            Err(Error::lost(&self.name))
-        }
+        self.inner
+            .reenter(&self.keys.lock, &self.owner, self.id, &self.name)
+            .await
     }
 }

@@ -10,7 +10,7 @@ use lockkit_core::{
 };
 use tokio::time::Instant;
 
-use crate::backend::Inner;
+use crate::backend::{check_lease, Inner};
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 
@@ -26,6 +26,24 @@ impl Mode {
         match self {
             Mode::Write => RenewKind::Hash,
             _ => RenewKind::Set,
+        }
+    }
+
+    /// The release script's mode: `w` write, `s` shared.
+    fn release_code(self) -> &'static str {
+        if self == Mode::Write {
+            "w"
+        } else {
+            "s"
+        }
+    }
+
+    /// The key holding this mode's ownership: the write hash or the holders set.
+    fn owned_key(self, keys: &LockKeys) -> &str {
+        if self == Mode::Write {
+            &keys.lock
+        } else {
+            &keys.holders
         }
     }
 }
@@ -59,18 +77,9 @@ impl Drop for Cleanup<'_> {
         if !self.armed {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (inner, keys, member, mode) = (
-            self.core.inner.clone(),
-            self.core.keys.clone(),
-            self.member.to_string(),
-            self.mode,
-        );
-        rt.spawn(async move {
-            let code = if mode == Mode::Write { "w" } else { "s" };
-            let _ = release(&inner, &keys, &member, code).await;
+        let (keys, member, mode) = (self.core.keys.clone(), self.member.to_string(), self.mode);
+        self.core.inner.in_background(|inner| async move {
+            let _ = release(&inner, &keys, &member, mode.release_code()).await;
             if mode == Mode::Write {
                 let _ = release(&inner, &keys, &member, "i").await;
             }
@@ -90,28 +99,13 @@ async fn release(inner: &Inner, keys: &LockKeys, member: &str, mode: &str) -> Re
         .arg(&keys.channel)
         .arg(20_000)
         .arg(mode);
-    let mut attempt = 0;
-    loop {
-        match inner.invoke::<i64>(&inv, "release").await {
-            Ok(r) => return Ok(r == 1),
-            Err(e) if e.is_retryable() && attempt < 3 => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(25 * attempt)).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    Ok(inner.invoke_retrying(&inv, "release").await? == 1)
 }
 
 impl Core {
     async fn acquire(&self, mode: Mode, opts: &AcquireOptions) -> Result<Option<Acquired>> {
         let lease = opts.lease.duration();
-        if lease < Duration::from_millis(1) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "a Redis lease must be at least 1ms",
-            ));
-        }
+        check_lease(lease)?;
         let settings = &self.inner.settings;
         let heartbeat = settings.fair_heartbeat;
         let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
@@ -129,29 +123,30 @@ impl Core {
             mode: Mode::Write,
             armed: false,
         };
-        loop {
-            let mut inv = match mode {
-                Mode::Write => self.inner.scripts.rw_write.prepare_invoke(),
-                _ => self.inner.scripts.lease_set.prepare_invoke(),
-            };
-            inv.key(&self.keys.lock)
-                .key(&self.keys.holders)
-                .key(&self.keys.waiters)
-                .key(&self.keys.fence)
-                .arg(&member)
-                .arg(lease.as_millis() as u64)
-                .arg(settings.fence_ttl.as_millis() as u64);
-            match mode {
-                Mode::Write => {
-                    inv.arg((heartbeat * 3).as_millis() as u64);
-                }
-                Mode::Read => {
-                    inv.arg(1).arg(0);
-                }
-                Mode::Permits(n) => {
-                    inv.arg(n).arg(self.capacity);
-                }
+        // The same call is sent on every attempt.
+        let mut inv = match mode {
+            Mode::Write => self.inner.scripts.rw_write.prepare_invoke(),
+            _ => self.inner.scripts.lease_set.prepare_invoke(),
+        };
+        inv.key(&self.keys.lock)
+            .key(&self.keys.holders)
+            .key(&self.keys.waiters)
+            .key(&self.keys.fence)
+            .arg(&member)
+            .arg(lease.as_millis() as u64)
+            .arg(settings.fence_ttl.as_millis() as u64);
+        match mode {
+            Mode::Write => {
+                inv.arg((heartbeat * 3).as_millis() as u64);
             }
+            Mode::Read => {
+                inv.arg(1).arg(0);
+            }
+            Mode::Permits(n) => {
+                inv.arg(n).arg(self.capacity);
+            }
+        }
+        loop {
             let mut pending = Cleanup {
                 core: self,
                 member: &member,
@@ -218,14 +213,9 @@ impl Core {
 
     fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
         let state = StateCell::new();
-        let key = if mode == Mode::Write {
-            self.keys.lock.clone()
-        } else {
-            self.keys.holders.clone()
-        };
         let id = self.inner.watchdog.register(Watched {
             kind: mode.renew_kind(),
-            key,
+            key: mode.owned_key(&self.keys).to_string(),
             owner: got.member.clone(),
             lease: lease.duration(),
             renew: lease.is_watchdog(),
@@ -385,21 +375,12 @@ struct SharedHeld {
     lease: Lease,
 }
 
-impl SharedHeld {
-    fn code(&self) -> &'static str {
-        if self.mode == Mode::Write {
-            "w"
-        } else {
-            "s"
-        }
-    }
-}
-
 #[async_trait]
 impl Held for SharedHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
-        if release(&self.inner, &self.keys, &self.member, self.code()).await? {
+        let code = self.mode.release_code();
+        if release(&self.inner, &self.keys, &self.member, code).await? {
             Ok(())
         } else {
             Err(Error::not_held(&self.name))
@@ -408,56 +389,35 @@ impl Held for SharedHeld {
 
     fn release_in_background(&self) {
         self.inner.watchdog.unregister(self.id);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (inner, keys, member, code) = (
-                self.inner.clone(),
-                self.keys.clone(),
-                self.member.clone(),
-                self.code(),
-            );
-            rt.spawn(async move {
-                let _ = release(&inner, &keys, &member, code).await;
-            });
-        }
+        let (keys, member, code) = (
+            self.keys.clone(),
+            self.member.clone(),
+            self.mode.release_code(),
+        );
+        self.inner.in_background(|inner| async move {
+            let _ = release(&inner, &keys, &member, code).await;
+        });
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let mut inv = if self.mode == Mode::Write {
-            self.inner.scripts.renew.prepare_invoke()
+        let script = if self.mode == Mode::Write {
+            &self.inner.scripts.renew
         } else {
-            self.inner.scripts.renew_set.prepare_invoke()
+            &self.inner.scripts.renew_set
         };
-        let key = if self.mode == Mode::Write {
-            &self.keys.lock
-        } else {
-            &self.keys.holders
-        };
-        inv.key(key)
-            .arg(&self.member)
-            .arg(lease.as_millis().max(1) as u64);
-        let sent_at = Instant::now();
-        let r: Vec<i64> = self.inner.invoke(&inv, "extend").await?;
-        if r.first() == Some(&1) {
-            self.inner.watchdog.extended(self.id, sent_at, lease);
-            Ok(())
-        } else {
-            self.inner.watchdog.lost(self.id);
-            Err(Error::not_held(&self.name))
-        }
+        let key = self.mode.owned_key(&self.keys);
+        self.inner
+            .extend(script, key, &self.member, lease, self.id, &self.name)
+            .await
     }
 
     async fn reenter(&self) -> Result<()> {
         if self.mode != Mode::Write {
             return Ok(());
         }
-        let mut inv = self.inner.scripts.reenter.prepare_invoke();
-        inv.key(&self.keys.lock).arg(&self.member);
-        if self.inner.invoke::<i64>(&inv, "reenter").await? > 0 {
-            Ok(())
-        } else {
-            self.inner.watchdog.lost(self.id);
-            Err(Error::lost(&self.name))
-        }
+        self.inner
+            .reenter(&self.keys.lock, &self.member, self.id, &self.name)
+            .await
     }
 
     async fn downgrade(&self) -> Result<GuardParts> {

@@ -38,6 +38,16 @@ pub(crate) enum RenewKind {
     Set,
 }
 
+impl RenewKind {
+    /// The kind's argument to the drop_owned script.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            RenewKind::Hash => "h",
+            RenewKind::Set => "s",
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     kind: RenewKind,
@@ -242,10 +252,7 @@ pub(crate) async fn run(
             let limit = command_timeout.min(Duration::from_millis(200));
             renewals.spawn(async move {
                 let mut call = scripts.drop_owned.prepare_invoke();
-                call.key(&e.key).arg(&e.owner).arg(match e.kind {
-                    RenewKind::Hash => "h",
-                    RenewKind::Set => "s",
-                });
+                call.key(&e.key).arg(&e.owner).arg(e.kind.code());
                 let _ = tokio::time::timeout(limit, call.invoke_async::<i64>(&mut conn)).await;
                 e.state.mark_lost();
             });
