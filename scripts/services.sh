@@ -1,26 +1,32 @@
 #!/usr/bin/env bash
-# Throwaway Redis, etcd and ZooKeeper servers for lockkit's tests.
+# Throwaway Redis, etcd and ZooKeeper servers for lockkit's tests, in independent profiles that can
+# run side by side: "single" (one server of each; built in) and the profiles in scripts/services.d/.
 #
-#   scripts/services.sh install            install missing Debian packages (idempotent, quiet)
-#   scripts/services.sh up                 install + start all three, print LOCKKIT_TEST_* exports
-#   scripts/services.sh down               stop exactly the recorded PIDs, remove temp data + state
-#   scripts/services.sh status             show each server; exit 0 only if all answer
-#   scripts/services.sh env                print the export lines of the running services
-#   scripts/services.sh stop  redis|zk|etcd   stop one server (keeps its port and data dir)
-#   scripts/services.sh start redis|zk|etcd   start one stopped server again (same port, same data dir)
+#   scripts/services.sh install                 install missing Debian packages (idempotent, quiet)
+#   scripts/services.sh up [--P]                install + start profile P (default: single), print its exports
+#   scripts/services.sh down [--P]              stop profile P; without --P stop every profile
+#   scripts/services.sh status [--P]            show profile P (default: every profile); exit 0 only if all answer
+#   scripts/services.sh env [--P]               print the export lines of a running profile
+#   scripts/services.sh stop|start MEMBER       stop one server (keeps its port and data dir) / start it again
+#   scripts/services.sh pause|resume MEMBER     SIGSTOP / SIGCONT one server (by its recorded PID)
+#   scripts/services.sh leader GROUP            print the member that currently leads GROUP
+#   scripts/services.sh members                 list every member and group name of every profile
 #
+# Profiles: --cluster (scripts/services.d/cluster.sh), --secure (scripts/services.d/secure.sh).
+# Single-profile members: redis, zk, etcd. Run `members` for the others.
 # Typical use:  eval "$(scripts/services.sh up)"; ...; scripts/services.sh down
-# Only the export lines go to stdout; all other output goes to stderr.
+# Only the export lines (and `leader`/`members` output) go to stdout; all other output goes to stderr.
 #
-# Environment:
-#   LOCKKIT_SERVICES_STATE    state directory (default /tmp/lockkit-services)
+# Environment (single profile; each profile file documents its own):
+#   LOCKKIT_SERVICES_STATE    state directory (default /tmp/lockkit-services); profile P keeps its
+#                             state in $LOCKKIT_SERVICES_STATE/P/
 #   LOCKKIT_REDIS_PORT        Redis port           (default 16379)
 #   LOCKKIT_ETCD_PORT         etcd client port     (default 12379)
 #   LOCKKIT_ETCD_PEER_PORT    etcd peer port       (default 12380)
 #   LOCKKIT_ZK_PORT           ZooKeeper client port (default 12181)
 #   LOCKKIT_SERVICES_TIMEOUT  seconds to wait for each server to answer (default 30)
 #
-# State directory layout (all written by this script, nothing else):
+# State directory layout of the single profile (all written by this script, nothing else):
 #   datadir        path of the mktemp -d directory holding all server data and logs
 #   ports          KEY=VALUE lines: REDIS_PORT, ETCD_PORT, ETCD_PEER_PORT, ZK_PORT
 #   redis.pid, etcd.pid, zk.pid   one PID per running server (removed when it is stopped)
@@ -31,6 +37,29 @@
 # The Debian packages may start system services on the default ports (6379, 2379, 2181).
 # We ignore those and never touch them: we only use our own ports and only signal PIDs we recorded
 # (after checking /proc/PID/cmdline still looks like our server).
+#
+# PROFILE CONTRACT (scripts/services.d/P.sh; P = the file name without .sh, e.g. cluster, secure)
+#   services.sh sources every scripts/services.d/*.sh after defining its helpers. The file for
+#   profile P defines these shell functions (it must not run anything when sourced):
+#     P_up              start everything of P; idempotent (keep what answers, restart the rest);
+#                       print only `export ...` lines on stdout, logs on stderr; non-zero on failure
+#     P_down            stop every server of P by recorded PID, remove its data and state; idempotent
+#     P_status          print a table of P's servers; return 0 if all answer, 1 otherwise
+#                       (and 1 with a one-line "P: not up" when P is not set up)
+#     P_env             print the export lines of the running P (die if it is not up)
+#   and, to support the fault commands, optionally:
+#     P_members         print P's member names, one per line (names must be unique across profiles)
+#     P_start MEMBER    start one stopped member again (same port, same data)
+#     P_stop MEMBER     stop one member (by PID; keeps its data)
+#     P_pid MEMBER      print the recorded PID of a running member (non-zero if none)
+#     P_groups          print P's replicated group names (for `leader`), one per line
+#     P_leader GROUP    print the member currently leading GROUP (non-zero if none)
+#   Helpers P may use: log, die, as_root, cmd_install (packages: add to PACKAGES before it runs),
+#   profile_dir P (= $STATE_DIR/P, created), profile_lock P (flock on fd 8; servers get 8>&- 9>&-),
+#   spawn PIDFILE OUTFILE CMD... (start CMD detached, its PID in PIDFILE), pid_alive PID,
+#   pid_cmd_has PID TEXT, pid_cwd PID, port_open PORT, check_port_free LABEL PORT [HINT],
+#   kill_pid LABEL PID "PORTS" (TERM, wait, KILL), wait_gone PID "PORTS" SECS, show_file_tail FILE,
+#   READY_TIMEOUT, STOP_TIMEOUT.
 set -euo pipefail
 
 STATE_DIR=${LOCKKIT_SERVICES_STATE:-/tmp/lockkit-services}
@@ -65,7 +94,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -180,6 +209,83 @@ take_lock() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# profiles (see PROFILE CONTRACT at the top)
+
+PROFILES=()
+
+profile_dir() { # P: the state directory of profile P (created)
+    mkdir -p "$STATE_DIR/$1"
+    echo "$STATE_DIR/$1"
+}
+
+profile_lock() { # P: serialise invocations touching profile P (fd 8; independent of the single lock)
+    local d
+    d=$(profile_dir "$1")
+    if command -v flock >/dev/null 2>&1; then
+        exec 8>"$d/.lock"
+        flock 8
+    fi
+}
+
+load_profiles() {
+    local dir f p
+    dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/services.d"
+    [ -d "$dir" ] || return 0
+    for f in "$dir"/*.sh; do
+        [ -f "$f" ] || continue
+        p=${f##*/}
+        p=${p%.sh}
+        [[ $p =~ ^[a-z][a-z0-9_]*$ ]] || die "bad profile file name: $f"
+        # shellcheck disable=SC1090 # profile files are found at run time
+        . "$f"
+        for fn in up down status env; do
+            declare -F "${p}_$fn" >/dev/null || die "$f does not define ${p}_$fn"
+        done
+        PROFILES+=("$p")
+    done
+}
+
+has_profile() {
+    local p
+    for p in ${PROFILES[@]+"${PROFILES[@]}"}; do [ "$p" = "$1" ] && return 0; done
+    return 1
+}
+
+# parse_profile CMD [ARGS]: print the profile named by a single --P argument, "single" without one.
+parse_profile() {
+    local cmd=$1
+    shift
+    [ $# -le 1 ] || die "$cmd: expected at most one --PROFILE option, got: $*"
+    case ${1:-} in
+        '') echo single ;;
+        --single) echo single ;;
+        --*)
+            has_profile "${1#--}" || die "$cmd: unknown profile '${1#--}' (known: single ${PROFILES[*]:-})"
+            echo "${1#--}"
+            ;;
+        *) die "$cmd: unknown option '$1'" ;;
+    esac
+}
+
+# The profile owning MEMBER (single for redis|zk|etcd); dies for an unknown member.
+member_profile() {
+    local m=$1 p
+    case $m in redis | zk | etcd)
+        echo single
+        return 0
+        ;;
+    esac
+    for p in ${PROFILES[@]+"${PROFILES[@]}"}; do
+        declare -F "${p}_members" >/dev/null || continue
+        if "${p}_members" | grep -qxF -- "$m"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    die "unknown member '$m' (run '$0 members' for the list)"
+}
+
+# ---------------------------------------------------------------------------------------------
 # per-server facts
 
 server_port() {
@@ -232,6 +338,14 @@ pid_alive() {
     st=$(proc_state "$1")
     [ -n "$st" ] && [ "$st" != Z ]
 }
+
+pid_cmd_has() { # PID TEXT: the command line of PID contains TEXT
+    local cmd
+    cmd=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+    [[ $cmd == *"$2"* ]]
+}
+
+pid_cwd() { readlink "/proc/$1/cwd" 2>/dev/null; }
 
 # Is PID alive and still the server we started (guards against PID reuse)?
 pid_is_ours() {
@@ -345,28 +459,40 @@ launch() {
             ;;
     esac
     log "starting $name on port $(server_port "$name")"
-    # shellcheck disable=SC2016 # $$, $1 and $@ are expanded by the inner bash
-    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pidfile" "${cmd[@]}" \
-        </dev/null >>"$out" 2>&1 9>&- &
-    local i
-    for ((i = 0; i < 50; i++)); do
-        [ -s "$pidfile" ] && return 0
-        sleep 0.1
-    done
+    spawn "$pidfile" "$out" "${cmd[@]}" && return 0
     log "$name: no pid recorded after launching it"
     show_log_tail "$name"
     return 1
 }
 
-show_log_tail() {
-    local name=$1 f
-    for f in "$(server_log "$name")" "$DATA_DIR/zk/zk.out"; do
-        [ "$name" != zk ] && [ "$f" = "$DATA_DIR/zk/zk.out" ] && continue
-        [ -s "$f" ] || continue
-        printf -- '----- last 40 lines of %s -----\n' "$f" >&2
-        tail -n 40 "$f" >&2
-        printf -- '-----\n' >&2
+# spawn PIDFILE OUTFILE CMD...: run CMD in the background, in its own session (so a terminal ^C
+# does not reach it), with all fds redirected (so `$(services.sh up)` does not hang on an inherited
+# stdout) and without the flock fds 8/9. The inner bash writes its own PID and then execs CMD, so
+# PIDFILE holds the server's PID. Returns 1 if no PID was recorded within 5 s.
+spawn() {
+    local pidfile=$1 out=$2 i
+    shift 2
+    rm -f "$pidfile"
+    # shellcheck disable=SC2016 # $$, $1 and $@ are expanded by the inner bash
+    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pidfile" "$@" \
+        </dev/null >>"$out" 2>&1 8>&- 9>&- &
+    for ((i = 0; i < 50; i++)); do
+        [ -s "$pidfile" ] && return 0
+        sleep 0.1
     done
+    return 1
+}
+
+show_file_tail() { # FILE: its last 40 lines on stderr, if it has any
+    [ -s "$1" ] || return 0
+    printf -- '----- last 40 lines of %s -----\n' "$1" >&2
+    tail -n 40 "$1" >&2
+    printf -- '-----\n' >&2
+}
+
+show_log_tail() {
+    show_file_tail "$(server_log "$1")"
+    [ "$1" != zk ] || show_file_tail "$DATA_DIR/zk/zk.out"
 }
 
 # Wait until NAME answers; on failure print its log tail and return 1.
@@ -397,16 +523,22 @@ wait_ready() {
     done
 }
 
+# check_port_free LABEL PORT [HINT]: fail (naming port and service) if PORT is already taken.
+check_port_free() {
+    local hint=${3:-LOCKKIT_REDIS_PORT / LOCKKIT_ETCD_PORT / LOCKKIT_ETCD_PEER_PORT / LOCKKIT_ZK_PORT}
+    if port_open "$2"; then
+        printf 'services: error: port %s (needed by %s) is already in use by something that is not ours%s\n' \
+            "$2" "$1" "$(port_owner "$2")" >&2
+        printf '  free it, or pick other ports with %s\n' "$hint" >&2
+        return 1
+    fi
+}
+
 # Fail (naming port and service) if a port NAME needs is already taken.
 check_ports_free() {
     local name=$1 p
     for p in $(server_ports "$name"); do
-        if port_open "$p"; then
-            printf 'services: error: port %s (needed by %s) is already in use by something that is not ours%s\n' \
-                "$p" "$name" "$(port_owner "$p")" >&2
-            printf '  free it, or pick other ports with LOCKKIT_REDIS_PORT / LOCKKIT_ETCD_PORT / LOCKKIT_ETCD_PEER_PORT / LOCKKIT_ZK_PORT\n' >&2
-            return 1
-        fi
+        check_port_free "$name" "$p" || return 1
     done
 }
 
@@ -424,6 +556,22 @@ wait_gone() { # PID PORTS SECONDS: until the process is gone/zombie and its port
     return 1
 }
 
+# kill_pid LABEL PID "PORTS": SIGTERM (plus SIGCONT, in case it is paused), wait until it is gone
+# and its ports are closed, SIGKILL after STOP_TIMEOUT. The caller has checked PID is ours.
+kill_pid() {
+    local name=$1 pid=$2 ports=$3
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+    if ! wait_gone "$pid" "$ports" "$STOP_TIMEOUT"; then
+        if pid_alive "$pid"; then
+            log "$name (pid $pid) still alive after ${STOP_TIMEOUT}s; sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        wait_gone "$pid" "$ports" 5 || log "warning: $name port(s) $ports still open after stopping pid $pid"
+    fi
+}
+
 stop_one() { # NAME [quiet]
     local name=$1 quiet=${2:-} pid ports
     pid=$(recorded_pid "$name") || true
@@ -433,15 +581,7 @@ stop_one() { # NAME [quiet]
     fi
     ports=$(server_ports "$name")
     if pid_is_ours "$name" "$pid"; then
-        log "stopping $name (pid $pid)"
-        kill -TERM "$pid" 2>/dev/null || true
-        if ! wait_gone "$pid" "$ports" "$STOP_TIMEOUT"; then
-            if pid_alive "$pid"; then
-                log "$name (pid $pid) still alive after ${STOP_TIMEOUT}s; sending SIGKILL"
-                kill -KILL "$pid" 2>/dev/null || true
-            fi
-            wait_gone "$pid" "$ports" 5 || log "warning: $name port(s) $ports still open after stopping pid $pid"
-        fi
+        kill_pid "$name" "$pid" "$ports"
     elif pid_alive "$pid"; then
         log "$name: pid $pid is no longer our server; not touching it"
     else
@@ -487,27 +627,13 @@ start_servers() {
 # commands
 
 cmd_up() {
-    local mode=single
-    while [ $# -gt 0 ]; do
-        case $1 in
-            --cluster) mode=cluster ;;
-            --secure) mode=secure ;;
-            *) die "up: unknown option '$1'" ;;
-        esac
-        shift
-    done
-    case $mode in
-        single) ;;
-        cluster)
-            # TODO(cluster): 3-node etcd, 3-node ZooKeeper ensemble, Redis replicas + Sentinel,
-            # Redis Cluster. Not implemented yet.
-            die "up --cluster: not yet supported"
-            ;;
-        secure)
-            # TODO(secure): TLS / auth variants of the servers. Not implemented yet.
-            die "up --secure: not yet supported"
-            ;;
-    esac
+    local profile
+    profile=$(parse_profile up "$@")
+    if [ "$profile" != single ]; then
+        cmd_install
+        "${profile}_up"
+        return
+    fi
 
     cmd_install
     take_lock
@@ -552,7 +678,7 @@ cmd_up() {
     cat "$STATE_DIR/env.sh"
 }
 
-cmd_down() {
+single_down() {
     take_lock
     if ! state_exists; then
         log "nothing is up (no state in $STATE_DIR)"
@@ -574,7 +700,7 @@ cmd_down() {
     clear_state
 }
 
-cmd_status() {
+single_status() {
     if ! state_exists; then
         echo "no services recorded in $STATE_DIR"
         return 1
@@ -604,12 +730,12 @@ cmd_status() {
     return "$all"
 }
 
-cmd_env() {
+single_env() {
     [ -f "$STATE_DIR/env.sh" ] || die "services are not up (no $STATE_DIR/env.sh); run '$0 up'"
     cat "$STATE_DIR/env.sh"
 }
 
-cmd_start() {
+single_start() {
     valid_server "${1:-}"
     take_lock
     state_exists || die "services are not set up; run '$0 up' first"
@@ -623,7 +749,7 @@ cmd_start() {
     start_servers "$1" || die "could not start $1"
 }
 
-cmd_stop() {
+single_stop() {
     valid_server "${1:-}"
     take_lock
     state_exists || {
@@ -634,17 +760,107 @@ cmd_stop() {
     stop_one "$1"
 }
 
+single_pid() {
+    valid_server "${1:-}"
+    state_exists || return 1
+    load_state
+    local pid
+    pid=$(recorded_pid "$1") || return 1
+    pid_is_ours "$1" "$pid" || return 1
+    echo "$pid"
+}
+
+cmd_down() {
+    local profile p
+    profile=$(parse_profile down "$@")
+    if [ $# -gt 0 ]; then
+        "${profile}_down"
+        return
+    fi
+    for p in ${PROFILES[@]+"${PROFILES[@]}"}; do "${p}_down"; done
+    single_down
+}
+
+cmd_status() {
+    local profile p rc=0
+    profile=$(parse_profile status "$@")
+    if [ $# -gt 0 ]; then
+        "${profile}_status"
+        return
+    fi
+    echo "== single"
+    single_status || rc=1
+    for p in ${PROFILES[@]+"${PROFILES[@]}"}; do
+        echo "== $p"
+        "${p}_status" || rc=1
+    done
+    return "$rc"
+}
+
+cmd_env() {
+    local profile
+    profile=$(parse_profile env "$@")
+    "${profile}_env"
+}
+
+# cmd_member start|stop|pause|resume MEMBER
+cmd_member() {
+    local action=$1 m=${2:-} profile pid
+    [ -n "$m" ] || die "$action: which member? (run '$0 members' for the list)"
+    profile=$(member_profile "$m")
+    case $action in
+        start | stop) "${profile}_$action" "$m" ;;
+        pause | resume)
+            pid=$("${profile}_pid" "$m") || die "$action: $m is not running"
+            if [ "$action" = pause ]; then
+                kill -STOP "$pid" || die "pause: cannot signal $m (pid $pid)"
+                log "paused $m (pid $pid)"
+            else
+                kill -CONT "$pid" || die "resume: cannot signal $m (pid $pid)"
+                log "resumed $m (pid $pid)"
+            fi
+            ;;
+    esac
+}
+
+cmd_leader() {
+    local group=${1:-} p
+    [ -n "$group" ] || die "leader: which group? (run '$0 members' for the list)"
+    for p in ${PROFILES[@]+"${PROFILES[@]}"}; do
+        declare -F "${p}_groups" >/dev/null || continue
+        if "${p}_groups" | grep -qxF -- "$group"; then
+            "${p}_leader" "$group"
+            return
+        fi
+    done
+    die "unknown group '$group' (run '$0 members' for the list)"
+}
+
+cmd_members() {
+    local p
+    echo "single: members: redis zk etcd"
+    for p in ${PROFILES[@]+"${PROFILES[@]}"}; do
+        declare -F "${p}_members" >/dev/null &&
+            echo "$p: members: $("${p}_members" | paste -sd ' ')"
+        declare -F "${p}_groups" >/dev/null &&
+            echo "$p: groups: $("${p}_groups" | paste -sd ' ')"
+    done
+    return 0
+}
+
 main() {
     local sub=${1:-}
     [ $# -gt 0 ] && shift
+    load_profiles
     case $sub in
         install) cmd_install ;;
         up) cmd_up "$@" ;;
-        down) cmd_down ;;
-        status) cmd_status ;;
-        env) cmd_env ;;
-        start) cmd_start "$@" ;;
-        stop) cmd_stop "$@" ;;
+        down) cmd_down "$@" ;;
+        status) cmd_status "$@" ;;
+        env) cmd_env "$@" ;;
+        start | stop | pause | resume) cmd_member "$sub" "$@" ;;
+        leader) cmd_leader "$@" ;;
+        members) cmd_members ;;
         -h | --help | help) usage ;;
         *)
             usage
