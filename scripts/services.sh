@@ -13,7 +13,9 @@
 #   scripts/services.sh members                 list every member and group name of every profile
 #
 # Profiles: --cluster (scripts/services.d/cluster.sh), --secure (scripts/services.d/secure.sh).
-# Single-profile members: redis, zk, etcd. Run `members` for the others.
+# Members: single: redis zk etcd. cluster: etcd-c1..3, zk-e1..3, redis-s1..3 (Sentinel data nodes;
+#   redis-s1 starts as primary), sentinel1..3, redis-c1..6 (Redis Cluster). `members` lists all.
+# Groups (for `leader`): etcd-cluster, zk-ensemble, redis-sentinel.
 # Typical use:  eval "$(scripts/services.sh up)"; ...; scripts/services.sh down
 # Only the export lines (and `leader`/`members` output) go to stdout; all other output goes to stderr.
 #
@@ -94,7 +96,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
 }
 
 # ---------------------------------------------------------------------------------------------
