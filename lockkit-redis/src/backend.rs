@@ -192,38 +192,6 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
     Ok(())
 }
 
-/// A redis-rs client for `info`, trusting `tls_ca` for rediss:// when given.
-fn make_client(settings: &Settings, info: redis::ConnectionInfo) -> Result<redis::Client> {
-    #[cfg(feature = "tls")]
-    if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-        // rustls needs a process-wide crypto provider; install ring's unless the application
-        // installed one already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    let Some(ca) = &settings.tls_ca else {
-        return redis::Client::open(info).map_err(|e| error::map(e, "client setup"));
-    };
-    tls_client(info, ca)
-}
-
-#[cfg(feature = "tls")]
-fn tls_client(info: redis::ConnectionInfo, ca: &std::path::Path) -> Result<redis::Client> {
-    let root_cert = std::fs::read(ca)
-        .map_err(|e| Error::config(format!("cannot read tls_ca {}: {e}", ca.display())))?;
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: Some(root_cert),
-    };
-    redis::Client::build_with_tls(info, certs).map_err(|e| error::map(e, "TLS client setup"))
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_client(_: redis::ConnectionInfo, _: &std::path::Path) -> Result<redis::Client> {
-    Err(Error::config(
-        "option tls_ca needs TLS support: enable the `tls` feature of lockkit-redis",
-    ))
-}
-
 /// The Redis backend of one [`Locks`](lockkit_core::Locks) handle. Its background tasks (the
 /// watchdog and the pub/sub dispatcher) stop when it is dropped.
 pub struct RedisBackend {
@@ -258,14 +226,14 @@ impl RedisBackend {
                 .set_min_delay(Duration::from_millis(20))
                 .set_max_delay(Duration::from_millis(500))
         };
-        let client = make_client(&settings, settings.info.clone())?;
+        let client = crate::tls::client(settings.info.clone(), &settings.tls)?;
         let conn = client
             .get_connection_manager_with_config(manager_config())
             .await
             .map_err(|e| error::map(e, "connect"))?;
 
         let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
-        let pubsub_client = make_client(&settings, settings.pubsub_info.clone())?;
+        let pubsub_client = crate::tls::client(settings.pubsub_info.clone(), &settings.tls)?;
         let pubsub = pubsub_client
             .get_connection_manager_with_config(
                 manager_config()

@@ -1,5 +1,6 @@
 //! Typed settings of the Redis backend, read from a [`LockConfig`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lockkit_core::{Error, LockConfig, Result, Scheme};
@@ -17,6 +18,8 @@ pub(crate) const OPTIONS: &[&str] = &[
     "fair_heartbeat",
     "redisson_compat",
     "tls_ca",
+    "tls_cert",
+    "tls_key",
 ];
 
 /// The settings of one [`crate::connect`].
@@ -37,8 +40,56 @@ pub(crate) struct Settings {
     pub(crate) fair_heartbeat: Duration,
     /// Mutexes use Redisson's `RLock` key layout and channel.
     pub(crate) redisson_compat: bool,
-    /// For rediss://: a PEM file of the CA to trust instead of the system's roots.
-    pub(crate) tls_ca: Option<std::path::PathBuf>,
+    /// For rediss://: the CA to trust and the client certificate to present.
+    pub(crate) tls: TlsFiles,
+}
+
+/// The PEM files of a `rediss://` connection (paths only: the key's contents are read when the
+/// client is built and never kept in the settings).
+#[derive(Clone, Default)]
+pub(crate) struct TlsFiles {
+    /// `tls_ca`: the CA to trust instead of the system's roots.
+    pub(crate) ca: Option<PathBuf>,
+    /// `tls_cert` + `tls_key`: a client certificate and its private key, for servers started
+    /// with `--tls-auth-clients yes`.
+    pub(crate) client: Option<(PathBuf, PathBuf)>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key's path is treated like the other `*key` options: never shown.
+        f.debug_struct("TlsFiles")
+            .field("ca", &self.ca)
+            .field("cert", &self.client.as_ref().map(|(c, _)| c))
+            .field("key", &self.client.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl TlsFiles {
+    fn from_config(cfg: &LockConfig, tls: bool) -> Result<TlsFiles> {
+        let path = |k: &str| cfg.option(k).map(PathBuf::from);
+        let ca = path("tls_ca");
+        let client = match (path("tls_cert"), path("tls_key")) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::config(
+                    "tls_cert and tls_key go together: give both or neither",
+                ))
+            }
+        };
+        if !tls && (ca.is_some() || client.is_some()) {
+            return Err(Error::config(
+                "options tls_ca, tls_cert and tls_key need a TLS URL (rediss://)",
+            ));
+        }
+        Ok(TlsFiles { ca, client })
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.client.is_none()
+    }
 }
 
 impl std::fmt::Debug for Settings {
@@ -52,6 +103,7 @@ impl std::fmt::Debug for Settings {
             .field("command_timeout", &self.command_timeout)
             .field("wait_replicas", &self.wait_replicas)
             .field("fence_ttl", &self.fence_ttl)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -134,7 +186,7 @@ impl Settings {
             wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
             fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
             fair_heartbeat: cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
-            tls_ca: cfg.option("tls_ca").map(Into::into),
+            tls: TlsFiles::from_config(cfg, url.scheme == Scheme::Rediss)?,
             redisson_compat: match cfg.option("redisson_compat").as_deref() {
                 None | Some("false" | "0" | "no") => false,
                 Some("true" | "1" | "yes") => true,
@@ -226,6 +278,22 @@ mod tests {
         ] {
             let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
             assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{bad}");
+        }
+    }
+
+    #[test]
+    fn tls_options() {
+        let e = parse("redis://127.0.0.1?tls_ca=/ca.pem").err().unwrap();
+        assert!(e.to_string().contains("rediss://"), "{e}");
+        #[cfg(feature = "tls")]
+        {
+            let e = parse("rediss://127.0.0.1?tls_cert=/c.pem").err().unwrap();
+            assert!(e.to_string().contains("together"), "{e}");
+            let s = parse("rediss://127.0.0.1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/secret.pem")
+                .unwrap();
+            assert_eq!(s.tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+            assert!(s.tls.client.is_some());
+            assert!(!format!("{s:?}").contains("secret"), "{s:?}");
         }
     }
 

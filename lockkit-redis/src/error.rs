@@ -10,6 +10,9 @@ pub(crate) fn map(e: RedisError, what: &str) -> Error {
         || matches!(code.as_deref(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
     {
         (ErrorKind::Auth, false)
+    } else if crate::tls::is_handshake_refusal(&e) {
+        // An untrusted, expired or missing certificate: reconnecting cannot fix it.
+        (ErrorKind::Auth, false)
     } else if code.as_deref() == Some("WRONGTYPE") {
         (ErrorKind::WrongType, false)
     } else if e.is_timeout() {

@@ -8,6 +8,7 @@ mod mutex;
 mod pubsub;
 mod script_set;
 mod shared;
+mod tls;
 mod watchdog;
 
 /// The redis-rs crate this backend is built on, for raw access next to lockkit (benchmarks,
