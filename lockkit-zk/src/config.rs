@@ -61,6 +61,8 @@ pub(crate) struct ZkConfig {
     /// Digest credentials, `user:password`.
     pub digest: Option<(String, Secret)>,
     pub acl: AclMode,
+    /// TLS to the secure client port, when any `tls_*` option is given.
+    pub tls: Option<crate::tls::Tls>,
 }
 
 impl fmt::Debug for ZkConfig {
@@ -72,6 +74,7 @@ impl fmt::Debug for ZkConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("user", &self.digest.as_ref().map(|(u, _)| u))
             .field("acl", &self.acl)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -139,6 +142,7 @@ impl ZkConfig {
             command_timeout,
             digest,
             acl,
+            tls: crate::tls::Tls::from_config(cfg)?,
         })
     }
 
@@ -152,7 +156,20 @@ impl ZkConfig {
             connector =
                 connector.with_auth("digest", format!("{user}:{}", pass.expose()).as_bytes());
         }
-        match tokio::time::timeout(self.connect_timeout, connector.connect(&self.hosts)).await {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            connector = connector.with_tls(tls.options()?);
+        }
+        let tls = self.tls.is_some();
+        let connecting = async move {
+            #[cfg(feature = "tls")]
+            if tls {
+                return connector.secure_connect(&self.hosts).await;
+            }
+            let _ = tls;
+            connector.connect(&self.hosts).await
+        };
+        match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(e)) => Err(crate::error::map(
                 e,

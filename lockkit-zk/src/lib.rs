@@ -9,6 +9,7 @@ mod queue;
 mod rwlock;
 mod semaphore;
 mod session;
+mod tls;
 
 use std::sync::Arc;
 

@@ -20,7 +20,8 @@
 # Exports (stdout of up/env; single-quoted, the URLs hold `&`):
 #   LOCKKIT_TEST_REDIS_SECURE_URL, LOCKKIT_TEST_ZK_SECURE_URL, LOCKKIT_TEST_ETCD_SECURE_URL
 #     the lockkit identities, with credentials and tls_ca/tls_cert/tls_key options
-#   LOCKKIT_TEST_ZK_SECURE_TLS_PORT   the ZooKeeper TLS client port
+#     (ZooKeeper: its TLS port; lockkit-zk needs its `tls` feature for it)
+#   LOCKKIT_TEST_ZK_SECURE_PLAIN_PORT the ZooKeeper plain client port (digest auth and ACLs only)
 #   LOCKKIT_TEST_REDIS_SECURE_ADMIN_URL, LOCKKIT_TEST_ETCD_SECURE_NOROLE_URL
 #     identities for the ACL tests
 #   LOCKKIT_TEST_SECURE_CERTS         the certificate directory
@@ -449,9 +450,9 @@ secure_write_env() {
     tls="tls_ca=$c/ca.pem&tls_cert=$c/client.pem&tls_key=$c/client.key"
     {
         echo "export LOCKKIT_TEST_REDIS_SECURE_URL='rediss://$SECURE_PREFIX:$SECURE_PW_LOCKKIT@$h:$SECURE_REDIS_PORT?$tls'"
-        echo "export LOCKKIT_TEST_ZK_SECURE_URL='zk://$SECURE_PREFIX:$SECURE_PW_LOCKKIT@$h:$SECURE_ZK_PORT'"
+        echo "export LOCKKIT_TEST_ZK_SECURE_URL='zk://$SECURE_PREFIX:$SECURE_PW_LOCKKIT@$h:$SECURE_ZK_TLS_PORT?$tls'"
         echo "export LOCKKIT_TEST_ETCD_SECURE_URL='etcds://$SECURE_PREFIX:$SECURE_PW_LOCKKIT@$h:$SECURE_ETCD_PORT?$tls'"
-        echo "export LOCKKIT_TEST_ZK_SECURE_TLS_PORT='$SECURE_ZK_TLS_PORT'"
+        echo "export LOCKKIT_TEST_ZK_SECURE_PLAIN_PORT='$SECURE_ZK_PORT'"
         echo "export LOCKKIT_TEST_REDIS_SECURE_ADMIN_URL='rediss://admin:$SECURE_PW_ADMIN@$h:$SECURE_REDIS_PORT?$tls'"
         echo "export LOCKKIT_TEST_ETCD_SECURE_NOROLE_URL='etcds://norole:$SECURE_PW_NOROLE@$h:$SECURE_ETCD_PORT?$tls'"
         echo "export LOCKKIT_TEST_SECURE_CERTS='$c'"
