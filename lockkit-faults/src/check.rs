@@ -1,0 +1,249 @@
+//! The checker: reads the run log and reports overlaps, unsignalled overlaps, stale writes the
+//! register accepted, lost-signal latency, recovery after each fault.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::clock::Micros;
+use crate::proto::{FaultRecord, HoldRecord, LogLine, Msg, RunInfo};
+
+/// A paused holder must see `lost()` within this long after SIGCONT.
+pub const RESUME_LOST_LIMIT_MS: f64 = 1000.0;
+
+/// Summary statistics of a list of milliseconds.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    /// How many samples.
+    pub n: usize,
+    /// Median (nearest rank).
+    pub p50: Option<f64>,
+    /// Largest.
+    pub max: Option<f64>,
+}
+
+impl Stats {
+    fn of(mut v: Vec<f64>) -> Stats {
+        v.sort_by(f64::total_cmp);
+        Stats {
+            n: v.len(),
+            p50: v.get(v.len().saturating_sub(1) / 2).copied(),
+            max: v.last().copied(),
+        }
+    }
+}
+
+/// Two holds whose intervals intersect.
+#[derive(Clone, Debug, Serialize)]
+pub struct Overlap {
+    /// Earlier holder (worker, token).
+    pub earlier: (u32, u64),
+    /// Later holder (worker, token).
+    pub later: (u32, u64),
+    /// Length of the intersection.
+    pub ms: f64,
+    /// The earlier holder's `lost()` resolved (before its release returned).
+    pub signalled: bool,
+    /// The earlier holder's release outcome.
+    pub earlier_release: String,
+}
+
+/// What happened after one fault.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultOutcome {
+    /// The fault.
+    pub fault: FaultRecord,
+    /// From the fault's start to the next successful acquire by anyone.
+    pub recovery_ms: Option<f64>,
+    /// For a paused holder: from SIGCONT to its `lost()` resolving (`None`: it never did).
+    pub lost_after_resume_ms: Option<f64>,
+    /// For a paused holder: whether it still held the lock when it was stopped.
+    pub paused_mid_hold: Option<bool>,
+}
+
+/// The checker's findings.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The run's parameters.
+    pub run: Option<RunInfo>,
+    /// Finished holds.
+    pub holds: usize,
+    /// Acquires reported.
+    pub acquires: usize,
+    /// Writes accepted by the register.
+    pub writes_accepted: usize,
+    /// Writes rejected by the register (stale tokens stopped by fencing).
+    pub writes_rejected: usize,
+    /// Accepted writes whose token was not above every token accepted before (replayed from the
+    /// log independently of the register; must be 0).
+    pub stale_writes_accepted: usize,
+    /// Grants whose token was not above a token granted earlier (a fencing counter going back).
+    pub token_regressions: usize,
+    /// Pairs of holds whose intervals intersect (double grants).
+    pub overlaps: Vec<Overlap>,
+    /// Overlaps whose earlier holder never saw `lost()` resolve.
+    pub unsignalled_overlaps: usize,
+    /// `lost()` resolutions, measured from the next grant to someone else (when the lease had
+    /// certainly ended); negative means the holder knew before anyone else got the lock.
+    pub lost_latency_ms: Stats,
+    /// From each fault to the next successful acquire.
+    pub recovery_ms: Stats,
+    /// Per fault.
+    pub faults: Vec<FaultOutcome>,
+    /// Acquire / connect errors by kind.
+    pub errors: BTreeMap<String, usize>,
+    /// Release outcomes by kind.
+    pub releases: BTreeMap<String, usize>,
+}
+
+fn ms(d: i64) -> f64 {
+    d as f64 / 1000.0
+}
+
+/// Runs every check over a run log.
+pub fn check(lines: &[LogLine]) -> Report {
+    let mut run = None;
+    let mut holds: Vec<HoldRecord> = Vec::new();
+    let mut acquires: Vec<(Micros, u32, u64)> = Vec::new();
+    let mut faults = Vec::new();
+    let mut errors = BTreeMap::new();
+    let mut releases = BTreeMap::new();
+    let (mut accepted, mut rejected, mut stale) = (0, 0, 0);
+    let mut max_accepted: Option<u64> = None;
+    for line in lines {
+        match line {
+            LogLine::Run(r) => run = Some(r.clone()),
+            LogLine::Fault(f) => faults.push(f.clone()),
+            LogLine::Msg {
+                msg, accepted: a, ..
+            } => match msg {
+                Msg::Write { token, .. } => {
+                    if *a == Some(true) {
+                        accepted += 1;
+                        if max_accepted.is_some_and(|m| *token <= m) {
+                            stale += 1;
+                        }
+                        max_accepted = Some(max_accepted.map_or(*token, |m| m.max(*token)));
+                    } else {
+                        rejected += 1;
+                    }
+                }
+                Msg::Acquired { worker, token, at } => acquires.push((*at, *worker, *token)),
+                Msg::Hold(h) => {
+                    *releases.entry(h.release.clone()).or_insert(0) += 1;
+                    holds.push(h.clone());
+                }
+                Msg::Error { kind, .. } => *errors.entry(kind.clone()).or_insert(0) += 1,
+                Msg::Hello { .. } => {}
+            },
+        }
+    }
+    acquires.sort();
+    holds.sort_by_key(|h| h.start);
+
+    let mut token_regressions = 0;
+    let mut max_token: Option<u64> = None;
+    for &(_, _, token) in &acquires {
+        if max_token.is_some_and(|m| token <= m) {
+            token_regressions += 1;
+        }
+        max_token = Some(max_token.map_or(token, |m| m.max(token)));
+    }
+
+    let mut overlaps = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        for b in holds[i + 1..].iter().take_while(|b| b.start < a.end) {
+            overlaps.push(Overlap {
+                earlier: (a.worker, a.token),
+                later: (b.worker, b.token),
+                ms: ms(a.end.min(b.end) as i64 - b.start as i64),
+                signalled: a.lost_at.is_some(),
+                earlier_release: a.release.clone(),
+            });
+        }
+    }
+    let unsignalled_overlaps = overlaps.iter().filter(|o| !o.signalled).count();
+
+    let next_grant = |after: Micros, worker: u32| {
+        acquires
+            .iter()
+            .find(|(at, w, _)| *at > after && *w != worker)
+            .map(|(at, _, _)| *at)
+    };
+    let lost_latency: Vec<f64> = holds
+        .iter()
+        .filter_map(|h| {
+            let lost = h.lost_at?;
+            let next = next_grant(h.start, h.worker)?;
+            Some(ms(lost as i64 - next as i64))
+        })
+        .collect();
+
+    let outcomes: Vec<FaultOutcome> = faults
+        .iter()
+        .map(|f| {
+            let recovery = acquires
+                .iter()
+                .find(|(at, _, _)| *at > f.start)
+                .map(|(at, _, _)| ms((at - f.start) as i64));
+            let (mut lost_after, mut mid_hold) = (None, None);
+            if f.kind == "pause-holder" {
+                let paused = holds.iter().find(|h| {
+                    Some(h.worker) == f.worker && h.start <= f.start && h.released_at >= f.start
+                });
+                mid_hold = paused.map(|h| h.end >= f.start);
+                lost_after = paused
+                    .and_then(|h| h.lost_at)
+                    .map(|l| ms(l as i64 - f.end as i64));
+            }
+            FaultOutcome {
+                fault: f.clone(),
+                recovery_ms: recovery,
+                lost_after_resume_ms: lost_after,
+                paused_mid_hold: mid_hold,
+            }
+        })
+        .collect();
+    let recovery = Stats::of(outcomes.iter().filter_map(|o| o.recovery_ms).collect());
+
+    Report {
+        run,
+        holds: holds.len(),
+        acquires: acquires.len(),
+        writes_accepted: accepted,
+        writes_rejected: rejected,
+        stale_writes_accepted: stale,
+        token_regressions,
+        unsignalled_overlaps,
+        overlaps,
+        lost_latency_ms: Stats::of(lost_latency),
+        recovery_ms: recovery,
+        faults: outcomes,
+        errors,
+        releases,
+    }
+}
+
+impl Report {
+    /// Pause faults whose holder did not see `lost()` within the limit after SIGCONT.
+    pub fn slow_pause_signals(&self) -> usize {
+        self.faults
+            .iter()
+            .filter(|o| o.paused_mid_hold == Some(true))
+            .filter(|o| {
+                o.lost_after_resume_ms
+                    .is_none_or(|l| l > RESUME_LOST_LIMIT_MS)
+            })
+            .count()
+    }
+
+    /// Lost-after-resume statistics over the pause faults that hit a hold.
+    pub fn resume_stats(&self) -> Stats {
+        Stats::of(
+            self.faults
+                .iter()
+                .filter_map(|o| o.lost_after_resume_ms)
+                .collect(),
+        )
+    }
+}

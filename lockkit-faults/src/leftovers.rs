@@ -1,0 +1,186 @@
+//! What a run left behind on the servers: Redis keys of the lock, ZooKeeper nodes under the
+//! lock's path, etcd keys under its prefix and live etcd leases.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Leftovers found after the run (after the grace period for killed holders' leases).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Leftovers {
+    /// Lock keys, nodes or etcd keys still present (must be 0).
+    pub locks: Vec<String>,
+    /// etcd leases still alive (must be 0).
+    pub leases: Vec<String>,
+    /// Keys kept by design (the Redis fencing counter, which expires after `fence_ttl`).
+    pub kept: Vec<String>,
+    /// Why the scan could not run, if it could not.
+    pub error: Option<String>,
+}
+
+impl Leftovers {
+    /// Lock keys / nodes plus live leases.
+    pub fn count(&self) -> usize {
+        self.locks.len() + self.leases.len()
+    }
+}
+
+struct Target {
+    scheme: String,
+    hosts: Vec<String>,
+    path: String,
+}
+
+fn parse(url: &str) -> Option<Target> {
+    let (scheme, rest) = url.split_once("://")?;
+    let rest = rest.split('?').next().unwrap_or_default();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+    Some(Target {
+        scheme: scheme.to_string(),
+        hosts: hosts.split(',').map(String::from).collect(),
+        path: path.to_string(),
+    })
+}
+
+/// Scans the servers of `url` for what the lock `name` (default prefix `lockkit`) left behind.
+pub async fn scan(url: &str, name: &str) -> Leftovers {
+    let Some(t) = parse(url) else {
+        return failed(format!("cannot parse {url}"));
+    };
+    let scanned = tokio::time::timeout(Duration::from_secs(20), async {
+        match t.scheme.as_str() {
+            "redis" => redis_scan(&format!("redis://{}/{}", t.hosts[0], t.path), name).await,
+            "redis+sentinel" => match sentinel_primary(&t).await {
+                Ok(primary) => redis_scan(&format!("redis://{primary}"), name).await,
+                Err(e) => Err(e),
+            },
+            "zk" => zk_scan(&t, name).await,
+            "etcd" => etcd_scan(&t, name).await,
+            other => Err(format!("leftover scan not implemented for {other}://")),
+        }
+    })
+    .await;
+    match scanned {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => failed(e),
+        Err(_) => failed("leftover scan timed out".into()),
+    }
+}
+
+fn failed(error: String) -> Leftovers {
+    Leftovers {
+        error: Some(error),
+        ..Leftovers::default()
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+async fn sentinel_primary(t: &Target) -> Result<String, String> {
+    let master = if t.path.is_empty() {
+        "mymaster"
+    } else {
+        &t.path
+    };
+    let mut last = String::from("no sentinel host");
+    for h in &t.hosts {
+        let client = redis::Client::open(format!("redis://{h}")).map_err(err)?;
+        let Ok(mut con) = client.get_multiplexed_async_connection().await else {
+            last = format!("sentinel {h} unreachable");
+            continue;
+        };
+        let addr: redis::RedisResult<Option<(String, String)>> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(master)
+            .query_async(&mut con)
+            .await;
+        match addr {
+            Ok(Some((host, port))) => return Ok(format!("{host}:{port}")),
+            Ok(None) => last = format!("sentinel {h} does not know {master}"),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    Err(last)
+}
+
+async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
+    let client = redis::Client::open(url).map_err(err)?;
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(err)?;
+    let mut out = Leftovers::default();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("lockkit:*{{{name}}}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut con)
+            .await
+            .map_err(err)?;
+        for key in keys {
+            if key.starts_with("lockkit:fence:") {
+                out.kept.push(key);
+            } else {
+                out.locks.push(key);
+            }
+        }
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+async fn zk_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
+    let mut connect = t.hosts.join(",");
+    if !t.path.is_empty() {
+        connect = format!("{connect}/{}", t.path.trim_start_matches('/'));
+    }
+    let client = zookeeper_client::Client::connect(&connect)
+        .await
+        .map_err(err)?;
+    let dir = format!("/lockkit/mutex/{name}");
+    let mut out = Leftovers::default();
+    match client.list_children(&dir).await {
+        Ok(children) => out.locks = children.into_iter().map(|c| format!("{dir}/{c}")).collect(),
+        Err(zookeeper_client::Error::NoNode) => {}
+        Err(e) => return Err(err(e)),
+    }
+    Ok(out)
+}
+
+async fn etcd_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
+    use etcd_client::{Client, GetOptions};
+    let endpoints: Vec<String> = t.hosts.iter().map(|h| format!("http://{h}")).collect();
+    let mut client = Client::connect(endpoints, None).await.map_err(err)?;
+    let prefix = format!("lockkit/{name}/");
+    let resp = client
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(err)?;
+    let mut out = Leftovers::default();
+    out.locks = resp
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect();
+    let leases = client.leases().await.map_err(err)?;
+    for lease in leases.leases() {
+        let ttl = client
+            .lease_time_to_live(lease.id(), None)
+            .await
+            .map_err(err)?;
+        if ttl.ttl() > 0 {
+            out.leases
+                .push(format!("{:x} (ttl {} s)", lease.id(), ttl.ttl()));
+        }
+    }
+    Ok(out)
+}

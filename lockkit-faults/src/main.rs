@@ -1,0 +1,299 @@
+//! The lockkit fault harness: K worker processes contend for one lock through a lockkit URL and
+//! write `(token, worker, start, end)` to a fenced register while holders and servers are killed,
+//! paused and restarted on a seeded schedule; a checker then reports overlaps, unsignalled
+//! overlaps, stale writes, lost-signal latency, recovery time and leftovers.
+//!
+//! ```text
+//! lockkit-faults run --url etcd://127.0.0.1:2379?lease_ttl=2s --group etcd-cluster --seed 1
+//! lockkit-faults check out/log.jsonl
+//! ```
+
+mod check;
+mod clock;
+mod faults;
+mod leftovers;
+mod proto;
+mod register;
+mod run;
+mod worker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::faults::FaultKind;
+
+#[derive(Parser)]
+#[command(name = "lockkit-faults", about = "lockkit fault harness")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run workers against URL, inject faults, check, print the report.
+    Run {
+        /// Backend URL for the workers.
+        #[arg(long)]
+        url: String,
+        /// Topology label for the report.
+        #[arg(long, default_value = "single")]
+        topology: String,
+        /// Server group for the control command (a member name for a single server).
+        #[arg(long)]
+        group: String,
+        /// Server control command, called as `CTL VERB GROUP [MEMBER]`.
+        #[arg(long, default_value = "scripts/faults.sh ctl")]
+        ctl: String,
+        /// Concurrent worker processes.
+        #[arg(long, default_value_t = 3)]
+        workers: u32,
+        /// Watchdog lease.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        lease: Duration,
+        /// How long the workers run.
+        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Seed of the fault schedule and hold times.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Fault kinds, comma separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "kill-holder,pause-holder,kill-leader,pause-server,restart-server"
+        )]
+        faults: Vec<FaultKind>,
+        /// Time between faults.
+        #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+        every: Duration,
+        /// Wait after the run before scanning for leftovers.
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        grace: Duration,
+        /// Output directory.
+        #[arg(long, default_value = "target/faults")]
+        out: PathBuf,
+        /// Also fail on unsignalled overlaps, a paused holder told later than 1 s after resuming,
+        /// and leftovers (the etcd and ZooKeeper targets). Stale writes accepted always fail.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Internal: one worker process.
+    Worker {
+        #[arg(long)]
+        id: u32,
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        register: String,
+        #[arg(long)]
+        lease_ms: u64,
+        #[arg(long)]
+        until: u64,
+        #[arg(long)]
+        seed: u64,
+    },
+    /// Re-run the checker on a run log.
+    Check {
+        /// The run's log.jsonl.
+        log: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockkit-faults: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async_main(cli.cmd))
+}
+
+async fn async_main(cmd: Cmd) -> ExitCode {
+    match cmd {
+        Cmd::Worker {
+            id,
+            url,
+            name,
+            register,
+            lease_ms,
+            until,
+            seed,
+        } => {
+            let args = worker::WorkerArgs {
+                id,
+                url,
+                name,
+                register,
+                lease: Duration::from_millis(lease_ms),
+                until,
+                seed,
+            };
+            match worker::run(args).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("worker {id}: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Cmd::Check { log } => {
+            let lines = match read_log(&log) {
+                Ok(lines) => lines,
+                Err(e) => {
+                    eprintln!("lockkit-faults: {}: {e}", log.display());
+                    return ExitCode::FAILURE;
+                }
+            };
+            let report = check::check(&lines);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Cmd::Run {
+            url,
+            topology,
+            group,
+            ctl,
+            workers,
+            lease,
+            duration,
+            seed,
+            faults,
+            every,
+            grace,
+            out,
+            strict,
+        } => {
+            let args = run::RunArgs {
+                url,
+                topology,
+                group,
+                ctl,
+                workers,
+                lease,
+                duration,
+                seed,
+                faults,
+                every,
+                grace,
+                out,
+            };
+            match run::run(args.clone()).await {
+                Ok(outcome) => verdict(&args, &outcome, strict),
+                Err(e) => {
+                    eprintln!("lockkit-faults: run failed: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn read_log(path: &std::path::Path) -> std::io::Result<Vec<proto::LogLine>> {
+    std::fs::read_to_string(path)?
+        .lines()
+        .map(|l| serde_json::from_str(l).map_err(std::io::Error::other))
+        .collect()
+}
+
+fn fmt_stats(s: &check::Stats) -> String {
+    match (s.p50, s.max) {
+        (Some(p50), Some(max)) => format!("{p50:.0}/{max:.0}"),
+        _ => "-".into(),
+    }
+}
+
+/// Prints the summary row and decides the exit code.
+fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
+    let r = &o.report;
+    let signalled = r.overlaps.len() - r.unsignalled_overlaps;
+    let leftovers = match &o.leftovers.error {
+        Some(e) => format!("scan failed: {e}"),
+        None => o.leftovers.count().to_string(),
+    };
+    println!(
+        "RESULT url={} topology={} seed={} holds={} faults={} overlaps={} (signalled {}) \
+         unsignalled={} stale_accepted={} rejected={} token_regressions={} \
+         lost_latency_ms(p50/max)={} lost_after_resume_ms(p50/max)={} recovery_ms(p50/max)={} \
+         leftovers={} errors={:?} releases={:?}",
+        args.url,
+        args.topology,
+        args.seed,
+        r.holds,
+        r.faults.len(),
+        r.overlaps.len(),
+        signalled,
+        r.unsignalled_overlaps,
+        r.stale_writes_accepted,
+        r.writes_rejected,
+        r.token_regressions,
+        fmt_stats(&r.lost_latency_ms),
+        fmt_stats(&r.resume_stats()),
+        fmt_stats(&r.recovery_ms),
+        leftovers,
+        r.errors,
+        r.releases,
+    );
+    for f in &r.faults {
+        println!(
+            "  fault {:<15} {:<10} recovery {:>7} ms{}",
+            f.fault.kind,
+            f.fault.target,
+            f.recovery_ms.map_or("-".into(), |v| format!("{v:.0}")),
+            match (f.paused_mid_hold, f.lost_after_resume_ms) {
+                (Some(true), Some(l)) => format!(", lost() {l:.0} ms after resume"),
+                (Some(true), None) => ", lost() NEVER resolved".into(),
+                (Some(false), _) => ", paused after its hold ended".into(),
+                _ => String::new(),
+            }
+        );
+    }
+    for ov in r.overlaps.iter().filter(|o| !o.signalled) {
+        println!("  unsignalled overlap: {ov:?}");
+    }
+    let mut failures = Vec::new();
+    if r.stale_writes_accepted > 0 {
+        failures.push(format!("{} stale writes accepted", r.stale_writes_accepted));
+    }
+    if r.holds == 0 {
+        failures.push("no hold completed".into());
+    }
+    if !o.stragglers.is_empty() {
+        failures.push(format!("workers {:?} did not stop", o.stragglers));
+    }
+    if strict {
+        if r.unsignalled_overlaps > 0 {
+            failures.push(format!("{} unsignalled overlaps", r.unsignalled_overlaps));
+        }
+        let slow = r.slow_pause_signals();
+        if slow > 0 {
+            failures.push(format!(
+                "{slow} paused holders not told within 1 s of resuming"
+            ));
+        }
+        if o.leftovers.error.is_some() || o.leftovers.count() > 0 {
+            failures.push(format!("leftovers: {leftovers}"));
+        }
+    }
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("FAILED: {}", failures.join("; "));
+        ExitCode::FAILURE
+    }
+}

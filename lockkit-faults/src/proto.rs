@@ -1,0 +1,136 @@
+//! What workers tell the register, and what the run log holds.
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Micros;
+
+/// One request from a worker to the register (one JSON line; the register answers one line).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Msg {
+    /// A worker process started.
+    Hello {
+        /// Worker id.
+        worker: u32,
+        /// Its process id.
+        pid: u32,
+    },
+    /// An acquire returned a guard.
+    Acquired {
+        /// Worker id.
+        worker: u32,
+        /// The guard's fencing token.
+        token: u64,
+        /// When the acquire returned.
+        at: Micros,
+    },
+    /// The fenced write: accepted only if `token` is greater than every token accepted before.
+    Write {
+        /// Worker id.
+        worker: u32,
+        /// The writer's fencing token.
+        token: u64,
+        /// When the hold began (the acquire returned).
+        start: Micros,
+        /// When the holder stopped using the lock (work done, or `lost()` resolved).
+        end: Micros,
+    },
+    /// A finished hold, reported after its release.
+    Hold(HoldRecord),
+    /// An acquire or connect failed.
+    Error {
+        /// Worker id.
+        worker: u32,
+        /// When.
+        at: Micros,
+        /// The error kind.
+        kind: String,
+    },
+}
+
+/// One hold from acquire to release, as its worker saw it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HoldRecord {
+    /// Worker id.
+    pub worker: u32,
+    /// Fencing token.
+    pub token: u64,
+    /// The acquire returned.
+    pub start: Micros,
+    /// The worker stopped using the lock: its work was done, or `lost()` resolved first.
+    pub end: Micros,
+    /// When `lost()` resolved, if it did before the release finished.
+    pub lost_at: Option<Micros>,
+    /// The release outcome: `ok`, or the error kind (`NotHeld`, `Connection`, ...).
+    pub release: String,
+    /// When the release call returned.
+    pub released_at: Micros,
+    /// Whether the register accepted this hold's write.
+    pub write_accepted: bool,
+}
+
+/// The register's answer to a request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reply {
+    /// Accepted (always true except for a rejected write).
+    pub ok: bool,
+    /// For a rejected write: the highest token accepted so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<u64>,
+}
+
+/// A fault the coordinator injected.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// `kill-holder`, `pause-holder`, `kill-leader`, `pause-server` or `restart-server`.
+    pub kind: String,
+    /// The worker (`worker 3`) or server member (`etcd2`) it hit.
+    pub target: String,
+    /// For holder faults: the worker id.
+    pub worker: Option<u32>,
+    /// When the fault began (kill / SIGSTOP / stop sent).
+    pub start: Micros,
+    /// When the fault was over (SIGCONT / server started again); equals `start` for a kill.
+    pub end: Micros,
+}
+
+/// One line of the run log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LogLine {
+    /// A worker's request and, for writes, the register's decision.
+    Msg {
+        /// When the register received it.
+        at: Micros,
+        /// The request.
+        msg: Msg,
+        /// For writes: accepted or rejected.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accepted: Option<bool>,
+    },
+    /// A fault.
+    Fault(FaultRecord),
+    /// The run's parameters.
+    Run(RunInfo),
+}
+
+/// The parameters of a run, first line of the log.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// Backend URL (without secrets: the harness takes none).
+    pub url: String,
+    /// Topology label (`single`, `cluster`, `sentinel`, ...).
+    pub topology: String,
+    /// Seed of the fault schedule and the workers' hold times.
+    pub seed: u64,
+    /// Number of concurrent workers.
+    pub workers: u32,
+    /// Lease in milliseconds.
+    pub lease_ms: u64,
+    /// Run length in milliseconds.
+    pub duration_ms: u64,
+    /// The lock name.
+    pub name: String,
+    /// When the run started.
+    pub start: Micros,
+}

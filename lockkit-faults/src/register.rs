@@ -1,0 +1,157 @@
+//! The fenced register: a tiny store in the coordinator process, on 127.0.0.1, that accepts a
+//! write only if its token is greater than every token it accepted before, and logs every
+//! request with its decision.
+//!
+//! Why a TCP server in the coordinator and not a file under a lock: one owner decides, so the
+//! log order is the decision order with no second lock to reason about; and a worker stopped
+//! with SIGSTOP while it holds a file lock would block every other worker, which would hide the
+//! very overlaps the harness looks for.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write as _};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::clock::{now, Micros};
+use crate::proto::{LogLine, Msg, Reply};
+
+/// The register and the run log.
+#[derive(Clone)]
+pub struct Register {
+    inner: Arc<Mutex<State>>,
+}
+
+struct State {
+    last: Option<u64>,
+    log: BufWriter<File>,
+    lines: Vec<LogLine>,
+    holding: HashMap<u32, Micros>,
+    pids: HashMap<u32, u32>,
+}
+
+impl Register {
+    /// A register logging to `path` (JSON lines).
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(Register {
+            inner: Arc::new(Mutex::new(State {
+                last: None,
+                log: BufWriter::new(File::create(path)?),
+                lines: Vec::new(),
+                holding: HashMap::new(),
+                pids: HashMap::new(),
+            })),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a line to the log.
+    pub fn log(&self, line: LogLine) {
+        let mut s = self.state();
+        s.append(line);
+    }
+
+    /// Decides and logs one request.
+    pub fn handle(&self, msg: Msg) -> Reply {
+        let at = now();
+        let mut s = self.state();
+        let mut reply = Reply {
+            ok: true,
+            last: None,
+        };
+        let mut accepted = None;
+        match &msg {
+            Msg::Hello { worker, pid } => {
+                s.pids.insert(*worker, *pid);
+            }
+            Msg::Acquired { worker, at, .. } => {
+                s.holding.insert(*worker, *at);
+            }
+            Msg::Write { token, .. } => {
+                let ok = s.last.is_none_or(|last| *token > last);
+                if ok {
+                    s.last = Some(*token);
+                } else {
+                    reply = Reply {
+                        ok: false,
+                        last: s.last,
+                    };
+                }
+                accepted = Some(ok);
+            }
+            Msg::Hold(h) => {
+                s.holding.remove(&h.worker);
+            }
+            Msg::Error { .. } => {}
+        }
+        s.append(LogLine::Msg { at, msg, accepted });
+        reply
+    }
+
+    /// The worker that most recently reported an acquire and no release yet: (worker, pid,
+    /// acquired at).
+    pub fn current_holder(&self) -> Option<(u32, u32, Micros)> {
+        let s = self.state();
+        let (worker, at) = s.holding.iter().max_by_key(|(_, at)| **at)?;
+        s.pids.get(worker).map(|pid| (*worker, *pid, *at))
+    }
+
+    /// Forgets a worker that was killed (it will never report its hold).
+    pub fn forget(&self, worker: u32) {
+        self.state().holding.remove(&worker);
+    }
+
+    /// Every log line so far.
+    pub fn lines(&self) -> Vec<LogLine> {
+        self.state().lines.clone()
+    }
+
+    /// Serves workers on 127.0.0.1 (an ephemeral port) until the runtime stops.
+    pub async fn serve(&self) -> std::io::Result<SocketAddr> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let reg = self.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(reg.clone().connection(stream));
+            }
+        });
+        Ok(addr)
+    }
+
+    async fn connection(self, stream: TcpStream) {
+        let (read, mut write) = stream.into_split();
+        let mut lines = BufReader::new(read).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let reply = match serde_json::from_str::<Msg>(&line) {
+                Ok(msg) => self.handle(msg),
+                Err(_) => Reply {
+                    ok: false,
+                    last: None,
+                },
+            };
+            let mut out = serde_json::to_string(&reply).unwrap_or_default();
+            out.push('\n');
+            if write.write_all(out.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+impl State {
+    fn append(&mut self, line: LogLine) {
+        if let Ok(text) = serde_json::to_string(&line) {
+            let _ = writeln!(self.log, "{text}");
+            let _ = self.log.flush();
+        }
+        self.lines.push(line);
+    }
+}

@@ -1,0 +1,269 @@
+//! The coordinator: serves the register, runs the workers, injects the faults, then checks.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rand::{rngs::StdRng, SeedableRng};
+use rustix::process::Signal;
+use tokio::process::{Child, Command};
+
+use crate::check::{check, Report};
+use crate::clock::{micros, now, Micros};
+use crate::faults::{pick, schedule, signal, Ctl, FaultKind};
+use crate::leftovers::{scan, Leftovers};
+use crate::proto::{FaultRecord, LogLine, RunInfo};
+use crate::register::Register;
+
+/// The coordinator's parameters.
+#[derive(Clone, Debug)]
+pub struct RunArgs {
+    /// Backend URL given to every worker.
+    pub url: String,
+    /// Topology label for the report.
+    pub topology: String,
+    /// Server group for `ctl` (`etcd-cluster`, `zk-ensemble`, `redis-sentinel`, `redis`, ...).
+    pub group: String,
+    /// Server control command.
+    pub ctl: String,
+    /// Concurrent workers.
+    pub workers: u32,
+    /// Watchdog lease.
+    pub lease: Duration,
+    /// How long the workers run.
+    pub duration: Duration,
+    /// Seed.
+    pub seed: u64,
+    /// Fault kinds to draw from.
+    pub faults: Vec<FaultKind>,
+    /// Time between faults.
+    pub every: Duration,
+    /// Wait after the run before scanning for leftovers.
+    pub grace: Duration,
+    /// Output directory (log, report, worker stderr).
+    pub out: PathBuf,
+}
+
+/// A run's findings: the checker's report plus leftovers.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Outcome {
+    /// The checker's report.
+    pub report: Report,
+    /// What the run left on the servers.
+    pub leftovers: Leftovers,
+    /// Workers still running at the end that had to be killed.
+    pub stragglers: Vec<u32>,
+}
+
+struct Workers {
+    args: RunArgs,
+    name: String,
+    register: String,
+    until: Micros,
+    children: HashMap<u32, Child>,
+    next_id: u32,
+}
+
+impl Workers {
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let log = std::fs::File::create(self.args.out.join(format!("worker-{id}.log")))?;
+        let child = Command::new(std::env::current_exe()?)
+            .arg("worker")
+            .args(["--id", &id.to_string()])
+            .args(["--url", &self.args.url])
+            .args(["--name", &self.name])
+            .args(["--register", &self.register])
+            .args(["--lease-ms", &self.args.lease.as_millis().to_string()])
+            .args(["--until", &self.until.to_string()])
+            .args([
+                "--seed",
+                &(self.args.seed ^ u64::from(id) << 32).to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()?;
+        self.children.insert(id, child);
+        Ok(())
+    }
+}
+
+/// Runs the whole experiment and checks it.
+pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
+    std::fs::create_dir_all(&args.out)?;
+    let reg = Register::create(&args.out.join("log.jsonl"))?;
+    let addr = reg.serve().await?;
+    let start = now();
+    let name = format!(
+        "faults-{}-{}-{}",
+        args.topology,
+        args.seed,
+        std::process::id()
+    );
+    reg.log(LogLine::Run(RunInfo {
+        url: args.url.clone(),
+        topology: args.topology.clone(),
+        seed: args.seed,
+        workers: args.workers,
+        lease_ms: args.lease.as_millis() as u64,
+        duration_ms: args.duration.as_millis() as u64,
+        name: name.clone(),
+        start,
+    }));
+    let until = start + micros(args.duration);
+    let mut workers = Workers {
+        args: args.clone(),
+        name: name.clone(),
+        register: addr.to_string(),
+        until,
+        children: HashMap::new(),
+        next_id: 1,
+    };
+    for _ in 0..args.workers {
+        workers.spawn()?;
+    }
+
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let settle = Duration::from_secs(3);
+    let tail = args.lease * 3;
+    let window = args.duration.saturating_sub(settle + tail);
+    let count = (window.as_micros() / args.every.as_micros().max(1)) as usize + 1;
+    let plan = schedule(&args.faults, count, &mut rng);
+    let ctl = Ctl::new(&args.ctl, &args.group);
+    let mut next = start + micros(settle);
+    for kind in plan {
+        tokio::time::sleep(crate::clock::until(next)).await;
+        if now() + micros(tail) >= until {
+            break;
+        }
+        match inject(kind, &args, &ctl, &reg, &mut workers, &mut rng).await {
+            Ok(Some(f)) => {
+                eprintln!(
+                    "faults: {} on {} ({} ms)",
+                    f.kind,
+                    f.target,
+                    (f.end - f.start) / 1000
+                );
+                reg.log(LogLine::Fault(f));
+            }
+            Ok(None) => eprintln!("faults: {} skipped: nobody held the lock", kind.as_str()),
+            Err(e) => {
+                eprintln!("faults: {} failed: {e}", kind.as_str());
+                return Err(e);
+            }
+        }
+        next = (next + micros(args.every)).max(now() + 1_000_000);
+    }
+
+    // Workers stop by themselves at `until`; wait for them, then kill stragglers.
+    let mut stragglers = Vec::new();
+    let deadline = until + 20_000_000;
+    for (id, child) in workers.children.iter_mut() {
+        match tokio::time::timeout(crate::clock::until(deadline), child.wait()).await {
+            Ok(_) => {}
+            Err(_) => {
+                stragglers.push(*id);
+                let _ = child.kill().await;
+            }
+        }
+    }
+    stragglers.sort();
+    tokio::time::sleep(args.grace).await;
+    let leftovers = scan(&args.url, &name).await;
+    let report = check(&reg.lines());
+    let outcome = Outcome {
+        report,
+        leftovers,
+        stragglers,
+    };
+    std::fs::write(
+        args.out.join("report.json"),
+        serde_json::to_string_pretty(&outcome).map_err(std::io::Error::other)?,
+    )?;
+    Ok(outcome)
+}
+
+/// Waits up to 3 s for a holder whose acquire is at most 40 ms old (so the fault lands mid-hold).
+async fn fresh_holder(reg: &Register) -> Option<(u32, u32)> {
+    let give_up = now() + 3_000_000;
+    while now() < give_up {
+        if let Some((worker, pid, at)) = reg.current_holder() {
+            if now().saturating_sub(at) <= 40_000 {
+                return Some((worker, pid));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    None
+}
+
+async fn inject(
+    kind: FaultKind,
+    args: &RunArgs,
+    ctl: &Ctl,
+    reg: &Register,
+    workers: &mut Workers,
+    rng: &mut StdRng,
+) -> std::io::Result<Option<FaultRecord>> {
+    let record = |target: String, worker: Option<u32>, start: Micros| FaultRecord {
+        kind: kind.as_str().to_string(),
+        target,
+        worker,
+        start,
+        end: now(),
+    };
+    let pause = args.lease * 2;
+    Ok(Some(match kind {
+        FaultKind::KillHolder => {
+            let Some((worker, pid)) = fresh_holder(reg).await else {
+                return Ok(None);
+            };
+            let start = now();
+            signal(pid, Signal::KILL)?;
+            reg.forget(worker);
+            if let Some(mut child) = workers.children.remove(&worker) {
+                let _ = child.wait().await;
+            }
+            workers.spawn()?;
+            record(format!("worker {worker}"), Some(worker), start)
+        }
+        FaultKind::PauseHolder => {
+            let Some((worker, pid)) = fresh_holder(reg).await else {
+                return Ok(None);
+            };
+            let start = now();
+            signal(pid, Signal::STOP)?;
+            tokio::time::sleep(pause).await;
+            signal(pid, Signal::CONT)?;
+            record(format!("worker {worker}"), Some(worker), start)
+        }
+        FaultKind::KillLeader => {
+            let leader = ctl.leader().await?;
+            let start = now();
+            ctl.act("stop", &leader).await?;
+            tokio::time::sleep(args.lease).await;
+            ctl.act("start", &leader).await?;
+            record(leader, None, start)
+        }
+        FaultKind::PauseServer => {
+            let leader = ctl.leader().await?;
+            let start = now();
+            ctl.act("pause", &leader).await?;
+            tokio::time::sleep(pause).await;
+            ctl.act("resume", &leader).await?;
+            record(leader, None, start)
+        }
+        FaultKind::RestartServer => {
+            let members = ctl.members().await?;
+            let member = pick(&members, rng).ok_or_else(|| std::io::Error::other("no members"))?;
+            let start = now();
+            ctl.act("stop", &member).await?;
+            ctl.act("start", &member).await?;
+            record(member, None, start)
+        }
+    }))
+}

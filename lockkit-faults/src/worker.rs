@@ -1,0 +1,194 @@
+//! One worker process: acquire, write to the fenced register, release, until its deadline.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit::{AcquireOptions, DistLock, Locks};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::clock::{now, until, Micros};
+use crate::proto::{HoldRecord, Msg, Reply};
+
+/// What a worker needs to run.
+#[derive(Clone, Debug)]
+pub struct WorkerArgs {
+    /// Worker id.
+    pub id: u32,
+    /// Backend URL.
+    pub url: String,
+    /// Lock name.
+    pub name: String,
+    /// The register's address.
+    pub register: String,
+    /// Watchdog lease.
+    pub lease: Duration,
+    /// Stop acquiring at this instant (shared monotonic clock).
+    pub until: Micros,
+    /// Seed of the hold times.
+    pub seed: u64,
+}
+
+struct Client {
+    lines: Lines<BufReader<OwnedReadHalf>>,
+    write: OwnedWriteHalf,
+}
+
+impl Client {
+    async fn send(&mut self, msg: &Msg) -> std::io::Result<Reply> {
+        let mut line = serde_json::to_string(msg).map_err(std::io::Error::other)?;
+        line.push('\n');
+        self.write.write_all(line.as_bytes()).await?;
+        let reply = self
+            .lines
+            .next_line()
+            .await?
+            .ok_or_else(|| std::io::Error::other("register closed"))?;
+        serde_json::from_str(&reply).map_err(std::io::Error::other)
+    }
+}
+
+/// Runs the worker loop; returns when the deadline passed.
+pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
+    let (read, write) = TcpStream::connect(&args.register).await?.into_split();
+    let mut reg = Client {
+        lines: BufReader::new(read).lines(),
+        write,
+    };
+    reg.send(&Msg::Hello {
+        worker: args.id,
+        pid: std::process::id(),
+    })
+    .await?;
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let locks = loop {
+        match lockkit::connect(&args.url).await {
+            Ok(locks) => break locks,
+            Err(e) => {
+                report_error(&mut reg, args.id, &e).await?;
+                if now() >= args.until {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let lock = locks
+        .mutex(&args.name)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let opts = AcquireOptions::new()
+        .wait(Duration::from_secs(3))
+        .watchdog_lease(args.lease);
+    while now() < args.until {
+        let acquired = tokio::time::timeout(
+            until(args.until) + Duration::from_secs(1),
+            lock.acquire(&opts),
+        )
+        .await;
+        match acquired {
+            Err(_) => break,
+            Ok(Ok(None)) => continue,
+            Ok(Err(e)) => {
+                report_error(&mut reg, args.id, &e).await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(Ok(Some(guard))) => {
+                let hold = Duration::from_millis(rng.gen_range(50..=250));
+                one_hold(&mut reg, args.id, guard, hold).await?;
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=30))).await;
+            }
+        }
+    }
+    drop(lock);
+    let _ = tokio::time::timeout(Duration::from_secs(5), locks_close(&locks)).await;
+    Ok(())
+}
+
+async fn locks_close(locks: &Locks) {
+    let _ = locks.close().await;
+}
+
+async fn report_error(reg: &mut Client, worker: u32, e: &lockkit::Error) -> std::io::Result<()> {
+    reg.send(&Msg::Error {
+        worker,
+        at: now(),
+        kind: format!("{:?}", e.kind()),
+    })
+    .await
+    .map(|_| ())
+}
+
+/// One hold: report the acquire, work until `hold` passed or `lost()` resolved, write the
+/// interval to the register with the token, release, report the hold.
+async fn one_hold(
+    reg: &mut Client,
+    worker: u32,
+    guard: lockkit::LockGuard,
+    hold: Duration,
+) -> std::io::Result<()> {
+    let start = now();
+    let token = guard.token().get();
+    // Record the instant lost() resolves, whenever that is before the release finishes.
+    let lost_at = Arc::new(AtomicU64::new(0));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = {
+        let lost = guard.lost();
+        let lost_at = lost_at.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = lost => lost_at.store(now(), Ordering::SeqCst),
+                _ = done_rx => {}
+            }
+        })
+    };
+    reg.send(&Msg::Acquired {
+        worker,
+        token,
+        at: start,
+    })
+    .await?;
+    tokio::select! {
+        biased;
+        _ = guard.lost() => {}
+        _ = tokio::time::sleep(hold) => {}
+    }
+    let end = match lost_at.load(Ordering::SeqCst) {
+        0 => now(),
+        t => t,
+    };
+    // The write goes out even when lost() resolved: the point is to see the register reject it.
+    let write = reg
+        .send(&Msg::Write {
+            worker,
+            token,
+            start,
+            end,
+        })
+        .await?;
+    let release = match guard.release().await {
+        Ok(()) => "ok".to_string(),
+        Err(e) => format!("{:?}", e.kind()),
+    };
+    let released_at = now();
+    let _ = done_tx.send(());
+    let _ = watcher.await;
+    let lost_at = match lost_at.load(Ordering::SeqCst) {
+        0 => None,
+        t => Some(t),
+    };
+    reg.send(&Msg::Hold(HoldRecord {
+        worker,
+        token,
+        start,
+        end,
+        lost_at,
+        release,
+        released_at,
+        write_accepted: write.ok,
+    }))
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# The lockkit fault harness (lockkit-faults): K worker processes contend for one lock while
+# holders and servers are killed, paused and restarted on a seeded schedule; a fenced register
+# and a checker report overlaps, unsignalled overlaps, stale writes, lost-signal latency,
+# recovery time and leftovers.
+#
+#   scripts/faults.sh run BACKEND TOPOLOGY [options]   one run against servers that are up
+#       BACKEND: etcd | zk | redis     TOPOLOGY: single | cluster (etcd 3 nodes, ZK ensemble,
+#       Redis primary + 2 replicas + 3 Sentinels)
+#       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (6s)
+#       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
+#   scripts/faults.sh suite [--quick]                  the bounded CI suite (scripts/test.d/80-faults.sh):
+#       starts its own single and cluster servers (own state dir and ports), runs every
+#       backend/topology with fixed seeds, stops the servers, fails if a target is missed
+#   scripts/faults.sh ctl VERB GROUP [MEMBER]         server control used by the harness
+#       VERB: members | leader | stop | start | pause | resume; GROUP: redis | zk | etcd (single)
+#       or etcd-cluster | zk-ensemble | redis-sentinel
+#
+# `run` reads the servers' URLs from `scripts/services.sh env [--cluster]` in
+# $LOCKKIT_SERVICES_STATE, so point that at the servers you may fault (never shared ones).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SERVICES=scripts/services.sh
+BIN=target/debug/lockkit-faults
+JOBS=${LOCKKIT_CARGO_JOBS:-2}
+
+die() {
+    echo "faults: $*" >&2
+    exit 2
+}
+
+# ---------------------------------------------------------------------------------------------
+# ctl: what the harness calls to find and fault servers
+
+cmd_ctl() {
+    local verb=${1:-} group=${2:-} member=${3:-}
+    case $verb in
+        members)
+            case $group in
+                redis | zk | etcd) echo "$group" ;;
+                etcd-cluster) printf '%s\n' etcd-c1 etcd-c2 etcd-c3 ;;
+                zk-ensemble) printf '%s\n' zk-e1 zk-e2 zk-e3 ;;
+                redis-sentinel) printf '%s\n' redis-s1 redis-s2 redis-s3 ;;
+                *) die "ctl: unknown group '$group'" ;;
+            esac
+            ;;
+        leader)
+            case $group in
+                redis | zk | etcd) echo "$group" ;;
+                *) leader_of "$group" ;;
+            esac
+            ;;
+        stop | start | pause | resume)
+            [ -n "$member" ] || die "ctl $verb: which member?"
+            "$SERVICES" "$verb" "$member" >&2
+            ;;
+        *) die "ctl: unknown verb '$verb'" ;;
+    esac
+}
+
+# The group's leader; during an election there may be none for a moment, so retry for 15 s.
+leader_of() {
+    local i
+    for ((i = 0; i < 75; i++)); do
+        if "$SERVICES" leader "$1" 2>/dev/null; then return 0; fi
+        sleep 0.2
+    done
+    die "no leader in $1 after 15 s"
+}
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+build() {
+    cargo build -p lockkit-faults -j "$JOBS" >&2
+}
+
+# url_for BACKEND TOPOLOGY WAIT_REPLICAS -> URL and GROUP on stdout (two lines)
+url_for() {
+    local backend=$1 topology=$2 wait=$3 env_lines url group
+    if [ "$topology" = single ]; then
+        env_lines=$("$SERVICES" env) || die "single servers are not up in ${LOCKKIT_SERVICES_STATE:-/tmp/lockkit-services}"
+    else
+        env_lines=$("$SERVICES" env --cluster) || die "cluster servers are not up in ${LOCKKIT_SERVICES_STATE:-/tmp/lockkit-services}"
+    fi
+    eval "$env_lines"
+    case $backend:$topology in
+        etcd:single) url="$LOCKKIT_TEST_ETCD_URL?lease_ttl=2s" group=etcd ;;
+        zk:single) url="$LOCKKIT_TEST_ZK_URL?session_timeout=2s" group=zk ;;
+        redis:single) url="$LOCKKIT_TEST_REDIS_URL" group=redis ;;
+        etcd:cluster) url="$LOCKKIT_TEST_ETCD_CLUSTER_URL?lease_ttl=2s" group=etcd-cluster ;;
+        zk:cluster) url="$LOCKKIT_TEST_ZK_ENSEMBLE_URL?session_timeout=2s" group=zk-ensemble ;;
+        redis:cluster) url="$LOCKKIT_TEST_REDIS_SENTINEL_URL" group=redis-sentinel ;;
+        *) die "unknown backend/topology '$backend $topology'" ;;
+    esac
+    if [ "$wait" != 0 ]; then
+        [ "$backend" = redis ] || die "--wait-replicas is a Redis option"
+        case $url in *\?*) url="$url&wait_replicas=$wait" ;; *) url="$url?wait_replicas=$wait" ;; esac
+    fi
+    echo "$url"
+    echo "$group"
+}
+
+cmd_run() {
+    local backend=${1:-} topology=${2:-}
+    [ -n "$backend" ] && [ -n "$topology" ] || die "run: BACKEND TOPOLOGY needed (see --help)"
+    shift 2
+    local seed=1 duration=40s workers=3 lease=2s every=6s wait=0 strict=() out=
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --seed) seed=$2 && shift ;;
+            --duration) duration=$2 && shift ;;
+            --workers) workers=$2 && shift ;;
+            --lease) lease=$2 && shift ;;
+            --every) every=$2 && shift ;;
+            --wait-replicas) wait=$2 && shift ;;
+            --strict) strict=(--strict) ;;
+            --out) out=$2 && shift ;;
+            *) die "run: unknown option '$1'" ;;
+        esac
+        shift
+    done
+    local target url group label=$topology
+    [ "$backend:$topology" = redis:cluster ] && label=sentinel
+    [ "$wait" != 0 ] && label="$label+wait$wait"
+    target=$(url_for "$backend" "$topology" "$wait")
+    url=$(sed -n 1p <<<"$target")
+    group=$(sed -n 2p <<<"$target")
+    out=${out:-target/faults/$backend-$label-seed$seed}
+    [ -x "$BIN" ] || build
+    echo "==> faults: $backend $label seed $seed ($url)" >&2
+    "$BIN" run --url "$url" --topology "$label" --group "$group" --ctl "$0 ctl" \
+        --seed "$seed" --duration "$duration" --workers "$workers" --lease "$lease" \
+        --every "$every" --out "$out" ${strict[@]+"${strict[@]}"}
+}
+
+# ---------------------------------------------------------------------------------------------
+# suite
+
+# Own servers, away from the shared ones and from other users of the default cluster ports.
+suite_env() {
+    export LOCKKIT_SERVICES_STATE=${LOCKKIT_FAULTS_STATE:-/tmp/lockkit-faults-suite}
+    export LOCKKIT_REDIS_PORT=${LOCKKIT_FAULTS_REDIS_PORT:-36479}
+    export LOCKKIT_ETCD_PORT=${LOCKKIT_FAULTS_ETCD_PORT:-32479}
+    export LOCKKIT_ETCD_PEER_PORT=${LOCKKIT_FAULTS_ETCD_PEER_PORT:-32480}
+    export LOCKKIT_ZK_PORT=${LOCKKIT_FAULTS_ZK_PORT:-32281}
+    export LOCKKIT_CLUSTER_ETCD_PORTS=32579,32581,32583 LOCKKIT_CLUSTER_ETCD_PEER_PORTS=32580,32582,32584
+    export LOCKKIT_CLUSTER_ZK_PORTS=32381,32382,32383 LOCKKIT_CLUSTER_ZK_QUORUM_PORTS=32391,32393,32395
+    export LOCKKIT_CLUSTER_ZK_ELECTION_PORTS=32392,32394,32396
+    export LOCKKIT_CLUSTER_REDIS_SENTINEL_DATA_PORTS=36500,36501,36502
+    export LOCKKIT_CLUSTER_SENTINEL_PORTS=36600,36601,36602
+    export LOCKKIT_CLUSTER_REDIS_CLUSTER_PORTS=36510,36511,36512,36513,36514,36515
+}
+
+SUITE_FAILED=()
+
+suite_one() { # BACKEND TOPOLOGY SEED [run options]
+    local rc=0
+    cmd_run "$@" || rc=$?
+    [ "$rc" -eq 0 ] || SUITE_FAILED+=("$1 $2 seed $3 ${*:4}")
+}
+
+cmd_suite() {
+    suite_env
+    build
+    local cluster=1
+    trap '"$SERVICES" down >&2 || true' EXIT
+    "$SERVICES" up >/dev/null || die "could not start the single servers"
+    if ! "$SERVICES" up --cluster >/dev/null; then
+        echo "faults: cluster profile did not start; single-node runs only" >&2
+        cluster=0
+    fi
+    local d=30s
+    if [ "$cluster" = 1 ]; then
+        suite_one etcd cluster --seed 1 --duration "$d" --strict
+        suite_one zk cluster --seed 1 --duration "$d" --strict
+        suite_one redis cluster --seed 1 --duration "$d"
+        suite_one redis cluster --seed 1 --duration "$d" --wait-replicas 1
+    fi
+    suite_one etcd single --seed 1 --duration "$d" --strict
+    suite_one zk single --seed 1 --duration "$d" --strict
+    suite_one redis single --seed 1 --duration "$d"
+    if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
+        printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
+        return 1
+    fi
+    echo "faults: suite passed" >&2
+}
+
+case ${1:-} in
+    ctl) shift && cmd_ctl "$@" ;;
+    run) shift && cmd_run "$@" ;;
+    suite) shift && cmd_suite "$@" ;;
+    -h | --help | help | '') sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
+    *) die "unknown command '$1' (see --help)" ;;
+esac
