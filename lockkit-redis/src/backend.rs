@@ -9,11 +9,11 @@ use lockkit_core::{
     async_trait, Backend, BackendKind, Capabilities, DistLock, Error, HoldMode, HolderInfo,
     LockInfo, Primitive, Result,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
+use crate::conn::Conn;
 use crate::error;
 use crate::keys::LockKeys;
 use crate::mutex::RedisMutex;
@@ -26,7 +26,7 @@ const RELEASE_RETRIES: u32 = 3;
 
 /// What every handle and guard of one client shares.
 pub(crate) struct Inner {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: Conn,
     pub(crate) settings: Settings,
     client_id: String,
     next_owner: AtomicU64,
@@ -218,30 +218,12 @@ impl Drop for RedisBackend {
 
 impl RedisBackend {
     pub(crate) async fn connect(settings: Settings) -> Result<RedisBackend> {
-        let manager_config = || {
-            ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(settings.connect_timeout))
-                .set_response_timeout(Some(settings.command_timeout))
-                .set_number_of_retries(2)
-                .set_min_delay(Duration::from_millis(20))
-                .set_max_delay(Duration::from_millis(500))
-        };
-        let client = crate::tls::client(settings.info.clone(), &settings.tls)?;
-        let conn = client
-            .get_connection_manager_with_config(manager_config())
-            .await
-            .map_err(|e| error::map(e, "connect"))?;
-
         let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
-        let pubsub_client = crate::tls::client(settings.pubsub_info.clone(), &settings.tls)?;
-        let pubsub = pubsub_client
-            .get_connection_manager_with_config(
-                manager_config()
-                    .set_push_sender(push_tx)
-                    .set_automatic_resubscription(),
-            )
-            .await
-            .map_err(|e| error::map(e, "pub/sub connect"))?;
+        let crate::conn::Connections {
+            conn,
+            pubsub,
+            follower,
+        } = crate::conn::connect(&settings, push_tx).await?;
         let (subs, dispatcher) = Subscriptions::new(pubsub, push_rx);
 
         let scripts = Arc::new(Scripts::new());
@@ -251,6 +233,7 @@ impl RedisBackend {
             conn.clone(),
             scripts.clone(),
             settings.command_timeout,
+            settings.topology.is_cluster(),
         ));
         let dispatcher_task = tokio::spawn(dispatcher);
         let inner = Arc::new(Inner {
@@ -262,10 +245,9 @@ impl RedisBackend {
             subs,
             watchdog: wd,
         });
-        Ok(RedisBackend {
-            inner,
-            tasks: vec![watchdog_task, dispatcher_task],
-        })
+        let mut tasks = vec![watchdog_task, dispatcher_task];
+        tasks.extend(follower);
+        Ok(RedisBackend { inner, tasks })
     }
 
     /// This client's id: the `<client-uuid>` part of its owner fields.
@@ -313,7 +295,7 @@ impl Backend for RedisBackend {
         Ok(Arc::new(crate::shared::RedisRwLock::new(
             self.inner.clone(),
             name,
-        )))
+        )?))
     }
 
     fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn lockkit_core::Semaphore>> {
@@ -321,7 +303,7 @@ impl Backend for RedisBackend {
             self.inner.clone(),
             name,
             permits,
-        )))
+        )?))
     }
 
     /// Releases every lock, read lock and permit this client holds (owner-checked) and marks

@@ -28,7 +28,8 @@ pub struct LockKeys {
     /// locks, the waiting writers (sorted set owner -> deadline).
     pub waiters: String,
     /// Shared holders (read locks, semaphore permits): a sorted set member -> lease deadline
-    /// (server ms). Unused for mutexes.
+    /// (server ms). Unused for mutexes. In Redisson's read-write layout, the base of the
+    /// readers' `rwlock_timeout` keys instead (see [`LockKeys::redisson_rwlock`]).
     pub holders: String,
 }
 
@@ -70,9 +71,9 @@ impl LockKeys {
     }
 
     /// The keys of mutex `name` in Redisson's layout (`redisson_compat`): the lock hash is the
-    /// name itself and the channel `redisson_lock__channel:{name}`, as Redisson's `RLock`
-    /// writes them; lockkit's own extras (fencing counter, latches, queue) sit next to it in the
-    /// same hash slot.
+    /// name itself, the channel `redisson_lock__channel:{name}` and the fencing counter
+    /// `redisson_lock_token:{name}`, as Redisson's `RLock` and `RFencedLock` write them;
+    /// lockkit's own extras (latches, fair queue) sit next to it in the same hash slot.
     ///
     /// A name whose cluster slot cannot be shared by other keys (it holds a `}` but no
     /// `{tag}`) is an `InvalidName` error.
@@ -81,39 +82,16 @@ impl LockKeys {
     /// let k = lockkit_redis::LockKeys::redisson_mutex("orders").unwrap();
     /// assert_eq!(k.lock, "orders");
     /// assert_eq!(k.channel, "redisson_lock__channel:{orders}");
+    /// assert_eq!(k.fence, "redisson_lock_token:{orders}");
     /// assert!(lockkit_redis::LockKeys::redisson_mutex("a}b").is_err());
     /// ```
     pub fn redisson_mutex(name: &str) -> lockkit_core::Result<LockKeys> {
-        // Redisson's prefixName(): braces are added unless the name has a hash tag already.
-        let channel = if name.contains('{') {
-            format!("redisson_lock__channel:{name}")
-        } else {
-            format!("redisson_lock__channel:{{{name}}}")
-        };
-        // Our extra keys must hash like `name`: Redis hashes its first `{…}` tag if it has a
-        // non-empty one, else the whole name, which a tag can hold only without a `}`.
-        let own_tag = name.find('{').and_then(|open| {
-            let close = name[open + 1..].find('}')? + open + 1;
-            (close > open + 1).then(|| &name[open + 1..close])
-        });
-        let tag = match own_tag {
-            Some(t) => t,
-            None if !name.contains('}') => name,
-            None => {
-                return Err(lockkit_core::Error::new(
-                    lockkit_core::ErrorKind::InvalidName,
-                    format!(
-                        "lock name {name:?} cannot be used with redisson_compat: it holds a '}}' \
-                         but no {{tag}}, so no other key can share its cluster slot"
-                    ),
-                ))
-            }
-        };
+        let tag = redisson_tag(name)?;
         let extra = |what: &str| format!("{{{tag}}}:lockkit-{what}");
         Ok(LockKeys {
             lock: name.to_string(),
-            fence: extra("fence"),
-            channel,
+            fence: prefix_name("redisson_lock_token", name),
+            channel: prefix_name("redisson_lock__channel", name),
             unlock: extra("unlock"),
             queue: extra("queue"),
             waiters: extra("waiters"),
@@ -121,9 +99,101 @@ impl LockKeys {
         })
     }
 
+    /// The keys of read-write lock `name` in Redisson's `RReadWriteLock` layout
+    /// (`redisson_compat`): `lock` is the hash `name` (`mode` → `read`/`write`, reader field
+    /// `<uuid>:<id>` and writer field `<uuid>:<id>:write` → hold count), `channel` is
+    /// `redisson_rwlock:{name}`, and `holders` is the base of each reader hold's expiry key
+    /// `<holders>:<field>:rwlock_timeout:<n>`. lockkit's extras: `waiters` (waiting lockkit
+    /// writers), `fence` and the latches.
+    ///
+    /// ```
+    /// let k = lockkit_redis::LockKeys::redisson_rwlock("doc").unwrap();
+    /// assert_eq!(k.lock, "doc");
+    /// assert_eq!(k.channel, "redisson_rwlock:{doc}");
+    /// assert_eq!(k.holders, "{doc}");
+    /// ```
+    pub fn redisson_rwlock(name: &str) -> lockkit_core::Result<LockKeys> {
+        let tag = redisson_tag(name)?;
+        let extra = |what: &str| format!("{{{tag}}}:lockkit-rw-{what}");
+        Ok(LockKeys {
+            lock: name.to_string(),
+            fence: extra("fence"),
+            channel: prefix_name("redisson_rwlock", name),
+            unlock: extra("unlock"),
+            queue: extra("queue"),
+            waiters: extra("writers"),
+            holders: suffix_base(name),
+        })
+    }
+
+    /// The keys of semaphore `name` in Redisson's `RSemaphore` layout (`redisson_compat`):
+    /// `lock` is the string `name` holding the number of free permits, `channel` is
+    /// `redisson_sc:{name}`; `holders` holds lockkit's own permit leases (sorted set
+    /// `<uuid>:<id>|<permits>` → deadline), named `{tag}:lockkit-permits:<name>` so that the
+    /// server-side scripts can find the count key from it.
+    ///
+    /// ```
+    /// let k = lockkit_redis::LockKeys::redisson_semaphore("pool").unwrap();
+    /// assert_eq!(k.lock, "pool");
+    /// assert_eq!(k.channel, "redisson_sc:{pool}");
+    /// assert_eq!(k.holders, "{pool}:lockkit-permits:pool");
+    /// ```
+    pub fn redisson_semaphore(name: &str) -> lockkit_core::Result<LockKeys> {
+        let tag = redisson_tag(name)?;
+        let extra = |what: &str| format!("{{{tag}}}:lockkit-sem-{what}");
+        Ok(LockKeys {
+            lock: name.to_string(),
+            fence: extra("fence"),
+            channel: prefix_name("redisson_sc", name),
+            unlock: extra("unlock"),
+            queue: extra("queue"),
+            waiters: extra("waiters"),
+            holders: format!("{{{tag}}}:lockkit-permits:{name}"),
+        })
+    }
+
     /// The unlock latch of one ownership.
     pub fn unlock_latch(&self, owner: &str) -> String {
         format!("{}:{owner}", self.unlock)
+    }
+}
+
+/// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the name has a `{` already.
+fn prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The start of Redisson's `suffixName`: `{name}`, or `name` when it has a `{` already.
+fn suffix_base(name: &str) -> String {
+    if name.contains('{') {
+        name.to_string()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The hash tag that puts lockkit's extra keys in `name`'s cluster slot: Redis hashes a key's
+/// first non-empty `{…}` tag if it has one, else the whole key, which a tag can hold only
+/// without a `}`.
+fn redisson_tag(name: &str) -> lockkit_core::Result<&str> {
+    let own_tag = name.find('{').and_then(|open| {
+        let close = name[open + 1..].find('}')? + open + 1;
+        (close > open + 1).then(|| &name[open + 1..close])
+    });
+    match own_tag {
+        Some(t) => Ok(t),
+        None if !name.contains('}') => Ok(name),
+        None => Err(lockkit_core::Error::new(
+            lockkit_core::ErrorKind::InvalidName,
+            format!(
+                "lock name {name:?} cannot be used with redisson_compat: it holds a '}}' but no \
+                 {{tag}}, so no other key can share its cluster slot"
+            ),
+        )),
     }
 }
 

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lockkit_core::Result;
-use redis::aio::ConnectionManager;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 
+use crate::conn::PubSubConn;
 use crate::error;
 
 /// How long a subscription outlives its last waiter.
@@ -28,7 +28,7 @@ struct Entry {
 
 /// The subscriptions of one backend.
 pub(crate) struct Subscriptions {
-    conn: ConnectionManager,
+    conn: PubSubConn,
     entries: Mutex<HashMap<String, Entry>>,
     /// The channels subscribed on the server. Changes are made under this lock and decided from
     /// `entries` at that moment, so a late unsubscribe never undoes a newer subscribe.
@@ -112,7 +112,7 @@ impl Subscriptions {
     /// A subscription manager over `conn`, a RESP3 connection whose pushes go to `pushes`.
     /// Returns it and the dispatcher future (run it as a background task).
     pub(crate) fn new(
-        conn: ConnectionManager,
+        conn: PubSubConn,
         pushes: mpsc::UnboundedReceiver<PushInfo>,
     ) -> (
         Arc<Self>,
@@ -178,16 +178,16 @@ impl Subscriptions {
         let mut server = self.server.lock().await;
         let wanted = self.lock().contains_key(channel);
         let have = server.contains(channel);
-        let mut conn = self.conn.clone();
         if wanted && !have {
-            conn.subscribe(channel)
+            self.conn
+                .subscribe(channel)
                 .await
                 .map_err(|e| error::map(e, "SUBSCRIBE"))?;
             server.insert(channel.to_string());
         } else if !wanted && have {
             server.remove(channel);
             // A failure leaves a stray subscription whose messages nobody reads: harmless.
-            let _ = conn.unsubscribe(channel).await;
+            let _ = self.conn.unsubscribe(channel).await;
         }
         Ok(())
     }
@@ -219,8 +219,11 @@ async fn dispatch(
             Some(Value::BulkString(p)) => p.as_slice(),
             _ => b"0",
         };
+        // Any other number is Redisson's (redisson_compat): its read-write lock's `1` and its
+        // semaphore's free-permit count wake every local waiter. Owner ids are never numeric.
+        let wake_all = payload != b"0" && payload.iter().all(u8::is_ascii_digit);
         let notify = subs.lock().get(channel).and_then(|e| {
-            if payload == b"0" {
+            if payload == b"0" || wake_all {
                 Some(e.notify.clone())
             } else {
                 let name = std::str::from_utf8(payload).ok()?;
@@ -228,6 +231,9 @@ async fn dispatch(
             }
         });
         if let Some(n) = notify {
+            if wake_all {
+                n.notify_waiters();
+            }
             n.notify_one();
         }
     }

@@ -36,6 +36,20 @@ pub mod source {
     pub const SHARED_FORCE: &str = include_str!("scripts/shared_force.lua");
     /// Removal of a fixed lease that reached its local deadline.
     pub const DROP_OWNED: &str = include_str!("scripts/drop_owned.lua");
+    /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
+    pub const RS_RW_ACQUIRE: &str = include_str!("scripts/rs_rw_acquire.lua");
+    /// Release of a read or write hold, or a writer's intent, on Redisson's layout.
+    pub const RS_RW_RELEASE: &str = include_str!("scripts/rs_rw_release.lua");
+    /// Write -> read downgrade on Redisson's layout.
+    pub const RS_RW_DOWNGRADE: &str = include_str!("scripts/rs_rw_downgrade.lua");
+    /// Admin force-unlock of a read-write lock on Redisson's layout.
+    pub const RS_RW_FORCE: &str = include_str!("scripts/rs_rw_force.lua");
+    /// Leased permit acquire on Redisson's `RSemaphore` layout (`redisson_compat`).
+    pub const RS_SEM_ACQUIRE: &str = include_str!("scripts/rs_sem_acquire.lua");
+    /// Permit release on Redisson's `RSemaphore` layout.
+    pub const RS_SEM_RELEASE: &str = include_str!("scripts/rs_sem_release.lua");
+    /// Free permits on Redisson's `RSemaphore` layout (read-only).
+    pub const RS_SEM_PROBE: &str = include_str!("scripts/rs_sem_probe.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.
@@ -57,6 +71,13 @@ pub(crate) struct Scripts {
     pub(crate) rw_probe: Script,
     pub(crate) shared_force: Script,
     pub(crate) drop_owned: Script,
+    pub(crate) rs_rw_acquire: Script,
+    pub(crate) rs_rw_release: Script,
+    pub(crate) rs_rw_downgrade: Script,
+    pub(crate) rs_rw_force: Script,
+    pub(crate) rs_sem_acquire: Script,
+    pub(crate) rs_sem_release: Script,
+    pub(crate) rs_sem_probe: Script,
 }
 
 impl Scripts {
@@ -78,6 +99,13 @@ impl Scripts {
             rw_probe: Script::new(source::RW_PROBE),
             shared_force: Script::new(source::SHARED_FORCE),
             drop_owned: Script::new(source::DROP_OWNED),
+            rs_rw_acquire: Script::new(source::RS_RW_ACQUIRE),
+            rs_rw_release: Script::new(source::RS_RW_RELEASE),
+            rs_rw_downgrade: Script::new(source::RS_RW_DOWNGRADE),
+            rs_rw_force: Script::new(source::RS_RW_FORCE),
+            rs_sem_acquire: Script::new(source::RS_SEM_ACQUIRE),
+            rs_sem_release: Script::new(source::RS_SEM_RELEASE),
+            rs_sem_probe: Script::new(source::RS_SEM_PROBE),
         }
     }
 }

@@ -1,5 +1,8 @@
 //! The read-write lock and the semaphore: shared holders in a sorted set scored by their lease
 //! deadline, an exclusive write hash, and waiting writers' intents that keep new readers out.
+//! With `redisson_compat`, the same primitives on Redisson's layouts ([`redisson`]).
+
+mod redisson;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,10 +24,18 @@ enum Mode {
     Permits(u32),
 }
 
+/// Whose key layout a handle uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Native,
+    /// Redisson's `RReadWriteLock` or `RSemaphore` (`redisson_compat`).
+    Redisson,
+}
+
 impl Mode {
-    fn renew_kind(self) -> RenewKind {
-        match self {
-            Mode::Write => RenewKind::Hash,
+    fn renew_kind(self, layout: Layout) -> RenewKind {
+        match (self, layout) {
+            (Mode::Write, _) | (Mode::Read, Layout::Redisson) => RenewKind::Hash,
             _ => RenewKind::Set,
         }
     }
@@ -39,11 +50,19 @@ impl Mode {
     }
 
     /// The key holding this mode's ownership: the write hash or the holders set.
-    fn owned_key(self, keys: &LockKeys) -> &str {
-        if self == Mode::Write {
-            &keys.lock
-        } else {
-            &keys.holders
+    fn owned_key(self, layout: Layout, keys: &LockKeys) -> &str {
+        match self.renew_kind(layout) {
+            RenewKind::Hash => &keys.lock,
+            RenewKind::Set => &keys.holders,
+        }
+    }
+
+    /// The hash field or set member of one ownership by `owner`.
+    fn member(self, layout: Layout, owner: String) -> String {
+        match (self, layout) {
+            (Mode::Permits(n), _) => format!("{owner}|{n}"),
+            (Mode::Write, Layout::Redisson) => format!("{owner}:write"),
+            _ => owner,
         }
     }
 }
@@ -54,6 +73,7 @@ struct Core {
     inner: Arc<Inner>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
+    layout: Layout,
     /// Semaphores: the number of permits (0 for read-write locks).
     capacity: u32,
 }
@@ -78,17 +98,27 @@ impl Drop for Cleanup<'_> {
             return;
         }
         let (keys, member, mode) = (self.core.keys.clone(), self.member.to_string(), self.mode);
+        let layout = self.core.layout;
         self.core.inner.in_background(|inner| async move {
-            let _ = release(&inner, &keys, &member, mode.release_code()).await;
+            let _ = release(&inner, layout, &keys, &member, mode.release_code()).await;
             if mode == Mode::Write {
-                let _ = release(&inner, &keys, &member, "i").await;
+                let _ = release(&inner, layout, &keys, &member, "i").await;
             }
         });
     }
 }
 
 /// Runs the shared release script: `w` write, `s` shared, `i` writer intent.
-async fn release(inner: &Inner, keys: &LockKeys, member: &str, mode: &str) -> Result<bool> {
+async fn release(
+    inner: &Inner,
+    layout: Layout,
+    keys: &LockKeys,
+    member: &str,
+    mode: &str,
+) -> Result<bool> {
+    if layout == Layout::Redisson {
+        return redisson::release(inner, keys, member, mode).await;
+    }
     let latch = keys.unlock_latch(member);
     let mut inv = inner.scripts.shared_release.prepare_invoke();
     inv.key(&keys.lock)
@@ -103,17 +133,42 @@ async fn release(inner: &Inner, keys: &LockKeys, member: &str, mode: &str) -> Re
 }
 
 impl Core {
+    /// The keys and arguments of the native acquire scripts (lease_set, rw_write).
+    fn native_acquire_args(
+        &self,
+        inv: &mut redis::ScriptInvocation<'_>,
+        mode: Mode,
+        member: &str,
+        lease: Duration,
+    ) {
+        let settings = &self.inner.settings;
+        inv.key(&self.keys.lock)
+            .key(&self.keys.holders)
+            .key(&self.keys.waiters)
+            .key(&self.keys.fence)
+            .arg(member)
+            .arg(lease.as_millis() as u64)
+            .arg(settings.fence_ttl.as_millis() as u64);
+        match mode {
+            Mode::Write => {
+                inv.arg((settings.fair_heartbeat * 3).as_millis() as u64);
+            }
+            Mode::Read => {
+                inv.arg(1).arg(0);
+            }
+            Mode::Permits(n) => {
+                inv.arg(n).arg(self.capacity);
+            }
+        }
+    }
+
     async fn acquire(&self, mode: Mode, opts: &AcquireOptions) -> Result<Option<Acquired>> {
         let lease = opts.lease.duration();
         check_lease(lease)?;
         let settings = &self.inner.settings;
         let heartbeat = settings.fair_heartbeat;
         let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
-        let owner = self.inner.new_owner();
-        let member = match mode {
-            Mode::Permits(n) => format!("{owner}|{n}"),
-            _ => owner,
-        };
+        let member = mode.member(self.layout, self.inner.new_owner());
         let mut sub: Option<crate::pubsub::Subscription> = None;
         let mut woken = false;
         // A writer that had to wait has registered its intent: withdraw it if we give up.
@@ -124,27 +179,13 @@ impl Core {
             armed: false,
         };
         // The same call is sent on every attempt.
-        let mut inv = match mode {
-            Mode::Write => self.inner.scripts.rw_write.prepare_invoke(),
+        let mut inv = match (self.layout, mode) {
+            (Layout::Redisson, _) => redisson::acquire_call(self, mode, &member, lease),
+            (_, Mode::Write) => self.inner.scripts.rw_write.prepare_invoke(),
             _ => self.inner.scripts.lease_set.prepare_invoke(),
         };
-        inv.key(&self.keys.lock)
-            .key(&self.keys.holders)
-            .key(&self.keys.waiters)
-            .key(&self.keys.fence)
-            .arg(&member)
-            .arg(lease.as_millis() as u64)
-            .arg(settings.fence_ttl.as_millis() as u64);
-        match mode {
-            Mode::Write => {
-                inv.arg((heartbeat * 3).as_millis() as u64);
-            }
-            Mode::Read => {
-                inv.arg(1).arg(0);
-            }
-            Mode::Permits(n) => {
-                inv.arg(n).arg(self.capacity);
-            }
+        if self.layout == Layout::Native {
+            self.native_acquire_args(&mut inv, mode, &member, lease);
         }
         loop {
             let mut pending = Cleanup {
@@ -190,7 +231,7 @@ impl Core {
                 }
                 if intent.armed {
                     intent.armed = false;
-                    let _ = release(&self.inner, &self.keys, &member, "i").await;
+                    let _ = release(&self.inner, self.layout, &self.keys, &member, "i").await;
                 }
                 return Ok(None);
             }
@@ -214,8 +255,8 @@ impl Core {
     fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
         let state = StateCell::new();
         let id = self.inner.watchdog.register(Watched {
-            kind: mode.renew_kind(),
-            key: mode.owned_key(&self.keys).to_string(),
+            kind: mode.renew_kind(self.layout),
+            key: mode.owned_key(self.layout, &self.keys).to_string(),
             owner: got.member.clone(),
             lease: lease.duration(),
             renew: lease.is_watchdog(),
@@ -226,6 +267,7 @@ impl Core {
             inner: self.inner.clone(),
             name: self.name.clone(),
             keys: self.keys.clone(),
+            layout: self.layout,
             member: got.member,
             mode,
             id,
@@ -245,6 +287,24 @@ impl Core {
         }
     }
 
+    /// Whether anyone holds the read-write lock.
+    async fn is_locked(&self) -> Result<bool> {
+        if self.layout == Layout::Redisson {
+            return redisson::is_locked(self).await;
+        }
+        let (write, used) = self.probe().await?;
+        Ok(write || used > 0)
+    }
+
+    /// The semaphore's free permits.
+    async fn available(&self) -> Result<u32> {
+        if self.layout == Layout::Redisson {
+            return redisson::available(self).await;
+        }
+        let (_, used) = self.probe().await?;
+        Ok(self.capacity.saturating_sub(used))
+    }
+
     async fn probe(&self) -> Result<(bool, u32)> {
         let mut inv = self.inner.scripts.rw_probe.prepare_invoke();
         inv.key(&self.keys.lock).key(&self.keys.holders);
@@ -260,16 +320,24 @@ pub(crate) struct RedisRwLock {
 }
 
 impl RedisRwLock {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
-        let keys = Arc::new(LockKeys::rwlock(&inner.settings.prefix, name));
-        RedisRwLock {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Result<Self> {
+        let (keys, layout) = if inner.settings.redisson_compat {
+            (LockKeys::redisson_rwlock(name)?, Layout::Redisson)
+        } else {
+            (
+                LockKeys::rwlock(&inner.settings.prefix, name),
+                Layout::Native,
+            )
+        };
+        Ok(RedisRwLock {
             core: Core {
                 inner,
                 name: name.into(),
-                keys,
+                keys: Arc::new(keys),
+                layout,
                 capacity: 0,
             },
-        }
+        })
     }
 }
 
@@ -300,8 +368,7 @@ impl ReadWriteLock for RedisRwLock {
     }
 
     async fn is_locked(&self) -> Result<bool> {
-        let (write, readers) = self.core.probe().await?;
-        Ok(write || readers > 0)
+        self.core.is_locked().await
     }
 
     async fn force_unlock(&self) -> Result<bool> {
@@ -310,6 +377,9 @@ impl ReadWriteLock for RedisRwLock {
 }
 
 async fn force(core: &Core) -> Result<bool> {
+    if core.layout == Layout::Redisson {
+        return redisson::force(core).await;
+    }
     let mut inv = core.inner.scripts.shared_force.prepare_invoke();
     inv.key(&core.keys.lock)
         .key(&core.keys.holders)
@@ -324,16 +394,24 @@ pub(crate) struct RedisSemaphore {
 }
 
 impl RedisSemaphore {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: u32) -> Self {
-        let keys = Arc::new(LockKeys::semaphore(&inner.settings.prefix, name));
-        RedisSemaphore {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: u32) -> Result<Self> {
+        let (keys, layout) = if inner.settings.redisson_compat {
+            (LockKeys::redisson_semaphore(name)?, Layout::Redisson)
+        } else {
+            (
+                LockKeys::semaphore(&inner.settings.prefix, name),
+                Layout::Native,
+            )
+        };
+        Ok(RedisSemaphore {
             core: Core {
                 inner,
                 name: name.into(),
-                keys,
+                keys: Arc::new(keys),
+                layout,
                 capacity: permits,
             },
-        }
+        })
     }
 }
 
@@ -357,8 +435,7 @@ impl Semaphore for RedisSemaphore {
     }
 
     async fn available(&self) -> Result<u32> {
-        let (_, used) = self.core.probe().await?;
-        Ok(self.core.capacity.saturating_sub(used))
+        self.core.available().await
     }
 }
 
@@ -368,6 +445,7 @@ struct SharedHeld {
     inner: Arc<Inner>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
+    layout: Layout,
     member: String,
     mode: Mode,
     id: u64,
@@ -380,7 +458,7 @@ impl Held for SharedHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
         let code = self.mode.release_code();
-        if release(&self.inner, &self.keys, &self.member, code).await? {
+        if release(&self.inner, self.layout, &self.keys, &self.member, code).await? {
             Ok(())
         } else {
             Err(Error::not_held(&self.name))
@@ -394,18 +472,18 @@ impl Held for SharedHeld {
             self.member.clone(),
             self.mode.release_code(),
         );
+        let layout = self.layout;
         self.inner.in_background(|inner| async move {
-            let _ = release(&inner, &keys, &member, code).await;
+            let _ = release(&inner, layout, &keys, &member, code).await;
         });
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let script = if self.mode == Mode::Write {
-            &self.inner.scripts.renew
-        } else {
-            &self.inner.scripts.renew_set
+        let script = match self.mode.renew_kind(self.layout) {
+            RenewKind::Hash => &self.inner.scripts.renew,
+            RenewKind::Set => &self.inner.scripts.renew_set,
         };
-        let key = self.mode.owned_key(&self.keys);
+        let key = self.mode.owned_key(self.layout, &self.keys);
         self.inner
             .extend(script, key, &self.member, lease, self.id, &self.name)
             .await
@@ -427,12 +505,31 @@ impl Held for SharedHeld {
                 "only a write lock can be downgraded",
             ));
         }
-        let mut inv = self.inner.scripts.rw_downgrade.prepare_invoke();
-        inv.key(&self.keys.lock)
-            .key(&self.keys.holders)
-            .arg(&self.member)
-            .arg(self.lease.duration().as_millis() as u64)
-            .arg(&self.keys.channel);
+        // Redisson's layout names a write hold `<owner>:write` and a read hold `<owner>`.
+        let reader = match self.layout {
+            Layout::Native => self.member.clone(),
+            Layout::Redisson => self.member.trim_end_matches(":write").to_string(),
+        };
+        let mut inv = match self.layout {
+            Layout::Native => self.inner.scripts.rw_downgrade.prepare_invoke(),
+            Layout::Redisson => self.inner.scripts.rs_rw_downgrade.prepare_invoke(),
+        };
+        let lease_ms = self.lease.duration().as_millis() as u64;
+        match self.layout {
+            Layout::Native => inv
+                .key(&self.keys.lock)
+                .key(&self.keys.holders)
+                .arg(&self.member)
+                .arg(lease_ms)
+                .arg(&self.keys.channel),
+            Layout::Redisson => inv
+                .key(&self.keys.lock)
+                .arg(&self.member)
+                .arg(&reader)
+                .arg(lease_ms)
+                .arg(&self.keys.holders)
+                .arg(&self.keys.channel),
+        };
         let sent_at = Instant::now();
         if self.inner.invoke::<i64>(&inv, "downgrade").await? != 1 {
             self.inner.watchdog.lost(self.id);
@@ -443,6 +540,7 @@ impl Held for SharedHeld {
             inner: self.inner.clone(),
             name: self.name.clone(),
             keys: self.keys.clone(),
+            layout: self.layout,
             capacity: 0,
         };
         // The read ownership keeps the write ownership's token: no writer came in between.
@@ -451,7 +549,7 @@ impl Held for SharedHeld {
             Acquired {
                 token: self.token,
                 sent_at,
-                member: self.member.clone(),
+                member: reader,
             },
             self.lease,
         ))

@@ -17,7 +17,9 @@ local token = redis.pcall('incr', KEYS[2])
 if type(token) == 'table' then
   return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
 end
-if token == 1 then
+-- Redisson's RFencedLock counter (redisson_compat) starts at 1 and never expires, as Redisson
+-- keeps it.
+if token == 1 and string.sub(KEYS[2], 1, 20) ~= 'redisson_lock_token:' then
   local now = redis.call('time')
   token = tonumber(now[1]) * 1000000 + tonumber(now[2])
   redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[3])

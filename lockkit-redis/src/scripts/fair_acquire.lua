@@ -29,7 +29,8 @@ if held == 0 and (not first or first == ARGV[1]) then
   if type(token) == 'table' then
     return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
   end
-  if token == 1 then
+  -- Redisson's RFencedLock counter (redisson_compat) starts at 1 and never expires.
+  if token == 1 and string.sub(KEYS[2], 1, 20) ~= 'redisson_lock_token:' then
     token = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[3])
   end

@@ -1,0 +1,72 @@
+-- Read or write acquire on Redisson's RReadWriteLock layout (redisson_compat).
+-- KEYS[1] lock hash ('mode' -> read|write, reader '<owner>' / writer '<owner>:write' -> holds),
+-- KEYS[2] waiting lockkit writers (zset field -> deadline), KEYS[3] lockkit fencing counter
+-- ARGV[1] field, ARGV[2] lease ms, ARGV[3] fence TTL ms, ARGV[4] 'r' or 'w',
+-- ARGV[5] writer intent timeout ms, ARGV[6] base of the readers' rwlock_timeout keys, ARGV[7] channel
+-- Returns {1, token} when acquired, {0, ms to wait at most, or -2} when not.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a read-write lock')
+end
+if mode then
+  -- A reader whose every rwlock_timeout key is gone has ended (its process died, or its fixed
+  -- lease ran out); Redisson would keep it until the whole hash expires.
+  local all = redis.call('hgetall', KEYS[1])
+  for i = 1, #all, 2 do
+    local field, holds = all[i], tonumber(all[i + 1])
+    if field ~= 'mode' and string.sub(field, -6) ~= ':write' and holds then
+      local alive = false
+      for n = 1, holds do
+        if redis.call('pttl', ARGV[6] .. ':' .. field .. ':rwlock_timeout:' .. n) ~= -2 then
+          alive = true
+          break
+        end
+      end
+      if not alive then
+        redis.call('hdel', KEYS[1], field)
+      end
+    end
+  end
+  if redis.call('hlen', KEYS[1]) <= 1 then
+    redis.call('del', KEYS[1])
+    redis.call('publish', ARGV[7], '1')
+    mode = false
+  end
+end
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+local lease = tonumber(ARGV[2])
+if ARGV[4] == 'r' then
+  if mode == 'write' then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  -- A waiting lockkit writer keeps new lockkit readers out (Redisson readers do not look).
+  if redis.call('zcard', KEYS[2]) > 0 then
+    return {0, -2}
+  end
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  local n = redis.call('hincrby', KEYS[1], ARGV[1], 1)
+  redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
+  if redis.call('pttl', KEYS[1]) < lease then
+    redis.call('pexpire', KEYS[1], lease)
+  end
+else
+  if mode then
+    redis.call('zadd', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
+    redis.call('pexpire', KEYS[2], tonumber(ARGV[5]) * 2)
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  redis.call('zrem', KEYS[2], ARGV[1])
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
+  redis.call('pexpire', KEYS[1], lease)
+end
+local token = redis.pcall('incr', KEYS[3])
+if type(token) == 'table' then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[3] .. ' is not a fencing counter')
+end
+if token == 1 then
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('set', KEYS[3], string.format('%.0f', token), 'px', ARGV[3])
+end
+return {1, token}

@@ -1,0 +1,58 @@
+-- Permit acquire on Redisson's RSemaphore layout (redisson_compat): KEYS[1] holds the number of
+-- free permits, as Redisson keeps it; lockkit's holders also lease theirs in KEYS[2], so a dead
+-- lockkit holder's permits go back into the count when its lease ends.
+-- KEYS[1] free permits (string), KEYS[2] lockkit leases (zset '<owner>|<n>' -> deadline),
+-- KEYS[3] lockkit fencing counter
+-- ARGV[1] member, ARGV[2] lease ms, ARGV[3] fence TTL ms, ARGV[4] permits wanted,
+-- ARGV[5] capacity (the count a missing KEYS[1] starts from), ARGV[6] channel
+-- Returns {1, token} when acquired, {0, ms to wait at most, or -2} when not.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function permits(member)
+  return tonumber(string.match(member, '|(%d+)$') or '1')
+end
+local free = redis.pcall('get', KEYS[1])
+if type(free) == 'table' or (free and not tonumber(free)) then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
+end
+local back = 0
+for _, m in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
+  back = back + permits(m)
+end
+redis.call('zremrangebyscore', KEYS[2], '-inf', now)
+if not free then
+  -- First use (like Redisson's trySetPermits): all permits but those still leased are free.
+  local leased = 0
+  for _, m in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do
+    leased = leased + permits(m)
+  end
+  free = math.max(0, tonumber(ARGV[5]) - leased)
+  redis.call('set', KEYS[1], free)
+else
+  free = tonumber(free)
+  if back > 0 then
+    free = redis.call('incrby', KEYS[1], back)
+    redis.call('publish', ARGV[6], free)
+  end
+end
+local want = tonumber(ARGV[4])
+if free < want then
+  local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+  if first[2] then
+    return {0, math.max(1, tonumber(first[2]) - now)}
+  end
+  return {0, -2}
+end
+local token = redis.pcall('incr', KEYS[3])
+if type(token) == 'table' then
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[3] .. ' is not a fencing counter')
+end
+if token == 1 then
+  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('set', KEYS[3], string.format('%.0f', token), 'px', ARGV[3])
+end
+redis.call('decrby', KEYS[1], want)
+-- No expiry on the leases: Redis drops the set when it is empty, and an expiring set would take
+-- a dead holder's permits with it.
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+return {1, token}
