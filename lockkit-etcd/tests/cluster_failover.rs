@@ -1,0 +1,168 @@
+//! Leader failover in the 3-member etcd cluster of `scripts/services.sh up --cluster`
+//! (`LOCKKIT_TEST_ETCD_CLUSTER_URL`): the Raft leader is stopped and started again while one handle holds a lock and
+//! two others wait for it. Checked: never two holders at once (a holder leaves its critical
+//! section the moment `lost()` resolves), the holder's guard stays Held or turns Lost with
+//! `lost()` resolving, the waiters then get the lock with larger tokens, and a fresh acquisition
+//! works. The test stops a server of the shared cluster and starts it again even if it fails.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockkit_core::testing::{server_url, unique_name, OverlapDetector};
+use lockkit_core::{DistLockExt, LockConfig, LockState, Locks};
+
+const GROUP: &str = "etcd-cluster";
+
+/// `scripts/services.sh ARGS...`, its trimmed stdout if it succeeded.
+fn services(args: &[&str]) -> Option<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/services.sh");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Starts the stopped member again if the test fails before it does.
+struct Restart(Option<String>);
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        if let Some(member) = self.0.take() {
+            services(&["start", &member]);
+        }
+    }
+}
+
+/// Waits for the group to elect a leader other than `old`.
+async fn new_leader(old: &str) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(l) = services(&["leader", GROUP]).filter(|l| !l.is_empty() && l != old) {
+            return l;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no new {GROUP} leader within 30 s after stopping {old}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn connect(url: &str) -> Locks {
+    lockkit_etcd::connect(&LockConfig::new(url)).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_failover_keeps_a_single_holder() {
+    let Some(url) = server_url("etcd_cluster") else {
+        return;
+    };
+    let name = unique_name("leader-failover");
+    let detector = OverlapDetector::new();
+
+    let holder = connect(&url).await;
+    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+    let token = guard.token();
+    let inside = Arc::new(Mutex::new(Some(detector.enter())));
+    let leave_on_lost = {
+        let inside = inside.clone();
+        let lost = guard.lost();
+        tokio::spawn(async move {
+            lost.await;
+            inside.lock().unwrap().take();
+        })
+    };
+
+    let mut waiters = Vec::new();
+    for _ in 0..2 {
+        let locks = connect(&url).await;
+        let (detector, name) = (detector.clone(), name.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = locks
+                .mutex(&name)
+                .unwrap()
+                .lock_for(Duration::from_secs(60))
+                .await
+                .expect("waiter: acquire failed")
+                .expect("waiter: no lock within 60 s");
+            let t = g.token();
+            {
+                let _inside = detector.enter();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            g.release().await.unwrap();
+            t
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let leader = services(&["leader", GROUP]).expect("a leader before the fault");
+    let mut restart = Restart(Some(leader.clone()));
+    services(&["stop", &leader]).expect("stop the leader");
+    let next = new_leader(&leader).await;
+    eprintln!("stopped {leader}; {next} leads now");
+    services(&["start", &leader]).expect("start the old leader again");
+    restart.0 = None;
+
+    // The holder's guard settles: Held again, or Lost with lost() resolved.
+    let start = Instant::now();
+    while !matches!(guard.state(), LockState::Held | LockState::Lost) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "guard still {:?} 30 s after the failover",
+            guard.state()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("holder's guard after the failover: {:?}", guard.state());
+    if guard.state() == LockState::Held {
+        // Still ours on the server too: nobody else gets it, the waiters still wait.
+        let probe = connect(&url).await;
+        assert!(probe
+            .mutex(&name)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none());
+        assert!(waiters.iter().all(|w| !w.is_finished()));
+        inside.lock().unwrap().take();
+        guard.release().await.unwrap();
+    } else {
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .expect("guard is Lost but lost() did not resolve");
+    }
+    leave_on_lost.abort();
+
+    let mut last = token;
+    for w in waiters {
+        let t = tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("waiter finished")
+            .unwrap();
+        assert!(
+            t > token,
+            "waiter token {t:?} not above the holder's {token:?}"
+        );
+        last = last.max(t);
+    }
+    let fresh = connect(&url).await;
+    let again = fresh
+        .mutex(&name)
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the lock is free after the failover");
+    assert!(again.token() > last);
+    again.release().await.unwrap();
+    assert_eq!(detector.max_inside(), 1, "two holders at once");
+}
