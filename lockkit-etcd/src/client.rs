@@ -165,11 +165,30 @@ impl Pool {
     }
 }
 
+/// Whether TLS refused the connection over a certificate: the server's is not trusted (`tls_ca`)
+/// or the server rejected ours (`tls_cert`, `tls_key`). Retrying cannot fix that. The rustls error
+/// reaches us only as text inside tonic's and hyper's errors, so this reads the error chain.
+fn is_tls_refusal(e: &etcd_client::Error) -> bool {
+    const SIGNS: [&str; 8] = [
+        "invalid peer certificate",
+        "alert: BadCertificate",
+        "alert: CertificateExpired",
+        "alert: CertificateRevoked",
+        "alert: CertificateUnknown",
+        "alert: CertificateRequired",
+        "alert: UnknownCA",
+        "alert: AccessDenied",
+    ];
+    let chain = format!("{e:?}");
+    SIGNS.iter().any(|s| chain.contains(s))
+}
+
 /// Maps an etcd-client error to lockkit's kinds, using the gRPC status code (and etcd's
 /// message for authentication failures, which etcd reports as `InvalidArgument`).
 pub(crate) fn map_err(e: etcd_client::Error, what: &str) -> Error {
     use etcd_client::Error as E;
     let (kind, retryable) = match &e {
+        _ if is_tls_refusal(&e) => (ErrorKind::Auth, false),
         E::GRpcStatus(s) => {
             let msg = s.message();
             if msg.contains("authentication failed")

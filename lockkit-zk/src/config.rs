@@ -171,6 +171,21 @@ impl ZkConfig {
         };
         match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(client)) => Ok(client),
+            #[cfg(feature = "tls")]
+            Ok(Err(zk::Error::NoHosts)) if self.tls.is_some() => {
+                let tls = self.tls.as_ref().expect("checked");
+                match crate::tls::probe::refusal(tls, &self.hosts, self.connect_timeout).await {
+                    Some(why) => Err(Error::new(
+                        lockkit_core::ErrorKind::Auth,
+                        format!("zookeeper: TLS with {} refused: {why}", self.hosts),
+                    )
+                    .with_retryable(false)),
+                    None => Err(crate::error::map(
+                        zk::Error::NoHosts,
+                        &format!("cannot open a session with {}", self.hosts),
+                    )),
+                }
+            }
             Ok(Err(e)) => Err(crate::error::map(
                 e,
                 &format!("cannot open a session with {}", self.hosts),
