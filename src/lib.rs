@@ -14,8 +14,9 @@ pub use lockkit_zk as zk;
 #[cfg(feature = "etcd")]
 pub use lockkit_etcd as etcd;
 
-/// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`, `zk://…`,
-/// `etcd://…` or `etcds://…`, with default options.
+/// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`,
+/// `redis+sentinel://…`, `redis+cluster://…`, `zk://…`, `etcd://…` or `etcds://…`, with default
+/// options.
 ///
 /// A URL whose backend feature is compiled out fails with [`ErrorKind::BackendDisabled`].
 ///
@@ -42,7 +43,9 @@ pub async fn from_config(cfg: &LockConfig) -> Result<Locks> {
     match url.scheme {
         Scheme::Mem => Ok(Locks::memory()),
         Scheme::File => lockkit_core::file::connect(cfg).await,
-        Scheme::Redis | Scheme::Rediss => redis_backend(cfg, url.scheme).await,
+        Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
+            redis_backend(cfg, url.scheme).await
+        }
         Scheme::Zk => zk_backend(cfg, url.scheme).await,
         Scheme::Etcd | Scheme::Etcds => etcd_backend(cfg, url.scheme).await,
         other => Err(other.disabled_error()),

@@ -22,6 +22,11 @@ pub enum Scheme {
     Redis,
     /// `rediss://` (TLS)
     Rediss,
+    /// `redis+sentinel://s1:26379,s2:26379/<master-name>[/db]`: the primary a group of Redis
+    /// Sentinels names, followed across failovers.
+    RedisSentinel,
+    /// `redis+cluster://h1:6379,h2:6379`: a Redis Cluster, reached through any of its nodes.
+    RedisCluster,
     /// `zk://`
     Zk,
     /// `etcd://`
@@ -38,12 +43,15 @@ impl Scheme {
             "file" => Scheme::File,
             "redis" => Scheme::Redis,
             "rediss" => Scheme::Rediss,
+            "redis+sentinel" => Scheme::RedisSentinel,
+            "redis+cluster" => Scheme::RedisCluster,
             "zk" | "zookeeper" => Scheme::Zk,
             "etcd" => Scheme::Etcd,
             "etcds" => Scheme::Etcds,
             other => {
                 return Err(Error::config(format!(
-                    "unknown URL scheme {other:?}; expected mem, file, redis, rediss, zk, etcd or etcds"
+                    "unknown URL scheme {other:?}; expected mem, file, redis, rediss, \
+                     redis+sentinel, redis+cluster, zk, etcd or etcds"
                 )))
             }
         })
@@ -56,6 +64,8 @@ impl Scheme {
             Scheme::File => "file",
             Scheme::Redis => "redis",
             Scheme::Rediss => "rediss",
+            Scheme::RedisSentinel => "redis+sentinel",
+            Scheme::RedisCluster => "redis+cluster",
             Scheme::Zk => "zk",
             Scheme::Etcd => "etcd",
             Scheme::Etcds => "etcds",
@@ -67,7 +77,9 @@ impl Scheme {
         match self {
             Scheme::Mem => BackendKind::Memory,
             Scheme::File => BackendKind::File,
-            Scheme::Redis | Scheme::Rediss => BackendKind::Redis,
+            Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
+                BackendKind::Redis
+            }
             Scheme::Zk => BackendKind::ZooKeeper,
             Scheme::Etcd | Scheme::Etcds => BackendKind::Etcd,
         }
@@ -91,7 +103,8 @@ impl Scheme {
     fn default_port(self) -> u16 {
         match self {
             Scheme::Mem | Scheme::File => 0,
-            Scheme::Redis | Scheme::Rediss => 6379,
+            Scheme::Redis | Scheme::Rediss | Scheme::RedisCluster => 6379,
+            Scheme::RedisSentinel => 26379,
             Scheme::Zk => 2181,
             Scheme::Etcd | Scheme::Etcds => 2379,
         }
@@ -432,6 +445,20 @@ mod tests {
                 path: "0",
             },
             Case {
+                url: "redis+sentinel://:pw@s1,s2:26380/lockkit/2",
+                hosts: "s1:26379,s2:26380",
+                user: None,
+                pass: Some("pw"),
+                path: "lockkit/2",
+            },
+            Case {
+                url: "REDIS+CLUSTER://u:p@h1:7000,h2",
+                hosts: "h1:7000,h2:6379",
+                user: Some("u"),
+                pass: Some("p"),
+                path: "",
+            },
+            Case {
                 url: "zk://a:1,b:2,c/app/x",
                 hosts: "a:1,b:2,c:2181",
                 user: None,
@@ -500,6 +527,14 @@ mod tests {
         assert_eq!(Scheme::parse("zk").unwrap().feature(), Some("zk"));
         assert_eq!(Scheme::parse("rediss").unwrap().feature(), Some("redis"));
         assert_eq!(Scheme::parse("mem").unwrap().feature(), None);
+        for s in ["redis+sentinel", "redis+cluster"] {
+            let scheme = Scheme::parse(s).unwrap();
+            assert_eq!(scheme.as_str(), s);
+            assert_eq!(scheme.feature(), Some("redis"));
+            assert_eq!(scheme.backend(), BackendKind::Redis);
+        }
+        let shown = redact("redis+sentinel://u:hunter2@s1,s2/m");
+        assert_eq!(shown, "redis+sentinel://u:***@s1:26379,s2:26379/m");
         let e = Scheme::Etcds.disabled_error();
         assert!(matches!(
             e.kind(),

@@ -22,9 +22,89 @@ pub(crate) const OPTIONS: &[&str] = &[
     "tls_key",
 ];
 
+/// Which Redis deployment the URL names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// `redis://` or `rediss://`: one server (`Settings::info`).
+    Single,
+    /// `redis+sentinel://`: the primary named `master` by these Sentinels; `Settings::info`
+    /// holds the db and credentials for it (its address is replaced by the resolved one).
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master: String,
+    },
+    /// `redis+cluster://`: a Redis Cluster reached through these seed nodes.
+    Cluster { nodes: Vec<(String, u16)> },
+}
+
+impl Topology {
+    /// The topology and the db number of `url`.
+    fn from_url(url: &lockkit_core::ServerUrl) -> Result<(Topology, i64)> {
+        let hosts = || {
+            url.hosts
+                .iter()
+                .map(|h| (h.host.clone(), h.port))
+                .collect::<Vec<_>>()
+        };
+        let db = |p: &str| -> Result<i64> {
+            match p {
+                "" => Ok(0),
+                p => p.parse().map_err(|_| {
+                    Error::config(format!(
+                        "the db of a {}:// URL is a number, not {p:?}",
+                        url.scheme
+                    ))
+                }),
+            }
+        };
+        let path = url.path.trim_matches('/');
+        match url.scheme {
+            Scheme::RedisSentinel => {
+                let (master, rest) = path.split_once('/').unwrap_or((path, ""));
+                if master.is_empty() {
+                    return Err(Error::config(
+                        "a redis+sentinel:// URL names the master after the hosts: \
+                         redis+sentinel://s1:26379,s2:26379/<master-name>[/db]",
+                    ));
+                }
+                let topology = Topology::Sentinel {
+                    sentinels: hosts(),
+                    master: master.to_string(),
+                };
+                Ok((topology, db(rest)?))
+            }
+            Scheme::RedisCluster => {
+                if !path.is_empty() {
+                    return Err(Error::config(format!(
+                        "a redis+cluster:// URL takes no path (a cluster has only db 0), got {path:?}"
+                    )));
+                }
+                Ok((Topology::Cluster { nodes: hosts() }, 0))
+            }
+            _ => {
+                if url.hosts.len() != 1 {
+                    return Err(Error::config(format!(
+                        "a {}:// URL takes exactly one host, got {}; use redis+sentinel:// or \
+                         redis+cluster:// for several",
+                        url.scheme,
+                        url.host_list()
+                    )));
+                }
+                Ok((Topology::Single, db(path)?))
+            }
+        }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Topology::Cluster { .. })
+    }
+}
+
 /// The settings of one [`crate::connect`].
 #[derive(Clone)]
 pub(crate) struct Settings {
+    /// Single server, Sentinel or Cluster.
+    pub(crate) topology: Topology,
     /// For the command connection (RESP2).
     pub(crate) info: ConnectionInfo,
     /// For the pub/sub connection (RESP3, so pushes arrive on a managed connection).
@@ -96,6 +176,7 @@ impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // ConnectionInfo carries the password: show the address only.
         f.debug_struct("Settings")
+            .field("topology", &self.topology)
             .field("addr", &self.info.addr().to_string())
             .field("db", &self.info.redis_settings().db())
             .field("prefix", &self.prefix)
@@ -111,9 +192,10 @@ impl std::fmt::Debug for Settings {
 impl Settings {
     pub(crate) fn from_config(cfg: &LockConfig) -> Result<Settings> {
         let url = cfg.server_url()?;
-        if !matches!(url.scheme, Scheme::Redis | Scheme::Rediss) {
+        if url.scheme.backend() != lockkit_core::BackendKind::Redis {
             return Err(Error::config(format!(
-                "the Redis backend takes redis:// or rediss:// URLs, not {}://",
+                "the Redis backend takes redis://, rediss://, redis+sentinel:// or \
+                 redis+cluster:// URLs, not {}://",
                 url.scheme
             )));
         }
@@ -128,21 +210,8 @@ impl Settings {
                 return Err(unknown_option(k));
             }
         }
-        if url.hosts.len() != 1 {
-            return Err(Error::config(format!(
-                "a redis:// URL takes exactly one host, got {}",
-                url.host_list()
-            )));
-        }
+        let (topology, db) = Topology::from_url(&url)?;
         let host = &url.hosts[0];
-        let db: i64 = match url.path.trim_matches('/') {
-            "" => 0,
-            p => p.parse().map_err(|_| {
-                Error::config(format!(
-                    "the path of a redis:// URL is a db number, not {p:?}"
-                ))
-            })?,
-        };
         let addr = if url.scheme == Scheme::Rediss {
             tls_addr(&host.host, host.port)?
         } else {
@@ -175,7 +244,14 @@ impl Settings {
                 Error::config(format!("option wait_replicas={v:?} is not a replica count"))
             })?,
         };
+        if wait_replicas > 0 && matches!(topology, Topology::Cluster { .. }) {
+            return Err(Error::config(
+                "option wait_replicas is not supported with redis+cluster:// (WAIT would have \
+                 to reach the node that owns each lock's slot)",
+            ));
+        }
         let settings = Settings {
+            topology,
             info,
             pubsub_info,
             prefix,
@@ -275,10 +351,39 @@ mod tests {
             "redis://127.0.0.1?prefix={x}",
             "redis://h1,h2",
             "redis://127.0.0.1?lease=soon",
+            "redis+sentinel://s1,s2",
+            "redis+sentinel://s1/lockkit/x",
+            "redis+cluster://h1,h2/1",
+            "redis+cluster://h1?wait_replicas=1",
         ] {
             let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
             assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{bad}");
         }
+    }
+
+    #[test]
+    fn sentinel_and_cluster_urls() {
+        let s = parse("redis+sentinel://:pw@s1,s2:26380/lockkit/2?prefix=x").unwrap();
+        assert_eq!(
+            s.topology,
+            Topology::Sentinel {
+                sentinels: vec![("s1".into(), 26379), ("s2".into(), 26380)],
+                master: "lockkit".into()
+            }
+        );
+        assert_eq!(s.info.redis_settings().db(), 2);
+        assert_eq!(s.info.redis_settings().password(), Some("pw"));
+        assert!(!format!("{s:?}").contains("pw"));
+        let s = parse("redis+sentinel://s1/lockkit").unwrap();
+        assert_eq!(s.info.redis_settings().db(), 0);
+        let s = parse("redis+cluster://h1:7000,h2").unwrap();
+        assert_eq!(
+            s.topology,
+            Topology::Cluster {
+                nodes: vec![("h1".into(), 7000), ("h2".into(), 6379)]
+            }
+        );
+        assert!(s.topology.is_cluster());
     }
 
     #[test]

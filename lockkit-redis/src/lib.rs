@@ -2,11 +2,13 @@
 
 mod backend;
 mod config;
+mod conn;
 mod error;
 mod keys;
 mod mutex;
 mod pubsub;
 mod script_set;
+mod sentinel;
 mod shared;
 mod tls;
 mod watchdog;

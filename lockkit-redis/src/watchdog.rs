@@ -7,12 +7,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lockkit_core::StateCell;
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use redis::cluster_routing::Slot;
+
+use crate::conn::Conn;
 use crate::script_set::Scripts;
+
+/// The longest the watchdog task sleeps without being woken.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// Locks per renewal script call.
 pub(crate) const BATCH: usize = 100;
@@ -200,6 +205,9 @@ impl Watchdog {
             }
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }
+        // An idle task still looks again after IDLE_LOOK, so registering a lock that is not due
+        // before then needs no wake-up: a short acquire-release cycle costs no task switch.
+        let wake = Some(wake.map_or(now + IDLE_LOOK, |w| w.min(now + IDLE_LOOK)));
         *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = wake;
         (due, expired, wake)
     }
@@ -236,12 +244,30 @@ impl Watchdog {
     }
 }
 
-/// The watchdog task of one client. Runs until aborted.
+/// Splits due renewals into script calls of at most [`BATCH`] locks. In a cluster every call
+/// must touch one slot, so locks are first grouped by their key's slot.
+fn batches(group: Vec<Due>, cluster: bool) -> Vec<Vec<Due>> {
+    if !cluster {
+        return group.chunks(BATCH).map(<[Due]>::to_vec).collect();
+    }
+    let mut by_slot: HashMap<Slot, Vec<Due>> = HashMap::new();
+    for due in group {
+        by_slot.entry(Slot::for_key(&due.1)).or_default().push(due);
+    }
+    by_slot
+        .into_values()
+        .flat_map(|g| g.chunks(BATCH).map(<[Due]>::to_vec).collect::<Vec<_>>())
+        .collect()
+}
+
+/// The watchdog task of one client (`cluster`: renewals are batched per slot). Runs until
+/// aborted.
 pub(crate) async fn run(
     wd: Arc<Watchdog>,
-    conn: ConnectionManager,
+    conn: Conn,
     scripts: Arc<Scripts>,
     command_timeout: Duration,
+    cluster: bool,
 ) {
     let mut renewals = JoinSet::new();
     loop {
@@ -262,8 +288,7 @@ pub(crate) async fn run(
         let groups = [(RenewKind::Hash, hashes), (RenewKind::Set, sets)];
         for (kind, group) in groups {
             let group: Vec<Due> = group.into_iter().map(|(_, d)| d).collect();
-            for chunk in group.chunks(BATCH) {
-                let chunk = chunk.to_vec();
+            for chunk in batches(group, cluster) {
                 let (wd, mut conn, scripts) = (wd.clone(), conn.clone(), scripts.clone());
                 let min_lease = chunk.iter().map(|c| c.3).min().unwrap_or(command_timeout);
                 let limit = command_timeout

@@ -1,0 +1,322 @@
+//! `redis+sentinel://`: find the primary through Redis Sentinel and follow it across failovers.
+//!
+//! redis-rs's `sentinel` feature resolves a primary once and hands back a client; following a
+//! failover (swapping the connections, resubscribing the wake-up channels) would still be ours
+//! to write, so this module does the whole job with plain commands instead:
+//!
+//! * resolve: ask the Sentinels in order `SENTINEL GET-MASTER-ADDR-BY-NAME <master>` (the first
+//!   that answers wins) and check with `ROLE` that the node really is a primary, so a Sentinel
+//!   with a stale view cannot send us to a replica;
+//! * follow: one task per client resolves again every [`POLL`], and at once when a command
+//!   fails in a way that hints at a failover (connection errors, timeouts, `READONLY` from a
+//!   demoted primary); when the address changes it opens connections to the new primary, swaps
+//!   them in and resubscribes the wake-up channels there.
+//!
+//! Between the old primary's failure and the swap, commands fail with retryable errors and held
+//! guards turn Suspect (the watchdog's renewals fail); after the swap, the next renewal finds
+//! each lock on the new primary (Held again) or not (Lost: it was not replicated in time).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use lockkit_core::{Error, ErrorKind, Result};
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, RedisResult};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+use crate::config::Settings;
+use crate::conn::manager_config;
+use crate::error;
+
+/// How often the follower asks the Sentinels where the primary is, failing nothing.
+pub(crate) const POLL: Duration = Duration::from_millis(500);
+
+/// Least time between two resolutions triggered by errors (a burst of failing commands asks
+/// once).
+const MIN_GAP: Duration = Duration::from_millis(50);
+
+/// A managed connection to the current primary, replaced when the primary changes.
+pub(crate) struct Switchable {
+    current: RwLock<ConnectionManager>,
+    /// Pub/sub only: the channels to subscribe again on a new primary.
+    channels: Mutex<HashSet<String>>,
+    /// Wakes the follower to resolve now.
+    follow: Arc<Notify>,
+}
+
+impl Switchable {
+    fn new(conn: ConnectionManager, follow: Arc<Notify>) -> Arc<Switchable> {
+        Arc::new(Switchable {
+            current: RwLock::new(conn),
+            channels: Mutex::new(HashSet::new()),
+            follow,
+        })
+    }
+
+    /// The connection to the primary as last resolved.
+    pub(crate) fn current(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Asks the follower to look for a new primary when `r` failed the way a failover makes
+    /// commands fail.
+    pub(crate) fn check<T>(&self, r: &RedisResult<T>) {
+        if let Err(e) = r {
+            if hints_failover(e) {
+                self.follow.notify_one();
+            }
+        }
+    }
+
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) async fn subscribe(&self, channel: &str) -> RedisResult<()> {
+        // Recorded first: a switch that happens meanwhile subscribes it on the new primary.
+        self.channels().insert(channel.to_string());
+        let r = self.current().subscribe(channel).await;
+        self.check(&r);
+        r
+    }
+
+    pub(crate) async fn unsubscribe(&self, channel: &str) -> RedisResult<()> {
+        self.channels().remove(channel);
+        self.current().unsubscribe(channel).await
+    }
+
+    /// Swaps in a connection to the new primary (and resubscribes there).
+    async fn replace(&self, conn: ConnectionManager) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
+        let channels: Vec<String> = self.channels().iter().cloned().collect();
+        for ch in channels {
+            let mut c = conn.clone();
+            if let Err(e) = c.subscribe(&ch).await {
+                tracing::debug!(error = %e, "lockkit: resubscribe on the new primary failed");
+            }
+        }
+    }
+}
+
+/// Errors a failover causes: the primary is unreachable, or it was demoted to a replica.
+fn hints_failover(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+/// Asks the Sentinels where the primary is; remembers the last one that answered.
+struct Resolver {
+    sentinels: Vec<(String, u16)>,
+    master: String,
+    timeout: Duration,
+    /// The sentinel (index) last used, and its connection.
+    last: Option<(usize, MultiplexedConnection)>,
+}
+
+impl Resolver {
+    /// The primary's address, from the first Sentinel that answers.
+    async fn primary(&mut self) -> Result<(String, u16)> {
+        let start = self.last.as_ref().map_or(0, |(i, _)| *i);
+        let mut first_error = None;
+        for k in 0..self.sentinels.len() {
+            let i = (start + k) % self.sentinels.len();
+            match self.ask(i).await {
+                Ok(Some(addr)) => return Ok(addr),
+                Ok(None) => {
+                    first_error.get_or_insert_with(|| {
+                        Error::config(format!(
+                            "the Sentinel at {}:{} does not know a master named {:?}",
+                            self.sentinels[i].0, self.sentinels[i].1, self.master
+                        ))
+                    });
+                }
+                Err(e) => {
+                    self.last = None;
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_error.unwrap_or_else(|| Error::config("no Sentinel given")))
+    }
+
+    async fn ask(&mut self, i: usize) -> Result<Option<(String, u16)>> {
+        let mut conn = match self.last.take() {
+            Some((j, c)) if j == i => c,
+            _ => {
+                let (host, port) = &self.sentinels[i];
+                let client = redis::Client::open(ConnectionAddr::Tcp(host.clone(), *port))
+                    .map_err(|e| error::map(e, "Sentinel client setup"))?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout));
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|e| error::map(e, "Sentinel connect"))?
+            }
+        };
+        let reply: Option<(String, String)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.master)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| error::map(e, "SENTINEL GET-MASTER-ADDR-BY-NAME"))?;
+        self.last = Some((i, conn));
+        let Some((host, port)) = reply else {
+            return Ok(None);
+        };
+        let port = port.parse().map_err(|_| {
+            Error::new(
+                ErrorKind::Backend,
+                format!("Sentinel gave a bad port {port:?} for {:?}", self.master),
+            )
+        })?;
+        Ok(Some((host, port)))
+    }
+}
+
+/// Connections to the primary at `addr`, if it says it is one: (commands, pub/sub).
+async fn open(
+    settings: &Settings,
+    addr: &(String, u16),
+    pushes: &mpsc::UnboundedSender<PushInfo>,
+) -> Result<(ConnectionManager, ConnectionManager)> {
+    let info = |template: &ConnectionInfo| -> Result<ConnectionInfo> {
+        Ok(ConnectionAddr::Tcp(addr.0.clone(), addr.1)
+            .into_connection_info()
+            .map_err(|e| error::map(e, "primary address"))?
+            .set_redis_settings(template.redis_settings().clone()))
+    };
+    let client = crate::tls::client(info(&settings.info)?, &settings.tls)?;
+    let mut conn = client
+        .get_connection_manager_with_config(manager_config(settings))
+        .await
+        .map_err(|e| error::map(e, "connect to the primary"))?;
+    let role: Vec<redis::Value> = redis::cmd("ROLE")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| error::map(e, "ROLE"))?;
+    let is_primary = matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master");
+    if !is_primary {
+        return Err(Error::new(
+            ErrorKind::Connection,
+            format!(
+                "Redis at {}:{} is not a primary (yet): the Sentinels' view is changing",
+                addr.0, addr.1
+            ),
+        )
+        .with_retryable(true));
+    }
+    let pubsub_client = crate::tls::client(info(&settings.pubsub_info)?, &settings.tls)?;
+    let pubsub = pubsub_client
+        .get_connection_manager_with_config(
+            manager_config(settings)
+                .set_push_sender(pushes.clone())
+                .set_automatic_resubscription(),
+        )
+        .await
+        .map_err(|e| error::map(e, "pub/sub connect to the primary"))?;
+    Ok((conn, pubsub))
+}
+
+/// Resolves the primary, connects to it and starts the follower task. Tries until the connect
+/// timeout passes (a failover may be under way); an unknown master name fails at once.
+pub(crate) async fn connect(
+    settings: &Settings,
+    sentinels: &[(String, u16)],
+    master: &str,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+) -> Result<(Arc<Switchable>, Arc<Switchable>, JoinHandle<()>)> {
+    let mut resolver = Resolver {
+        sentinels: sentinels.to_vec(),
+        master: master.to_string(),
+        timeout: settings.connect_timeout,
+        last: None,
+    };
+    let deadline = tokio::time::Instant::now() + settings.connect_timeout;
+    let (addr, conn, pubsub) = loop {
+        let attempt = async {
+            let addr = resolver.primary().await?;
+            let (conn, pubsub) = open(settings, &addr, &pushes).await?;
+            Ok::<_, Error>((addr, conn, pubsub))
+        };
+        match attempt.await {
+            Ok(r) => break r,
+            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "lockkit: no Redis primary yet");
+                tokio::time::sleep(MIN_GAP * 2).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let follow = Arc::new(Notify::new());
+    let conn = Switchable::new(conn, follow.clone());
+    let pubsub = Switchable::new(pubsub, follow.clone());
+    let task = tokio::spawn(run(
+        resolver,
+        addr,
+        settings.clone(),
+        Arc::downgrade(&conn),
+        Arc::downgrade(&pubsub),
+        pushes,
+        follow,
+    ));
+    Ok((conn, pubsub, task))
+}
+
+/// The follower: re-resolves every [`POLL`] or when woken, and switches when the primary moved.
+async fn run(
+    mut resolver: Resolver,
+    mut addr: (String, u16),
+    settings: Settings,
+    conn: Weak<Switchable>,
+    pubsub: Weak<Switchable>,
+    pushes: mpsc::UnboundedSender<PushInfo>,
+    follow: Arc<Notify>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = follow.notified() => {}
+        }
+        let (Some(conn), Some(pubsub)) = (conn.upgrade(), pubsub.upgrade()) else {
+            return;
+        };
+        let found = match resolver.primary().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "lockkit: Sentinels did not answer");
+                tokio::time::sleep(MIN_GAP).await;
+                continue;
+            }
+        };
+        if found != addr {
+            match open(&settings, &found, &pushes).await {
+                Ok((c, p)) => {
+                    tracing::info!(
+                        from = %format_args!("{}:{}", addr.0, addr.1),
+                        to = %format_args!("{}:{}", found.0, found.1),
+                        "lockkit: Redis primary changed"
+                    );
+                    conn.replace(c).await;
+                    pubsub.replace(p).await;
+                    addr = found;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "lockkit: new primary not usable yet");
+                    // Look again soon: the promotion may still be under way.
+                    follow.notify_one();
+                }
+            }
+        }
+        tokio::time::sleep(MIN_GAP).await;
+    }
+}
