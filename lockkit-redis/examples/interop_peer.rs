@@ -1,15 +1,25 @@
 //! The lockkit side of the Redisson interop test (`scripts/test.d/20-redisson-interop.sh`).
 //!
-//! `interop_peer mutex REDIS_URL NAME ITER DIR`: takes the mutex `NAME` in Redisson-compatible
-//! mode `ITER` times while a Java program using Redisson's `RLock` does the same. Inside the
-//! critical section both sides increment the shared counter `{NAME}:interop-inside` and fail if
-//! it is not 1; each hold appends `rust <acquired ms> <released ms>` to `DIR/order`.
+//! `interop_peer MODE REDIS_URL NAME WORKERS ITER PERMITS DIR`: `WORKERS` tasks, each with its
+//! own Redisson-compatible client (as separate services would have), take the object `NAME`
+//! `ITER` times each while a Java program using Redisson does the same (`interop/redisson`):
+//!
+//! * `mutex`: the mutex (Redisson's `RFencedLock`/`RLock` on the Java side);
+//! * `rw`: the read-write lock, every third hold a write (`RReadWriteLock`);
+//! * `sem`: a semaphore of `PERMITS` permits, one per hold (`RSemaphore`).
+//!
+//! Inside, both sides add to the shared counter `{NAME}:interop-inside` (a reader or permit
+//! holder 1, a writer or mutex holder 1000) and fail on an overlap; each hold appends
+//! `rust KIND <acquired ms> <released ms> <token>` to `DIR/rust.order`.
 
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockkit_core::{DistLockExt, LockConfig};
+use lockkit_core::{DistLockExt, LockConfig, ReadWriteLockExt, SemaphoreExt};
 use lockkit_redis::redis;
+
+const EXCLUSIVE: i64 = 1000;
 
 fn now_ms() -> u128 {
     SystemTime::now()
@@ -18,36 +28,80 @@ fn now_ms() -> u128 {
         .as_millis()
 }
 
+struct Run {
+    mode: String,
+    url: String,
+    name: String,
+    iter: usize,
+    permits: u32,
+    order: Mutex<std::fs::File>,
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, mode, url, name, iter, dir] = &args[..] else {
-        eprintln!("usage: interop_peer mutex REDIS_URL NAME ITER DIR");
+    let [_, mode, url, name, workers, iter, permits, dir] = &args[..] else {
+        eprintln!("usage: interop_peer mutex|rw|sem REDIS_URL NAME WORKERS ITER PERMITS DIR");
         std::process::exit(2);
     };
-    assert_eq!(mode, "mutex", "unknown mode {mode}");
-    let iter: usize = iter.parse().unwrap();
-    let mut cfg = LockConfig::new(url.as_str());
-    cfg.options.insert("redisson_compat".into(), "true".into());
-    let locks = lockkit_redis::connect(&cfg).await.unwrap();
-    let mut raw = redis::Client::open(url.as_str())
+    assert!(
+        ["mutex", "rw", "sem"].contains(&mode.as_str()),
+        "unknown mode {mode}"
+    );
+    let order = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(format!("{dir}/rust.order"))
+        .unwrap();
+    let run = Arc::new(Run {
+        mode: mode.clone(),
+        url: url.clone(),
+        name: name.clone(),
+        iter: iter.parse().unwrap(),
+        permits: permits.parse().unwrap(),
+        order: Mutex::new(order),
+    });
+    let mut raw = raw(url).await;
+    start_together(&mut raw, name).await;
+    let workers: usize = workers.parse().unwrap();
+    let tasks: Vec<_> = (0..workers)
+        .map(|_| tokio::spawn(work(run.clone())))
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Leave nothing behind on the test server for long.
+    for key in ["inside", "ready"] {
+        let _: i64 = redis::cmd("EXPIRE")
+            .arg(format!("{{{name}}}:interop-{key}"))
+            .arg(60)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
+}
+
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .unwrap();
-    let inside = format!("{{{name}}}:interop-inside");
-    // Start together: the JVM on the other side starts far slower than we do.
+        .unwrap()
+}
+
+/// Start together: the JVM on the other side starts far slower than we do.
+async fn start_together(raw: &mut redis::aio::MultiplexedConnection, name: &str) {
     let ready = format!("{{{name}}}:interop-ready");
     let _: i64 = redis::cmd("INCR")
         .arg(&ready)
-        .query_async(&mut raw)
+        .query_async(raw)
         .await
         .unwrap();
     let started = std::time::Instant::now();
     loop {
         let n: i64 = redis::cmd("GET")
             .arg(&ready)
-            .query_async(&mut raw)
+            .query_async(raw)
             .await
             .unwrap();
         if n >= 2 {
@@ -59,42 +113,90 @@ async fn main() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let lock = locks.mutex(name).unwrap();
-    let mut order = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(format!("{dir}/order"))
-        .unwrap();
-    for _ in 0..iter {
-        let g = lock.lock().await.unwrap();
+}
+
+async fn work(run: Arc<Run>) {
+    let mut cfg = LockConfig::new(run.url.as_str());
+    cfg.options.insert("redisson_compat".into(), "true".into());
+    let locks = lockkit_redis::connect(&cfg).await.unwrap();
+    let mut raw = raw(&run.url).await;
+    let inside = format!("{{{}}}:interop-inside", run.name);
+    for i in 0..run.iter {
+        let (kind, weight, guard) = match run.mode.as_str() {
+            "mutex" => {
+                let g = locks.mutex(&run.name).unwrap().lock().await.unwrap();
+                ("x", EXCLUSIVE, Guard::Lock(g))
+            }
+            "rw" if i % 3 == 0 => {
+                let g = locks.rwlock(&run.name).unwrap().write_lock().await;
+                ("w", EXCLUSIVE, Guard::Write(g.unwrap()))
+            }
+            "rw" => {
+                let g = locks.rwlock(&run.name).unwrap().read_lock().await;
+                ("r", 1, Guard::Read(g.unwrap()))
+            }
+            _ => {
+                let s = locks.semaphore(&run.name, run.permits).unwrap();
+                ("p", 1, Guard::Permit(s.acquire_one().await.unwrap()))
+            }
+        };
         let acquired = now_ms();
-        let n: i64 = redis::cmd("INCR")
+        let now: i64 = redis::cmd("INCRBY")
             .arg(&inside)
+            .arg(weight)
             .query_async(&mut raw)
             .await
             .unwrap();
-        if n != 1 {
-            eprintln!("OVERLAP: Redisson was inside while lockkit held the lock");
+        let ok = match kind {
+            "x" | "w" => now == EXCLUSIVE,
+            "r" => now < EXCLUSIVE,
+            _ => now <= i64::from(run.permits),
+        };
+        if !ok {
+            eprintln!("OVERLAP: lockkit {kind} hold saw {now} inside");
             std::process::exit(3);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let _: i64 = redis::cmd("DECR")
+        let _: i64 = redis::cmd("DECRBY")
             .arg(&inside)
+            .arg(weight)
             .query_async(&mut raw)
             .await
             .unwrap();
         let released = now_ms();
-        writeln!(order, "rust {acquired} {released}").unwrap();
-        g.release().await.unwrap();
+        let token = guard.token();
+        writeln!(
+            run.order.lock().unwrap(),
+            "rust {kind} {acquired} {released} {token}"
+        )
+        .unwrap();
+        guard.release().await;
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    // Leave nothing behind on the test server for long.
-    for key in [&inside, &ready] {
-        let _: i64 = redis::cmd("EXPIRE")
-            .arg(key)
-            .arg(60)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+}
+
+enum Guard {
+    Lock(lockkit_core::LockGuard),
+    Read(lockkit_core::ReadGuard),
+    Write(lockkit_core::WriteGuard),
+    Permit(lockkit_core::Permit),
+}
+
+impl Guard {
+    /// The fencing token where Redisson has one too (the mutex: RFencedLock's counter), else -1.
+    fn token(&self) -> i64 {
+        match self {
+            Guard::Lock(g) => g.token().0 as i64,
+            _ => -1,
+        }
+    }
+
+    async fn release(self) {
+        match self {
+            Guard::Lock(g) => g.release().await.unwrap(),
+            Guard::Read(g) => g.release().await.unwrap(),
+            Guard::Write(g) => g.release().await.unwrap(),
+            Guard::Permit(g) => g.release().await.unwrap(),
+        }
     }
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Redisson interop: Redisson's RLock (Java, real Redisson from Maven Central, interop/redisson)
-# and lockkit's Redis mutex in `redisson_compat` mode contend for the same lock name. Passes when
-# neither side ever sees the other inside (a shared counter in Redis), both finish, the lock
-# changes hands between the two sides often, and a hand-off wakes the waiting side quickly (pub/sub,
-# not the 30 s lease).
+# Redisson interop: a Java program using real Redisson (from Maven Central, interop/redisson) and
+# lockkit in `redisson_compat` mode (examples/interop_peer.rs) contend for the same names:
+#   mutex  RFencedLock (RLock's layout + token counter) vs the lockkit mutex,
+#   rw     RReadWriteLock vs the lockkit read-write lock, readers and writers on both sides,
+#   sem    RSemaphore vs the lockkit semaphore (PERMITS permits).
+# Passes when no hold ever overlaps a conflicting one (a shared counter in Redis: no writer with
+# anyone else, never more than PERMITS permit holders), every hold completes, mutex tokens strictly
+# increase across both sides, and each side wakes quickly when the other releases (pub/sub, not
+# the 30 s lease): per direction, hand-off p50 <= 100 ms and max <= 1000 ms.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -15,52 +19,78 @@ for tool in java mvn; do
     command -v "$tool" >/dev/null || { echo "redisson-interop: $tool not installed" >&2; exit 1; }
 done
 
-ITER=${LOCKKIT_INTEROP_ITERATIONS:-100}
+ITER=${LOCKKIT_INTEROP_ITERATIONS:-60}
 URL=${LOCKKIT_TEST_REDIS_URL%%\?*}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
+# A fresh dependency directory: jars of an older Redisson must not stay on the classpath.
+rm -rf interop/redisson/target/dependency
 (cd interop/redisson && mvn -q -B -Dstyle.color=never package dependency:copy-dependencies -DincludeScope=runtime >"$WORK/mvn.log" 2>&1) ||
     { cat "$WORK/mvn.log" >&2; exit 1; }
 CP="interop/redisson/target/classes:interop/redisson/target/dependency/*"
+VERSION=$(sed -n 's:.*<redisson.version>\(.*\)</redisson.version>.*:\1:p' interop/redisson/pom.xml)
 cargo build -q -p lockkit-redis --example interop_peer
 PEER=target/debug/examples/interop_peer
 
-NAME="lockkit-interop-$$-$RANDOM"
-dir="$WORK/mutex"
-mkdir -p "$dir"
-rc=0
-t0=$(date +%s)
-timeout 120 java -cp "$CP" lockkit.interop.Main mutex "$URL" "$NAME" "$ITER" "$dir" >"$dir/java.out" 2>&1 &
-jpid=$!
-timeout 120 "$PEER" mutex "$URL" "$NAME" "$ITER" "$dir" >"$dir/rust.out" 2>&1 || rc=$?
-wait "$jpid" || rc=$?
-t1=$(date +%s)
-if [ "$rc" -ne 0 ]; then
-    echo "redisson-interop[mutex]: FAILED (rc=$rc)" >&2
-    cat "$dir/java.out" "$dir/rust.out" >&2
-    exit 1
-fi
-# Hand-offs between the sides, and how long the waiting side took to get the lock after the
-# other released it (acquired - previous released, over hand-offs only).
-sort -n -k2 "$dir/order" >"$dir/sorted"
-awk 'NR > 1 && $1 != side { print $2 - rel } { side = $1; rel = $3 }' "$dir/sorted" | sort -n >"$dir/gaps"
-total=$(wc -l <"$dir/sorted")
-handoffs=$(wc -l <"$dir/gaps")
-p50=$(awk -v n="$handoffs" 'NR == int((n + 1) / 2) { print; exit }' "$dir/gaps")
-max=$(tail -n 1 "$dir/gaps")
-p50=${p50:--1}
-max=${max:--1}
-echo "redisson-interop[mutex]: $total exclusive holds, $handoffs hand-offs between Redisson $(sed -n 's:.*<redisson.version>\(.*\)</redisson.version>.*:\1:p' interop/redisson/pom.xml) and lockkit, no overlap, hand-off wake-up p50 ${p50} ms, max ${max} ms, $((t1 - t0)) s"
-if [ "$total" -ne $((2 * ITER)) ]; then
-    echo "redisson-interop[mutex]: expected $((2 * ITER)) holds" >&2
-    exit 1
-fi
-if [ "$handoffs" -lt $((ITER / 2)) ]; then
-    echo "redisson-interop[mutex]: too few hand-offs: the sides did not wake each other" >&2
-    exit 1
-fi
-if [ "$p50" -gt 100 ] || [ "$max" -gt 1000 ]; then
-    echo "redisson-interop[mutex]: hand-offs too slow (p50 ${p50} ms, max ${max} ms): not woken by pub/sub" >&2
-    exit 1
-fi
+# run MODE WORKERS ITER PERMITS: both sides with WORKERS workers of ITER holds each.
+run() {
+    local mode=$1 workers=$2 iter=$3 permits=$4
+    local name="lockkit-interop-$mode-$$-$RANDOM" dir="$WORK/$mode" rc=0
+    mkdir -p "$dir"
+    local t0 t1 jpid
+    t0=$(date +%s)
+    timeout 120 java -cp "$CP" lockkit.interop.Main "$mode" "$URL" "$name" "$workers" "$iter" "$permits" "$dir" \
+        >"$dir/java.out" 2>&1 &
+    jpid=$!
+    timeout 120 "$PEER" "$mode" "$URL" "$name" "$workers" "$iter" "$permits" "$dir" >"$dir/rust.out" 2>&1 || rc=$?
+    wait "$jpid" || rc=$?
+    t1=$(date +%s)
+    if [ "$rc" -ne 0 ]; then
+        echo "redisson-interop[$mode]: FAILED (rc=$rc)" >&2
+        cat "$dir/java.out" "$dir/rust.out" >&2
+        return 1
+    fi
+    # Lines: side kind acquired released token.
+    cat "$dir/java.order" "$dir/rust.order" | sort -n -k3 >"$dir/holds"
+    local total
+    total=$(wc -l <"$dir/holds")
+    if [ "$total" -ne $((2 * workers * iter)) ]; then
+        echo "redisson-interop[$mode]: expected $((2 * workers * iter)) holds, got $total" >&2
+        return 1
+    fi
+    if [ "$mode" = mutex ] &&
+        ! awk 'NR > 1 && $5 <= tok { print "token " $5 " after " tok; bad = 1 } { tok = $5 } END { exit bad }' "$dir/holds" >&2; then
+        echo "redisson-interop[mutex]: fencing tokens do not strictly increase across the sides" >&2
+        return 1
+    fi
+    # Hand-offs: an acquire (by a writer, mutex or permit holder, or a reader right after a
+    # writer) whose most recent preceding release came from the other side; the gap is how long
+    # the waiting side took to notice.
+    awk '{ print $4, 0, $1, $2; print $3, 1, $1, $2 }' "$dir/holds" | sort -n -k1,1 -k2,2 |
+        awk '$2 == 0 { rel = $1; rside = $3; rkind = $4; next }
+             rside != "" && rside != $3 && ($4 != "r" || rkind == "w") { print rside "->" $3, $1 - rel }' \
+            >"$dir/gaps"
+    local ok=0 summary=""
+    for dirn in java-\>rust rust-\>java; do
+        awk -v d="$dirn" '$1 == d { print $2 }' "$dir/gaps" | sort -n >"$dir/g"
+        local n p50 max
+        n=$(wc -l <"$dir/g")
+        p50=$(awk -v n="$n" 'NR == int((n + 1) / 2) { print; exit }' "$dir/g")
+        max=$(tail -n 1 "$dir/g")
+        summary="$summary, $dirn: $n hand-offs, p50 ${p50:--} ms, max ${max:--} ms"
+        if [ "$n" -lt $((iter / 4)) ]; then
+            echo "redisson-interop[$mode]: only $n hand-offs $dirn: the sides did not wake each other" >&2
+            ok=1
+        elif [ "$p50" -gt 100 ] || [ "$max" -gt 1000 ]; then
+            echo "redisson-interop[$mode]: hand-offs $dirn too slow: not woken by pub/sub" >&2
+            ok=1
+        fi
+    done
+    echo "redisson-interop[$mode]: Redisson $VERSION vs lockkit, $total holds, no overlap$summary, $((t1 - t0)) s"
+    return "$ok"
+}
+
+run mutex 1 "$ITER" 0
+run rw 2 "$ITER" 0
+run sem 2 "$ITER" 2
