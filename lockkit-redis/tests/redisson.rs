@@ -1,6 +1,8 @@
 //! Issue 4, point 4 (Rust side): in `redisson_compat` mode the mutex uses Redisson's RLock key,
-//! hash field and channel, and wakes on Redisson's unlock message. The end-to-end test against
-//! real Redisson is `scripts/test.d/20-redisson-interop.sh`.
+//! hash field, channel and RFencedLock's token counter, the read-write lock RReadWriteLock's
+//! layout and the semaphore RSemaphore's count, and each wakes on Redisson's messages. The
+//! end-to-end test against real Redisson is `scripts/test.d/20-redisson-interop.sh`; the whole
+//! conformance suite in compat mode is `redisson_conformance.rs`.
 
 mod common;
 
@@ -9,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures::StreamExt;
 use lockkit_core::testing::unique_name;
-use lockkit_core::DistLockExt;
+use lockkit_core::{AcquireOptions, DistLockExt, LockState, ReadWriteLockExt, SemaphoreExt};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compat_mutex_speaks_redissons_layout_and_messages() {
@@ -90,4 +92,265 @@ async fn compat_rejects_names_without_a_shareable_slot() {
     let e = locks.mutex("a}b").unwrap_err();
     assert_eq!(e.kind(), &lockkit_core::ErrorKind::InvalidName);
     assert!(locks.mutex("{a}b").is_ok());
+}
+
+/// Runs one raw command on the admin connection.
+async fn raw<T: redis::FromRedisValue>(
+    admin: &mut redis::aio::MultiplexedConnection,
+    args: &[&str],
+) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query_async(admin).await.unwrap()
+}
+
+/// The first message on `channel` within 2 s, after `action` ran.
+async fn published<F: std::future::Future>(url: &str, channel: &str, action: F) -> String {
+    let client = redis::Client::open(url).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe(channel).await.unwrap();
+    action.await;
+    let msg = tokio::time::timeout(Duration::from_secs(2), pubsub.on_message().next())
+        .await
+        .expect("no message")
+        .unwrap();
+    msg.get_payload::<String>().unwrap()
+}
+
+fn compat_name(case: &str) -> String {
+    unique_name(case).replace('/', "-")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_mutex_tokens_share_rfencedlocks_counter() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let mut admin = admin(&url).await;
+    let name = compat_name("rs-fenced");
+    let counter = format!("redisson_lock_token:{{{name}}}");
+    // A fresh counter starts at 1 and never expires, as RFencedLock keeps it.
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    assert_eq!(g.token().0, 1);
+    assert_eq!(raw::<i64>(&mut admin, &["PTTL", &counter]).await, -1);
+    g.release().await.unwrap();
+    // Redisson holders in between (RFencedLock increments the same counter).
+    let _: i64 = raw(&mut admin, &["INCRBY", &counter, "5"]).await;
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    assert_eq!(g.token().0, 7);
+    g.release().await.unwrap();
+    let _: i64 = raw(&mut admin, &["DEL", &counter]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_rwlock_speaks_redissons_layout_and_messages() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let mut admin = admin(&url).await;
+    let name = compat_name("rs-rw");
+    let channel = format!("redisson_rwlock:{{{name}}}");
+    let rw = locks.rwlock(&name).unwrap();
+
+    // A read hold: mode=read, field <uuid>:<id> -> 1, and its own rwlock_timeout key.
+    let r = rw.read_lock().await.unwrap();
+    let fields: std::collections::HashMap<String, String> =
+        raw(&mut admin, &["HGETALL", &name]).await;
+    assert_eq!(fields.get("mode").map(String::as_str), Some("read"));
+    let (field, holds) = fields.iter().find(|(k, _)| *k != "mode").unwrap();
+    assert_eq!(holds, "1");
+    let timeout = format!("{{{name}}}:{field}:rwlock_timeout:1");
+    assert!(raw::<i64>(&mut admin, &["PTTL", &timeout]).await > 0);
+    // Releasing the last reader deletes both and sends READ_UNLOCK (1).
+    let msg = published(&url, &channel, async { r.release().await.unwrap() }).await;
+    assert_eq!(msg, "1");
+    assert_eq!(
+        raw::<i64>(&mut admin, &["EXISTS", &name, &timeout]).await,
+        0
+    );
+
+    // A write hold: mode=write, field <uuid>:<id>:write.
+    let w = rw.write_lock().await.unwrap();
+    let fields: std::collections::HashMap<String, String> =
+        raw(&mut admin, &["HGETALL", &name]).await;
+    assert_eq!(fields.get("mode").map(String::as_str), Some("write"));
+    assert!(fields.keys().any(|k| k.ends_with(":write")), "{fields:?}");
+    // Downgrade: the same owner's read field replaces the write field.
+    let r = w.downgrade().await.unwrap();
+    let fields: std::collections::HashMap<String, String> =
+        raw(&mut admin, &["HGETALL", &name]).await;
+    assert_eq!(fields.get("mode").map(String::as_str), Some("read"));
+    assert!(!fields.keys().any(|k| k.ends_with(":write")), "{fields:?}");
+    r.release().await.unwrap();
+
+    // A Redisson writer (what RedissonWriteLock's acquire script writes) excludes our readers,
+    // and its unlock (delete + publish 1) wakes our waiting reader at once.
+    let _: () = raw(
+        &mut admin,
+        &["HSET", &name, "mode", "write", "java:1:write", "1"],
+    )
+    .await;
+    let _: i64 = raw(&mut admin, &["PEXPIRE", &name, "30000"]).await;
+    assert!(rw.try_read().await.unwrap().is_none());
+    let rw2 = locks.rwlock(&name).unwrap();
+    let waiter = tokio::spawn(async move {
+        let g = rw2.read_lock().await.unwrap();
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    let _: i64 = raw(&mut admin, &["DEL", &name]).await;
+    let _: i64 = raw(&mut admin, &["PUBLISH", &channel, "1"]).await;
+    let (at, g) = waiter.await.unwrap();
+    assert!(
+        at - released < Duration::from_millis(100),
+        "woke after {:?}",
+        at - released
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_dead_reader_ends_with_its_lease_even_while_others_read() {
+    let Some(url) = shared_url() else { return };
+    let name = compat_name("rs-rw-dead");
+    let lease = Duration::from_secs(1);
+    let mut admin = admin(&url).await;
+    {
+        let doomed = connect(&url, &[("redisson_compat", "true")]).await;
+        let r = doomed
+            .rwlock(&name)
+            .unwrap()
+            .read(&AcquireOptions::new().watchdog_lease(lease))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(r); // the process "dies": no release, and its watchdog stops below
+    }
+    // A live Redisson reader keeps the hash alive for 30 s: Redisson alone would keep the dead
+    // reader's field (and so every writer out) that long.
+    let _: i64 = raw(&mut admin, &["HINCRBY", &name, "java:1", "1"]).await;
+    let java_timeout = format!("{{{name}}}:java:1:rwlock_timeout:1");
+    let _: () = raw(&mut admin, &["SET", &java_timeout, "1", "PX", "30000"]).await;
+    let _: i64 = raw(&mut admin, &["PEXPIRE", &name, "30000"]).await;
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let rw = locks.rwlock(&name).unwrap();
+    assert!(
+        rw.try_write().await.unwrap().is_none(),
+        "the Redisson reader"
+    );
+    let fields: std::collections::HashMap<String, String> =
+        raw(&mut admin, &["HGETALL", &name]).await;
+    assert_eq!(fields.len(), 2, "dead reader not removed: {fields:?}");
+    // The Redisson reader's unlock frees the lock for our writer.
+    let _: i64 = raw(&mut admin, &["DEL", &name, &java_timeout]).await;
+    let w = rw
+        .try_write()
+        .await
+        .unwrap()
+        .expect("free after the Redisson reader");
+    w.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_semaphore_speaks_rsemaphores_count_and_messages() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let mut admin = admin(&url).await;
+    let name = compat_name("rs-sem");
+    let channel = format!("redisson_sc:{{{name}}}");
+    let sem = locks.semaphore(&name, 3).unwrap();
+    assert_eq!(sem.available().await.unwrap(), 3);
+    // The count starts at the capacity (like trySetPermits) and holds the free permits.
+    let p = sem
+        .acquire(2, &AcquireOptions::new())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw::<String>(&mut admin, &["GET", &name]).await, "1");
+    // Our release adds them back and publishes the new count, as RSemaphore.release does.
+    let msg = published(&url, &channel, async { p.release().await.unwrap() }).await;
+    assert_eq!(msg, "3");
+    // Redisson holders (DECRBY on the count) exclude us; their release (INCRBY + publish the
+    // count) wakes our waiter at once.
+    let _: i64 = raw(&mut admin, &["DECRBY", &name, "3"]).await;
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert!(sem.try_acquire(1).await.unwrap().is_none());
+    let sem2 = locks.semaphore(&name, 3).unwrap();
+    let waiter = tokio::spawn(async move {
+        let p = sem2.acquire_one().await.unwrap();
+        (Instant::now(), p)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    let free: i64 = raw(&mut admin, &["INCRBY", &name, "1"]).await;
+    let _: i64 = raw(&mut admin, &["PUBLISH", &channel, &free.to_string()]).await;
+    let (at, p) = waiter.await.unwrap();
+    assert!(
+        at - released < Duration::from_millis(100),
+        "woke after {:?}",
+        at - released
+    );
+    p.release().await.unwrap();
+    let _: i64 = raw(&mut admin, &["DEL", &name]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_dead_permit_holder_gives_its_permits_back_within_one_lease() {
+    let Some(url) = shared_url() else { return };
+    let name = compat_name("rs-sem-dead");
+    let lease = Duration::from_secs(1);
+    let mut admin = admin(&url).await;
+    {
+        let doomed = connect(&url, &[("redisson_compat", "true")]).await;
+        let p = doomed
+            .semaphore(&name, 2)
+            .unwrap()
+            .acquire(2, &AcquireOptions::new().watchdog_lease(lease))
+            .await
+            .unwrap()
+            .unwrap();
+        std::mem::forget(p);
+    }
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let sem = locks.semaphore(&name, 2).unwrap();
+    let started = Instant::now();
+    let p = sem
+        .acquire(2, &AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("the dead holder's permits came back");
+    assert!(
+        started.elapsed() < lease + Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+    // The permits went back into Redisson's count exactly once.
+    assert_eq!(raw::<String>(&mut admin, &["GET", &name]).await, "0");
+    p.release().await.unwrap();
+    assert_eq!(raw::<String>(&mut admin, &["GET", &name]).await, "2");
+    let _: i64 = raw(&mut admin, &["DEL", &name]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_close_ends_read_holds_and_permits_the_redisson_way() {
+    let Some(url) = shared_url() else { return };
+    let (name, sem_name) = (compat_name("rs-close-rw"), compat_name("rs-close-sem"));
+    let mut admin = admin(&url).await;
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let r = locks.rwlock(&name).unwrap().read_lock().await.unwrap();
+    let p = locks
+        .semaphore(&sem_name, 2)
+        .unwrap()
+        .acquire_one()
+        .await
+        .unwrap();
+    locks.close().await.unwrap();
+    assert_eq!(r.state(), LockState::Lost);
+    assert_eq!(p.state(), LockState::Lost);
+    // The hash is gone (no `mode`-only leftover), and the permit is back in the count.
+    assert_eq!(raw::<i64>(&mut admin, &["EXISTS", &name]).await, 0);
+    assert_eq!(raw::<String>(&mut admin, &["GET", &sem_name]).await, "2");
+    let _: i64 = raw(&mut admin, &["DEL", &sem_name]).await;
 }
