@@ -196,13 +196,22 @@ impl Mirror {
     }
 }
 
+/// Whether a watch is in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Readiness {
+    Pending,
+    Ready,
+    /// etcd refused it (no read permission on the prefix): the message, for the acquirer.
+    Refused(String),
+}
+
 /// The watch of one lock prefix, shared by every handle, acquire and guard of that lock in one
 /// client. The task stops when the last user drops it.
 #[derive(Debug)]
 pub(crate) struct NameWatch {
     prefix: Vec<u8>,
     mirror: Mutex<Mirror>,
-    ready: watch::Sender<bool>,
+    ready: watch::Sender<Readiness>,
     slots: Mutex<BTreeSet<u32>>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -216,7 +225,7 @@ impl Drop for NameWatch {
 impl NameWatch {
     /// Creates the watch of `prefix` (which ends with `/`) and starts its task.
     pub(crate) fn start(pool: Arc<Pool>, prefix: Vec<u8>, kind: Kind) -> Arc<NameWatch> {
-        let (ready, _) = watch::channel(false);
+        let (ready, _) = watch::channel(Readiness::Pending);
         let nw = Arc::new(NameWatch {
             prefix,
             mirror: Mutex::new(Mirror::new(kind)),
@@ -259,13 +268,14 @@ impl NameWatch {
     /// Waits until the watch is in place and the mirror is built.
     pub(crate) async fn ready(&self, limit: Duration) -> Result<()> {
         let mut rx = self.ready.subscribe();
-        let ok = matches!(
-            tokio::time::timeout(limit, rx.wait_for(|r| *r)).await,
-            Ok(Ok(_))
-        );
-        match ok {
-            true => Ok(()),
-            false => Err(Error::new(
+        let settled = tokio::time::timeout(limit, rx.wait_for(|r| *r != Readiness::Pending)).await;
+        let settled = settled.ok().and_then(|r| r.ok()).map(|r| r.clone());
+        match settled {
+            Some(Readiness::Ready) => Ok(()),
+            Some(Readiness::Refused(why)) => {
+                Err(Error::new(ErrorKind::Auth, why).with_retryable(false))
+            }
+            _ => Err(Error::new(
                 ErrorKind::Connection,
                 "the etcd watch of the lock could not be established",
             )),
@@ -362,7 +372,14 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
         };
         match session_of_watch(&nw, &pool, prefix).await {
             Ok(()) => backoff = Duration::from_millis(50),
-            Err(e) => tracing::debug!("etcd lock watch broke: {e}"),
+            Err(e) => {
+                tracing::debug!("etcd lock watch broke: {e}");
+                if e.kind() == &ErrorKind::Auth {
+                    if let Some(n) = nw.upgrade() {
+                        n.ready.send_replace(Readiness::Refused(e.to_string()));
+                    }
+                }
+            }
         }
         if let Some(n) = nw.upgrade() {
             n.mirror().synced = false;
@@ -401,6 +418,9 @@ async fn session_of_watch(
     };
     // The `created` answer: from here on every event on the prefix reaches us.
     match tokio::time::timeout(limit, stream.message()).await {
+        Ok(Ok(Some(r))) if r.created() && r.canceled() => {
+            return Err(cancelled(r.cancel_reason()));
+        }
         Ok(Ok(Some(r))) if r.created() => {}
         _ => {
             pool.failed(idx);
@@ -424,7 +444,7 @@ async fn session_of_watch(
         m.reset(base, resp.take_kvs());
         m.settle();
         drop(m);
-        n.ready.send_replace(true);
+        n.ready.send_replace(Readiness::Ready);
     }
     loop {
         let msg = stream
@@ -436,10 +456,7 @@ async fn session_of_watch(
         };
         let Some(n) = nw.upgrade() else { return Ok(()) };
         if r.canceled() {
-            return Err(Error::new(
-                ErrorKind::Backend,
-                format!("etcd cancelled the watch: {}", r.cancel_reason()),
-            ));
+            return Err(cancelled(r.cancel_reason()));
         }
         let mut m = n.mirror();
         for ev in r.events() {
@@ -456,5 +473,21 @@ async fn session_of_watch(
             }
         }
         m.settle();
+    }
+}
+
+/// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.
+fn cancelled(reason: &str) -> Error {
+    if reason.contains("permission denied") {
+        Error::new(
+            ErrorKind::Auth,
+            format!("etcd refused the watch of the lock: {reason}"),
+        )
+        .with_retryable(false)
+    } else {
+        Error::new(
+            ErrorKind::Backend,
+            format!("etcd cancelled the watch: {reason}"),
+        )
     }
 }
