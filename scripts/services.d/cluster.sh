@@ -210,13 +210,21 @@ cl_member_ok() { # MEMBER: recorded, ours and answering
     cl_pid_is_ours "$1" "$pid" && cl_answers "$1"
 }
 
-# The port of the primary the sentinels agree on now (empty if no sentinel answers).
+# The port of the Sentinel group's primary now: as the sentinels report it, else as a running data
+# node claims (empty if neither answers).
 cl_sentinel_primary_port() {
     local p out
     for p in $(cl_port_list SENTINEL_PORTS); do
         out=$(cl_redis "$p" sentinel get-master-addr-by-name "$CL_MASTER_NAME" | tr -d '\r' | sed -n 2p)
         if [ -n "$out" ]; then
             echo "$out"
+            return 0
+        fi
+    done
+    # No sentinel answers: a running data node that says it is the primary.
+    for p in $(cl_port_list REDIS_SENTINEL_DATA_PORTS); do
+        if [ "$(cl_redis_field "$p" replication role)" = master ]; then
+            echo "$p"
             return 0
         fi
     done
