@@ -9,6 +9,7 @@
 #       Redis primary + 2 replicas + 3 Sentinels)
 #       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (6s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
+#       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
 #   scripts/faults.sh suite [--quick]                  the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own single and cluster servers (own state dir and ports), runs every
 #       backend/topology with fixed seeds, stops the servers, fails if a target is missed
@@ -106,7 +107,7 @@ cmd_run() {
     local backend=${1:-} topology=${2:-}
     [ -n "$backend" ] && [ -n "$topology" ] || die "run: BACKEND TOPOLOGY needed (see --help)"
     shift 2
-    local seed=1 duration=40s workers=3 lease=2s every=6s wait=0 strict=() out=
+    local seed=1 duration=40s workers=3 lease=2s every=6s wait=0 strict=() out= extra=() label=
     while [ $# -gt 0 ]; do
         case $1 in
             --seed) seed=$2 && shift ;;
@@ -115,15 +116,21 @@ cmd_run() {
             --lease) lease=$2 && shift ;;
             --every) every=$2 && shift ;;
             --wait-replicas) wait=$2 && shift ;;
+            --hold-ms) extra+=(--hold-ms "$2") && shift ;;
+            --faults) extra+=(--faults "$2") && shift ;;
+            --label) label=$2 && shift ;;
             --strict) strict=(--strict) ;;
             --out) out=$2 && shift ;;
             *) die "run: unknown option '$1'" ;;
         esac
         shift
     done
-    local target url group label=$topology
-    [ "$backend:$topology" = redis:cluster ] && label=sentinel
-    [ "$wait" != 0 ] && label="$label+wait$wait"
+    local target url group
+    if [ -z "$label" ]; then
+        label=$topology
+        [ "$backend:$topology" = redis:cluster ] && label=sentinel
+        [ "$wait" != 0 ] && label="$label+wait$wait"
+    fi
     target=$(url_for "$backend" "$topology" "$wait")
     url=$(sed -n 1p <<<"$target")
     group=$(sed -n 2p <<<"$target")
@@ -132,7 +139,7 @@ cmd_run() {
     echo "==> faults: $backend $label seed $seed ($url)" >&2
     "$BIN" run --url "$url" --topology "$label" --group "$group" --ctl "$0 ctl" \
         --seed "$seed" --duration "$duration" --workers "$workers" --lease "$lease" \
-        --every "$every" --out "$out" ${strict[@]+"${strict[@]}"}
+        --every "$every" --out "$out" ${strict[@]+"${strict[@]}"} ${extra[@]+"${extra[@]}"}
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -131,6 +131,12 @@ impl GuardCore {
         }
         let span = tracing::debug_span!("lockkit.release", lock = %self.p().name);
         let result = self.p().held.release().instrument(span).await;
+        if matches!(&result, Err(e) if matches!(e.kind(), ErrorKind::NotHeld | ErrorKind::LockLost))
+        {
+            // The release is how this holder learns that the lock was lost (say, after a pause
+            // the backend had not reported yet): tell `lost()` too.
+            self.p().state.mark_lost();
+        }
         self.p().state.mark_released();
         match result {
             Ok(()) if was == LockState::Lost => Err(lost_before_release(&self.p().name)),
@@ -378,5 +384,42 @@ impl HoldRegistry {
             .filter(|o| o.parts.state.get().is_live())
             .map(|o| o.holds.load(Ordering::Acquire))
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend side whose lock vanished behind its back: release finds it gone.
+    #[derive(Debug)]
+    struct Vanished;
+
+    #[async_trait]
+    impl Held for Vanished {
+        async fn release(&self) -> Result<()> {
+            Err(Error::new(ErrorKind::NotHeld, "gone"))
+        }
+        fn release_in_background(&self) {}
+    }
+
+    #[tokio::test]
+    async fn release_that_finds_the_lock_gone_resolves_lost() {
+        let state = StateCell::new();
+        let parts = GuardParts::new(
+            "n",
+            FencingToken(1),
+            Lease::Watchdog(Duration::from_secs(1)),
+            state.clone(),
+            Box::new(Vanished),
+        );
+        let guard = LockGuard::new(parts);
+        let lost = guard.lost();
+        let err = guard.release().await.unwrap_err();
+        assert_eq!(*err.kind(), ErrorKind::NotHeld);
+        tokio::time::timeout(Duration::from_secs(1), lost)
+            .await
+            .expect("lost() resolves when the release finds the lock gone");
+        assert_eq!(state.get(), LockState::Lost);
     }
 }

@@ -81,7 +81,9 @@ pub struct Report {
     pub token_regressions: usize,
     /// Pairs of holds whose intervals intersect (double grants).
     pub overlaps: Vec<Overlap>,
-    /// Overlaps whose earlier holder never saw `lost()` resolve.
+    /// Holds that overlapped a later hold (double-granted holds; the pairs are in `overlaps`).
+    pub overlapping_holds: usize,
+    /// Overlapping holds that never saw `lost()` resolve: nobody told the holder.
     pub unsignalled_overlaps: usize,
     /// `lost()` resolutions, measured from the next grant to someone else (when the lease had
     /// certainly ended); negative means the holder knew before anyone else got the lock.
@@ -162,7 +164,12 @@ pub fn check(lines: &[LogLine]) -> Report {
             });
         }
     }
-    let unsignalled_overlaps = overlaps.iter().filter(|o| !o.signalled).count();
+    let earlier: std::collections::BTreeSet<(u32, u64, bool)> = overlaps
+        .iter()
+        .map(|o| (o.earlier.0, o.earlier.1, o.signalled))
+        .collect();
+    let overlapping_holds = earlier.len();
+    let unsignalled_overlaps = earlier.iter().filter(|e| !e.2).count();
 
     let next_grant = |after: Micros, worker: u32| {
         acquires
@@ -214,6 +221,7 @@ pub fn check(lines: &[LogLine]) -> Report {
         writes_rejected: rejected,
         stale_writes_accepted: stale,
         token_regressions,
+        overlapping_holds,
         unsignalled_overlaps,
         overlaps,
         lost_latency_ms: Stats::of(lost_latency),

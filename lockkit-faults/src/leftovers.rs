@@ -12,7 +12,8 @@ pub struct Leftovers {
     pub locks: Vec<String>,
     /// etcd leases still alive (must be 0).
     pub leases: Vec<String>,
-    /// Keys kept by design (the Redis fencing counter, which expires after `fence_ttl`).
+    /// Keys kept by design, with an expiry: the Redis fencing counter (`fence_ttl`) and unlock
+    /// latches (seconds).
     pub kept: Vec<String>,
     /// Why the scan could not run, if it could not.
     pub error: Option<String>,
@@ -125,10 +126,19 @@ async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
             .await
             .map_err(err)?;
         for key in keys {
-            if key.starts_with("lockkit:fence:") {
-                out.kept.push(key);
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query_async(&mut con)
+                .await
+                .map_err(err)?;
+            // The fencing counter and the short-lived unlock latches expire by design; any key
+            // without an expiry, and any lock key at all, is a leftover.
+            let by_design = key.starts_with("lockkit:fence:") || key.starts_with("lockkit:unlock:");
+            if by_design && ttl >= 0 {
+                out.kept
+                    .push(format!("{key} (expires in {} s)", ttl / 1000));
             } else {
-                out.locks.push(key);
+                out.locks.push(format!("{key} (pttl {ttl})"));
             }
         }
         if next == 0 {

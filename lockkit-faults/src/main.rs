@@ -76,6 +76,9 @@ enum Cmd {
         /// Output directory.
         #[arg(long, default_value = "target/faults")]
         out: PathBuf,
+        /// Range of a hold's length in milliseconds (`MIN-MAX`).
+        #[arg(long, default_value = "50-250", value_parser = parse_range)]
+        hold_ms: (u64, u64),
         /// Also fail on unsignalled overlaps, a paused holder told later than 1 s after resuming,
         /// and leftovers (the etcd and ZooKeeper targets). Stale writes accepted always fail.
         #[arg(long)]
@@ -97,6 +100,8 @@ enum Cmd {
         until: u64,
         #[arg(long)]
         seed: u64,
+        #[arg(long, value_parser = parse_range)]
+        hold_ms: (u64, u64),
     },
     /// Re-run the checker on a run log.
     Check {
@@ -131,6 +136,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             lease_ms,
             until,
             seed,
+            hold_ms,
         } => {
             let args = worker::WorkerArgs {
                 id,
@@ -140,6 +146,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 lease: Duration::from_millis(lease_ms),
                 until,
                 seed,
+                hold_ms,
             };
             match worker::run(args).await {
                 Ok(()) => ExitCode::SUCCESS,
@@ -177,6 +184,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             every,
             grace,
             out,
+            hold_ms,
             strict,
         } => {
             let args = run::RunArgs {
@@ -192,6 +200,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 every,
                 grace,
                 out,
+                hold_ms,
             };
             match run::run(args.clone()).await {
                 Ok(outcome) => verdict(&args, &outcome, strict),
@@ -202,6 +211,18 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             }
         }
     }
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once('-').ok_or("expected MIN-MAX")?;
+    let (a, b) = (
+        a.parse().map_err(|e| format!("{e}"))?,
+        b.parse().map_err(|e| format!("{e}"))?,
+    );
+    if a > b {
+        return Err("MIN must not exceed MAX".into());
+    }
+    Ok((a, b))
 }
 
 fn read_log(path: &std::path::Path) -> std::io::Result<Vec<proto::LogLine>> {
@@ -221,13 +242,13 @@ fn fmt_stats(s: &check::Stats) -> String {
 /// Prints the summary row and decides the exit code.
 fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
     let r = &o.report;
-    let signalled = r.overlaps.len() - r.unsignalled_overlaps;
+    let signalled = r.overlapping_holds - r.unsignalled_overlaps;
     let leftovers = match &o.leftovers.error {
         Some(e) => format!("scan failed: {e}"),
         None => o.leftovers.count().to_string(),
     };
     println!(
-        "RESULT url={} topology={} seed={} holds={} faults={} overlaps={} (signalled {}) \
+        "RESULT url={} topology={} seed={} holds={} faults={} overlapping_holds={} (signalled {}, pairs {}) \
          unsignalled={} stale_accepted={} rejected={} token_regressions={} \
          lost_latency_ms(p50/max)={} lost_after_resume_ms(p50/max)={} recovery_ms(p50/max)={} \
          leftovers={} errors={:?} releases={:?}",
@@ -236,8 +257,9 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
         args.seed,
         r.holds,
         r.faults.len(),
-        r.overlaps.len(),
+        r.overlapping_holds,
         signalled,
+        r.overlaps.len(),
         r.unsignalled_overlaps,
         r.stale_writes_accepted,
         r.writes_rejected,
@@ -272,6 +294,12 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
     }
     if r.holds == 0 {
         failures.push("no hold completed".into());
+    }
+    if !o.failed_workers.is_empty() {
+        failures.push(format!(
+            "workers {:?} failed (see their worker-N.log)",
+            o.failed_workers
+        ));
     }
     if !o.stragglers.is_empty() {
         failures.push(format!("workers {:?} did not stop", o.stragglers));

@@ -88,7 +88,7 @@ pub struct FaultRecord {
     pub target: String,
     /// For holder faults: the worker id.
     pub worker: Option<u32>,
-    /// When the fault began (kill / SIGSTOP / stop sent).
+    /// When the fault took effect: the holder was signalled, or the server was down / stopped.
     pub start: Micros,
     /// When the fault was over (SIGCONT / server started again); equals `start` for a kill.
     pub end: Micros,

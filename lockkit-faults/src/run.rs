@@ -43,6 +43,8 @@ pub struct RunArgs {
     pub grace: Duration,
     /// Output directory (log, report, worker stderr).
     pub out: PathBuf,
+    /// Range of a hold's length, in milliseconds.
+    pub hold_ms: (u64, u64),
 }
 
 /// A run's findings: the checker's report plus leftovers.
@@ -54,6 +56,8 @@ pub struct Outcome {
     pub leftovers: Leftovers,
     /// Workers still running at the end that had to be killed.
     pub stragglers: Vec<u32>,
+    /// Workers that exited with a failure (see worker-N.log).
+    pub failed_workers: Vec<u32>,
 }
 
 struct Workers {
@@ -81,6 +85,10 @@ impl Workers {
             .args([
                 "--seed",
                 &(self.args.seed ^ u64::from(id) << 32).to_string(),
+            ])
+            .args([
+                "--hold-ms",
+                &format!("{}-{}", self.args.hold_ms.0, self.args.hold_ms.1),
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -129,7 +137,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
 
     let mut rng = StdRng::seed_from_u64(args.seed);
     let settle = Duration::from_secs(3);
-    let tail = args.lease * 3;
+    let tail = args.lease * 2;
     let window = args.duration.saturating_sub(settle + tail);
     let count = (window.as_micros() / args.every.as_micros().max(1)) as usize + 1;
     let plan = schedule(&args.faults, count, &mut rng);
@@ -161,10 +169,12 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
 
     // Workers stop by themselves at `until`; wait for them, then kill stragglers.
     let mut stragglers = Vec::new();
+    let mut failed_workers = Vec::new();
     let deadline = until + 20_000_000;
     for (id, child) in workers.children.iter_mut() {
         match tokio::time::timeout(crate::clock::until(deadline), child.wait()).await {
-            Ok(_) => {}
+            Ok(Ok(status)) if status.success() => {}
+            Ok(_) => failed_workers.push(*id),
             Err(_) => {
                 stragglers.push(*id);
                 let _ = child.kill().await;
@@ -172,6 +182,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         }
     }
     stragglers.sort();
+    failed_workers.sort();
     tokio::time::sleep(args.grace).await;
     let leftovers = scan(&args.url, &name).await;
     let report = check(&reg.lines());
@@ -179,6 +190,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         report,
         leftovers,
         stragglers,
+        failed_workers,
     };
     std::fs::write(
         args.out.join("report.json"),
@@ -243,16 +255,17 @@ async fn inject(
         }
         FaultKind::KillLeader => {
             let leader = ctl.leader().await?;
-            let start = now();
             ctl.act("stop", &leader).await?;
+            // From here the server is gone (the stop command waits for it).
+            let start = now();
             tokio::time::sleep(args.lease).await;
             ctl.act("start", &leader).await?;
             record(leader, None, start)
         }
         FaultKind::PauseServer => {
             let leader = ctl.leader().await?;
-            let start = now();
             ctl.act("pause", &leader).await?;
+            let start = now();
             tokio::time::sleep(pause).await;
             ctl.act("resume", &leader).await?;
             record(leader, None, start)
@@ -260,8 +273,8 @@ async fn inject(
         FaultKind::RestartServer => {
             let members = ctl.members().await?;
             let member = pick(&members, rng).ok_or_else(|| std::io::Error::other("no members"))?;
-            let start = now();
             ctl.act("stop", &member).await?;
+            let start = now();
             ctl.act("start", &member).await?;
             record(member, None, start)
         }

@@ -30,6 +30,8 @@ pub struct WorkerArgs {
     pub until: Micros,
     /// Seed of the hold times.
     pub seed: u64,
+    /// Range of a hold's length, in milliseconds.
+    pub hold_ms: (u64, u64),
 }
 
 struct Client {
@@ -96,7 +98,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Ok(Ok(Some(guard))) => {
-                let hold = Duration::from_millis(rng.gen_range(50..=250));
+                let hold = Duration::from_millis(rng.gen_range(args.hold_ms.0..=args.hold_ms.1));
                 one_hold(&mut reg, args.id, guard, hold).await?;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=30))).await;
             }
