@@ -24,12 +24,13 @@ URL=${LOCKKIT_TEST_REDIS_URL%%\?*}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# A fresh dependency directory: jars of an older Redisson must not stay on the classpath.
+# The pom's Redisson version, or LOCKKIT_REDISSON_VERSION to check another one by hand.
+VERSION=${LOCKKIT_REDISSON_VERSION:-$(sed -n 's:.*<redisson.version>\(.*\)</redisson.version>.*:\1:p' interop/redisson/pom.xml)}
+# A fresh dependency directory: jars of another Redisson must not stay on the classpath.
 rm -rf interop/redisson/target/dependency
-(cd interop/redisson && mvn -q -B -Dstyle.color=never package dependency:copy-dependencies -DincludeScope=runtime >"$WORK/mvn.log" 2>&1) ||
+(cd interop/redisson && mvn -q -B -Dstyle.color=never -Dredisson.version="$VERSION" package dependency:copy-dependencies -DincludeScope=runtime >"$WORK/mvn.log" 2>&1) ||
     { cat "$WORK/mvn.log" >&2; exit 1; }
 CP="interop/redisson/target/classes:interop/redisson/target/dependency/*"
-VERSION=$(sed -n 's:.*<redisson.version>\(.*\)</redisson.version>.*:\1:p' interop/redisson/pom.xml)
 cargo build -q -p lockkit-redis --example interop_peer
 PEER=target/debug/examples/interop_peer
 
