@@ -7,6 +7,7 @@ use lockkit_core::{Error, LockConfig, Result, Secret};
 
 /// The PEM material read from the option files. The key stays a [`Secret`].
 #[derive(Clone)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub(crate) struct Tls {
     ca: String,
     identity: Option<(String, Secret)>,
