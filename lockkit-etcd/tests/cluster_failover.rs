@@ -1,9 +1,10 @@
-//! Leader failover in the 3-member etcd cluster of `scripts/services.sh up --cluster`
-//! (`LOCKKIT_TEST_ETCD_CLUSTER_URL`): the Raft leader is stopped and started again while one handle holds a lock and
-//! two others wait for it. Checked: never two holders at once (a holder leaves its critical
-//! section the moment `lost()` resolves), the holder's guard stays Held or turns Lost with
-//! `lost()` resolving, the waiters then get the lock with larger tokens, and a fresh acquisition
-//! works. The test stops a server of the shared cluster and starts it again even if it fails.
+//! Failover in the 3-member etcd cluster of `scripts/services.sh up --cluster` (`LOCKKIT_TEST_ETCD_CLUSTER_URL`): while one
+//! handle holds a lock and two others wait for it, the Raft leader is stopped and started again,
+//! or every member is restarted in turn. Checked: never two holders at once (a holder leaves its
+//! critical section the moment `lost()` resolves), the holder's guard stays Held or turns Lost
+//! with `lost()` resolving, the waiters then get the lock with larger tokens, and a fresh
+//! acquisition works. The tests stop servers of the shared cluster (one at a time, one test at a
+//! time) and start them again even if they fail.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,6 +15,18 @@ use lockkit_core::testing::{server_url, unique_name, OverlapDetector};
 use lockkit_core::{DistLockExt, LockConfig, LockState, Locks};
 
 const GROUP: &str = "etcd-cluster";
+const MEMBERS: [&str; 3] = ["etcd-c1", "etcd-c2", "etcd-c3"];
+
+/// The tests stop servers, so they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The fault injected while the lock is held and waited for.
+enum Fault {
+    /// Stop the leader, wait for a new one, start the old one again.
+    Leader,
+    /// Stop and start every member in turn (so also the one the holder talks to).
+    EveryMember,
+}
 
 /// `scripts/services.sh ARGS...`, its trimmed stdout if it succeeded.
 fn services(args: &[&str]) -> Option<String> {
@@ -55,16 +68,54 @@ async fn new_leader(old: &str) -> String {
     }
 }
 
+/// Stops `member` and starts it again (also when the test fails in between).
+async fn stop_start(member: &str, before_start: impl std::future::Future<Output = ()>) {
+    let mut restart = Restart(Some(member.to_string()));
+    services(&["stop", member]).expect("stop a member");
+    before_start.await;
+    services(&["start", member]).expect("start the member again");
+    restart.0 = None;
+}
+
+async fn inject(fault: Fault) {
+    match fault {
+        Fault::Leader => {
+            let leader = services(&["leader", GROUP]).expect("a leader before the fault");
+            stop_start(&leader, async {
+                let next = new_leader(&leader).await;
+                eprintln!("stopped {leader}; {next} leads now");
+            })
+            .await;
+        }
+        Fault::EveryMember => {
+            for m in MEMBERS {
+                stop_start(m, tokio::time::sleep(Duration::from_secs(1))).await;
+                eprintln!("restarted {m}");
+            }
+        }
+    }
+}
+
 async fn connect(url: &str) -> Locks {
     lockkit_etcd::connect(&LockConfig::new(url)).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_failover_keeps_a_single_holder() {
+    held_and_waited_through(Fault::Leader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_keeps_a_single_holder() {
+    held_and_waited_through(Fault::EveryMember).await;
+}
+
+async fn held_and_waited_through(fault: Fault) {
     let Some(url) = server_url("etcd_cluster") else {
         return;
     };
-    let name = unique_name("leader-failover");
+    let _serial = SERIAL.lock().await;
+    let name = unique_name("failover");
     let detector = OverlapDetector::new();
 
     let holder = connect(&url).await;
@@ -103,25 +154,19 @@ async fn leader_failover_keeps_a_single_holder() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let leader = services(&["leader", GROUP]).expect("a leader before the fault");
-    let mut restart = Restart(Some(leader.clone()));
-    services(&["stop", &leader]).expect("stop the leader");
-    let next = new_leader(&leader).await;
-    eprintln!("stopped {leader}; {next} leads now");
-    services(&["start", &leader]).expect("start the old leader again");
-    restart.0 = None;
+    inject(fault).await;
 
     // The holder's guard settles: Held again, or Lost with lost() resolved.
     let start = Instant::now();
     while !matches!(guard.state(), LockState::Held | LockState::Lost) {
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "guard still {:?} 30 s after the failover",
+            "guard still {:?} 30 s after the fault",
             guard.state()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    eprintln!("holder's guard after the failover: {:?}", guard.state());
+    eprintln!("holder's guard after the fault: {:?}", guard.state());
     if guard.state() == LockState::Held {
         // Still ours on the server too: nobody else gets it, the waiters still wait.
         let probe = connect(&url).await;
@@ -161,7 +206,7 @@ async fn leader_failover_keeps_a_single_holder() {
         .try_lock()
         .await
         .unwrap()
-        .expect("the lock is free after the failover");
+        .expect("the lock is free after the fault");
     assert!(again.token() > last);
     again.release().await.unwrap();
     assert_eq!(detector.max_inside(), 1, "two holders at once");
