@@ -47,6 +47,9 @@ fn connections_received() -> Option<u64> {
 
 /// Connects with `url` and tries a lock; the error it ends in, checked for speed and kind.
 async fn refused(url: String, secret: &str) -> Error {
+    // The server's connection count is shared: count one refusal at a time.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let before = connections_received();
     let start = Instant::now();
     let outcome = tokio::time::timeout(Duration::from_secs(30), async {
