@@ -37,7 +37,13 @@ impl ConnectionLike for Conn {
                     let mut c = s.current();
                     let r = c.req_packed_command(cmd).await;
                     s.check(&r);
-                    r
+                    match &r {
+                        Err(e) => match s.switched_after(e).await {
+                            Some(mut c) => c.req_packed_command(cmd).await,
+                            None => r,
+                        },
+                        Ok(_) => r,
+                    }
                 })
             }
             Conn::Cluster(c) => c.req_packed_command(cmd),
@@ -58,7 +64,13 @@ impl ConnectionLike for Conn {
                     let mut c = s.current();
                     let r = c.req_packed_commands(pipeline, offset, count).await;
                     s.check(&r);
-                    r
+                    match &r {
+                        Err(e) => match s.switched_after(e).await {
+                            Some(mut c) => c.req_packed_commands(pipeline, offset, count).await,
+                            None => r,
+                        },
+                        Ok(_) => r,
+                    }
                 })
             }
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),

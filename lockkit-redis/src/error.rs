@@ -32,3 +32,16 @@ pub(crate) fn map(e: RedisError, what: &str) -> Error {
 pub(crate) fn timeout(what: &str) -> Error {
     Error::new(ErrorKind::Timeout, format!("redis: {what} timed out"))
 }
+
+/// The I/O error kind behind `e`, if it is an I/O failure (redis-rs keeps the `io::Error` behind
+/// an `Arc<dyn Error>`).
+pub(crate) fn io_kind(e: &RedisError) -> Option<std::io::ErrorKind> {
+    use std::error::Error as _;
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = e.source()?;
+    let io = match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref::<std::io::Error>(),
+        None => source.downcast_ref::<std::io::Error>(),
+    };
+    io.map(std::io::Error::kind)
+}

@@ -10,7 +10,12 @@
 //! * follow: one task per client resolves again every [`POLL`], and at once when a command
 //!   fails in a way that hints at a failover (connection errors, timeouts, `READONLY` from a
 //!   demoted primary); when the address changes it opens connections to the new primary, swaps
-//!   them in and resubscribes the wake-up channels there.
+//!   them in and resubscribes the wake-up channels there;
+//! * a command that certainly did not reach the server (connection refused, broken pipe,
+//!   `READONLY`) waits for the follower's next answer (at most [`RESOLVE_WAIT`]) and, if the
+//!   primary moved, is sent once more to the new one; so an idle client's first command after a
+//!   failover succeeds. A command that may have reached the old primary (timeout, reset) is
+//!   never sent twice: it fails with a retryable error.
 //!
 //! Between the old primary's failure and the swap, commands fail with retryable errors and held
 //! guards turn Suspect (the watchdog's renewals fail); after the swap, the next renewal finds
@@ -23,7 +28,7 @@ use std::time::Duration;
 use lockkit_core::{Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, RedisResult};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
@@ -37,9 +42,22 @@ pub(crate) const POLL: Duration = Duration::from_millis(500);
 /// once).
 const MIN_GAP: Duration = Duration::from_millis(50);
 
+/// How long a command that could not reach the primary waits for the follower's answer.
+const RESOLVE_WAIT: Duration = Duration::from_secs(1);
+
+/// What the follower did so far, for commands waiting on it.
+#[derive(Clone, Copy, Default)]
+struct Rounds {
+    /// Resolutions finished.
+    resolved: u64,
+    /// Connections swapped in.
+    switched: u64,
+}
+
 /// A managed connection to the current primary, replaced when the primary changes.
 pub(crate) struct Switchable {
     current: RwLock<ConnectionManager>,
+    rounds: watch::Sender<Rounds>,
     /// Pub/sub only: the channels to subscribe again on a new primary.
     channels: Mutex<HashSet<String>>,
     /// Wakes the follower to resolve now.
@@ -50,6 +68,7 @@ impl Switchable {
     fn new(conn: ConnectionManager, follow: Arc<Notify>) -> Arc<Switchable> {
         Arc::new(Switchable {
             current: RwLock::new(conn),
+            rounds: watch::Sender::new(Rounds::default()),
             channels: Mutex::new(HashSet::new()),
             follow,
         })
@@ -73,6 +92,33 @@ impl Switchable {
         }
     }
 
+    /// After `e`: if the command certainly did not reach the server (refused, broken pipe,
+    /// `READONLY` from a demoted primary), asks the follower and returns the connection to a new
+    /// primary if it found one. A command that may have reached the old primary is never sent
+    /// again.
+    pub(crate) async fn switched_after(&self, e: &redis::RedisError) -> Option<ConnectionManager> {
+        let undelivered = e.code() == Some("READONLY")
+            || matches!(
+                error::io_kind(e),
+                Some(std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::BrokenPipe)
+            );
+        if !undelivered {
+            return None;
+        }
+        let mut rx = self.rounds.subscribe();
+        let start = *rx.borrow_and_update();
+        self.follow.notify_one();
+        let answered = rx.wait_for(|r| r.resolved > start.resolved || r.switched > start.switched);
+        let _ = tokio::time::timeout(RESOLVE_WAIT, answered).await;
+        let switched = self.rounds.borrow().switched > start.switched;
+        switched.then(|| self.current())
+    }
+
+    /// The follower finished a resolution.
+    fn resolved(&self) {
+        self.rounds.send_modify(|r| r.resolved += 1);
+    }
+
     fn channels(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -82,6 +128,11 @@ impl Switchable {
         self.channels().insert(channel.to_string());
         let r = self.current().subscribe(channel).await;
         self.check(&r);
+        if let Err(e) = &r {
+            if let Some(mut c) = self.switched_after(e).await {
+                return c.subscribe(channel).await;
+            }
+        }
         r
     }
 
@@ -93,6 +144,7 @@ impl Switchable {
     /// Swaps in a connection to the new primary (and resubscribes there).
     async fn replace(&self, conn: ConnectionManager) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
+        self.rounds.send_modify(|r| r.switched += 1);
         let channels: Vec<String> = self.channels().iter().cloned().collect();
         for ch in channels {
             let mut c = conn.clone();
@@ -294,6 +346,8 @@ async fn run(
             Ok(a) => a,
             Err(e) => {
                 tracing::debug!(error = %e, "lockkit: Sentinels did not answer");
+                conn.resolved();
+                pubsub.resolved();
                 tokio::time::sleep(MIN_GAP).await;
                 continue;
             }
@@ -317,6 +371,8 @@ async fn run(
                 }
             }
         }
+        conn.resolved();
+        pubsub.resolved();
         tokio::time::sleep(MIN_GAP).await;
     }
 }
