@@ -31,8 +31,11 @@ rm -rf interop/redisson/target/dependency
 (cd interop/redisson && mvn -q -B -Dstyle.color=never -Dredisson.version="$VERSION" package dependency:copy-dependencies -DincludeScope=runtime >"$WORK/mvn.log" 2>&1) ||
     { cat "$WORK/mvn.log" >&2; exit 1; }
 CP="interop/redisson/target/classes:interop/redisson/target/dependency/*"
-cargo build -q -p lockkit-redis --example interop_peer
-PEER=target/debug/examples/interop_peer
+# Other crates have an example of the same name, and cargo puts them all at one path: copy ours
+# right after building it.
+cargo build -q -p lockkit-redis --all-features --example interop_peer
+PEER="$WORK/lockkit-redis-interop-peer"
+cp target/debug/examples/interop_peer "$PEER"
 
 # run MODE WORKERS ITER PERMITS: both sides with WORKERS workers of ITER holds each.
 run() {
