@@ -10,7 +10,7 @@
 #       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (6s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
-#   scripts/faults.sh suite [--quick]                  the bounded CI suite (scripts/test.d/80-faults.sh):
+#   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own single and cluster servers (own state dir and ports), runs every
 #       backend/topology with fixed seeds, stops the servers, fails if a target is missed
 #   scripts/faults.sh ctl VERB GROUP [MEMBER]         server control used by the harness
@@ -148,46 +148,50 @@ cmd_run() {
 # Own servers, away from the shared ones and from other users of the default cluster ports.
 suite_env() {
     export LOCKKIT_SERVICES_STATE=${LOCKKIT_FAULTS_STATE:-/tmp/lockkit-faults-suite}
-    export LOCKKIT_REDIS_PORT=${LOCKKIT_FAULTS_REDIS_PORT:-36479}
-    export LOCKKIT_ETCD_PORT=${LOCKKIT_FAULTS_ETCD_PORT:-32479}
-    export LOCKKIT_ETCD_PEER_PORT=${LOCKKIT_FAULTS_ETCD_PEER_PORT:-32480}
-    export LOCKKIT_ZK_PORT=${LOCKKIT_FAULTS_ZK_PORT:-32281}
-    export LOCKKIT_CLUSTER_ETCD_PORTS=32579,32581,32583 LOCKKIT_CLUSTER_ETCD_PEER_PORTS=32580,32582,32584
-    export LOCKKIT_CLUSTER_ZK_PORTS=32381,32382,32383 LOCKKIT_CLUSTER_ZK_QUORUM_PORTS=32391,32393,32395
-    export LOCKKIT_CLUSTER_ZK_ELECTION_PORTS=32392,32394,32396
-    export LOCKKIT_CLUSTER_REDIS_SENTINEL_DATA_PORTS=36500,36501,36502
-    export LOCKKIT_CLUSTER_SENTINEL_PORTS=36600,36601,36602
-    export LOCKKIT_CLUSTER_REDIS_CLUSTER_PORTS=36510,36511,36512,36513,36514,36515
+    export LOCKKIT_REDIS_PORT=34379 LOCKKIT_ETCD_PORT=34479 LOCKKIT_ETCD_PEER_PORT=34480 LOCKKIT_ZK_PORT=34181
+    export LOCKKIT_CLUSTER_ETCD_PORTS=34579,34581,34583 LOCKKIT_CLUSTER_ETCD_PEER_PORTS=34580,34582,34584
+    export LOCKKIT_CLUSTER_ZK_PORTS=34381,34382,34383 LOCKKIT_CLUSTER_ZK_QUORUM_PORTS=34391,34393,34395
+    export LOCKKIT_CLUSTER_ZK_ELECTION_PORTS=34392,34394,34396
+    export LOCKKIT_CLUSTER_REDIS_SENTINEL_DATA_PORTS=34600,34601,34602
+    export LOCKKIT_CLUSTER_SENTINEL_PORTS=34700,34701,34702
+    export LOCKKIT_CLUSTER_REDIS_CLUSTER_PORTS=34610,34611,34612,34613,34614,34615
 }
 
 SUITE_FAILED=()
 
-suite_one() { # BACKEND TOPOLOGY SEED [run options]
+suite_one() { # BACKEND TOPOLOGY [run options]
     local rc=0
     cmd_run "$@" || rc=$?
-    [ "$rc" -eq 0 ] || SUITE_FAILED+=("$1 $2 seed $3 ${*:4}")
+    [ "$rc" -eq 0 ] || SUITE_FAILED+=("$*")
 }
 
+# Every run: 3 workers, 2 s watchdog lease, seed 1, a fault every 5 s (each kind once: SIGKILL
+# and SIGSTOP of the holder, stop of the leader, SIGSTOP of the leader, restart of a member),
+# then a run of long holds (5-6 s) so that a paused holder is still holding when it resumes.
+# Cluster topologies when the cluster profile starts; single servers otherwise.
 cmd_suite() {
     suite_env
     build
-    local cluster=1
     trap '"$SERVICES" down >&2 || true' EXIT
-    "$SERVICES" up >/dev/null || die "could not start the single servers"
-    if ! "$SERVICES" up --cluster >/dev/null; then
-        echo "faults: cluster profile did not start; single-node runs only" >&2
-        cluster=0
+    local run=(--seed 1 --duration 36s --every 5s)
+    local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000)
+    if "$SERVICES" up --cluster >/dev/null; then
+        suite_one etcd cluster "${run[@]}" --strict
+        suite_one zk cluster "${run[@]}" --strict
+        suite_one etcd cluster "${long[@]}" --strict --label cluster-longhold
+        suite_one zk cluster "${long[@]}" --strict --label cluster-longhold
+        suite_one redis cluster "${run[@]}"
+        suite_one redis cluster "${run[@]}" --wait-replicas 1
+    else
+        echo "faults: the cluster profile did not start; single servers only" >&2
+        "$SERVICES" down --cluster >&2 || true
+        "$SERVICES" up >/dev/null || die "could not start the single servers"
+        suite_one etcd single "${run[@]}" --strict
+        suite_one zk single "${run[@]}" --strict
+        suite_one etcd single "${long[@]}" --strict --label single-longhold
+        suite_one zk single "${long[@]}" --strict --label single-longhold
+        suite_one redis single "${run[@]}"
     fi
-    local d=30s
-    if [ "$cluster" = 1 ]; then
-        suite_one etcd cluster --seed 1 --duration "$d" --strict
-        suite_one zk cluster --seed 1 --duration "$d" --strict
-        suite_one redis cluster --seed 1 --duration "$d"
-        suite_one redis cluster --seed 1 --duration "$d" --wait-replicas 1
-    fi
-    suite_one etcd single --seed 1 --duration "$d" --strict
-    suite_one zk single --seed 1 --duration "$d" --strict
-    suite_one redis single --seed 1 --duration "$d"
     if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
         printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
         return 1

@@ -12,9 +12,10 @@ pub struct Leftovers {
     pub locks: Vec<String>,
     /// etcd leases still alive (must be 0).
     pub leases: Vec<String>,
-    /// Keys kept by design, with an expiry: the Redis fencing counter (`fence_ttl`) and unlock
-    /// latches (seconds).
+    /// Keys kept by design, with an expiry: the Redis fencing counter (`fence_ttl`).
     pub kept: Vec<String>,
+    /// Redis unlock latches still present; they expire by design within seconds.
+    pub latches: usize,
     /// Why the scan could not run, if it could not.
     pub error: Option<String>,
 }
@@ -132,9 +133,13 @@ async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
                 .await
                 .map_err(err)?;
             // The fencing counter and the short-lived unlock latches expire by design; any key
-            // without an expiry, and any lock key at all, is a leftover.
-            let by_design = key.starts_with("lockkit:fence:") || key.starts_with("lockkit:unlock:");
-            if by_design && ttl >= 0 {
+            // without an expiry, and any lock key at all, is a leftover. -2: expired meanwhile.
+            if ttl == -2 {
+                continue;
+            }
+            if key.starts_with("lockkit:unlock:") && ttl >= 0 {
+                out.latches += 1;
+            } else if key.starts_with("lockkit:fence:") && ttl >= 0 {
                 out.kept
                     .push(format!("{key} (expires in {} s)", ttl / 1000));
             } else {

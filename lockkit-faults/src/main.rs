@@ -308,6 +308,14 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
         if r.unsignalled_overlaps > 0 {
             failures.push(format!("{} unsignalled overlaps", r.unsignalled_overlaps));
         }
+        let paused_mid_hold = r
+            .faults
+            .iter()
+            .filter(|f| f.paused_mid_hold == Some(true))
+            .count();
+        if args.faults.contains(&FaultKind::PauseHolder) && paused_mid_hold == 0 {
+            failures.push("no pause-holder fault landed in the middle of a hold".into());
+        }
         let slow = r.slow_pause_signals();
         if slow > 0 {
             failures.push(format!(

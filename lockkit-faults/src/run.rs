@@ -199,9 +199,9 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
     Ok(outcome)
 }
 
-/// Waits up to 3 s for a holder whose acquire is at most 40 ms old (so the fault lands mid-hold).
+/// Waits up to 8 s for a holder whose acquire is at most 40 ms old (so the fault lands mid-hold).
 async fn fresh_holder(reg: &Register) -> Option<(u32, u32)> {
-    let give_up = now() + 3_000_000;
+    let give_up = now() + 8_000_000;
     while now() < give_up {
         if let Some((worker, pid, at)) = reg.current_holder() {
             if now().saturating_sub(at) <= 40_000 {

@@ -141,6 +141,8 @@ async fn one_hold(
         let lost_at = lost_at.clone();
         tokio::spawn(async move {
             tokio::select! {
+                // Lost first: a release that found the lock gone resolves both at once.
+                biased;
                 _ = lost => lost_at.store(now(), Ordering::SeqCst),
                 _ = done_rx => {}
             }
