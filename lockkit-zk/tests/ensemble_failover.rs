@@ -1,10 +1,11 @@
-//! Failover in the ZooKeeper ensemble of `scripts/services.sh up --cluster` (`LOCKKIT_TEST_ZK_ENSEMBLE_URL`): while one
-//! handle holds a lock and two others wait for it, the ensemble leader is stopped and started again,
-//! or every member is restarted in turn. Checked: never two holders at once (a holder leaves its
-//! critical section the moment `lost()` resolves), the holder's guard stays Held or turns Lost
-//! with `lost()` resolving, the waiters then get the lock with larger tokens, and a fresh
-//! acquisition works. The tests stop servers of the shared cluster (one at a time, one test at a
-//! time) and start them again even if they fail.
+//! Failover in the ZooKeeper ensemble of `scripts/services.sh up --cluster`
+//! (`LOCKKIT_TEST_ZK_ENSEMBLE_URL`). While one handle holds a lock and two others wait for it:
+//! the ensemble leader is stopped and started again; or every member is restarted in turn; or every
+//! member is paused (SIGSTOP) for 3 s in turn. Checked: never two holders at once (a holder
+//! leaves its critical section the moment `lost()` resolves), the holder's guard stays Held or
+//! turns Lost with `lost()` resolving, the waiters then get the lock with larger tokens, and a
+//! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
+//! at a time) and start them again even if they fail.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -26,6 +27,8 @@ enum Fault {
     Leader,
     /// Stop and start every member in turn (so also the one the holder talks to).
     EveryMember,
+    /// SIGSTOP every member in turn for 3 s, then SIGCONT: a hung server, not a dead one.
+    PauseEveryMember,
 }
 
 /// `scripts/services.sh ARGS...`, its trimmed stdout if it succeeded.
@@ -49,6 +52,17 @@ impl Drop for Restart {
     fn drop(&mut self) {
         if let Some(member) = self.0.take() {
             services(&["start", &member]);
+        }
+    }
+}
+
+/// Resumes the paused member if the test fails before it does.
+struct Resume(Option<String>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        if let Some(member) = self.0.take() {
+            services(&["resume", &member]);
         }
     }
 }
@@ -93,6 +107,16 @@ async fn inject(fault: Fault) {
                 eprintln!("restarted {m}");
             }
         }
+        Fault::PauseEveryMember => {
+            for m in MEMBERS {
+                let mut resume = Resume(Some(m.to_string()));
+                services(&["pause", m]).expect("pause a member");
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                services(&["resume", m]).expect("resume the member");
+                resume.0 = None;
+                eprintln!("paused and resumed {m}");
+            }
+        }
     }
 }
 
@@ -108,6 +132,11 @@ async fn leader_failover_keeps_a_single_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_keeps_a_single_holder() {
     held_and_waited_through(Fault::EveryMember).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_each_member_keeps_a_single_holder() {
+    held_and_waited_through(Fault::PauseEveryMember).await;
 }
 
 async fn held_and_waited_through(fault: Fault) {
