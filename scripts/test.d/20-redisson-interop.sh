@@ -83,7 +83,7 @@ run() {
         p50=$(awk -v n="$n" 'NR == int((n + 1) / 2) { print; exit }' "$dir/g")
         max=$(tail -n 1 "$dir/g")
         summary="$summary, $dirn: $n hand-offs, p50 ${p50:--} ms, max ${max:--} ms"
-        if [ "$n" -lt $((iter / 4)) ]; then
+        if [ "$n" -lt $((iter / 6)) ]; then
             echo "redisson-interop[$mode]: only $n hand-offs $dirn: the sides did not wake each other" >&2
             ok=1
         elif [ "$p50" -gt 100 ] || [ "$max" -gt 1000 ]; then
