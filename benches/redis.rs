@@ -106,6 +106,7 @@ async fn script_cycles(
         let (ok, _token): (i64, i64) = acquire
             .key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.wake)
             .arg(&owner)
             .arg(30_000)
             .arg(3_600_000)
@@ -117,9 +118,12 @@ async fn script_cycles(
             .key(&keys.lock)
             .key(keys.unlock_latch(&owner))
             .key(&keys.queue)
+            .key(&keys.wake)
             .arg(&owner)
             .arg(&keys.channel)
             .arg(20_000)
+            .arg("0")
+            .arg("1")
             .invoke_async(conn)
             .await
             .unwrap();

@@ -95,11 +95,21 @@ impl Inner {
         inv.key(&keys.lock)
             .key(&latch)
             .key(&keys.queue)
+            .key(&keys.wake)
             .arg(owner)
             .arg(&keys.channel)
             .arg(latch_ttl)
-            .arg(if fair { "1" } else { "0" });
-        Ok(self.invoke_retrying(&inv, "release").await? == 1)
+            .arg(if fair { "1" } else { "0" })
+            .arg(if self.settings.redisson_compat {
+                "0"
+            } else {
+                "1"
+            });
+        let released = self.invoke_retrying(&inv, "release").await? == 1;
+        if released && !fair {
+            self.subs.wake_local(&keys.channel);
+        }
+        Ok(released)
     }
 
     /// Runs an idempotent script, retrying up to [`RELEASE_RETRIES`] times after a lost reply.

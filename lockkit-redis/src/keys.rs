@@ -31,6 +31,10 @@ pub struct LockKeys {
     /// (server ms). Unused for mutexes. In Redisson's read-write layout, the base of the
     /// readers' `rwlock_timeout` keys instead (see [`LockKeys::redisson_rwlock`]).
     pub holders: String,
+    /// Mutex wake-up flag: set by an acquire that found the lock held, taken by the next
+    /// release, which publishes on [`channel`](Self::channel) only if it found the flag. A
+    /// holder that cycles with nobody waiting then sends no message at all.
+    pub wake: String,
 }
 
 impl LockKeys {
@@ -67,6 +71,7 @@ impl LockKeys {
             queue: format!("{prefix}queue:{tag}"),
             waiters: format!("{prefix}waiters:{tag}"),
             holders: format!("{prefix}holders:{tag}"),
+            wake: format!("{prefix}wake:{tag}"),
         }
     }
 
@@ -96,6 +101,7 @@ impl LockKeys {
             queue: extra("queue"),
             waiters: extra("waiters"),
             holders: extra("holders"),
+            wake: extra("wake"),
         })
     }
 
@@ -123,6 +129,7 @@ impl LockKeys {
             queue: extra("queue"),
             waiters: extra("writers"),
             holders: suffix_base(name),
+            wake: extra("wake"),
         })
     }
 
@@ -149,6 +156,7 @@ impl LockKeys {
             queue: extra("queue"),
             waiters: extra("waiters"),
             holders: format!("{{{tag}}}:lockkit-permits:{name}"),
+            wake: extra("wake"),
         })
     }
 

@@ -94,9 +94,11 @@ impl RedisMutex {
         } else {
             scripts.acquire.prepare_invoke()
         };
-        inv.key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .arg(owner)
+        inv.key(&self.keys.lock).key(&self.keys.fence);
+        if !fair {
+            inv.key(&self.keys.wake);
+        }
+        inv.arg(owner)
             .arg(lease.as_millis() as u64)
             .arg(settings.fence_ttl.as_millis() as u64);
         if fair {
@@ -270,40 +272,27 @@ impl DistLock for RedisMutex {
         let mut sub: Option<crate::pubsub::Subscription> = None;
         let mut woken = false;
         loop {
-            // After a wake-up, peek first: when another client barged in, a plain PTTL costs
-            // the server far less than a failed acquire script, and every waiting client got
-            // the same message.
-            let peeked = if woken {
-                let cmd = redis::cmd("PTTL").arg(&self.keys.lock).clone();
-                Some(self.inner.query::<i64>(&cmd, "PTTL").await?).filter(|p| *p != -2)
-            } else {
-                None
-            };
-            let pttl = match peeked {
-                Some(p) => {
-                    // Someone barged in between the release and our wake-up. Every waiting
-                    // client got the same message; backing off a moment before listening again
-                    // keeps a busy lock from making all of them spin on every release.
-                    let pause = BARGED_BACKOFF.min(give_up_at.map_or(BARGED_BACKOFF, |at| {
-                        at.saturating_duration_since(Instant::now())
-                    }));
-                    tokio::time::sleep(pause).await;
-                    p
+            let pttl = match self.attempt(&owner, lease.duration(), false).await? {
+                Attempt::Acquired { token, sent_at } => {
+                    return Ok(Some(self.guard(owner, token, lease, sent_at, false)));
                 }
-                None => match self.attempt(&owner, lease.duration(), false).await? {
-                    Attempt::Acquired { token, sent_at } => {
-                        return Ok(Some(self.guard(owner, token, lease, sent_at, false)));
-                    }
-                    Attempt::Busy { pttl } => pttl,
-                },
+                Attempt::Busy { pttl } => pttl,
             };
+            if woken {
+                // Another client took the lock between the release and our attempt (it was
+                // probably the releaser, looping back). Pausing a moment before listening
+                // again keeps a busy lock from making its waiters retry on every release; our
+                // attempt raised the wake flag, so the next release still wakes us.
+                let pause = BARGED_BACKOFF.min(give_up_at.map_or(BARGED_BACKOFF, |at| {
+                    at.saturating_duration_since(Instant::now())
+                }));
+                tokio::time::sleep(pause).await;
+            }
             let now = Instant::now();
             let left = give_up_at.map(|at| at.saturating_duration_since(now));
             if left == Some(Duration::ZERO) {
-                if let (true, Some(s)) = (woken, sub.as_ref()) {
-                    // We took a wake-up meant for the next waiter and will not use it.
-                    s.forward();
-                }
+                // A wake-up we took is not lost for the next waiter: our busy attempt raised
+                // the wake flag again.
                 return Ok(None);
             }
             let Some(s) = sub.as_ref() else {

@@ -192,6 +192,15 @@ impl Subscriptions {
         Ok(())
     }
 
+    /// Wakes one local non-fair waiter of `channel`, if any: a mutex release made here hands
+    /// the lock's wake-up to this client's own waiters without a message, since a release only
+    /// publishes when a busy acquire raised the lock's wake flag.
+    pub(crate) fn wake_local(&self, channel: &str) {
+        if let Some(e) = self.lock().get(channel).filter(|e| e.waiters > 0) {
+            e.notify.notify_one();
+        }
+    }
+
     /// How many channels have local waiters (for tests and inspection).
     pub(crate) fn active_channels(&self) -> usize {
         self.lock().values().filter(|e| e.waiters > 0).count()

@@ -265,3 +265,64 @@ async fn close_releases_everything_held_and_marks_guards_lost() {
         .await
         .unwrap();
 }
+
+/// Holds `name` from one client while `waiters[i]` tasks of client i (plus, with `holder_waits`,
+/// one more task of the holder's client) wait for it, releases, and requires every waiter to
+/// get the lock within 10 s: a lost wake-up would leave one waiting for its timer (30 s).
+async fn wake_chain(url: &str, name: &str, waiters: &[usize], holder_waits: bool) {
+    let holder = lockkit_redis::connect(&config(url, &[])).await.unwrap();
+    let first = holder.mutex(name).unwrap().lock().await.unwrap();
+    let mut tasks = Vec::new();
+    let mut clients = Vec::new();
+    for &n in waiters {
+        let locks = lockkit_redis::connect(&config(url, &[])).await.unwrap();
+        for _ in 0..n {
+            let lock = locks.mutex(name).unwrap();
+            tasks.push(tokio::spawn(async move {
+                let g = lock.lock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.release().await.unwrap();
+            }));
+        }
+        clients.push(locks);
+    }
+    if holder_waits {
+        let own = holder.mutex(name).unwrap();
+        tasks.push(tokio::spawn(async move {
+            let g = own.lock().await.unwrap();
+            g.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("a waiter was not woken by a release")
+            .unwrap();
+    }
+    // The wake flag is gone with the last release: nothing of the lock is left but its
+    // fencing counter.
+    let mut admin = admin(url).await;
+    let k = keys(name);
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(&k.lock)
+        .arg(&k.wake)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+/// A release publishes only when a busy acquire raised the lock's wake flag, and a client wakes
+/// one local waiter per message; every waiter, local or remote, must still be woken by a
+/// release and never fall back to its TTL-bounded timer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_waiter_is_woken_without_falling_back_to_its_timer() {
+    let Some(url) = shared_url() else { return };
+    // Several waiting clients, and a waiter in the holder's own client.
+    wake_chain(&url, &unique_name("wake-chain"), &[3, 2, 1], true).await;
+    // One waiting client only: after its first waiter takes the lock nobody else raises the
+    // flag, so its other waiters depend on the local hand-off at each release.
+    wake_chain(&url, &unique_name("wake-local"), &[3], false).await;
+}
