@@ -250,8 +250,11 @@ async fn inject(
             let start = now();
             signal(pid, Signal::STOP)?;
             tokio::time::sleep(pause).await;
+            // The end is taken before SIGCONT: the worker cannot run before it.
+            let mut fault = record(format!("worker {worker}"), Some(worker), start);
             signal(pid, Signal::CONT)?;
-            record(format!("worker {worker}"), Some(worker), start)
+            fault.end = fault.end.min(now());
+            fault
         }
         FaultKind::KillLeader => {
             let leader = ctl.leader().await?;
