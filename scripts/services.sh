@@ -721,6 +721,9 @@ single_status() {
         elif ! pid_is_ours "$name" "$pid"; then
             state=dead
             all=1
+        elif [ "$(proc_state "$pid")" = T ]; then
+            state=paused
+            all=1
         elif server_answers "$name"; then
             state=up
         else
