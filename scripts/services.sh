@@ -230,7 +230,7 @@ profile_lock() { # P: serialise invocations touching profile P (fd 8; independen
 }
 
 load_profiles() {
-    local dir f p
+    local dir f p fn
     dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/services.d"
     [ -d "$dir" ] || return 0
     for f in "$dir"/*.sh; do
