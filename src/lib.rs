@@ -78,3 +78,35 @@ async fn etcd_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
 async fn etcd_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
     Err(scheme.disabled_error())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every Redis scheme reaches the Redis backend (or says which feature it needs).
+    #[tokio::test]
+    async fn redis_schemes_are_routed() {
+        for url in [
+            "redis+sentinel://127.0.0.1:1,127.0.0.1:2",
+            "redis+cluster://127.0.0.1:1/3",
+        ] {
+            let e = connect(url).await.unwrap_err();
+            if cfg!(feature = "redis") {
+                // The Redis backend's own URL check: a Sentinel URL needs a master name, a
+                // cluster has no db path.
+                assert_eq!(e.kind(), &ErrorKind::Config, "{url}: {e}");
+            } else {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        ErrorKind::BackendDisabled {
+                            feature: "redis",
+                            ..
+                        }
+                    ),
+                    "{url}: {e}"
+                );
+            }
+        }
+    }
+}
