@@ -190,6 +190,11 @@ pub(crate) async fn connect(
                 )
                 .connection_timeout(settings.connect_timeout)
                 .response_timeout(settings.command_timeout)
+                // Retries follow MOVED / ASK during resharding and failover. They also resend a
+                // command whose connection dropped after it was sent: for an acquire that had
+                // been applied, the resend finds the lock busy (our own hold) and the waiter
+                // waits out that lease; exclusion is never at risk, and releases and renewals
+                // are idempotent.
                 .retries(2);
                 let rs = settings.info.redis_settings();
                 if let Some(u) = rs.username() {
