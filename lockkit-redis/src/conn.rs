@@ -193,8 +193,8 @@ pub(crate) async fn connect(
                 // Retries follow MOVED / ASK during resharding and failover. They also resend a
                 // command whose connection dropped after it was sent: for an acquire that had
                 // been applied, the resend finds the lock busy (our own hold) and the waiter
-                // waits out that lease; exclusion is never at risk, and releases and renewals
-                // are idempotent.
+                // waits out that lease; exclusion is never at risk. Releases and renewals are
+                // idempotent; a resent reenter would count one hold twice (the lease ends it).
                 .retries(2);
                 let rs = settings.info.redis_settings();
                 if let Some(u) = rs.username() {
