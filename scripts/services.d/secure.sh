@@ -9,8 +9,9 @@
 #            certificate, plus material for negative tests: untrusted-ca.pem (a CA that signed
 #            nothing here) and expired-client.{pem,key} (signed by the CA, valid only in 2020)
 #   Redis    TLS only (no plain port), client certificates required, `default` user off; ACL user
-#            `lockkit` limited to keys `lockkit:*` and channels `lockkit:*` without dangerous
-#            commands; `admin` may do everything
+#            `lockkit` limited to keys `lockkit:*` and channels `lockkit:*`, and to the command
+#            categories lockkit uses (read, write, scripting, pubsub, connection, transaction, TIME;
+#            nothing dangerous); `admin` may do everything
 #   ZooKeeper  digest auth: `super` via superDigest; /lockkit is created up front with an ACL that
 #            lets only the digest identity `lockkit` write under it (anyone may read); a TLS client
 #            port (NettyServerCnxnFactory, client certificates required) next to the plain one
@@ -235,7 +236,7 @@ secure_write_redis_config() {
     cat >"$d/users.acl" <<EOF
 user default off
 user admin on >$SECURE_PW_ADMIN ~* &* +@all
-user $SECURE_PREFIX on >$SECURE_PW_LOCKKIT resetchannels ~$SECURE_PREFIX:* &$SECURE_PREFIX:* +@all -@dangerous
+user $SECURE_PREFIX on >$SECURE_PW_LOCKKIT resetchannels ~$SECURE_PREFIX:* &$SECURE_PREFIX:* -@all +@read +@write +@scripting +@pubsub +@connection +@transaction +time -@dangerous
 EOF
     cat >"$d/redis.conf" <<EOF
 bind 127.0.0.1
@@ -433,10 +434,10 @@ secure_start_members() { # MEMBERS...: launch all, wait for all, provision; stop
     done
     if [ -z "$failed" ]; then
         for m in "$@"; do
-            secure_wait_ready "$m" && secure_provision "$m" || {
+            if ! secure_wait_ready "$m" || ! secure_provision "$m"; then
                 failed=1
                 break
-            }
+            fi
         done
     fi
     if [ -n "$failed" ]; then

@@ -4,28 +4,12 @@
 # against them (required: a missing URL fails), then stop the profile again.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-jobs=${LOCKKIT_CARGO_JOBS:-2}
-
-# Build first, while no server of this profile runs.
-cargo test -j "$jobs" --no-run -q -p lockkit-redis --features tls \
-    --test conformance_secure --test acl_isolation --test bad_credentials
-cargo test -j "$jobs" --no-run -q -p lockkit-zk --features tls \
-    --test conformance_secure --test acl_isolation --test bad_credentials
-cargo test -j "$jobs" --no-run -q -p lockkit-etcd \
-    --test conformance_secure --test acl_isolation --test bad_credentials
-cargo test -j "$jobs" --no-run -q --features full --test redaction
+# The same workspace-wide feature set as scripts/test.sh, so its build is reused.
+tests=(--workspace --all-features --test conformance_secure --test acl_isolation
+    --test bad_credentials --test redaction)
+cargo test -j "${LOCKKIT_CARGO_JOBS:-2}" -q --no-run "${tests[@]}"
 
 trap 'scripts/services.sh down --secure' EXIT
 eval "$(scripts/services.sh up --secure)"
-export LOCKKIT_TEST_REQUIRE=redis_secure,zk_secure,etcd_secure
-
-for crate in lockkit-redis lockkit-zk lockkit-etcd; do
-    features=()
-    [ "$crate" != lockkit-etcd ] && features=(--features tls)
-    for t in conformance_secure acl_isolation bad_credentials; do
-        echo "== $crate $t (secure profile)"
-        cargo test -j "$jobs" -q -p "$crate" "${features[@]}" --test "$t" -- --test-threads=2
-    done
-done
-echo "== redaction (secure profile)"
-cargo test -j "$jobs" -q --features full --test redaction -- --test-threads=3
+LOCKKIT_TEST_REQUIRE=redis_secure,zk_secure,etcd_secure \
+    cargo test -j "${LOCKKIT_CARGO_JOBS:-2}" "${tests[@]}" -- --test-threads=2

@@ -40,4 +40,4 @@ for t in $targets; do
     }
     grep -E '^stat::number_of_executed_units' "$scratch/$t.log" >&2 || true
 done
-echo "ok: fuzz smoke run of:" $targets
+echo "ok: fuzz smoke run of: $(echo "$targets" | paste -sd " ")"
