@@ -7,7 +7,8 @@
 # Passes when no hold ever overlaps a conflicting one (a shared counter in Redis: no writer with
 # anyone else, never more than PERMITS permit holders), every hold completes, mutex tokens strictly
 # increase across both sides, and each side wakes quickly when the other releases (pub/sub, not
-# the 30 s lease): per direction, hand-off p50 <= 100 ms and max <= 1000 ms.
+# the 30 s lease or the 1 s waiter heartbeat): per direction, hand-off p50 and p90 <= 100 ms and
+# max <= 1000 ms.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -78,15 +79,18 @@ run() {
     local ok=0 summary=""
     for dirn in java-\>rust rust-\>java; do
         awk -v d="$dirn" '$1 == d { print $2 }' "$dir/gaps" | sort -n >"$dir/g"
-        local n p50 max
+        local n p50 p90 max
         n=$(wc -l <"$dir/g")
         p50=$(awk -v n="$n" 'NR == int((n + 1) / 2) { print; exit }' "$dir/g")
+        p90=$(awk -v n="$n" 'NR == int((9 * n + 9) / 10) { print; exit }' "$dir/g")
         max=$(tail -n 1 "$dir/g")
-        summary="$summary, $dirn: $n hand-offs, p50 ${p50:--} ms, max ${max:--} ms"
-        if [ "$n" -lt $((iter / 6)) ]; then
-            echo "redisson-interop[$mode]: only $n hand-offs $dirn: the sides did not wake each other" >&2
+        summary="$summary, $dirn: $n hand-offs, p50 ${p50:--} ms, p90 ${p90:--} ms, max ${max:--} ms"
+        # Enough hand-offs to measure (their number depends on scheduling; slowness is what the
+        # latency bounds catch).
+        if [ "$n" -lt 8 ]; then
+            echo "redisson-interop[$mode]: only $n hand-offs $dirn: too few to measure" >&2
             ok=1
-        elif [ "$p50" -gt 100 ] || [ "$max" -gt 1000 ]; then
+        elif [ "$p50" -gt 100 ] || [ "$p90" -gt 100 ] || [ "$max" -gt 1000 ]; then
             echo "redisson-interop[$mode]: hand-offs $dirn too slow: not woken by pub/sub" >&2
             ok=1
         fi
