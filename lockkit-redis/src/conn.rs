@@ -34,11 +34,11 @@ impl ConnectionLike for Conn {
             Conn::Sentinel(s) => {
                 let s = s.clone();
                 Box::pin(async move {
-                    let mut c = s.current();
+                    let (seen, mut c) = s.current_seen();
                     let r = c.req_packed_command(cmd).await;
                     s.check(&r);
                     match &r {
-                        Err(e) => match s.switched_after(e).await {
+                        Err(e) => match s.switched_after(e, seen).await {
                             Some(mut c) => c.req_packed_command(cmd).await,
                             None => r,
                         },
@@ -61,11 +61,11 @@ impl ConnectionLike for Conn {
             Conn::Sentinel(s) => {
                 let s = s.clone();
                 Box::pin(async move {
-                    let mut c = s.current();
+                    let (seen, mut c) = s.current_seen();
                     let r = c.req_packed_commands(pipeline, offset, count).await;
                     s.check(&r);
                     match &r {
-                        Err(e) => match s.switched_after(e).await {
+                        Err(e) => match s.switched_after(e, seen).await {
                             Some(mut c) => c.req_packed_commands(pipeline, offset, count).await,
                             None => r,
                         },

@@ -82,6 +82,13 @@ impl Switchable {
             .clone()
     }
 
+    /// [`current`](Self::current) and how many switches it has seen (for
+    /// [`switched_after`](Self::switched_after)).
+    pub(crate) fn current_seen(&self) -> (u64, ConnectionManager) {
+        let seen = self.rounds.borrow().switched;
+        (seen, self.current())
+    }
+
     /// Asks the follower to look for a new primary when `r` failed the way a failover makes
     /// commands fail.
     pub(crate) fn check<T>(&self, r: &RedisResult<T>) {
@@ -92,11 +99,15 @@ impl Switchable {
         }
     }
 
-    /// After `e`: if the command certainly did not reach the server (refused, broken pipe,
-    /// `READONLY` from a demoted primary), asks the follower and returns the connection to a new
-    /// primary if it found one. A command that may have reached the old primary is never sent
-    /// again.
-    pub(crate) async fn switched_after(&self, e: &redis::RedisError) -> Option<ConnectionManager> {
+    /// After `e` on a connection taken when `seen` switches had happened: if the command
+    /// certainly did not reach the server (refused, broken pipe, `READONLY` from a demoted
+    /// primary), returns the connection to a newer primary, asking the follower first when none
+    /// is known yet. A command that may have reached the old primary is never sent again.
+    pub(crate) async fn switched_after(
+        &self,
+        e: &redis::RedisError,
+        seen: u64,
+    ) -> Option<ConnectionManager> {
         let undelivered = e.code() == Some("READONLY")
             || matches!(
                 error::io_kind(e),
@@ -107,6 +118,9 @@ impl Switchable {
         }
         let mut rx = self.rounds.subscribe();
         let start = *rx.borrow_and_update();
+        if start.switched > seen {
+            return Some(self.current());
+        }
         self.follow.notify_one();
         let answered = rx.wait_for(|r| r.resolved > start.resolved || r.switched > start.switched);
         let _ = tokio::time::timeout(RESOLVE_WAIT, answered).await;
@@ -126,10 +140,11 @@ impl Switchable {
     pub(crate) async fn subscribe(&self, channel: &str) -> RedisResult<()> {
         // Recorded first: a switch that happens meanwhile subscribes it on the new primary.
         self.channels().insert(channel.to_string());
-        let r = self.current().subscribe(channel).await;
+        let (seen, mut c) = self.current_seen();
+        let r = c.subscribe(channel).await;
         self.check(&r);
         if let Err(e) = &r {
-            if let Some(mut c) = self.switched_after(e).await {
+            if let Some(mut c) = self.switched_after(e, seen).await {
                 return c.subscribe(channel).await;
             }
         }
