@@ -255,3 +255,82 @@ impl Report {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(worker: u32, token: u64, start: Micros, end: Micros, lost: bool) -> LogLine {
+        LogLine::Msg {
+            at: end,
+            msg: Msg::Hold(HoldRecord {
+                worker,
+                token,
+                start,
+                end,
+                lost_at: lost.then_some(end),
+                release: if lost { "NotHeld" } else { "ok" }.into(),
+                released_at: end + 1,
+                write_accepted: true,
+            }),
+            accepted: None,
+        }
+    }
+
+    fn acquired(worker: u32, token: u64, at: Micros) -> LogLine {
+        LogLine::Msg {
+            at,
+            msg: Msg::Acquired { worker, token, at },
+            accepted: None,
+        }
+    }
+
+    fn write(token: u64, accepted: bool) -> LogLine {
+        LogLine::Msg {
+            at: 0,
+            msg: Msg::Write {
+                worker: 1,
+                token,
+                start: 0,
+                end: 0,
+            },
+            accepted: Some(accepted),
+        }
+    }
+
+    #[test]
+    fn overlaps_are_signalled_only_when_the_earlier_holder_saw_lost() {
+        let lines = vec![
+            acquired(1, 10, 0),
+            acquired(2, 11, 50),
+            acquired(3, 12, 300),
+            hold(1, 10, 0, 100, true),
+            hold(2, 11, 50, 400, false),
+            hold(3, 12, 300, 500, false),
+        ];
+        let r = check(&lines);
+        assert_eq!(r.overlaps.len(), 2);
+        assert_eq!(r.overlapping_holds, 2);
+        assert_eq!(r.unsignalled_overlaps, 1);
+        assert_eq!(r.token_regressions, 0);
+        // Holder 1 was told at 100, 50 µs after holder 2 got the lock.
+        assert_eq!(r.lost_latency_ms.max, Some(0.05));
+    }
+
+    #[test]
+    fn replay_counts_accepted_stale_writes_and_token_regressions() {
+        let lines = vec![
+            write(5, true),
+            write(4, false),
+            write(5, true),
+            write(6, true),
+            acquired(1, 7, 0),
+            acquired(2, 3, 10),
+        ];
+        let r = check(&lines);
+        assert_eq!(r.writes_accepted, 3);
+        assert_eq!(r.writes_rejected, 1);
+        assert_eq!(r.stale_writes_accepted, 1);
+        assert_eq!(r.token_regressions, 1);
+    }
+}

@@ -180,12 +180,14 @@ async fn etcd_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
         .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
         .await
         .map_err(err)?;
-    let mut out = Leftovers::default();
-    out.locks = resp
-        .kvs()
-        .iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect();
+    let mut out = Leftovers {
+        locks: resp
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect(),
+        ..Leftovers::default()
+    };
     let leases = client.leases().await.map_err(err)?;
     for lease in leases.leases() {
         let ttl = client

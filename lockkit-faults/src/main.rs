@@ -6,6 +6,7 @@
 //! ```text
 //! lockkit-faults run --url etcd://127.0.0.1:2379?lease_ttl=2s --group etcd-cluster --seed 1
 //! lockkit-faults check out/log.jsonl
+//! lockkit-faults table target/faults/*/report.json
 //! ```
 
 mod check;
@@ -15,6 +16,7 @@ mod leftovers;
 mod proto;
 mod register;
 mod run;
+mod table;
 mod worker;
 
 use std::path::PathBuf;
@@ -103,6 +105,11 @@ enum Cmd {
         #[arg(long, value_parser = parse_range)]
         hold_ms: (u64, u64),
     },
+    /// Print a Markdown results table from runs' report.json files.
+    Table {
+        /// report.json files.
+        reports: Vec<PathBuf>,
+    },
     /// Re-run the checker on a run log.
     Check {
         /// The run's log.jsonl.
@@ -156,6 +163,13 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 }
             }
         }
+        Cmd::Table { reports } => match table::print(&reports) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lockkit-faults: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Check { log } => {
             let lines = match read_log(&log) {
                 Ok(lines) => lines,

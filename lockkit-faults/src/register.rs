@@ -155,3 +155,29 @@ impl State {
         self.lines.push(line);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_tokens_not_above_the_highest_accepted() {
+        let path = std::env::temp_dir().join(format!("lockkit-faults-reg-{}", std::process::id()));
+        let reg = Register::create(&path).unwrap();
+        let write = |token| Msg::Write {
+            worker: 1,
+            token,
+            start: 0,
+            end: 0,
+        };
+        assert!(reg.handle(write(5)).ok);
+        assert!(!reg.handle(write(5)).ok);
+        let stale = reg.handle(write(3));
+        assert!(!stale.ok);
+        assert_eq!(stale.last, Some(5));
+        assert!(reg.handle(write(6)).ok);
+        let logged = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(logged.lines().count(), 4);
+        let _ = std::fs::remove_file(&path);
+    }
+}

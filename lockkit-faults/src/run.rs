@@ -251,9 +251,8 @@ async fn inject(
             signal(pid, Signal::STOP)?;
             tokio::time::sleep(pause).await;
             // The end is taken before SIGCONT: the worker cannot run before it.
-            let mut fault = record(format!("worker {worker}"), Some(worker), start);
+            let fault = record(format!("worker {worker}"), Some(worker), start);
             signal(pid, Signal::CONT)?;
-            fault.end = fault.end.min(now());
             fault
         }
         FaultKind::KillLeader => {

@@ -1,0 +1,61 @@
+//! The README's results table, from runs' `report.json` files.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+fn stats(v: &Value) -> String {
+    match (v["p50"].as_f64(), v["max"].as_f64()) {
+        (Some(p50), Some(max)) => format!("{p50:.0} / {max:.0}"),
+        _ => "-".into(),
+    }
+}
+
+/// Prints one Markdown row per report.
+pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
+    println!(
+        "| backend | topology | holds | faults | overlapping holds | unsignalled overlaps | \
+         stale writes accepted | stale writes rejected | token regressions | \
+         lost-signal latency p50 / max (ms) | paused holder: lost() after resume, max (ms) | \
+         recovery p50 / max (ms) | leftovers |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for path in reports {
+        let text = std::fs::read_to_string(path)?;
+        let o: Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
+        let r = &o["report"];
+        let url = r["run"]["url"].as_str().unwrap_or("?");
+        let backend = url.split("://").next().unwrap_or("?");
+        let resume = r["faults"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["lost_after_resume_ms"].as_f64())
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let left = &o["leftovers"];
+        let leftovers = match left["error"].as_str() {
+            Some(e) => format!("scan failed: {e}"),
+            None => {
+                let n = left["locks"].as_array().map_or(0, Vec::len)
+                    + left["leases"].as_array().map_or(0, Vec::len);
+                n.to_string()
+            }
+        };
+        println!(
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r["run"]["topology"].as_str().unwrap_or("?"),
+            r["holds"],
+            r["faults"].as_array().map_or(0, Vec::len),
+            r["overlapping_holds"],
+            r["unsignalled_overlaps"],
+            r["stale_writes_accepted"],
+            r["writes_rejected"],
+            r["token_regressions"],
+            stats(&r["lost_latency_ms"]),
+            resume.map_or("-".into(), |v| format!("{v:.0}")),
+            stats(&r["recovery_ms"]),
+            leftovers,
+        );
+    }
+    Ok(())
+}
