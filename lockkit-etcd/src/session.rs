@@ -189,6 +189,11 @@ async fn keepalive(
         let budget = (deadline - sent)
             .min(pool.timeout())
             .min(period.max(Duration::from_millis(300)));
+        // The endpoint this round talks to: a failed or hung one is left for the next endpoint,
+        // or a hung member would keep every later round waiting until the lease ran out.
+        let on = stream
+            .as_ref()
+            .map_or_else(|| pool.current().0, |(i, _, _)| *i);
         let outcome =
             tokio::time::timeout(budget, renew(&pool, id, ttl.as_secs() as i64, &mut stream)).await;
         match outcome {
@@ -206,6 +211,7 @@ async fn keepalive(
             }
             Ok(Err(e)) => {
                 tracing::debug!("etcd keepalive failed: {e}");
+                pool.failed(on);
                 stream = None;
                 s.each_guard(|c| {
                     c.mark_suspect();
@@ -213,6 +219,7 @@ async fn keepalive(
                 next = Instant::now() + Duration::from_millis(200);
             }
             Err(_) => {
+                pool.failed(on);
                 stream = None;
                 s.each_guard(|c| {
                     c.mark_suspect();
@@ -223,16 +230,21 @@ async fn keepalive(
     }
 }
 
-type KeepAlive = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+/// An open keepalive stream: the endpoint index it runs on, its sender and its receiver.
+type KeepAlive = (
+    usize,
+    etcd_client::LeaseKeeper,
+    etcd_client::LeaseKeepAliveStream,
+);
 
 /// One keepalive round trip; returns the TTL granted (0 when the lease is gone).
 async fn renew(pool: &Pool, id: i64, ttl: i64, stream: &mut Option<KeepAlive>) -> Result<i64> {
     if stream.is_none() {
         let (idx, mut c) = pool.current();
         match c.lease_keep_alive(id).await {
-            Ok(ka) => {
+            Ok((keeper, rx)) => {
                 // Opening the stream already sent one keepalive and read its answer.
-                *stream = Some(ka);
+                *stream = Some((idx, keeper, rx));
                 return Ok(ttl);
             }
             Err(e) => {
@@ -247,7 +259,7 @@ async fn renew(pool: &Pool, id: i64, ttl: i64, stream: &mut Option<KeepAlive>) -
             }
         }
     }
-    let (keeper, rx) = stream.as_mut().expect("stream is open");
+    let (_, keeper, rx) = stream.as_mut().expect("stream is open");
     keeper
         .keep_alive()
         .await

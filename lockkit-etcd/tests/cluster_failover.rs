@@ -5,7 +5,8 @@
 //! leaves its critical section the moment `lost()` resolves), the holder's guard stays Held or
 //! turns Lost with `lost()` resolving, the waiters then get the lock with larger tokens, and a
 //! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
-//! at a time) and start them again even if they fail.
+//! at a time) and start them again even if they fail. Also: a 2 s lease outlives a hang of the
+//! member the handle talks to (the keepalive moves to another endpoint).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -239,4 +240,43 @@ async fn held_and_waited_through(fault: Fault) {
     assert!(again.token() > last);
     again.release().await.unwrap();
     assert_eq!(detector.max_inside(), 1, "two holders at once");
+}
+
+/// A 2 s lease outlives a 4 s hang (SIGSTOP) of the member the handle talks to (the first
+/// endpoint): the keepalive gives up on the hung member and renews through another one, so the
+/// guard may turn Suspect but never Lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_lease_survives_a_hung_member() {
+    let Some(url) = server_url("etcd_cluster") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let locks = connect(&format!("{url}{sep}lease_ttl=2s")).await;
+    let name = unique_name("hung-member");
+    let guard = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let mut lost = guard.lost();
+
+    let first = MEMBERS[0];
+    let mut resume = Resume(Some(first.to_string()));
+    services(&["pause", first]).expect("pause the first member");
+    let lost_while_hung = tokio::time::timeout(Duration::from_secs(4), &mut lost)
+        .await
+        .is_ok();
+    services(&["resume", first]).expect("resume it");
+    resume.0 = None;
+    assert!(
+        !lost_while_hung,
+        "the 2 s lease was lost while {first} hung"
+    );
+    let start = Instant::now();
+    while guard.state() != LockState::Held {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "guard stayed {:?}",
+            guard.state()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    guard.release().await.unwrap();
 }
