@@ -16,9 +16,13 @@ if [ -z "${LOCKKIT_TEST_REDIS_URL:-}" ]; then
     echo "redisson-interop: LOCKKIT_TEST_REDIS_URL not set; skipping" >&2
     exit 0
 fi
-for tool in java mvn; do
-    command -v "$tool" >/dev/null || { echo "redisson-interop: $tool not installed" >&2; exit 1; }
-done
+if ! command -v java >/dev/null || ! command -v mvn >/dev/null; then
+    # Debian's packages; Redisson itself comes from Maven Central below.
+    command -v apt-get >/dev/null || { echo "redisson-interop: java/mvn missing and no apt-get" >&2; exit 1; }
+    SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
+    $SUDO apt-get update -q >&2
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q default-jdk-headless maven >&2
+fi
 
 ITER=${LOCKKIT_INTEROP_ITERATIONS:-60}
 URL=${LOCKKIT_TEST_REDIS_URL%%\?*}
