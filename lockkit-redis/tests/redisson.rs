@@ -354,3 +354,33 @@ async fn compat_close_ends_read_holds_and_permits_the_redisson_way() {
     assert_eq!(raw::<String>(&mut admin, &["GET", &sem_name]).await, "2");
     let _: i64 = raw(&mut admin, &["DEL", &sem_name]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_live_holders_renewal_returns_a_dead_holders_permits() {
+    let Some(url) = shared_url() else { return };
+    let name = compat_name("rs-sem-renew");
+    let lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(1));
+    let mut admin = admin(&url).await;
+    {
+        let doomed = connect(&url, &[("redisson_compat", "true")]).await;
+        let p = doomed.semaphore(&name, 2).unwrap().acquire(1, &lease).await;
+        std::mem::forget(p.unwrap().unwrap());
+    }
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let live = locks.semaphore(&name, 2).unwrap().acquire(1, &lease).await;
+    let live = live.unwrap().unwrap();
+    assert_eq!(raw::<String>(&mut admin, &["GET", &name]).await, "0");
+    // No lockkit acquire from here on: only the live holder's watchdog runs. A Redisson waiter
+    // would see the count (and its channel message) come back.
+    let started = Instant::now();
+    while raw::<String>(&mut admin, &["GET", &name]).await != "1" {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the dead holder's permit did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    live.release().await.unwrap();
+    assert_eq!(raw::<String>(&mut admin, &["GET", &name]).await, "2");
+    let _: i64 = raw(&mut admin, &["DEL", &name]).await;
+}

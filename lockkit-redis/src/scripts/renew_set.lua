@@ -16,6 +16,15 @@ end
 local out = {}
 for i = 1, #KEYS do
   local member, ms = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+  if string.find(KEYS[i], '}:lockkit-permits:', 1, true) then
+    -- Dead lockkit holders' permits go back at live holders' renewals too, so Redisson waiters
+    -- get them without waiting for a lockkit acquire.
+    for _, m in ipairs(redis.call('zrangebyscore', KEYS[i], '-inf', now)) do
+      if m ~= member and redis.call('zrem', KEYS[i], m) == 1 then
+        give_back(KEYS[i], m)
+      end
+    end
+  end
   local score = redis.call('zscore', KEYS[i], member)
   if score and tonumber(score) > now then
     redis.call('zadd', KEYS[i], 'xx', now + ms, member)
