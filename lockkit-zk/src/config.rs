@@ -148,6 +148,60 @@ impl ZkConfig {
 
     /// Opens a new session.
     pub(crate) async fn connect(&self) -> Result<zk::Client> {
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        #[cfg(feature = "tls")]
+        let mut attempt = 1;
+        loop {
+            let connector = self.connector()?;
+            let tls = self.tls.is_some();
+            let connecting = async move {
+                #[cfg(feature = "tls")]
+                if tls {
+                    return connector.secure_connect(&self.hosts).await;
+                }
+                let _ = tls;
+                connector.connect(&self.hosts).await
+            };
+            let failed = match tokio::time::timeout_at(deadline, connecting).await {
+                Ok(Ok(client)) => return Ok(client),
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    return Err(Error::new(
+                        lockkit_core::ErrorKind::Connection,
+                        format!(
+                            "no ZooKeeper session with {} within {:?}",
+                            self.hosts, self.connect_timeout
+                        ),
+                    ))
+                }
+            };
+            #[cfg(feature = "tls")]
+            if let (zk::Error::NoHosts, Some(tls)) = (&failed, &self.tls) {
+                let limit = self.connect_timeout;
+                if let Some(why) = crate::tls::probe::refusal(tls, &self.hosts, limit).await {
+                    return Err(Error::new(
+                        lockkit_core::ErrorKind::Auth,
+                        format!("zookeeper: TLS with {} refused: {why}", self.hosts),
+                    )
+                    .with_retryable(false));
+                }
+                // The handshake works, yet zookeeper-client 0.11 now and then cannot parse the
+                // connect response over TLS ("insufficient buf", about 1 connect in 50 against
+                // ZooKeeper 3.8): a transient failure, so try again while time is left.
+                if attempt < TLS_CONNECT_ATTEMPTS && tokio::time::Instant::now() < deadline {
+                    attempt += 1;
+                    tracing::debug!("zookeeper: TLS connect to {} failed; retrying", self.hosts);
+                    continue;
+                }
+            }
+            return Err(crate::error::map(
+                failed,
+                &format!("cannot open a session with {}", self.hosts),
+            ));
+        }
+    }
+
+    fn connector(&self) -> Result<zk::Connector> {
         let mut connector = zk::Client::connector()
             .with_session_timeout(self.session_timeout)
             .with_connection_timeout(self.connect_timeout)
@@ -160,46 +214,13 @@ impl ZkConfig {
         if let Some(tls) = &self.tls {
             connector = connector.with_tls(tls.options()?);
         }
-        let tls = self.tls.is_some();
-        let connecting = async move {
-            #[cfg(feature = "tls")]
-            if tls {
-                return connector.secure_connect(&self.hosts).await;
-            }
-            let _ = tls;
-            connector.connect(&self.hosts).await
-        };
-        match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Ok(Ok(client)) => Ok(client),
-            #[cfg(feature = "tls")]
-            Ok(Err(zk::Error::NoHosts)) if self.tls.is_some() => {
-                let tls = self.tls.as_ref().expect("checked");
-                match crate::tls::probe::refusal(tls, &self.hosts, self.connect_timeout).await {
-                    Some(why) => Err(Error::new(
-                        lockkit_core::ErrorKind::Auth,
-                        format!("zookeeper: TLS with {} refused: {why}", self.hosts),
-                    )
-                    .with_retryable(false)),
-                    None => Err(crate::error::map(
-                        zk::Error::NoHosts,
-                        &format!("cannot open a session with {}", self.hosts),
-                    )),
-                }
-            }
-            Ok(Err(e)) => Err(crate::error::map(
-                e,
-                &format!("cannot open a session with {}", self.hosts),
-            )),
-            Err(_) => Err(Error::new(
-                lockkit_core::ErrorKind::Connection,
-                format!(
-                    "no ZooKeeper session with {} within {:?}",
-                    self.hosts, self.connect_timeout
-                ),
-            )),
-        }
+        Ok(connector)
     }
 }
+
+/// Connects over TLS tried before a transient failure is reported (see [`ZkConfig::connect`]).
+#[cfg(feature = "tls")]
+const TLS_CONNECT_ATTEMPTS: u32 = 3;
 
 #[cfg(test)]
 mod tests {

@@ -147,12 +147,25 @@ pub(crate) mod probe {
         tcp.set_read_timeout(Some(timeout)).ok()?;
         tcp.set_write_timeout(Some(timeout)).ok()?;
         let mut conn = ClientConnection::new(config.clone(), name).ok()?;
-        // Finish the handshake, then read once: with TLS 1.3 a server that refuses our
-        // certificate says so only after our side of the handshake is done. A ZooKeeper server
-        // that accepted us sends nothing, and the read times out.
-        let mut stream = rustls::Stream::new(&mut conn, &mut tcp);
-        let mut byte = [0u8; 1];
-        let err = stream.read(&mut byte).err()?;
+        // Finish the handshake, then read once, briefly: with TLS 1.3 a server that refuses our
+        // certificate says so only after our side of the handshake is done, within
+        // milliseconds. A ZooKeeper server that accepted us sends nothing, and the read times
+        // out.
+        let err = loop {
+            if conn.is_handshaking() {
+                match conn.complete_io(&mut tcp) {
+                    Ok(_) => continue,
+                    Err(e) => break e,
+                }
+            }
+            tcp.set_read_timeout(Some(timeout.min(Duration::from_millis(500))))
+                .ok()?;
+            let mut byte = [0u8; 1];
+            match rustls::Stream::new(&mut conn, &mut tcp).read(&mut byte) {
+                Ok(_) => return None,
+                Err(e) => break e,
+            }
+        };
         let tls = err.get_ref()?.downcast_ref::<rustls::Error>()?;
         match tls {
             rustls::Error::InvalidCertificate(why) => Some(format!(

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # The same workspace-wide feature set as scripts/test.sh, so its build is reused.
 tests=(--workspace --all-features --test conformance_secure --test acl_isolation
-    --test bad_credentials --test redaction)
+    --test bad_credentials --test redaction --test tls_connect)
 cargo test -j "${LOCKKIT_CARGO_JOBS:-2}" -q --no-run "${tests[@]}"
 
 trap 'scripts/services.sh down --secure' EXIT
