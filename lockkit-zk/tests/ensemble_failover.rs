@@ -5,7 +5,8 @@
 //! leaves its critical section the moment `lost()` resolves), the holder's guard stays Held or
 //! turns Lost with `lost()` resolving, the waiters then get the lock with larger tokens, and a
 //! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
-//! at a time) and start them again even if they fail.
+//! at a time) and start them again even if they fail. Also: a 2 s session outlives a hang of the
+//! follower the handle talks to (the client moves to another server).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -239,4 +240,74 @@ async fn held_and_waited_through(fault: Fault) {
     assert!(again.token() > last);
     again.release().await.unwrap();
     assert_eq!(detector.max_inside(), 1, "two holders at once");
+}
+
+/// The ensemble member whose `cons` output lists session `sid`: the one the client talks to.
+fn member_serving(url: &str, sid: i64) -> Option<&'static str> {
+    use std::io::{Read, Write};
+    let hosts = url.trim_start_matches("zk://");
+    let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+    let needle = format!("sid={sid:#x},");
+    hosts.split(',').zip(MEMBERS).find_map(|(host, member)| {
+        let mut conn = std::net::TcpStream::connect(host).ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+        conn.write_all(b"cons").ok()?;
+        let mut out = String::new();
+        conn.read_to_string(&mut out).ok()?;
+        out.contains(&needle).then_some(member)
+    })
+}
+
+/// A 2 s session outlives a 4 s hang (SIGSTOP) of the follower the handle talks to: the client
+/// gives up on the silent server and resumes the session through another one, so the guard may
+/// turn Suspect but never Lost. (A hung leader is different: the ensemble cannot confirm anyone's
+/// session until a new leader is elected, so a guard may rightly turn Lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_session_survives_a_hung_follower() {
+    let Some(url) = server_url("zk_ensemble") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let leader = services(&["leader", GROUP]).expect("a leader");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let short = format!("{url}{sep}session_timeout=2s");
+    // The client picks a server at random: keep a handle that talks to a follower.
+    let mut found = None;
+    for _ in 0..20 {
+        let b = lockkit_zk::connect_backend(&LockConfig::new(&short))
+            .await
+            .unwrap();
+        let sid = b.zk_client().unwrap().session_id().0;
+        if let Some(m) = member_serving(&url, sid).filter(|m| *m != leader) {
+            found = Some((b, m));
+            break;
+        }
+    }
+    let (backend, follower) = found.expect("no handle on a follower in 20 tries");
+    let locks = backend.into_locks();
+    let name = unique_name("hung-follower");
+    let guard = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let mut lost = guard.lost();
+
+    let mut resume = Resume(Some(follower.to_string()));
+    services(&["pause", follower]).expect("pause the follower");
+    let lost_while_hung = tokio::time::timeout(Duration::from_secs(4), &mut lost)
+        .await
+        .is_ok();
+    services(&["resume", follower]).expect("resume it");
+    resume.0 = None;
+    assert!(
+        !lost_while_hung,
+        "the 2 s session was lost while {follower} hung"
+    );
+    let start = Instant::now();
+    while guard.state() != LockState::Held {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "guard stayed {:?}",
+            guard.state()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    guard.release().await.unwrap();
 }
