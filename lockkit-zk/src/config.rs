@@ -147,6 +147,8 @@ impl ZkConfig {
     }
 
     /// Opens a new session.
+    // Only a TLS connect is ever tried again.
+    #[cfg_attr(not(feature = "tls"), allow(clippy::never_loop))]
     pub(crate) async fn connect(&self) -> Result<zk::Client> {
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
         #[cfg(feature = "tls")]

@@ -161,8 +161,8 @@ pub(crate) mod probe {
             tcp.set_read_timeout(Some(timeout.min(Duration::from_millis(500))))
                 .ok()?;
             let mut byte = [0u8; 1];
-            match rustls::Stream::new(&mut conn, &mut tcp).read(&mut byte) {
-                Ok(_) => return None,
+            match rustls::Stream::new(&mut conn, &mut tcp).read_exact(&mut byte) {
+                Ok(()) => return None,
                 Err(e) => break e,
             }
         };
