@@ -133,15 +133,18 @@ async fn release(
 }
 
 impl Core {
-    /// The keys and arguments of the native acquire scripts (lease_set, rw_write).
-    fn native_acquire_args(
+    /// The native acquire call of `mode` for `member` (lease_set or rw_write).
+    fn native_acquire_call(
         &self,
-        inv: &mut redis::ScriptInvocation<'_>,
         mode: Mode,
         member: &str,
         lease: Duration,
-    ) {
+    ) -> redis::ScriptInvocation<'_> {
         let settings = &self.inner.settings;
+        let mut inv = match mode {
+            Mode::Write => self.inner.scripts.rw_write.prepare_invoke(),
+            _ => self.inner.scripts.lease_set.prepare_invoke(),
+        };
         inv.key(&self.keys.lock)
             .key(&self.keys.holders)
             .key(&self.keys.waiters)
@@ -160,6 +163,7 @@ impl Core {
                 inv.arg(n).arg(self.capacity);
             }
         }
+        inv
     }
 
     async fn acquire(&self, mode: Mode, opts: &AcquireOptions) -> Result<Option<Acquired>> {
@@ -179,14 +183,10 @@ impl Core {
             armed: false,
         };
         // The same call is sent on every attempt.
-        let mut inv = match (self.layout, mode) {
-            (Layout::Redisson, _) => redisson::acquire_call(self, mode, &member, lease),
-            (_, Mode::Write) => self.inner.scripts.rw_write.prepare_invoke(),
-            _ => self.inner.scripts.lease_set.prepare_invoke(),
+        let inv = match self.layout {
+            Layout::Native => self.native_acquire_call(mode, &member, lease),
+            Layout::Redisson => redisson::acquire_call(self, mode, &member, lease),
         };
-        if self.layout == Layout::Native {
-            self.native_acquire_args(&mut inv, mode, &member, lease);
-        }
         loop {
             let mut pending = Cleanup {
                 core: self,
