@@ -145,16 +145,27 @@ cmd_run() {
 # ---------------------------------------------------------------------------------------------
 # suite
 
-# Own servers, away from the shared ones and from other users of the default cluster ports.
+# Own servers, away from the shared ones and from other users of the default cluster ports, and
+# below the kernel's ephemeral port range (32768+), where an outgoing connection can hold a port
+# a server then fails to bind. Redis Cluster nodes also bind port + 10000.
 suite_env() {
     export LOCKKIT_SERVICES_STATE=${LOCKKIT_FAULTS_STATE:-/tmp/lockkit-faults-suite}
-    export LOCKKIT_REDIS_PORT=34379 LOCKKIT_ETCD_PORT=34479 LOCKKIT_ETCD_PEER_PORT=34480 LOCKKIT_ZK_PORT=34181
-    export LOCKKIT_CLUSTER_ETCD_PORTS=34579,34581,34583 LOCKKIT_CLUSTER_ETCD_PEER_PORTS=34580,34582,34584
-    export LOCKKIT_CLUSTER_ZK_PORTS=34381,34382,34383 LOCKKIT_CLUSTER_ZK_QUORUM_PORTS=34391,34393,34395
-    export LOCKKIT_CLUSTER_ZK_ELECTION_PORTS=34392,34394,34396
-    export LOCKKIT_CLUSTER_REDIS_SENTINEL_DATA_PORTS=34600,34601,34602
-    export LOCKKIT_CLUSTER_SENTINEL_PORTS=34700,34701,34702
-    export LOCKKIT_CLUSTER_REDIS_CLUSTER_PORTS=34610,34611,34612,34613,34614,34615
+    export LOCKKIT_REDIS_PORT=25379 LOCKKIT_ETCD_PORT=25479 LOCKKIT_ETCD_PEER_PORT=25480 LOCKKIT_ZK_PORT=25181
+    export LOCKKIT_CLUSTER_ETCD_PORTS=25579,25581,25583 LOCKKIT_CLUSTER_ETCD_PEER_PORTS=25580,25582,25584
+    export LOCKKIT_CLUSTER_ZK_PORTS=25381,25382,25383 LOCKKIT_CLUSTER_ZK_QUORUM_PORTS=25391,25393,25395
+    export LOCKKIT_CLUSTER_ZK_ELECTION_PORTS=25392,25394,25396
+    export LOCKKIT_CLUSTER_REDIS_SENTINEL_DATA_PORTS=25600,25601,25602
+    export LOCKKIT_CLUSTER_SENTINEL_PORTS=25700,25701,25702
+    export LOCKKIT_CLUSTER_REDIS_CLUSTER_PORTS=21610,21611,21612,21613,21614,21615
+}
+
+# Start the cluster profile; one retry after a failed start (a port briefly taken, a slow JVM).
+cluster_up() {
+    "$SERVICES" up --cluster >/dev/null && return 0
+    echo "faults: the cluster profile did not start; retrying once" >&2
+    "$SERVICES" down --cluster >&2 || true
+    sleep 3
+    "$SERVICES" up --cluster >/dev/null
 }
 
 SUITE_FAILED=()
@@ -175,7 +186,7 @@ cmd_suite() {
     trap '"$SERVICES" down >&2 || true' EXIT
     local run=(--seed 1 --duration 36s --every 5s)
     local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000)
-    if "$SERVICES" up --cluster >/dev/null; then
+    if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict
         suite_one zk cluster "${run[@]}" --strict
         suite_one etcd cluster "${long[@]}" --strict --label cluster-longhold
