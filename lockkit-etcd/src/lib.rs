@@ -66,15 +66,35 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
         (Some(u), None) => Some((u.clone(), String::new())),
         _ => None,
     };
-    let pool = client::Pool::connect(
-        &endpoints,
-        user,
-        tls,
-        cfg.connect_timeout,
-        cfg.command_timeout,
-    )
-    .await?;
-    pool.probe().await?;
+    let tls_on = tls.is_some();
+    let connected = async {
+        let pool = client::Pool::connect(
+            &endpoints,
+            user,
+            tls,
+            cfg.connect_timeout,
+            cfg.command_timeout,
+        )
+        .await?;
+        pool.probe().await?;
+        Ok::<_, Error>(pool)
+    }
+    .await;
+    let pool = match connected {
+        Err(e) if tls_on && e.kind() == &ErrorKind::Connection => {
+            return Err(
+                match tls::refusal(cfg, &url.hosts, cfg.connect_timeout).await {
+                    Some(why) => Error::new(
+                        ErrorKind::Auth,
+                        format!("etcd: TLS with {} refused: {why}", url.host_list()),
+                    )
+                    .with_retryable(false),
+                    None => e,
+                },
+            )
+        }
+        connected => connected?,
+    };
     let inner = Inner::new(pool, cfg.prefix(), ttl);
     let locks = Locks::new(EtcdBackend {
         inner: inner.clone(),

@@ -1,8 +1,7 @@
 //! Bad credentials against the secure profile (`scripts/services.sh up --secure`): a wrong
-//! password and a server certificate the client does not trust give a typed, non-retryable
-//! error; an expired or missing client certificate is refused too (see [`refused_as`] for why its
-//! kind depends on timing). All of them quickly: the bound on time also rules out a client that
-//! keeps reconnecting until its connect timeout.
+//! password, a server certificate the client does not trust and an expired or missing client
+//! certificate each give a typed, non-retryable error, quickly (the bound on time also rules out
+//! a client that keeps reconnecting until its connect timeout).
 
 use std::time::{Duration, Instant};
 
@@ -17,14 +16,6 @@ fn secure_url() -> Option<String> {
 
 /// Connects with `url` and tries a lock; the error it ends in, checked for speed and kind.
 async fn refused(url: String, secret: &str) -> Error {
-    refused_as(url, secret, true).await
-}
-
-/// [`refused`], with the retryable check optional: when etcd rejects our client certificate,
-/// TLS 1.3 lets the client finish its side of the handshake first, so the refusal reaches
-/// etcd-client either as the server's alert (mapped to `Auth`) or only as a closed connection
-/// (`Connection`, retryable), depending on timing.
-async fn refused_as(url: String, secret: &str, final_error: bool) -> Error {
     let start = Instant::now();
     let outcome = tokio::time::timeout(Duration::from_secs(30), async {
         let locks = lockkit_etcd::connect(&LockConfig::new(url)).await?;
@@ -35,9 +26,7 @@ async fn refused_as(url: String, secret: &str, final_error: bool) -> Error {
     let took = start.elapsed();
     let e = outcome.expect_err("bad credentials must be refused");
     assert!(took < QUICK, "refusal took {took:?}: {e}");
-    if final_error {
-        assert!(!e.is_retryable(), "{e} must not be retryable");
-    }
+    assert!(!e.is_retryable(), "{e} must not be retryable");
     let shown = format!("{e} {e:?} {:?}", std::error::Error::source(&e));
     assert!(
         !shown.contains(secret),
@@ -82,11 +71,8 @@ async fn expired_client_certificate_is_refused() {
         .replacen("/client.pem", "/expired-client.pem", 1)
         .replacen("/client.key", "/expired-client.key", 1);
     assert_ne!(bad, url);
-    let e = refused_as(bad, &pw, false).await;
-    assert!(
-        matches!(e.kind(), ErrorKind::Auth | ErrorKind::Connection),
-        "{e}"
-    );
+    let e = refused(bad, &pw).await;
+    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,9 +82,6 @@ async fn missing_client_certificate_is_refused() {
     let base = url.split_once('?').unwrap().0;
     let ca = lockkit_core::ServerUrl::parse(&url).unwrap();
     let bad = format!("{base}?tls_ca={}", ca.param("tls_ca").unwrap());
-    let e = refused_as(bad, &pw, false).await;
-    assert!(
-        matches!(e.kind(), ErrorKind::Auth | ErrorKind::Connection),
-        "{e}"
-    );
+    let e = refused(bad, &pw).await;
+    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
 }
