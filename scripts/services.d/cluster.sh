@@ -21,6 +21,9 @@
 #   LOCKKIT_CLUSTER_SENTINEL_PORTS    (26400,26401,26402)
 #   LOCKKIT_CLUSTER_REDIS_CLUSTER_PORTS (16410,16411,16412,16413,16414,16415)
 # They are read when the profile is first set up and recorded in $LOCKKIT_SERVICES_STATE/cluster/ports.
+# Keep them (and a Redis Cluster port + 10000, its bus port) below the ephemeral port range
+# (/proc/sys/net/ipv4/ip_local_port_range, usually from 32768): the servers' own outgoing
+# connections may otherwise take a port before its server binds it.
 #
 # State ($LOCKKIT_SERVICES_STATE/cluster/): datadir, ports, env.sh, MEMBER.pid, .lock.
 # Data dir (mktemp -d lockkit-cluster.XXXXXX): one directory per member holding its config, data
@@ -128,8 +131,20 @@ cl_new_state() {
             fi
         done
     done
+    local low=
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=
     for p in $(cl_port_list REDIS_CLUSTER_PORTS); do
         [ "$p" -le 55535 ] || die "cluster: Redis Cluster port $p leaves no room for its bus port (+10000)"
+        if [ -n "$low" ] && [ $((p + 10000)) -ge "$low" ]; then
+            log "warning: Redis Cluster bus port $((p + 10000)) is in the ephemeral port range (from $low); startup may race with outgoing connections"
+        fi
+    done
+    for k in "${CL_PORT_KEYS[@]}"; do
+        for p in $(cl_port_list "$k"); do
+            if [ -n "$low" ] && [ "$p" -ge "$low" ]; then
+                log "warning: port $p ($k) is in the ephemeral port range (from $low); startup may race with outgoing connections"
+            fi
+        done
     done
     CL_DATA=$(mktemp -d "${TMPDIR:-/tmp}/lockkit-cluster.XXXXXX")
     for k in "${CL_PORT_KEYS[@]}"; do echo "$k=${CL_PORTS[$k]}"; done >"$CL_STATE/ports"
