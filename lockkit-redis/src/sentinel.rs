@@ -10,7 +10,8 @@
 //! * follow: one task per client resolves again every [`POLL`], and at once when a command
 //!   fails in a way that hints at a failover (connection errors, timeouts, `READONLY` from a
 //!   demoted primary); when the address changes it opens connections to the new primary, swaps
-//!   them in and resubscribes the wake-up channels there;
+//!   them in, resubscribes the wake-up channels there and wakes one local waiter per channel (a
+//!   release may have been published there before we listened);
 //! * a command that certainly did not reach the server (connection refused, broken pipe,
 //!   `READONLY`) waits for the follower's next answer (at most [`RESOLVE_WAIT`]) and, if the
 //!   primary moved, is sent once more to the new one; so an idle client's first command after a
@@ -126,6 +127,22 @@ impl Switchable {
         let _ = tokio::time::timeout(RESOLVE_WAIT, answered).await;
         let switched = self.rounds.borrow().switched > start.switched;
         switched.then(|| self.current())
+    }
+
+    /// Pub/sub only, after a switch: a release may have been published on the new primary
+    /// before we subscribed there, so each channel gets the `0` message such a release sends,
+    /// and one local waiter per channel tries again (fair waiters retry at their next
+    /// heartbeat anyway).
+    fn wake_waiters(&self, pushes: &mpsc::UnboundedSender<PushInfo>) {
+        for ch in self.channels().iter() {
+            let _ = pushes.send(PushInfo {
+                kind: redis::PushKind::Message,
+                data: vec![
+                    redis::Value::BulkString(ch.as_bytes().to_vec()),
+                    redis::Value::BulkString(b"0".to_vec()),
+                ],
+            });
+        }
     }
 
     /// The follower finished a resolution.
@@ -377,6 +394,7 @@ async fn run(
                     );
                     conn.replace(c).await;
                     pubsub.replace(p).await;
+                    pubsub.wake_waiters(&pushes);
                     addr = found;
                 }
                 Err(e) => {

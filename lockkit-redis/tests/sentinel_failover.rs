@@ -6,7 +6,8 @@
 //!   the primary is gone and Held again once the client follows the promoted replica;
 //! * a lock whose lease runs out before the failover completes is Lost (the promoted replica
 //!   expires it too), and a new acquisition afterwards succeeds with a larger token;
-//! * waiters are woken over pub/sub on the new primary.
+//! * waiters are woken over pub/sub on the new primary, also those that subscribed before the
+//!   failover (their subscription moves with the primary).
 //!
 //! What these tests cannot show, because it is a race: a lock acknowledged by the primary but not
 //! yet replicated when it dies is unknown to the promoted replica, so a second client can be
@@ -290,6 +291,28 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     // Renewed every 2 s: a renewal fails while the primary is gone, long before the lease ends.
     let g = hold(&*kept, Duration::from_secs(6)).await;
     let t1 = g.token();
+    // A waiter that subscribed before the failover: its subscription must move to the new
+    // primary. The holder's lease (30 s) outlasts the wait budget, so only a wake-up gets it in.
+    let moving = hold(&*a.mutex("moving").unwrap(), Duration::from_secs(30)).await;
+    let early_waiter = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.mutex("moving")
+                .unwrap()
+                .lock_for(Duration::from_secs(20))
+                .await
+                .unwrap()
+        }
+    });
+    eventually(
+        Duration::from_secs(5),
+        "the early waiter subscribed",
+        || {
+            c.backend_as::<lockkit_redis::RedisBackend>()
+                .is_some_and(|r| r.waiting_channels() == 1)
+        },
+    )
+    .await;
 
     let old = setup.kill_primary();
     reaches(
@@ -311,6 +334,37 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     .await;
     // `b` may not have noticed the failover yet: its first commands can fail (retryable) until
     // it follows the new primary.
+    reaches(
+        Duration::from_secs(10),
+        "the other guard Held again",
+        || moving.state(),
+        LockState::Held,
+    )
+    .await;
+    // The waiter's client follows the primary on its own (it sends no command meanwhile) and
+    // subscribes there again; then the release's message, not a timer, wakes the waiter.
+    let channel = c
+        .backend_as::<lockkit_redis::RedisBackend>()
+        .unwrap()
+        .keys("moving")
+        .unwrap()
+        .channel;
+    eventually(
+        Duration::from_secs(5),
+        "the waiter's subscription moved",
+        || match query(new, &["PUBSUB", "NUMSUB", &channel]) {
+            Some(redis::Value::Array(v)) => v.get(1) == Some(&redis::Value::Int(1)),
+            _ => false,
+        },
+    )
+    .await;
+    moving.release().await.unwrap();
+    let moved = early_waiter
+        .await
+        .unwrap()
+        .expect("the early waiter was woken on the new primary");
+    moved.release().await.unwrap();
+
     let kept_b = b.mutex("kept").unwrap();
     assert!(settled(|| kept_b.is_locked()).await);
     assert!(b.mutex("kept").unwrap().try_lock().await.unwrap().is_none());
