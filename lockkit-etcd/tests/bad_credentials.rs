@@ -85,3 +85,54 @@ async fn missing_client_certificate_is_refused() {
     let e = refused(bad, &pw).await;
     assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
 }
+
+/// A private etcd presenting a certificate that expired in 2020, stopped when dropped.
+struct ExpiredServer(std::process::Child, std::path::PathBuf);
+
+impl Drop for ExpiredServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_server_certificate_is_refused() {
+    let Some(url) = secure_url() else { return };
+    let pw = password_of(&url);
+    let certs = std::path::PathBuf::from(std::env::var("LOCKKIT_TEST_SECURE_CERTS").unwrap());
+    let (port, peer) = (
+        lockkit_core::testing::free_port(),
+        lockkit_core::testing::free_port(),
+    );
+    let dir = std::env::temp_dir().join(format!("lockkit-etcd-expired-{port}"));
+    let client_url = format!("https://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = std::process::Command::new("etcd")
+        .args(["--name", "expired", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("expired={peer_url}")])
+        .arg("--cert-file")
+        .arg(certs.join("expired-server.pem"))
+        .arg("--key-file")
+        .arg(certs.join("expired-server.key"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start etcd");
+    let _server = ExpiredServer(child, dir);
+    let until = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < until, "the private etcd did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let shared = lockkit_core::ServerUrl::parse(&url).unwrap().hosts[0].to_string();
+    let bad = url.replacen(&shared, &format!("127.0.0.1:{port}"), 1);
+    let e = refused(bad, &pw).await;
+    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+}

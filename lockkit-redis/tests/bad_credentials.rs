@@ -124,3 +124,56 @@ async fn missing_client_certificate_is_refused() {
     let e = refused(bad, &pw).await;
     assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
 }
+
+/// A private redis-server presenting a certificate that expired in 2020, stopped when dropped.
+struct ExpiredServer(std::process::Child);
+
+impl Drop for ExpiredServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_server_certificate_is_refused() {
+    let Some(url) = secure_url() else { return };
+    let pw = password_of(&url);
+    let certs = std::path::PathBuf::from(std::env::var("LOCKKIT_TEST_SECURE_CERTS").unwrap());
+    let port = lockkit_core::testing::free_port();
+    let child = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
+        .arg("--tls-cert-file")
+        .arg(certs.join("expired-server.pem"))
+        .arg("--tls-key-file")
+        .arg(certs.join("expired-server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(certs.join("ca.pem"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    let _server = ExpiredServer(child);
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < until,
+            "the private redis-server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let shared = lockkit_core::ServerUrl::parse(&url).unwrap().hosts[0].to_string();
+    let bad = url.replacen(&shared, &format!("127.0.0.1:{port}"), 1);
+    let e = refused(bad, &pw).await;
+    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+}

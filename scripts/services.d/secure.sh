@@ -7,7 +7,8 @@
 # What it starts (everything made fresh in a mktemp -d data directory):
 #   certs/   an openssl CA, a server certificate (SAN IP:127.0.0.1, DNS:localhost), a client
 #            certificate, plus material for negative tests: untrusted-ca.pem (a CA that signed
-#            nothing here) and expired-client.{pem,key} (signed by the CA, valid only in 2020)
+#            nothing here) and expired-client.{pem,key}, expired-server.{pem,key} (signed by the
+#            CA, valid only in 2020; tests start private servers with the latter)
 #   Redis    TLS only (no plain port), client certificates required, `default` user off; ACL user
 #            `lockkit` limited to keys `lockkit:*` and channels `lockkit:*`, and to the command
 #            categories lockkit uses (read, write, scripting, pubsub, connection, transaction, TIME;
@@ -131,7 +132,7 @@ secure_make_certs() {
         -days 30 -subj "/CN=lockkit untrusted CA"
     rm -f "$c/untrusted-ca.key"
     local n
-    for n in server client expired-client; do
+    for n in server client expired-client expired-server; do
         secure_openssl req -newkey rsa:2048 -nodes -keyout "$n.key" -out "$n.csr" \
             -subj "/CN=lockkit-$n"
     done
@@ -158,6 +159,9 @@ commonName = supplied
 EOF
     secure_openssl ca -batch -notext -config ca.cnf -cert ca.pem -keyfile ca.key \
         -in expired-client.csr -out expired-client.pem -extfile client.ext \
+        -startdate 20200101000000Z -enddate 20200102000000Z
+    secure_openssl ca -batch -notext -config ca.cnf -cert ca.pem -keyfile ca.key \
+        -in expired-server.csr -out expired-server.pem -extfile server.ext \
         -startdate 20200101000000Z -enddate 20200102000000Z
     # ZooKeeper's PEM key store wants the key and the certificate in one file.
     cat "$c/server.key" "$c/server.pem" >"$c/zk-server.pem"
