@@ -477,13 +477,18 @@ cl_sentinel_group_ready() {
     done
 }
 
+# Every node says ok and knows all 6; 3 of them are replicas in sync with their primary.
 cl_rcluster_ok() {
-    local p
+    local p info synced=0
     for p in $(cl_port_list REDIS_CLUSTER_PORTS); do
-        cl_redis "$p" cluster info | tr -d '\r' | grep -qx 'cluster_state:ok' || return 1
-        [ "$(cl_redis "$p" cluster info | tr -d '\r' | awk -F: '$1 == "cluster_known_nodes" { print $2 }')" = 6 ] ||
-            return 1
+        info=$(cl_redis "$p" cluster info | tr -d '\r')
+        grep -qx 'cluster_state:ok' <<<"$info" || return 1
+        grep -qx 'cluster_known_nodes:6' <<<"$info" || return 1
+        if [ "$(cl_redis_field "$p" replication master_link_status)" = up ]; then
+            synced=$((synced + 1))
+        fi
     done
+    [ "$synced" = 3 ]
 }
 
 # Create the Redis Cluster when no node knows another yet; otherwise wait for it to be ok.
@@ -506,7 +511,7 @@ cl_rcluster_form() {
         log "the Redis Cluster is half formed ($fresh of $total nodes know no other node); run '$0 down --cluster' and up again"
         return 1
     fi
-    cl_wait_for "the Redis Cluster to report cluster_state:ok on every node" cl_rcluster_ok
+    cl_wait_for "the Redis Cluster (cluster_state:ok on every node, 3 replicas in sync)" cl_rcluster_ok
 }
 
 cl_etcd_group_ready() {
