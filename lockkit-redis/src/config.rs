@@ -20,6 +20,8 @@ pub(crate) const OPTIONS: &[&str] = &[
     "tls_ca",
     "tls_cert",
     "tls_key",
+    "sentinel_username",
+    "sentinel_password",
 ];
 
 /// Which Redis deployment the URL names.
@@ -122,6 +124,9 @@ pub(crate) struct Settings {
     pub(crate) redisson_compat: bool,
     /// For rediss://: the CA to trust and the client certificate to present.
     pub(crate) tls: TlsFiles,
+    /// redis+sentinel://: credentials for the Sentinels themselves (`requirepass` / ACL in
+    /// sentinel.conf); the URL's credentials are for the data nodes.
+    pub(crate) sentinel_auth: Option<(Option<String>, lockkit_core::Secret)>,
 }
 
 /// The PEM files of a `rediss://` connection (paths only: the key's contents are read when the
@@ -250,7 +255,24 @@ impl Settings {
                  to reach the node that owns each lock's slot)",
             ));
         }
+        let sentinel_auth =
+            match (
+                cfg.option("sentinel_username"),
+                cfg.option("sentinel_password"),
+            ) {
+                (None, None) => None,
+                _ if !matches!(topology, Topology::Sentinel { .. }) => return Err(Error::config(
+                    "options sentinel_username and sentinel_password need a redis+sentinel:// URL",
+                )),
+                (Some(_), None) => {
+                    return Err(Error::config(
+                        "option sentinel_username needs sentinel_password",
+                    ))
+                }
+                (user, Some(pass)) => Some((user, lockkit_core::Secret::new(pass))),
+            };
         let settings = Settings {
+            sentinel_auth,
             topology,
             info,
             pubsub_info,
@@ -355,6 +377,8 @@ mod tests {
             "redis+sentinel://s1/lockkit/x",
             "redis+cluster://h1,h2/1",
             "redis+cluster://h1?wait_replicas=1",
+            "redis://h1?sentinel_password=x",
+            "redis+sentinel://s1/m?sentinel_username=u",
         ] {
             let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
             assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{bad}");
@@ -376,6 +400,11 @@ mod tests {
         assert!(!format!("{s:?}").contains("pw"));
         let s = parse("redis+sentinel://s1/lockkit").unwrap();
         assert_eq!(s.info.redis_settings().db(), 0);
+        assert!(s.sentinel_auth.is_none());
+        let s = parse("redis+sentinel://s1/lockkit?sentinel_password=s3cret").unwrap();
+        let (user, pass) = s.sentinel_auth.as_ref().unwrap();
+        assert_eq!((user.as_deref(), pass.expose()), (None, "s3cret"));
+        assert!(!format!("{s:?}").contains("s3cret"));
         let s = parse("redis+cluster://h1:7000,h2").unwrap();
         assert_eq!(
             s.topology,

@@ -199,6 +199,7 @@ fn hints_failover(e: &redis::RedisError) -> bool {
 /// Asks the Sentinels where the primary is; remembers the last one that answered.
 struct Resolver {
     sentinels: Vec<(String, u16)>,
+    auth: Option<(Option<String>, lockkit_core::Secret)>,
     master: String,
     timeout: Duration,
     /// The sentinel (index) last used, and its connection.
@@ -236,7 +237,17 @@ impl Resolver {
             Some((j, c)) if j == i => c,
             _ => {
                 let (host, port) = &self.sentinels[i];
-                let client = redis::Client::open(ConnectionAddr::Tcp(host.clone(), *port))
+                let mut info = ConnectionAddr::Tcp(host.clone(), *port)
+                    .into_connection_info()
+                    .map_err(|e| error::map(e, "Sentinel address"))?;
+                if let Some((user, pass)) = &self.auth {
+                    let mut rs = info.redis_settings().clone().set_password(pass.expose());
+                    if let Some(u) = user {
+                        rs = rs.set_username(u);
+                    }
+                    info = info.set_redis_settings(rs);
+                }
+                let client = redis::Client::open(info)
                     .map_err(|e| error::map(e, "Sentinel client setup"))?;
                 let config = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(self.timeout))
@@ -321,6 +332,7 @@ pub(crate) async fn connect(
 ) -> Result<(Arc<Switchable>, Arc<Switchable>, JoinHandle<()>)> {
     let mut resolver = Resolver {
         sentinels: sentinels.to_vec(),
+        auth: settings.sentinel_auth.clone(),
         master: master.to_string(),
         timeout: settings.connect_timeout,
         last: None,

@@ -482,3 +482,52 @@ async fn unknown_master_name_is_a_config_error() {
     assert!(e.to_string().contains("nosuchmaster"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sentinels that require a password (`requirepass` in sentinel.conf) are asked with
+/// `sentinel_password`; a missing or wrong one is a non-retryable `Auth` error.
+#[tokio::test]
+async fn sentinel_password_is_used() {
+    if !lockkit_core::testing::tool_available("redis-server", "--version", "redis") {
+        return;
+    }
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("lockkit-sentinel-auth-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\nrequirepass s3cret\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let _sentinel = Node {
+        port,
+        child: Some(spawn(&[conf.display().to_string(), "--sentinel".into()])),
+    };
+    wait_until(Duration::from_secs(10), "sentinel answers", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let url = format!("redis+sentinel://127.0.0.1:{port}/nosuchmaster");
+    for (opts, want) in [
+        (vec![], lockkit_core::ErrorKind::Auth),
+        (
+            vec![("sentinel_password", "wrong")],
+            lockkit_core::ErrorKind::Auth,
+        ),
+        // Past the Sentinel's password check: it answers that it knows no such master.
+        (
+            vec![("sentinel_password", "s3cret")],
+            lockkit_core::ErrorKind::Config,
+        ),
+    ] {
+        let e = lockkit_redis::connect(&config(&url, &opts))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), &want, "{opts:?}: {e}");
+        assert!(!e.is_retryable(), "{opts:?}: {e}");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
