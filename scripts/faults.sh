@@ -7,12 +7,13 @@
 #   scripts/faults.sh run BACKEND TOPOLOGY [options]   one run against servers that are up
 #       BACKEND: etcd | zk | redis     TOPOLOGY: single | cluster (etcd 3 nodes, ZK ensemble,
 #       Redis primary + 2 replicas + 3 Sentinels)
-#       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (6s)
+#       --seed N (1)  --duration D (36s)  --workers K (3)  --lease D (2s)  --every D (5s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
 #   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
-#       starts its own single and cluster servers (own state dir and ports), runs every
-#       backend/topology with fixed seeds, stops the servers, fails if a target is missed
+#       starts its own cluster servers (own state dir and ports; single servers if the cluster
+#       profile cannot start), runs every backend with fixed seeds, stops the servers, and fails
+#       if a target is missed
 #   scripts/faults.sh ctl VERB GROUP [MEMBER]         server control used by the harness
 #       VERB: members | leader | stop | start | pause | resume; GROUP: redis | zk | etcd (single)
 #       or etcd-cluster | zk-ensemble | redis-sentinel
@@ -105,9 +106,9 @@ url_for() {
 
 cmd_run() {
     local backend=${1:-} topology=${2:-}
-    [ -n "$backend" ] && [ -n "$topology" ] || die "run: BACKEND TOPOLOGY needed (see --help)"
+    if [ -z "$backend" ] || [ -z "$topology" ]; then die "run: BACKEND TOPOLOGY needed (see --help)"; fi
     shift 2
-    local seed=1 duration=40s workers=3 lease=2s every=6s wait=0 strict=() out= extra=() label=
+    local seed=1 duration=36s workers=3 lease=2s every=5s wait=0 strict=() out='' extra=() label=
     while [ $# -gt 0 ]; do
         case $1 in
             --seed) seed=$2 && shift ;;
@@ -135,7 +136,7 @@ cmd_run() {
     url=$(sed -n 1p <<<"$target")
     group=$(sed -n 2p <<<"$target")
     out=${out:-target/faults/$backend-$label-seed$seed}
-    [ -x "$BIN" ] || build
+    [ "${LOCKKIT_FAULTS_BUILT:-0}" = 1 ] || build
     echo "==> faults: $backend $label seed $seed ($url)" >&2
     "$BIN" run --url "$url" --topology "$label" --group "$group" --ctl "$0 ctl" \
         --seed "$seed" --duration "$duration" --workers "$workers" --lease "$lease" \
@@ -172,7 +173,8 @@ SUITE_FAILED=()
 
 suite_one() { # BACKEND TOPOLOGY [run options]
     local rc=0
-    cmd_run "$@" || rc=$?
+    # A bound on one run (36 s of work plus teardown), so a hung server start cannot stall CI.
+    timeout --kill-after=10 150 "$0" run "$@" || rc=$?
     [ "$rc" -eq 0 ] || SUITE_FAILED+=("$*")
 }
 
@@ -183,6 +185,7 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 cmd_suite() {
     suite_env
     build
+    export LOCKKIT_FAULTS_BUILT=1
     trap '"$SERVICES" down >&2 || true' EXIT
     local run=(--seed 1 --duration 36s --every 5s)
     local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000)

@@ -57,7 +57,7 @@ enum Cmd {
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         lease: Duration,
         /// How long the workers run.
-        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "36s", value_parser = humantime::parse_duration)]
         duration: Duration,
         /// Seed of the fault schedule and hold times.
         #[arg(long, default_value_t = 1)]
@@ -70,7 +70,7 @@ enum Cmd {
         )]
         faults: Vec<FaultKind>,
         /// Time between faults.
-        #[arg(long, default_value = "6s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
         every: Duration,
         /// Wait after the run before scanning for leftovers.
         #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
