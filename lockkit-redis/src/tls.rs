@@ -8,21 +8,23 @@ use lockkit_core::{Error, ErrorKind};
 use crate::config::TlsFiles;
 
 /// The certificates for `files`, or `None` when no option was given (system roots, no client
-/// certificate). Errors name the option and path, never the file's contents.
+/// certificate). Errors name the option, and the path except for `tls_key` (whose value is
+/// treated as a secret, like every `*key` option); never a file's contents.
 #[cfg(feature = "tls")]
 pub(crate) fn certificates(files: &TlsFiles) -> Result<Option<redis::TlsCertificates>> {
     if files.is_empty() {
         return Ok(None);
     }
     let read = |path: &std::path::Path, what: &str| {
+        let shown = if what == "tls_key" {
+            String::new()
+        } else {
+            format!(" {}", path.display())
+        };
         let pem = std::fs::read(path)
-            .map_err(|e| Error::config(format!("cannot read {what} {}: {e}", path.display())))?;
-        if !pem.starts_with(b"-----BEGIN") && !String::from_utf8_lossy(&pem).contains("-----BEGIN")
-        {
-            return Err(Error::config(format!(
-                "{what} {} is not a PEM file",
-                path.display()
-            )));
+            .map_err(|e| Error::config(format!("cannot read {what}{shown}: {e}")))?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN") {
+            return Err(Error::config(format!("{what}{shown} is not a PEM file")));
         }
         Ok(pem)
     };

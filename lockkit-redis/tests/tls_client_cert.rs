@@ -267,6 +267,9 @@ async fn unusable_certificate_options_are_config_errors() {
     std::fs::write(&junk, "not a certificate").unwrap();
     let junk = junk.display().to_string();
     let missing = dir.join("missing.pem").display().to_string();
+    let pem = dir.join("looks.pem");
+    std::fs::write(&pem, "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let pem = pem.display().to_string();
     let url = "rediss://127.0.0.1:1";
     for opts in [
         vec![("tls_cert", junk.as_str())],
@@ -277,12 +280,19 @@ async fn unusable_certificate_options_are_config_errors() {
         ],
         vec![("tls_cert", junk.as_str()), ("tls_key", junk.as_str())],
         vec![("tls_ca", missing.as_str())],
+        vec![("tls_cert", pem.as_str()), ("tls_key", missing.as_str())],
     ] {
         let e = lockkit_redis::connect(&config(url, &opts))
             .await
             .unwrap_err();
         assert_eq!(e.kind(), &ErrorKind::Config, "{opts:?}: {e}");
         assert!(!e.is_retryable(), "{opts:?}: {e}");
+        // The key's path is a secret option value: errors about it do not show it.
+        if let Some((_, key)) = opts.iter().find(|(k, _)| *k == "tls_key") {
+            if e.to_string().contains("tls_key") {
+                assert!(!e.to_string().contains(key), "{e}");
+            }
+        }
     }
     // TLS options on a plain URL are a mistake, not something to ignore.
     let e = lockkit_redis::connect(&config("redis://127.0.0.1:1", &[("tls_ca", &junk)]))
