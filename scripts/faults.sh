@@ -10,6 +10,7 @@
 #       --seed N (1)  --duration D (36s)  --workers K (3)  --lease D (2s)  --every D (5s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
+#       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own cluster servers (own state dir and ports; single servers if the cluster
 #       profile cannot start), runs every backend with fixed seeds, stops the servers, and fails
@@ -120,7 +121,8 @@ cmd_run() {
             --hold-ms) extra+=(--hold-ms "$2") && shift ;;
             --faults) extra+=(--faults "$2") && shift ;;
             --label) label=$2 && shift ;;
-            --strict) strict=(--strict) ;;
+            --strict) strict+=(--strict) ;;
+            --require-pause) strict+=(--require-pause) ;;
             --out) out=$2 && shift ;;
             *) die "run: unknown option '$1'" ;;
         esac
@@ -188,7 +190,7 @@ cmd_suite() {
     export LOCKKIT_FAULTS_BUILT=1
     trap '"$SERVICES" down >&2 || true' EXIT
     local run=(--seed 1 --duration 36s --every 5s)
-    local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000)
+    local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000 --require-pause)
     if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict
         suite_one zk cluster "${run[@]}" --strict

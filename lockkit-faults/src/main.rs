@@ -85,6 +85,10 @@ enum Cmd {
         /// and leftovers (the etcd and ZooKeeper targets). Stale writes accepted always fail.
         #[arg(long)]
         strict: bool,
+        /// With --strict: fail unless a pause-holder fault landed in the middle of a hold (so
+        /// the lost-after-resume target was really exercised).
+        #[arg(long)]
+        require_pause: bool,
     },
     /// Internal: one worker process.
     Worker {
@@ -200,6 +204,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             out,
             hold_ms,
             strict,
+            require_pause,
         } => {
             let args = run::RunArgs {
                 url,
@@ -217,7 +222,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 hold_ms,
             };
             match run::run(args.clone()).await {
-                Ok(outcome) => verdict(&args, &outcome, strict),
+                Ok(outcome) => verdict(&args, &outcome, strict, require_pause),
                 Err(e) => {
                     eprintln!("lockkit-faults: run failed: {e}");
                     ExitCode::FAILURE
@@ -254,7 +259,7 @@ fn fmt_stats(s: &check::Stats) -> String {
 }
 
 /// Prints the summary row and decides the exit code.
-fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
+fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: bool) -> ExitCode {
     let r = &o.report;
     let signalled = r.overlapping_holds - r.unsignalled_overlaps;
     let leftovers = match &o.leftovers.error {
@@ -327,7 +332,7 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool) -> ExitCode {
             .iter()
             .filter(|f| f.paused_mid_hold == Some(true))
             .count();
-        if args.faults.contains(&FaultKind::PauseHolder) && paused_mid_hold == 0 {
+        if require_pause && paused_mid_hold == 0 {
             failures.push("no pause-holder fault landed in the middle of a hold".into());
         }
         let slow = r.slow_pause_signals();
