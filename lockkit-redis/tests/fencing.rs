@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use lockkit_core::testing::unique_name;
-use lockkit_core::{AcquireOptions, DistLockExt};
+use lockkit_core::{AcquireOptions, DistLockExt, ReadWriteLockExt, SemaphoreExt};
 use lockkit_redis::LockKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,6 +61,69 @@ async fn tokens_increase_after_expiry_force_unlock_and_counter_expiry() {
         last = next;
     }
     last.release().await.unwrap();
+}
+
+/// A failover to a replica can lose the counter's last updates (asynchronous replication): the
+/// new primary's counter is behind tokens already issued. The next token must still be larger,
+/// for the mutex, the fair mutex, read and write locks, and the semaphore.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_increase_when_the_counter_went_back() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("fence-back");
+    let counters = [
+        LockKeys::mutex("lockkit", &name).fence,
+        LockKeys::rwlock("lockkit", &name).fence,
+        LockKeys::semaphore("lockkit", &name).fence,
+    ];
+    let set_back = |admin: &mut redis::aio::MultiplexedConnection| {
+        let mut pipe = redis::pipe();
+        for c in &counters {
+            pipe.cmd("SET").arg(c).arg(5).ignore();
+        }
+        let mut admin = admin.clone();
+        async move { pipe.query_async::<()>(&mut admin).await.unwrap() }
+    };
+    let mutex = locks.mutex(&name).unwrap();
+    let g = mutex.lock().await.unwrap();
+    let before = g.token();
+    g.release().await.unwrap();
+    set_back(&mut admin).await;
+    let g = mutex.lock().await.unwrap();
+    assert!(g.token() > before, "{} after {before}", g.token());
+    let before = g.token();
+    g.release().await.unwrap();
+    set_back(&mut admin).await;
+    let fair = AcquireOptions::new().fair(true);
+    let g = mutex.acquire(&fair).await.unwrap().unwrap();
+    assert!(g.token() > before, "fair: {} after {before}", g.token());
+    g.release().await.unwrap();
+
+    let rw = locks.rwlock(&name).unwrap();
+    let w = rw.write_lock().await.unwrap();
+    let before = w.token();
+    w.release().await.unwrap();
+    set_back(&mut admin).await;
+    let w = rw.write_lock().await.unwrap();
+    assert!(w.token() > before, "write: {} after {before}", w.token());
+    w.release().await.unwrap();
+    let r = rw.read_lock().await.unwrap();
+    let before = r.token();
+    r.release().await.unwrap();
+    set_back(&mut admin).await;
+    let r = rw.read_lock().await.unwrap();
+    assert!(r.token() > before, "read: {} after {before}", r.token());
+    r.release().await.unwrap();
+
+    let sem = locks.semaphore(&name, 2).unwrap();
+    let p = sem.acquire_one().await.unwrap();
+    let before = p.token();
+    p.release().await.unwrap();
+    set_back(&mut admin).await;
+    let p = sem.acquire_one().await.unwrap();
+    assert!(p.token() > before, "permit: {} after {before}", p.token());
+    p.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,18 +14,25 @@ if held > 0 then
   redis.call('set', KEYS[3], '1', 'px', math.max(pttl, 0) + 1000)
   return {0, pttl}
 end
--- The counter lives ARGV[3] ms from its creation. When it is missing, the token restarts from
--- the server's time in microseconds, which is above every token the old counter issued (it
--- started from the time too and cannot count a million a second).
-local token = redis.pcall('incr', KEYS[2])
-if type(token) == 'table' then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
-end
--- Redisson's RFencedLock counter (redisson_compat) starts at 1 and never expires, as Redisson
+-- Fencing token: max(counter + 1, server time in microseconds), stored back with a fresh TTL. It
+-- increases when the counter key expired, and when a failover to a replica lost the counter's last
+-- updates (up to the clock skew between the two nodes), since every token ever issued is at most
+-- the issuing node's time (nothing counts a million acquisitions a second).
+-- Redisson's RFencedLock counter (redisson_compat) is a plain INCR that never expires, as Redisson
 -- keeps it.
-if token == 1 and string.sub(KEYS[2], 1, 20) ~= 'redisson_lock_token:' then
-  local now = redis.call('time')
-  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local token
+if string.sub(KEYS[2], 1, 20) == 'redisson_lock_token:' then
+  token = redis.pcall('incr', KEYS[2])
+  if type(token) == 'table' then
+    return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
+  end
+else
+  local now_t = redis.call('time')
+  local prev = redis.pcall('get', KEYS[2])
+  if type(prev) == 'table' or (prev and not tonumber(prev)) then
+    return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
+  end
+  token = math.max(tonumber(prev or 0) + 1, tonumber(now_t[1]) * 1000000 + tonumber(now_t[2]))
   redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[3])
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
