@@ -72,7 +72,7 @@ pub(crate) struct Row {
     pub(crate) scenario: String,
     pub(crate) clients: usize,
     pub(crate) ops: u64,
-    /// `ok`, `unsupported`, `todo` or `error`.
+    /// `ok`, `unsupported`, `n/a` (no raw floor for this URL) or `error`.
     pub(crate) status: String,
     pub(crate) note: Option<String>,
     pub(crate) elapsed_ms: f64,

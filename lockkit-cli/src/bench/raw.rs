@@ -7,7 +7,8 @@
 //! | zk | create an ephemeral node + delete it (2 round trips) |
 //! | etcd | a transaction put-if-absent (create revision 0) + a delete (2 round trips) |
 //!
-//! TLS URLs (`rediss`, `etcds`) and credentials are not handled here: those rows say `todo`.
+//! Plain single-server URLs without credentials only: TLS (`rediss`, `etcds`), credentials and
+//! Redis Sentinel or Cluster URLs get an `n/a` row saying why.
 
 use std::time::{Duration, Instant};
 
@@ -18,11 +19,9 @@ use super::scenario::RawFloor;
 
 /// The server URL, or why this module cannot measure it.
 fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, &'static str> {
-    let url = cfg
-        .server_url()
-        .map_err(|_| "TODO: raw floor for this URL")?;
+    let url = cfg.server_url().map_err(|_| "no raw floor for this URL")?;
     if url.username.is_some() || url.password.is_some() {
-        return Err("TODO: raw floor with credentials");
+        return Err("no raw floor with credentials (plain URLs only)");
     }
     Ok(url)
 }
@@ -36,14 +35,16 @@ pub(super) async fn floor(
 ) -> RawFloor {
     let url = match hosts(cfg) {
         Ok(u) => u,
-        Err(why) => return RawFloor::Todo(why),
+        Err(why) => return RawFloor::NotMeasured(why),
     };
     let key = format!("lockkit-raw-floor-{:016x}", rand::random::<u64>());
     let r = match (kind, url.scheme) {
         (BackendKind::Redis, lockkit::Scheme::Redis) => redis_floor(&url, &key, ops, pb).await,
         (BackendKind::ZooKeeper, _) => zk_floor(&url, &key, ops, pb).await,
         (BackendKind::Etcd, lockkit::Scheme::Etcd) => etcd_floor(&url, &key, ops, pb).await,
-        _ => return RawFloor::Todo("TODO: raw floor over TLS"),
+        _ => return RawFloor::NotMeasured(
+            "no raw floor over TLS or for Sentinel/Cluster URLs (plain single-server URLs only)",
+        ),
     };
     match r {
         Ok((waits, elapsed, what)) => RawFloor::Measured(waits, elapsed, what),

@@ -12,7 +12,7 @@ pub(super) fn finish_raw(backend: &str, _s: &Setup<'_>, r: RawFloor) -> Row {
             row.note = Some(what.into());
             row
         }
-        RawFloor::Todo(why) => Row::empty(backend, "", "raw-floor", "todo").with_note(why),
+        RawFloor::NotMeasured(why) => Row::empty(backend, "", "raw-floor", "n/a").with_note(why),
         RawFloor::Failed(e) => Row::empty(backend, "", "raw-floor", "error").with_note(e),
     }
 }

@@ -330,7 +330,7 @@ fn summarize(
 /// The raw floor: the backend's own minimal steps for one lock cycle, without lockkit.
 pub(crate) enum RawFloor {
     Measured(Vec<u64>, Duration, &'static str),
-    Todo(&'static str),
+    NotMeasured(&'static str),
     Failed(String),
 }
 
@@ -383,7 +383,7 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
         #[cfg(feature = "full")]
         kind => super::raw::floor(s.cfg, kind, s.ops, s.progress).await,
         #[cfg(not(feature = "full"))]
-        _ => RawFloor::Todo("TODO: raw floor needs the `full` feature"),
+        _ => RawFloor::NotMeasured("the raw floor needs the `full` feature"),
     }
 }
 
