@@ -169,19 +169,42 @@ impl Session {
     }
 }
 
+/// How long after the server's last reply the client may report a silent connection as
+/// Disconnected. zookeeper-client 0.11 checks every tick (connection timeout / 8, or session
+/// timeout / 20 when the connection timeout is zero or over 3/5 of the session timeout) and gives
+/// up after 8 ticks without a reply: it notices at most 9 ticks after the last reply.
+fn silence_noticed_within(session_timeout: Duration, connect_timeout: Duration) -> Duration {
+    let tick = if connect_timeout.is_zero() || connect_timeout > session_timeout * 3 / 5 {
+        session_timeout / 20
+    } else {
+        connect_timeout / 8
+    };
+    tick * 9
+}
+
+/// How long a guard stays Suspect after the client reports a disconnection before it turns Lost:
+/// two thirds of what is left of the session timeout once the client noticed the silence. The
+/// server expires the session a session timeout after the last request it got, which it got at
+/// most half a round trip before our last reply; so the guard turns Lost before the server can
+/// have expired the session, with a third of the rest as slack for that and for scheduling.
+fn lost_after_disconnect(session_timeout: Duration, connect_timeout: Duration) -> Duration {
+    session_timeout.saturating_sub(silence_noticed_within(session_timeout, connect_timeout)) * 2 / 3
+}
+
 /// Follows the session: connection loss makes guards Suspect, reconnection Held again, expiry
-/// (or a disconnection of two thirds of the session timeout, before the server can have expired
-/// the session) Lost. After an expiry it opens a new session for new acquires.
+/// (or a disconnection long enough that the server may expire the session, see
+/// [`lost_after_disconnect`]) Lost. After an expiry it opens a new session for new acquires.
 async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
     loop {
         let sid = client.session_id().0;
         let mut states = client.state_watcher();
-        // The client notices a silent connection within about 0.3 of the session timeout (it
-        // pings every tick and gives up after three), so two thirds of the timeout after it
-        // reports the disconnection the server cannot have expired the session yet: turning
-        // Lost then means a guard is never Suspect while another client may already hold the
-        // lock. Curator waits the whole timeout from the disconnection, which can be too late.
-        let lost_after = client.session_timeout() * 2 / 3;
+        // Turning Lost before the server can expire the session means a guard is never Suspect
+        // while another client may already hold the lock. (Curator waits the whole timeout from
+        // the disconnection, which can be too late.)
+        let Some(connect_timeout) = session.upgrade().map(|s| s.cfg.connect_timeout) else {
+            return;
+        };
+        let lost_after = lost_after_disconnect(client.session_timeout(), connect_timeout);
         drop(client);
         let mut disconnected_at: Option<tokio::time::Instant> = None;
         loop {
@@ -190,9 +213,12 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
                     match tokio::time::timeout_at(at + lost_after, states.changed()).await {
                         Ok(s) => s,
                         Err(_) => {
-                            // The server has expired the session by now: stop trusting the locks.
+                            // The server may expire the session now: stop trusting the locks.
                             let Some(s) = session.upgrade() else { return };
-                            tracing::warn!(session = sid, "zookeeper: disconnected for 2/3 of the session timeout; locks lost");
+                            tracing::warn!(
+                                session = sid,
+                                "zookeeper: disconnected too long to trust the session; locks lost"
+                            );
                             s.each_state(sid, StateCell::mark_lost);
                             disconnected_at = None;
                             continue;
@@ -242,5 +268,38 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
             return; // closed meanwhile
         }
         *slot = Some(client.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_disconnection_turns_lost_before_the_server_can_expire_the_session() {
+        let ms = Duration::from_millis;
+        assert_eq!(silence_noticed_within(ms(10_000), ms(5_000)), ms(5_625));
+        assert_eq!(silence_noticed_within(ms(2_000), ms(5_000)), ms(900));
+        assert_eq!(
+            silence_noticed_within(ms(10_000), Duration::ZERO),
+            ms(4_500)
+        );
+        for (session, connect) in [
+            (ms(10_000), ms(5_000)),
+            (ms(2_000), ms(5_000)),
+            (ms(1_000), ms(5_000)),
+            (ms(60_000), ms(5_000)),
+            (ms(10_000), Duration::ZERO),
+            (ms(10_000), ms(1_000)),
+            (ms(6_000), ms(3_600)),
+        ] {
+            let after = lost_after_disconnect(session, connect);
+            let lost = silence_noticed_within(session, connect) + after;
+            assert!(after > Duration::ZERO, "{session:?}/{connect:?}");
+            assert!(
+                lost < session * 9 / 10,
+                "{session:?}/{connect:?}: Lost {lost:?} after the last reply"
+            );
+        }
     }
 }

@@ -6,7 +6,10 @@
 //! turns Lost with `lost()` resolving, the waiters then get the lock with larger tokens, and a
 //! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
 //! at a time) and start them again even if they fail. Also: a 2 s session outlives a hang of the
-//! follower the handle talks to (the client moves to another server).
+//! follower the handle talks to (the client moves to another server); a holder whose only server
+//! hangs is told `lost()` before the ensemble hands the lock to someone else.
+
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -166,19 +169,36 @@ async fn held_and_waited_through(fault: Fault) {
         let locks = connect(&url).await;
         let (detector, name) = (detector.clone(), name.clone());
         waiters.push(tokio::spawn(async move {
-            let g = locks
-                .mutex(&name)
-                .unwrap()
-                .lock_for(Duration::from_secs(60))
-                .await
-                .expect("waiter: acquire failed")
-                .expect("waiter: no lock within 60 s");
+            // A wait the fault broke (a session or lease that ended) is retried, as an
+            // application would.
+            let g = loop {
+                match locks
+                    .mutex(&name)
+                    .unwrap()
+                    .lock_for(Duration::from_secs(60))
+                    .await
+                {
+                    Ok(Some(g)) => break g,
+                    Ok(None) => panic!("waiter: no lock within 60 s"),
+                    Err(e) if e.is_retryable() => eprintln!("waiter: {e}; waiting again"),
+                    Err(e) => panic!("waiter: {e}"),
+                }
+            };
             let t = g.token();
+            let lost = g.lost();
             {
                 let _inside = detector.enter();
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = g.lost() => {}
+                }
             }
-            g.release().await.unwrap();
+            if let Err(e) = g.release().await {
+                // Only a guard that was told it lost the lock may fail to release it.
+                tokio::time::timeout(Duration::from_secs(5), lost)
+                    .await
+                    .unwrap_or_else(|_| panic!("waiter: release failed ({e}) without lost()"));
+            }
             t
         }));
     }
@@ -310,4 +330,68 @@ async fn short_session_survives_a_hung_follower() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     guard.release().await.unwrap();
+}
+
+/// A holder whose only server hangs (SIGSTOP: the connection stays open but silent) while the
+/// rest of the ensemble carries on is told `lost()` before the ensemble expires its session and
+/// hands the lock to a waiter: the client library notices the silence only some time after the
+/// last reply, and the lost deadline must allow for that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
+    let Some(url) = server_url("zk_ensemble") else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let leader = services(&["leader", GROUP]).expect("a leader");
+    let hosts = common::server_addr(&url);
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    let f = MEMBERS.iter().position(|m| *m != leader).unwrap();
+    let others: Vec<&str> = (0..MEMBERS.len())
+        .filter(|i| *i != f)
+        .map(|i| hosts[i])
+        .collect();
+    // The holder knows only the follower that will hang; the waiter only the other two. The
+    // default session timeout (10 s), where the client notices the silence late (5 s or more).
+    let holder = connect(&format!("zk://{}", hosts[f])).await;
+    let waiter = connect(&format!("zk://{}", others.join(","))).await;
+    let name = unique_name("cut-off");
+    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+    let lost = guard.lost();
+    let lost_at = tokio::spawn(async move {
+        lost.await;
+        Instant::now()
+    });
+    let lock = waiter.mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move {
+        let g = lock.lock_for(Duration::from_secs(20)).await;
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut resume = Resume(Some(MEMBERS[f].to_string()));
+    let paused = Instant::now();
+    services(&["pause", MEMBERS[f]]).expect("pause the holder's server");
+    let waited = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    services(&["resume", MEMBERS[f]]).expect("resume it");
+    resume.0 = None;
+    let (acquired_at, g) = waited.expect("waiter finished").unwrap();
+    let g = g
+        .unwrap()
+        .expect("the waiter got the lock once the session expired");
+    let lost_at = tokio::time::timeout(Duration::from_secs(10), lost_at)
+        .await
+        .expect("lost() resolved")
+        .unwrap();
+    eprintln!(
+        "paused at 0; holder told lost at {:?}; waiter acquired at {:?}",
+        lost_at - paused,
+        acquired_at - paused
+    );
+    assert!(
+        lost_at < acquired_at,
+        "the waiter acquired {:?} after the pause, before the holder was told lost ({:?})",
+        acquired_at - paused,
+        lost_at - paused
+    );
+    g.release().await.unwrap();
 }
