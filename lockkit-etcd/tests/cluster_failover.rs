@@ -166,19 +166,39 @@ async fn held_and_waited_through(fault: Fault) {
         let locks = connect(&url).await;
         let (detector, name) = (detector.clone(), name.clone());
         waiters.push(tokio::spawn(async move {
-            let g = locks
-                .mutex(&name)
-                .unwrap()
-                .lock_for(Duration::from_secs(60))
-                .await
-                .expect("waiter: acquire failed")
-                .expect("waiter: no lock within 60 s");
+            // A wait the fault broke (a session or lease that ended) is retried, as an
+            // application would.
+            let g = loop {
+                match locks
+                    .mutex(&name)
+                    .unwrap()
+                    .lock_for(Duration::from_secs(60))
+                    .await
+                {
+                    Ok(Some(g)) => break g,
+                    Ok(None) => panic!("waiter: no lock within 60 s"),
+                    Err(e) if e.is_retryable() => {
+                        eprintln!("waiter: {e}; waiting again");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("waiter: {e}"),
+                }
+            };
             let t = g.token();
+            let lost = g.lost();
             {
                 let _inside = detector.enter();
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    _ = g.lost() => {}
+                }
             }
-            g.release().await.unwrap();
+            if let Err(e) = g.release().await {
+                // Only a guard that was told it lost the lock may fail to release it.
+                tokio::time::timeout(Duration::from_secs(5), lost)
+                    .await
+                    .unwrap_or_else(|_| panic!("waiter: release failed ({e}) without lost()"));
+            }
             t
         }));
     }

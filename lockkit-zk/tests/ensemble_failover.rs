@@ -180,7 +180,10 @@ async fn held_and_waited_through(fault: Fault) {
                 {
                     Ok(Some(g)) => break g,
                     Ok(None) => panic!("waiter: no lock within 60 s"),
-                    Err(e) if e.is_retryable() => eprintln!("waiter: {e}; waiting again"),
+                    Err(e) if e.is_retryable() => {
+                        eprintln!("waiter: {e}; waiting again");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                     Err(e) => panic!("waiter: {e}"),
                 }
             };
