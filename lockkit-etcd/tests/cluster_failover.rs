@@ -234,6 +234,8 @@ async fn held_and_waited_through(fault: Fault) {
         tokio::time::timeout(Duration::from_secs(5), guard.lost())
             .await
             .expect("guard is Lost but lost() did not resolve");
+        // Told it lost the lock, the holder gives it up (whatever is left of it on the server).
+        let _ = guard.release().await;
     }
     leave_on_lost.abort();
 
