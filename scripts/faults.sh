@@ -16,7 +16,7 @@
 #       profile cannot start), runs every backend with fixed seeds, stops the servers, and fails
 #       if a target is missed
 #   scripts/faults.sh ctl VERB GROUP [MEMBER]         server control used by the harness
-#       VERB: members | leader | stop | start | pause | resume; GROUP: redis | zk | etcd (single)
+#       VERB: members | leader | kill | stop | start | pause | resume; GROUP: redis | zk | etcd (single)
 #       or etcd-cluster | zk-ensemble | redis-sentinel
 #
 # `run` reads the servers' URLs from `scripts/services.sh env [--cluster]` in
@@ -58,8 +58,37 @@ cmd_ctl() {
             [ -n "$member" ] || die "ctl $verb: which member?"
             "$SERVICES" "$verb" "$member" >&2
             ;;
+        kill)
+            [ -n "$member" ] || die "ctl kill: which member?"
+            kill_member "$member"
+            ;;
         *) die "ctl: unknown verb '$verb'" ;;
     esac
+}
+
+# SIGKILL a member (a crash, not services.sh's graceful stop, during which an etcd leader hands
+# over its leadership), then let services.sh clear its record so that `start` works.
+kill_member() {
+    local m=$1 state=${LOCKKIT_SERVICES_STATE:-/tmp/lockkit-services} f pid cmd i
+    case $m in
+        redis | zk | etcd) f=$state/$m.pid ;;
+        *) f=$state/cluster/$m.pid ;;
+    esac
+    [ -s "$f" ] || die "ctl kill: no pid recorded for $m in $f"
+    pid=$(cat "$f")
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || die "ctl kill: $m (pid $pid) is not running"
+    case $cmd in
+        *redis-server* | *redis-sentinel* | *etcd* | *QuorumPeerMain*) ;;
+        *) die "ctl kill: pid $pid of $m is not a server we started: $cmd" ;;
+    esac
+    kill -KILL "$pid"
+    for ((i = 0; i < 50; i++)); do
+        [ -d "/proc/$pid" ] || break
+        [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+        sleep 0.1
+    done
+    echo "faults: killed $m (pid $pid)" >&2
+    "$SERVICES" stop "$m" >&2
 }
 
 # The group's leader; during an election there may be none for a moment, so retry for 15 s.

@@ -15,7 +15,8 @@ pub enum FaultKind {
     KillHolder,
     /// SIGSTOP the holder for twice its lease, then SIGCONT (a GC pause).
     PauseHolder,
-    /// Stop the backend's leader (etcd leader, ZooKeeper leader, Redis primary), start it later.
+    /// SIGKILL the backend's leader (etcd leader, ZooKeeper leader, Redis primary), start it
+    /// again a lease later.
     KillLeader,
     /// SIGSTOP a server for twice the lease, then SIGCONT.
     PauseServer,
@@ -74,7 +75,8 @@ pub fn signal(pid: u32, sig: Signal) -> std::io::Result<()> {
 }
 
 /// Server control through an external command: `CTL VERB BACKEND [MEMBER]` with VERB one of
-/// `members`, `leader` (print member names, one a line), `stop`, `start`, `pause`, `resume`.
+/// `members`, `leader` (print member names, one a line), `kill`, `stop`, `start`, `pause`,
+/// `resume`.
 #[derive(Clone, Debug)]
 pub struct Ctl {
     program: Vec<String>,
@@ -136,7 +138,7 @@ impl Ctl {
             .ok_or_else(|| std::io::Error::other("no leader"))
     }
 
-    /// Runs `stop`, `start`, `pause` or `resume` on one member.
+    /// Runs `kill`, `stop`, `start`, `pause` or `resume` on one member.
     pub async fn act(&self, verb: &str, member: &str) -> std::io::Result<()> {
         self.call(verb, Some(member)).await.map(|_| ())
     }

@@ -257,8 +257,8 @@ async fn inject(
         }
         FaultKind::KillLeader => {
             let leader = ctl.leader().await?;
-            ctl.act("stop", &leader).await?;
-            // From here the server is gone (the stop command waits for it).
+            ctl.act("kill", &leader).await?;
+            // From here the server is gone (the kill command waits for it).
             let start = now();
             tokio::time::sleep(args.lease).await;
             ctl.act("start", &leader).await?;
