@@ -7,7 +7,7 @@
 #   scripts/faults.sh run BACKEND TOPOLOGY [options]   one run against servers that are up
 #       BACKEND: etcd | zk | redis     TOPOLOGY: single | cluster (etcd 3 nodes, ZK ensemble,
 #       Redis primary + 2 replicas + 3 Sentinels)
-#       --seed N (1)  --duration D (36s)  --workers K (3)  --lease D (2s)  --every D (5s)
+#       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (5s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
@@ -138,7 +138,7 @@ cmd_run() {
     local backend=${1:-} topology=${2:-}
     if [ -z "$backend" ] || [ -z "$topology" ]; then die "run: BACKEND TOPOLOGY needed (see --help)"; fi
     shift 2
-    local seed=1 duration=36s workers=3 lease=2s every=5s wait=0 strict=() out='' extra=() label=
+    local seed=1 duration=40s workers=3 lease=2s every=5s wait=0 strict=() out='' extra=() label=
     while [ $# -gt 0 ]; do
         case $1 in
             --seed) seed=$2 && shift ;;
@@ -210,7 +210,8 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 }
 
 # Every run: 3 workers, 2 s watchdog lease, seed 1, a fault every 5 s (each kind once: SIGKILL
-# and SIGSTOP of the holder, stop of the leader, SIGSTOP of the leader, restart of a member),
+# and SIGSTOP of the holder, SIGKILL and graceful stop of the leader, SIGSTOP of the leader,
+# restart of a member),
 # then a run of long holds (5-6 s) so that a paused holder is still holding when it resumes.
 # Cluster topologies when the cluster profile starts; single servers otherwise.
 cmd_suite() {
@@ -218,7 +219,7 @@ cmd_suite() {
     build
     export LOCKKIT_FAULTS_BUILT=1
     trap '"$SERVICES" down >&2 || true' EXIT
-    local run=(--seed 1 --duration 36s --every 5s)
+    local run=(--seed 1 --duration 40s --every 5s)
     local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000 --require-pause)
     if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict

@@ -18,6 +18,8 @@ pub enum FaultKind {
     /// SIGKILL the backend's leader (etcd leader, ZooKeeper leader, Redis primary), start it
     /// again a lease later.
     KillLeader,
+    /// Stop the leader gracefully (`services.sh stop`: SIGTERM), start it again a lease later.
+    StopLeader,
     /// SIGSTOP a server for twice the lease, then SIGCONT.
     PauseServer,
     /// Stop a server and start it again at once.
@@ -26,10 +28,11 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in schedule order before shuffling.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::KillHolder,
         FaultKind::PauseHolder,
         FaultKind::KillLeader,
+        FaultKind::StopLeader,
         FaultKind::PauseServer,
         FaultKind::RestartServer,
     ];
@@ -40,6 +43,7 @@ impl FaultKind {
             FaultKind::KillHolder => "kill-holder",
             FaultKind::PauseHolder => "pause-holder",
             FaultKind::KillLeader => "kill-leader",
+            FaultKind::StopLeader => "stop-leader",
             FaultKind::PauseServer => "pause-server",
             FaultKind::RestartServer => "restart-server",
         }

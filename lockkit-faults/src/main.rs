@@ -57,7 +57,7 @@ enum Cmd {
         #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
         lease: Duration,
         /// How long the workers run.
-        #[arg(long, default_value = "36s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
         duration: Duration,
         /// Seed of the fault schedule and hold times.
         #[arg(long, default_value_t = 1)]
@@ -66,7 +66,7 @@ enum Cmd {
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "kill-holder,pause-holder,kill-leader,pause-server,restart-server"
+            default_value = "kill-holder,pause-holder,kill-leader,stop-leader,pause-server,restart-server"
         )]
         faults: Vec<FaultKind>,
         /// Time between faults.

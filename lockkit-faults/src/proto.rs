@@ -82,7 +82,8 @@ pub struct Reply {
 /// A fault the coordinator injected.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FaultRecord {
-    /// `kill-holder`, `pause-holder`, `kill-leader`, `pause-server` or `restart-server`.
+    /// `kill-holder`, `pause-holder`, `kill-leader`, `stop-leader`, `pause-server` or
+    /// `restart-server`.
     pub kind: String,
     /// The worker (`worker 3`) or server member (`etcd2`) it hit.
     pub target: String,

@@ -255,10 +255,15 @@ async fn inject(
             signal(pid, Signal::CONT)?;
             fault
         }
-        FaultKind::KillLeader => {
+        FaultKind::KillLeader | FaultKind::StopLeader => {
             let leader = ctl.leader().await?;
-            ctl.act("kill", &leader).await?;
-            // From here the server is gone (the kill command waits for it).
+            let verb = if kind == FaultKind::KillLeader {
+                "kill"
+            } else {
+                "stop"
+            };
+            ctl.act(verb, &leader).await?;
+            // From here the server is gone (both commands wait for it).
             let start = now();
             tokio::time::sleep(args.lease).await;
             ctl.act("start", &leader).await?;
