@@ -2,10 +2,14 @@
 
 use redis::Script;
 
-/// The Lua sources, for operators who want to read exactly what runs on their server.
+/// The Lua sources, for operators who want to read exactly what runs on their server. Every
+/// script that issues a fencing token starts with `scripts/fence.lua` (the token rule).
 pub mod source {
     /// Acquire + fencing token.
-    pub const ACQUIRE: &str = include_str!("scripts/acquire.lua");
+    pub const ACQUIRE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/acquire.lua")
+    );
     /// Owner-checked, idempotent release.
     pub const RELEASE: &str = include_str!("scripts/release.lua");
     /// Batched, owner-checked renewal (also used by `extend`).
@@ -17,13 +21,22 @@ pub mod source {
     /// Read-only probe (remaining lease and holders).
     pub const PROBE: &str = include_str!("scripts/probe.lua");
     /// Fair (FIFO) acquire with waiter heartbeats.
-    pub const FAIR_ACQUIRE: &str = include_str!("scripts/fair_acquire.lua");
+    pub const FAIR_ACQUIRE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/fair_acquire.lua")
+    );
     /// A fair waiter leaves the queue.
     pub const FAIR_LEAVE: &str = include_str!("scripts/fair_leave.lua");
     /// Read lock / semaphore acquire (leases in a sorted set).
-    pub const LEASE_SET: &str = include_str!("scripts/lease_set.lua");
+    pub const LEASE_SET: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/lease_set.lua")
+    );
     /// Write lock acquire with writer intent.
-    pub const RW_WRITE: &str = include_str!("scripts/rw_write.lua");
+    pub const RW_WRITE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/rw_write.lua")
+    );
     /// Release of a write lock, read lock or permits; withdrawal of a writer's intent.
     pub const SHARED_RELEASE: &str = include_str!("scripts/shared_release.lua");
     /// Batched renewal of shared leases.
@@ -37,7 +50,10 @@ pub mod source {
     /// Removal of a fixed lease that reached its local deadline.
     pub const DROP_OWNED: &str = include_str!("scripts/drop_owned.lua");
     /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
-    pub const RS_RW_ACQUIRE: &str = include_str!("scripts/rs_rw_acquire.lua");
+    pub const RS_RW_ACQUIRE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/rs_rw_acquire.lua")
+    );
     /// Release of a read or write hold, or a writer's intent, on Redisson's layout.
     pub const RS_RW_RELEASE: &str = include_str!("scripts/rs_rw_release.lua");
     /// Write -> read downgrade on Redisson's layout.
@@ -45,7 +61,10 @@ pub mod source {
     /// Admin force-unlock of a read-write lock on Redisson's layout.
     pub const RS_RW_FORCE: &str = include_str!("scripts/rs_rw_force.lua");
     /// Leased permit acquire on Redisson's `RSemaphore` layout (`redisson_compat`).
-    pub const RS_SEM_ACQUIRE: &str = include_str!("scripts/rs_sem_acquire.lua");
+    pub const RS_SEM_ACQUIRE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/rs_sem_acquire.lua")
+    );
     /// Permit release on Redisson's `RSemaphore` layout.
     pub const RS_SEM_RELEASE: &str = include_str!("scripts/rs_sem_release.lua");
     /// Free permits on Redisson's `RSemaphore` layout (read-only).

@@ -14,10 +14,7 @@ if held > 0 then
   redis.call('set', KEYS[3], '1', 'px', math.max(pttl, 0) + 1000)
   return {0, pttl}
 end
--- Fencing token: max(counter + 1, server time in microseconds), stored back with a fresh TTL. It
--- increases when the counter key expired, and when a failover to a replica lost the counter's last
--- updates (up to the clock skew between the two nodes), since every token ever issued is at most
--- the issuing node's time (nothing counts a million acquisitions a second).
+-- Fencing token: next_token (fence.lua).
 -- Redisson's RFencedLock counter (redisson_compat) is a plain INCR that never expires, as Redisson
 -- keeps it.
 local token
@@ -27,13 +24,11 @@ if string.sub(KEYS[2], 1, 20) == 'redisson_lock_token:' then
     return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
   end
 else
-  local now_t = redis.call('time')
-  local prev = redis.pcall('get', KEYS[2])
-  if type(prev) == 'table' or (prev and not tonumber(prev)) then
-    return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
+  local fence_err
+  token, fence_err = next_token(KEYS[2], ARGV[3], redis.call('time'))
+  if not token then
+    return fence_err
   end
-  token = math.max(tonumber(prev or 0) + 1, tonumber(now_t[1]) * 1000000 + tonumber(now_t[2]))
-  redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[3])
 end
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ARGV[2])

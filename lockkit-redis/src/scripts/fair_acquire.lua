@@ -25,8 +25,8 @@ if held == 0 and (not first or first == ARGV[1]) then
     redis.call('lpop', KEYS[3])
     redis.call('hdel', KEYS[4], ARGV[1])
   end
-  -- Token as in acquire.lua: max(counter + 1, server time in us); Redisson's RFencedLock counter
-  -- (redisson_compat) is a plain INCR that never expires.
+  -- Token: next_token (fence.lua); Redisson's RFencedLock counter (redisson_compat) is a plain
+  -- INCR that never expires.
   local token
   if string.sub(KEYS[2], 1, 20) == 'redisson_lock_token:' then
     token = redis.pcall('incr', KEYS[2])
@@ -34,12 +34,11 @@ if held == 0 and (not first or first == ARGV[1]) then
       return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
     end
   else
-    local prev = redis.pcall('get', KEYS[2])
-    if type(prev) == 'table' or (prev and not tonumber(prev)) then
-      return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
+    local fence_err
+    token, fence_err = next_token(KEYS[2], ARGV[3], t)
+    if not token then
+      return fence_err
     end
-    token = math.max(tonumber(prev or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[3])
   end
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])

@@ -26,13 +26,10 @@ if capacity > 0 then
     return {0, math.max(1, tonumber(first[2]) - now)}
   end
 end
--- Token as in acquire.lua: max(counter + 1, server time in microseconds).
-local prev = redis.pcall('get', KEYS[4])
-if type(prev) == 'table' or (prev and not tonumber(prev)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[4] .. ' is not a fencing counter')
+local token, fence_err = next_token(KEYS[4], ARGV[3], t)
+if not token then
+  return fence_err
 end
-local token = math.max(tonumber(prev or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('set', KEYS[4], string.format('%.0f', token), 'px', ARGV[3])
 local deadline = now + tonumber(ARGV[2])
 redis.call('zadd', KEYS[2], deadline, ARGV[1])
 if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then

@@ -61,11 +61,8 @@ else
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
   redis.call('pexpire', KEYS[1], lease)
 end
--- Token as in acquire.lua: max(counter + 1, server time in microseconds).
-local prev = redis.pcall('get', KEYS[3])
-if type(prev) == 'table' or (prev and not tonumber(prev)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[3] .. ' is not a fencing counter')
+local token, fence_err = next_token(KEYS[3], ARGV[3], t)
+if not token then
+  return fence_err
 end
-local token = math.max(tonumber(prev or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('set', KEYS[3], string.format('%.0f', token), 'px', ARGV[3])
 return {1, token}

@@ -43,13 +43,10 @@ if free < want then
   end
   return {0, -2}
 end
--- Token as in acquire.lua: max(counter + 1, server time in microseconds).
-local prev = redis.pcall('get', KEYS[3])
-if type(prev) == 'table' or (prev and not tonumber(prev)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[3] .. ' is not a fencing counter')
+local token, fence_err = next_token(KEYS[3], ARGV[3], t)
+if not token then
+  return fence_err
 end
-local token = math.max(tonumber(prev or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('set', KEYS[3], string.format('%.0f', token), 'px', ARGV[3])
 redis.call('decrby', KEYS[1], want)
 -- No expiry on the leases: Redis drops the set when it is empty, and an expiring set would take
 -- a dead holder's permits with it.

@@ -20,13 +20,10 @@ if held > 0 or redis.call('zcard', KEYS[2]) > 0 then
   return {0, -2}
 end
 redis.call('zrem', KEYS[3], ARGV[1])
--- Token as in acquire.lua: max(counter + 1, server time in microseconds).
-local prev = redis.pcall('get', KEYS[4])
-if type(prev) == 'table' or (prev and not tonumber(prev)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[4] .. ' is not a fencing counter')
+local token, fence_err = next_token(KEYS[4], ARGV[3], t)
+if not token then
+  return fence_err
 end
-local token = math.max(tonumber(prev or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('set', KEYS[4], string.format('%.0f', token), 'px', ARGV[3])
 redis.call('hset', KEYS[1], ARGV[1], 1)
 redis.call('pexpire', KEYS[1], ARGV[2])
 return {1, token}
