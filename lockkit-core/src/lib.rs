@@ -18,6 +18,8 @@ mod url;
 
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "tls-probe")]
+pub mod tls_probe;
 
 pub use backend::{Backend, BackendKind, Capabilities, Locks};
 pub use config::{LockConfig, Secret};

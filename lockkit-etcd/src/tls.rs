@@ -48,9 +48,17 @@ pub(crate) async fn refusal(
     hosts: &[lockkit_core::HostPort],
     timeout: std::time::Duration,
 ) -> Option<String> {
-    let config = probe_config(cfg)?;
+    let ca = std::fs::read(cfg.option("tls_ca")?).ok()?;
+    let identity = match (cfg.option("tls_cert"), cfg.option("tls_key")) {
+        (Some(cert), Some(key)) => Some((std::fs::read(cert).ok()?, std::fs::read(key).ok()?)),
+        _ => None,
+    };
+    let pem = lockkit_core::tls_probe::TlsPem {
+        ca: &ca,
+        identity: identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+    };
     let domain = cfg.option("tls_domain");
-    let hosts: Vec<(String, String)> = hosts
+    let hosts = hosts
         .iter()
         .map(|h| {
             (
@@ -59,95 +67,5 @@ pub(crate) async fn refusal(
             )
         })
         .collect();
-    tokio::task::spawn_blocking(move || {
-        hosts
-            .iter()
-            .find_map(|(name, addr)| handshake(&config, name, addr, timeout))
-    })
-    .await
-    .ok()
-    .flatten()
-}
-
-fn probe_config(cfg: &LockConfig) -> Option<std::sync::Arc<rustls::ClientConfig>> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = std::fs::read(cfg.option("tls_ca")?).ok()?;
-    for cert in CertificateDer::pem_slice_iter(&ca).flatten() {
-        roots.add(cert).ok()?;
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .ok()?
-    .with_root_certificates(roots);
-    let config = match (cfg.option("tls_cert"), cfg.option("tls_key")) {
-        (Some(cert), Some(key)) => {
-            let cert = std::fs::read(cert).ok()?;
-            let key = std::fs::read(key).ok()?;
-            builder
-                .with_client_auth_cert(
-                    CertificateDer::pem_slice_iter(&cert).flatten().collect(),
-                    PrivateKeyDer::from_pem_slice(&key).ok()?,
-                )
-                .ok()?
-        }
-        _ => builder.with_no_client_auth(),
-    };
-    Some(std::sync::Arc::new(config))
-}
-
-fn handshake(
-    config: &std::sync::Arc<rustls::ClientConfig>,
-    name: &str,
-    addr: &str,
-    timeout: std::time::Duration,
-) -> Option<String> {
-    use rustls::AlertDescription as A;
-    use std::io::Read;
-    use std::net::ToSocketAddrs;
-    let name = rustls::pki_types::ServerName::try_from(name.to_string()).ok()?;
-    let addr = addr.to_socket_addrs().ok()?.next()?;
-    let mut tcp = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
-    tcp.set_read_timeout(Some(timeout)).ok()?;
-    tcp.set_write_timeout(Some(timeout)).ok()?;
-    let mut conn = rustls::ClientConnection::new(config.clone(), name).ok()?;
-    // Finish the handshake, then read once, briefly: with TLS 1.3 a server that refuses our
-    // certificate says so only after our side of the handshake is done, within milliseconds.
-    // An etcd server that accepted us waits for the HTTP/2 preface, and the read times out.
-    let err = loop {
-        if conn.is_handshaking() {
-            match conn.complete_io(&mut tcp) {
-                Ok(_) => continue,
-                Err(e) => break e,
-            }
-        }
-        tcp.set_read_timeout(Some(timeout.min(std::time::Duration::from_millis(500))))
-            .ok()?;
-        let mut byte = [0u8; 1];
-        match rustls::Stream::new(&mut conn, &mut tcp).read_exact(&mut byte) {
-            Ok(()) => return None,
-            Err(e) => break e,
-        }
-    };
-    match err.get_ref()?.downcast_ref::<rustls::Error>()? {
-        rustls::Error::InvalidCertificate(why) => Some(format!(
-            "the server's certificate is not trusted ({why:?}); check tls_ca"
-        )),
-        rustls::Error::AlertReceived(
-            alert @ (A::BadCertificate
-            | A::CertificateExpired
-            | A::CertificateRevoked
-            | A::CertificateUnknown
-            | A::CertificateRequired
-            | A::UnknownCA
-            | A::AccessDenied
-            | A::HandshakeFailure),
-        ) => Some(format!(
-            "the server refused our client certificate ({alert:?}); check tls_cert and tls_key"
-        )),
-        _ => None,
-    }
+    lockkit_core::tls_probe::tls_refusal(pem, hosts, timeout).await
 }

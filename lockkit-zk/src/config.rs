@@ -180,7 +180,7 @@ impl ZkConfig {
             #[cfg(feature = "tls")]
             if let (zk::Error::NoHosts, Some(tls)) = (&failed, &self.tls) {
                 let limit = self.connect_timeout;
-                if let Some(why) = crate::tls::probe::refusal(tls, &self.hosts, limit).await {
+                if let Some(why) = crate::tls::refusal(tls, &self.hosts, limit).await {
                     return Err(Error::new(
                         lockkit_core::ErrorKind::Auth,
                         format!("zookeeper: TLS with {} refused: {why}", self.hosts),

@@ -86,104 +86,30 @@ fn read(path: &str, option: &str) -> Result<String> {
         .map_err(|e| Error::config(format!("{option}: cannot read {path:?}: {e}")))
 }
 
-/// Why TLS refused us, found by one handshake of our own with each host. The ZooKeeper client
-/// reports a failed handshake only as "no available hosts", which would look retryable; a
-/// certificate the server rejects, or one we do not trust, never gets better by retrying.
+/// Why TLS refused us, found by one handshake of our own with each host
+/// ([`lockkit_core::tls_probe`]). The ZooKeeper client reports a failed handshake only as "no
+/// available hosts", which would look retryable; a certificate the server rejects, or one we do
+/// not trust, never gets better by retrying.
 #[cfg(feature = "tls")]
-pub(crate) mod probe {
-    use std::io::Read;
-    use std::net::{TcpStream, ToSocketAddrs};
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-    use rustls::{AlertDescription, ClientConfig, ClientConnection, RootCertStore};
-
-    use super::Tls;
-
-    /// The first certificate refusal met on `hosts` (`host:port,host:port`), if any.
-    pub(crate) async fn refusal(tls: &Tls, hosts: &str, timeout: Duration) -> Option<String> {
-        let config = client_config(tls)?;
-        let hosts: Vec<String> = hosts.split(',').map(str::to_string).collect();
-        tokio::task::spawn_blocking(move || {
-            hosts.iter().find_map(|h| handshake(&config, h, timeout))
+pub(crate) async fn refusal(
+    tls: &Tls,
+    hosts: &str,
+    timeout: std::time::Duration,
+) -> Option<String> {
+    let pem = lockkit_core::tls_probe::TlsPem {
+        ca: tls.ca.as_bytes(),
+        identity: tls
+            .identity
+            .as_ref()
+            .map(|(cert, key)| (cert.as_bytes(), key.expose().as_bytes())),
+    };
+    let hosts = hosts
+        .split(',')
+        .filter_map(|h| {
+            let (host, _) = h.rsplit_once(':')?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            Some((host.to_string(), h.to_string()))
         })
-        .await
-        .ok()
-        .flatten()
-    }
-
-    fn client_config(tls: &Tls) -> Option<Arc<ClientConfig>> {
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(tls.ca.as_bytes()).flatten() {
-            roots.add(cert).ok()?;
-        }
-        let builder =
-            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .ok()?
-                .with_root_certificates(roots);
-        let config = match &tls.identity {
-            None => builder.with_no_client_auth(),
-            Some((cert, key)) => builder
-                .with_client_auth_cert(
-                    CertificateDer::pem_slice_iter(cert.as_bytes())
-                        .flatten()
-                        .collect(),
-                    PrivateKeyDer::from_pem_slice(key.expose().as_bytes()).ok()?,
-                )
-                .ok()?,
-        };
-        Some(Arc::new(config))
-    }
-
-    fn handshake(config: &Arc<ClientConfig>, host_port: &str, timeout: Duration) -> Option<String> {
-        let (host, _) = host_port.rsplit_once(':')?;
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(host.to_string()).ok()?;
-        let addr = host_port.to_socket_addrs().ok()?.next()?;
-        let mut tcp = TcpStream::connect_timeout(&addr, timeout).ok()?;
-        tcp.set_read_timeout(Some(timeout)).ok()?;
-        tcp.set_write_timeout(Some(timeout)).ok()?;
-        let mut conn = ClientConnection::new(config.clone(), name).ok()?;
-        // Finish the handshake, then read once, briefly: with TLS 1.3 a server that refuses our
-        // certificate says so only after our side of the handshake is done, within
-        // milliseconds. A ZooKeeper server that accepted us sends nothing, and the read times
-        // out.
-        let err = loop {
-            if conn.is_handshaking() {
-                match conn.complete_io(&mut tcp) {
-                    Ok(_) => continue,
-                    Err(e) => break e,
-                }
-            }
-            tcp.set_read_timeout(Some(timeout.min(Duration::from_millis(500))))
-                .ok()?;
-            let mut byte = [0u8; 1];
-            match rustls::Stream::new(&mut conn, &mut tcp).read_exact(&mut byte) {
-                Ok(()) => return None,
-                Err(e) => break e,
-            }
-        };
-        let tls = err.get_ref()?.downcast_ref::<rustls::Error>()?;
-        match tls {
-            rustls::Error::InvalidCertificate(why) => Some(format!(
-                "the server's certificate is not trusted ({why:?}); check tls_ca"
-            )),
-            rustls::Error::AlertReceived(
-                alert @ (AlertDescription::BadCertificate
-                | AlertDescription::CertificateExpired
-                | AlertDescription::CertificateRevoked
-                | AlertDescription::CertificateUnknown
-                | AlertDescription::CertificateRequired
-                | AlertDescription::UnknownCA
-                | AlertDescription::AccessDenied
-                | AlertDescription::HandshakeFailure),
-            ) => Some(format!(
-                "the server refused our client certificate ({alert:?}); check tls_cert and tls_key"
-            )),
-            _ => None,
-        }
-    }
+        .collect();
+    lockkit_core::tls_probe::tls_refusal(pem, hosts, timeout).await
 }

@@ -1,0 +1,126 @@
+//! Why a TLS connection was refused, found by one handshake of our own with each host (feature
+//! `tls-probe`, for backends whose client library hides the reason).
+//!
+//! Some clients report a refused handshake only as "no hosts" or "connection closed", which
+//! looks retryable. A certificate the server rejects, or one we do not trust, never gets better
+//! by retrying: a backend that sees such a failure asks [`tls_refusal`] and returns `Auth`.
+
+use std::io::Read;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{AlertDescription as A, ClientConfig, ClientConnection, RootCertStore};
+
+/// The PEM material of a TLS client: the CA to trust and an optional client certificate.
+#[derive(Clone, Copy)]
+pub struct TlsPem<'a> {
+    /// PEM certificates of the CA(s) that signed the servers' certificates.
+    pub ca: &'a [u8],
+    /// PEM client certificate chain and private key.
+    pub identity: Option<(&'a [u8], &'a [u8])>,
+}
+
+impl std::fmt::Debug for TlsPem<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsPem")
+            .field("client_cert", &self.identity.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The first certificate refusal met on `hosts` (pairs of the server name to check and the
+/// `host:port` to connect to), as a message naming the option to fix; `None` when every
+/// handshake succeeds or fails for another reason (the server is down, the PEM is unusable).
+///
+/// Each host gets one handshake, then one short read (at most 500 ms): with TLS 1.3 a server
+/// that refuses our certificate says so only after our side of the handshake is done.
+pub async fn tls_refusal(
+    pem: TlsPem<'_>,
+    hosts: Vec<(String, String)>,
+    timeout: Duration,
+) -> Option<String> {
+    let config = client_config(pem)?;
+    tokio::task::spawn_blocking(move || {
+        hosts
+            .iter()
+            .find_map(|(name, addr)| handshake(&config, name, addr, timeout))
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+fn client_config(pem: TlsPem<'_>) -> Option<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem.ca).flatten() {
+        roots.add(cert).ok()?;
+    }
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(roots);
+    let config = match pem.identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(cert).flatten().collect(),
+                PrivateKeyDer::from_pem_slice(key).ok()?,
+            )
+            .ok()?,
+    };
+    Some(Arc::new(config))
+}
+
+fn handshake(
+    config: &Arc<ClientConfig>,
+    name: &str,
+    addr: &str,
+    timeout: Duration,
+) -> Option<String> {
+    let name = ServerName::try_from(name.to_string()).ok()?;
+    let addr = addr.to_socket_addrs().ok()?.next()?;
+    let mut tcp = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    tcp.set_read_timeout(Some(timeout)).ok()?;
+    tcp.set_write_timeout(Some(timeout)).ok()?;
+    let mut conn = ClientConnection::new(config.clone(), name).ok()?;
+    // Finish the handshake, then read once, briefly: a server that refused our certificate says
+    // so within milliseconds; one that accepted us waits for its protocol's first message, and
+    // the read times out.
+    let err = loop {
+        if conn.is_handshaking() {
+            match conn.complete_io(&mut tcp) {
+                Ok(_) => continue,
+                Err(e) => break e,
+            }
+        }
+        tcp.set_read_timeout(Some(timeout.min(Duration::from_millis(500))))
+            .ok()?;
+        let mut byte = [0u8; 1];
+        match rustls::Stream::new(&mut conn, &mut tcp).read_exact(&mut byte) {
+            Ok(()) => return None,
+            Err(e) => break e,
+        }
+    };
+    match err.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::InvalidCertificate(why) => Some(format!(
+            "the server's certificate is not trusted ({why:?}); check tls_ca"
+        )),
+        rustls::Error::AlertReceived(
+            alert @ (A::BadCertificate
+            | A::CertificateExpired
+            | A::CertificateRevoked
+            | A::CertificateUnknown
+            | A::CertificateRequired
+            | A::UnknownCA
+            | A::AccessDenied
+            | A::HandshakeFailure),
+        ) => Some(format!(
+            "the server refused our client certificate ({alert:?}); check tls_cert and tls_key"
+        )),
+        _ => None,
+    }
+}
