@@ -1,14 +1,16 @@
 //! Bad credentials against the secure profile (`scripts/services.sh up --secure`): a wrong
 //! password, a server certificate the client does not trust and an expired client certificate
 //! each give a typed, non-retryable error, quickly, without a reconnect storm (counted with
-//! the server's `total_connections_received`).
+//! the server's `total_connections_received`). The checks shared by every backend are
+//! `lockkit_core::testing::assert_refused` and `bad_credentials_suite!`.
 
-use std::time::{Duration, Instant};
+mod common;
 
-use lockkit_core::{DistLockExt, Error, ErrorKind, LockConfig};
+use std::time::Duration;
 
-/// A hang guard, not a performance bound.
-const QUICK: Duration = Duration::from_secs(5);
+use common::{free_port, PrivateRedis};
+use lockkit_core::testing::{assert_refused, secure_certs, wait_for_port, BadCredential};
+use lockkit_core::{Error, ErrorKind, LockConfig};
 
 fn secure_url() -> Option<String> {
     lockkit_core::testing::server_url("redis_secure")
@@ -45,28 +47,14 @@ fn connections_received() -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Connects with `url` and tries a lock; the error it ends in, checked for speed and kind.
+/// Connects with `url` and tries a lock; the error it ends in, checked for speed and kind, and
+/// for the connections it cost the server.
 async fn refused(url: String, secret: &str) -> Error {
     // The server's connection count is shared: count one refusal at a time.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _turn = ONE_AT_A_TIME.lock().await;
     let before = connections_received();
-    let start = Instant::now();
-    let outcome = tokio::time::timeout(Duration::from_secs(30), async {
-        let locks = lockkit_redis::connect(&LockConfig::new(url)).await?;
-        locks.mutex("bad-credentials")?.try_lock().await.map(drop)
-    })
-    .await
-    .expect("a refused connection must not hang");
-    let took = start.elapsed();
-    let e = outcome.expect_err("bad credentials must be refused");
-    assert!(took < QUICK, "refusal took {took:?}: {e}");
-    assert!(!e.is_retryable(), "{e} must not be retryable");
-    let shown = format!("{e} {e:?} {:?}", std::error::Error::source(&e));
-    assert!(
-        !shown.contains(secret),
-        "the error shows the secret: {shown}"
-    );
+    let e = assert_refused(lockkit_redis::connect(&LockConfig::new(url)), secret).await;
     if let (Some(b), Some(a)) = (before, connections_received()) {
         // The probe itself adds one; a client that kept reconnecting would add many more.
         assert!(a - b <= 4, "{} connections for one refused connect", a - b);
@@ -74,106 +62,35 @@ async fn refused(url: String, secret: &str) -> Error {
     e
 }
 
-fn password_of(url: &str) -> String {
-    lockkit_core::ServerUrl::parse(url)
-        .unwrap()
-        .password
-        .unwrap()
-        .expose()
-        .to_string()
-}
+lockkit_core::bad_credentials_suite!(secure_url, refused);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wrong_password_is_auth() {
-    let Some(url) = secure_url() else { return };
-    let pw = password_of(&url);
-    let bad = url.replacen(&format!(":{pw}@"), ":not-the-password@", 1);
-    let e = refused(bad, "not-the-password").await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn untrusted_server_certificate_is_refused() {
-    let Some(url) = secure_url() else { return };
-    let pw = password_of(&url);
-    let bad = url.replacen("/ca.pem", "/untrusted-ca.pem", 1);
-    assert_ne!(bad, url);
-    let e = refused(bad, &pw).await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_client_certificate_is_refused() {
-    let Some(url) = secure_url() else { return };
-    let pw = password_of(&url);
-    let bad = url
-        .replacen("/client.pem", "/expired-client.pem", 1)
-        .replacen("/client.key", "/expired-client.key", 1);
-    assert_ne!(bad, url);
-    let e = refused(bad, &pw).await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn missing_client_certificate_is_refused() {
-    let Some(url) = secure_url() else { return };
-    let pw = password_of(&url);
-    let base = url.split_once('?').unwrap().0;
-    let ca = lockkit_core::ServerUrl::parse(&url).unwrap();
-    let bad = format!("{base}?tls_ca={}", ca.param("tls_ca").unwrap());
-    let e = refused(bad, &pw).await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
-}
-
-/// A private redis-server presenting a certificate that expired in 2020, stopped when dropped.
-struct ExpiredServer(std::process::Child);
-
-impl Drop for ExpiredServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// A private redis-server presenting a certificate that expired in 2020 is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_server_certificate_is_refused() {
     let Some(url) = secure_url() else { return };
-    let pw = password_of(&url);
-    let certs = std::path::PathBuf::from(std::env::var("LOCKKIT_TEST_SECURE_CERTS").unwrap());
-    let port = lockkit_core::testing::free_port();
-    let child = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--tls-port", &port.to_string(), "--tls-auth-clients", "no"])
-        .arg("--tls-cert-file")
-        .arg(certs.join("expired-server.pem"))
-        .arg("--tls-key-file")
-        .arg(certs.join("expired-server.key"))
-        .arg("--tls-ca-cert-file")
-        .arg(certs.join("ca.pem"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let _server = ExpiredServer(child);
-    let until = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < until,
-            "the private redis-server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let shared = lockkit_core::ServerUrl::parse(&url).unwrap().hosts[0].to_string();
-    let bad = url.replacen(&shared, &format!("127.0.0.1:{port}"), 1);
+    let certs = secure_certs();
+    let port = free_port();
+    let path = |name: &str| certs.join(name).display().to_string();
+    let (cert, key, ca) = (
+        path("expired-server.pem"),
+        path("expired-server.key"),
+        path("ca.pem"),
+    );
+    let _server = PrivateRedis::start(&[
+        "--tls-port",
+        &port.to_string(),
+        "--tls-auth-clients",
+        "no",
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+    ]);
+    let (every, within) = (Duration::from_millis(20), Duration::from_secs(10));
+    wait_for_port(port, within, every, "the private redis-server's TLS port").await;
+    let (bad, pw) = BadCredential::ServerAt(port).apply(&url);
     let e = refused(bad, &pw).await;
     assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
 }

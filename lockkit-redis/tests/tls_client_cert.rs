@@ -9,63 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
+use lockkit_core::testing::{make_client_cert, make_test_certs, wait_for_port};
 use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
-
-/// A client certificate and key signed by the CA whose `ca.pem` / `ca.key` are in `dir`.
-fn client_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    std::fs::write(
-        dir.join("client.ext"),
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=clientAuth\n",
-    )
-    .unwrap();
-    let openssl = |args: &[&str]| {
-        let ok = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "openssl {args:?}");
-    };
-    let (key, csr, pem) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.pem"),
-    );
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &key,
-        "-out",
-        &csr,
-        "-subj",
-        "/CN=lockkit-client",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &csr,
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        &pem,
-        "-days",
-        "2",
-        "-extfile",
-        "client.ext",
-    ]);
-    (dir.join(pem), dir.join(key))
-}
 
 struct TlsRedis {
     server: PrivateRedis,
@@ -94,11 +39,11 @@ impl TlsRedis {
             free_port()
         ));
         let (dir, other) = (base.join("ca"), base.join("other"));
-        let certs = lockkit_core::testing::make_test_certs(&dir);
-        let (cert, key) = client_cert(&dir, "client");
+        let certs = make_test_certs(&dir);
+        let client = make_client_cert(&dir, "client");
         // A client certificate from a CA the server does not trust.
-        lockkit_core::testing::make_test_certs(&other);
-        let (foreign_cert, foreign_key) = client_cert(&other, "client");
+        make_test_certs(&other);
+        let foreign = make_client_cert(&other, "client");
         let tls_port = free_port();
         let s = |p: &Path| p.display().to_string();
         let (port_s, scert, skey, ca) = (
@@ -119,19 +64,16 @@ impl TlsRedis {
             "--tls-auth-clients",
             "yes",
         ]);
-        let started = std::time::Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "no TLS port");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let (every, within) = (Duration::from_millis(10), Duration::from_secs(10));
+        wait_for_port(tls_port, within, every, "the TLS port").await;
         TlsRedis {
             server,
             tls_port,
             ca,
-            cert: s(&cert),
-            key: s(&key),
-            foreign_cert: s(&foreign_cert),
-            foreign_key: s(&foreign_key),
+            cert: s(&client.cert),
+            key: s(&client.key),
+            foreign_cert: s(&foreign.cert),
+            foreign_key: s(&foreign.key),
             dirs: [base.clone(), base],
         }
     }

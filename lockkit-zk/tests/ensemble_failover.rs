@@ -7,265 +7,28 @@
 //! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
 //! at a time) and start them again even if they fail. Also: a 2 s session outlives a hang of the
 //! follower the handle talks to (the client moves to another server); a holder whose only server
-//! hangs is told `lost()` before the ensemble hands the lock to someone else.
+//! hangs is told `lost()` before the ensemble hands the lock to someone else. The fault checks
+//! are those of `lockkit_core::testing::failover`.
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockkit_core::testing::{server_url, unique_name, OverlapDetector};
-use lockkit_core::{DistLockExt, LockConfig, LockState, Locks};
+use lockkit_core::testing::failover::{outlives_a_pause, serial, Cluster, Outage};
+use lockkit_core::testing::unique_name;
+use lockkit_core::{DistLockExt, LockConfig, Locks};
 
-const GROUP: &str = "zk-ensemble";
-const MEMBERS: [&str; 3] = ["zk-e1", "zk-e2", "zk-e3"];
+const CLUSTER: Cluster = Cluster {
+    url_name: "zk_ensemble",
+    group: "zk-ensemble",
+    members: ["zk-e1", "zk-e2", "zk-e3"],
+};
 
-/// The tests stop servers, so they run one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The fault injected while the lock is held and waited for.
-enum Fault {
-    /// Stop the leader, wait for a new one, start the old one again.
-    Leader,
-    /// Stop and start every member in turn (so also the one the holder talks to).
-    EveryMember,
-    /// SIGSTOP every member in turn for 3 s, then SIGCONT: a hung server, not a dead one.
-    PauseEveryMember,
-}
-
-/// `scripts/services.sh ARGS...`, its trimmed stdout if it succeeded.
-fn services(args: &[&str]) -> Option<String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/services.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run scripts/services.sh");
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-/// Starts the stopped member again if the test fails before it does.
-struct Restart(Option<String>);
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        if let Some(member) = self.0.take() {
-            services(&["start", &member]);
-        }
-    }
-}
-
-/// Resumes the paused member if the test fails before it does.
-struct Resume(Option<String>);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        if let Some(member) = self.0.take() {
-            services(&["resume", &member]);
-        }
-    }
-}
-
-/// Waits for the group to elect a leader other than `old`.
-async fn new_leader(old: &str) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(l) = services(&["leader", GROUP]).filter(|l| !l.is_empty() && l != old) {
-            return l;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no new {GROUP} leader within 30 s after stopping {old}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Stops `member` and starts it again (also when the test fails in between).
-async fn stop_start(member: &str, before_start: impl std::future::Future<Output = ()>) {
-    let mut restart = Restart(Some(member.to_string()));
-    services(&["stop", member]).expect("stop a member");
-    before_start.await;
-    services(&["start", member]).expect("start the member again");
-    restart.0 = None;
-}
-
-async fn inject(fault: Fault) {
-    match fault {
-        Fault::Leader => {
-            let leader = services(&["leader", GROUP]).expect("a leader before the fault");
-            stop_start(&leader, async {
-                let next = new_leader(&leader).await;
-                eprintln!("stopped {leader}; {next} leads now");
-            })
-            .await;
-        }
-        Fault::EveryMember => {
-            for m in MEMBERS {
-                stop_start(m, tokio::time::sleep(Duration::from_secs(1))).await;
-                eprintln!("restarted {m}");
-            }
-        }
-        Fault::PauseEveryMember => {
-            for m in MEMBERS {
-                let mut resume = Resume(Some(m.to_string()));
-                services(&["pause", m]).expect("pause a member");
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                services(&["resume", m]).expect("resume the member");
-                resume.0 = None;
-                eprintln!("paused and resumed {m}");
-            }
-        }
-    }
-}
-
-async fn connect(url: &str) -> Locks {
+async fn connect(url: String) -> Locks {
     lockkit_zk::connect(&LockConfig::new(url)).await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_failover_keeps_a_single_holder() {
-    held_and_waited_through(Fault::Leader).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_restart_keeps_a_single_holder() {
-    held_and_waited_through(Fault::EveryMember).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pausing_each_member_keeps_a_single_holder() {
-    held_and_waited_through(Fault::PauseEveryMember).await;
-}
-
-async fn held_and_waited_through(fault: Fault) {
-    let Some(url) = server_url("zk_ensemble") else {
-        return;
-    };
-    let _serial = SERIAL.lock().await;
-    let name = unique_name("failover");
-    let detector = OverlapDetector::new();
-
-    let holder = connect(&url).await;
-    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
-    let token = guard.token();
-    let inside = Arc::new(Mutex::new(Some(detector.enter())));
-    let leave_on_lost = {
-        let inside = inside.clone();
-        let lost = guard.lost();
-        tokio::spawn(async move {
-            lost.await;
-            inside.lock().unwrap().take();
-        })
-    };
-
-    let mut waiters = Vec::new();
-    for _ in 0..2 {
-        let locks = connect(&url).await;
-        let (detector, name) = (detector.clone(), name.clone());
-        waiters.push(tokio::spawn(async move {
-            // A wait the fault broke (a session or lease that ended) is retried, as an
-            // application would.
-            let g = loop {
-                match locks
-                    .mutex(&name)
-                    .unwrap()
-                    .lock_for(Duration::from_secs(60))
-                    .await
-                {
-                    Ok(Some(g)) => break g,
-                    Ok(None) => panic!("waiter: no lock within 60 s"),
-                    Err(e) if e.is_retryable() => {
-                        eprintln!("waiter: {e}; waiting again");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(e) => panic!("waiter: {e}"),
-                }
-            };
-            let t = g.token();
-            let lost = g.lost();
-            {
-                let _inside = detector.enter();
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                    _ = g.lost() => {}
-                }
-            }
-            if let Err(e) = g.release().await {
-                // Only a guard that was told it lost the lock may fail to release it.
-                tokio::time::timeout(Duration::from_secs(5), lost)
-                    .await
-                    .unwrap_or_else(|_| panic!("waiter: release failed ({e}) without lost()"));
-            }
-            t
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    inject(fault).await;
-
-    // The holder's guard settles: Held again, or Lost with lost() resolved.
-    let start = Instant::now();
-    while !matches!(guard.state(), LockState::Held | LockState::Lost) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "guard still {:?} 30 s after the fault",
-            guard.state()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    eprintln!("holder's guard after the fault: {:?}", guard.state());
-    if guard.state() == LockState::Held {
-        // Still ours on the server too: nobody else gets it, the waiters still wait.
-        let probe = connect(&url).await;
-        assert!(probe
-            .mutex(&name)
-            .unwrap()
-            .try_lock()
-            .await
-            .unwrap()
-            .is_none());
-        assert!(waiters.iter().all(|w| !w.is_finished()));
-        inside.lock().unwrap().take();
-        guard.release().await.unwrap();
-    } else {
-        tokio::time::timeout(Duration::from_secs(5), guard.lost())
-            .await
-            .expect("guard is Lost but lost() did not resolve");
-        // Told it lost the lock, the holder gives it up (whatever is left of it on the server).
-        let _ = guard.release().await;
-    }
-    leave_on_lost.abort();
-
-    let mut last = token;
-    for w in waiters {
-        let t = tokio::time::timeout(Duration::from_secs(60), w)
-            .await
-            .expect("waiter finished")
-            .unwrap();
-        assert!(
-            t > token,
-            "waiter token {t:?} not above the holder's {token:?}"
-        );
-        last = last.max(t);
-    }
-    let fresh = connect(&url).await;
-    let again = fresh
-        .mutex(&name)
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .expect("the lock is free after the fault");
-    assert!(again.token() > last);
-    again.release().await.unwrap();
-    assert_eq!(detector.max_inside(), 1, "two holders at once");
-}
+lockkit_core::failover_suite!(CLUSTER, connect);
 
 /// The ensemble member whose `cons` output lists session `sid`: the one the client talks to.
 fn member_serving(url: &str, sid: i64) -> Option<&'static str> {
@@ -273,14 +36,17 @@ fn member_serving(url: &str, sid: i64) -> Option<&'static str> {
     let hosts = url.trim_start_matches("zk://");
     let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
     let needle = format!("sid={sid:#x},");
-    hosts.split(',').zip(MEMBERS).find_map(|(host, member)| {
-        let mut conn = std::net::TcpStream::connect(host).ok()?;
-        conn.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-        conn.write_all(b"cons").ok()?;
-        let mut out = String::new();
-        conn.read_to_string(&mut out).ok()?;
-        out.contains(&needle).then_some(member)
-    })
+    hosts
+        .split(',')
+        .zip(CLUSTER.members)
+        .find_map(|(host, member)| {
+            let mut conn = std::net::TcpStream::connect(host).ok()?;
+            conn.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+            conn.write_all(b"cons").ok()?;
+            let mut out = String::new();
+            conn.read_to_string(&mut out).ok()?;
+            out.contains(&needle).then_some(member)
+        })
 }
 
 /// A 2 s session outlives a 4 s hang (SIGSTOP) of the follower the handle talks to: the client
@@ -289,11 +55,11 @@ fn member_serving(url: &str, sid: i64) -> Option<&'static str> {
 /// session until a new leader is elected, so a guard may rightly turn Lost.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_session_survives_a_hung_follower() {
-    let Some(url) = server_url("zk_ensemble") else {
+    let Some(url) = CLUSTER.url() else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let leader = services(&["leader", GROUP]).expect("a leader");
+    let _serial = serial().await;
+    let leader = CLUSTER.leader().expect("a leader");
     let sep = if url.contains('?') { '&' } else { '?' };
     let short = format!("{url}{sep}session_timeout=2s");
     // The client picks a server at random: keep a handle that talks to a follower.
@@ -312,29 +78,7 @@ async fn short_session_survives_a_hung_follower() {
     let locks = backend.into_locks();
     let name = unique_name("hung-follower");
     let guard = locks.mutex(&name).unwrap().lock().await.unwrap();
-    let mut lost = guard.lost();
-
-    let mut resume = Resume(Some(follower.to_string()));
-    services(&["pause", follower]).expect("pause the follower");
-    let lost_while_hung = tokio::time::timeout(Duration::from_secs(4), &mut lost)
-        .await
-        .is_ok();
-    services(&["resume", follower]).expect("resume it");
-    resume.0 = None;
-    assert!(
-        !lost_while_hung,
-        "the 2 s session was lost while {follower} hung"
-    );
-    let start = Instant::now();
-    while guard.state() != LockState::Held {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "guard stayed {:?}",
-            guard.state()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    guard.release().await.unwrap();
+    outlives_a_pause(guard, follower, "the 2 s session").await;
 }
 
 /// A holder whose only server hangs (SIGSTOP: the connection stays open but silent) while the
@@ -343,22 +87,22 @@ async fn short_session_survives_a_hung_follower() {
 /// last reply, and the lost deadline must allow for that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
-    let Some(url) = server_url("zk_ensemble") else {
+    let Some(url) = CLUSTER.url() else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let leader = services(&["leader", GROUP]).expect("a leader");
+    let _serial = serial().await;
+    let leader = CLUSTER.leader().expect("a leader");
     let hosts = common::server_addr(&url);
     let hosts: Vec<&str> = hosts.split(',').collect();
-    let f = MEMBERS.iter().position(|m| *m != leader).unwrap();
-    let others: Vec<&str> = (0..MEMBERS.len())
+    let f = CLUSTER.members.iter().position(|m| *m != leader).unwrap();
+    let others: Vec<&str> = (0..CLUSTER.members.len())
         .filter(|i| *i != f)
         .map(|i| hosts[i])
         .collect();
     // The holder knows only the follower that will hang; the waiter only the other two. The
     // default session timeout (10 s), where the client notices the silence late (5 s or more).
-    let holder = connect(&format!("zk://{}", hosts[f])).await;
-    let waiter = connect(&format!("zk://{}", others.join(","))).await;
+    let holder = connect(format!("zk://{}", hosts[f])).await;
+    let waiter = connect(format!("zk://{}", others.join(","))).await;
     let name = unique_name("cut-off");
     let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
     let lost = guard.lost();
@@ -373,12 +117,10 @@ async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut resume = Resume(Some(MEMBERS[f].to_string()));
     let paused = Instant::now();
-    services(&["pause", MEMBERS[f]]).expect("pause the holder's server");
+    let hung = Outage::pause(CLUSTER.members[f]);
     let waited = tokio::time::timeout(Duration::from_secs(30), waiting).await;
-    services(&["resume", MEMBERS[f]]).expect("resume it");
-    resume.0 = None;
+    hung.end();
     let (acquired_at, g) = waited.expect("waiter finished").unwrap();
     let g = g
         .unwrap()

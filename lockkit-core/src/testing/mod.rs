@@ -1,7 +1,7 @@
 //! The conformance suite: every backend passes every case (feature `testing`).
 //!
-//! Each case is a plain async fn over a [`Locks`] handle. [`conformance_suite!`] expands them into
-//! one `#[tokio::test]` per case for a backend:
+//! Each case is a plain async fn over a [`Locks`](crate::Locks) handle. [`conformance_suite!`]
+//! expands them into one `#[tokio::test]` per case for a backend:
 //!
 //! ```ignore
 //! async fn locks() -> Option<lockkit_core::Locks> {
@@ -18,10 +18,16 @@
 //! [`conformance_suite!`]: crate::conformance_suite
 
 pub mod cases;
+mod credentials;
+pub mod failover;
 mod support;
 
+pub use credentials::{
+    assert_refused, password_of, secure_certs, BadCredential, QUICK, WRONG_PASSWORD,
+};
 pub use support::{
-    free_port, make_test_certs, server_url, tool_available, unique_name, OverlapDetector, TestCerts,
+    free_port, make_client_cert, make_test_certs, server_url, tool_available, unique_name,
+    wait_for_port, ClientCert, OverlapDetector, PrivateServer, TestCerts,
 };
 
 /// Expands the whole conformance suite into one `#[tokio::test]` per case. `$make` is an async fn

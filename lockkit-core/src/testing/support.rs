@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::Rng;
 
@@ -93,65 +94,144 @@ pub fn make_test_certs(dir: &std::path::Path) -> TestCerts {
          keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
     )
     .expect("write server.ext");
-    let openssl = |args: &[&str]| {
-        let ok = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .expect("openssl runs")
-            .success();
-        assert!(ok, "openssl {args:?}");
-    };
-    let days = ["-days", "2"];
     openssl(
+        dir,
         &[
             &[
                 "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
                 "ca.pem",
             ][..],
-            &days,
+            &DAYS,
             &["-subj", "/CN=lockkit test CA"],
         ]
         .concat(),
     );
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
+    let (cert, key) = signed_cert(dir, "server", "/CN=127.0.0.1", "server.ext");
+    TestCerts {
+        ca: dir.join("ca.pem"),
+        cert,
+        key,
+    }
+}
+
+/// Paths of a client certificate and its key (PEM).
+#[derive(Debug, Clone)]
+pub struct ClientCert {
+    /// The client certificate (extendedKeyUsage clientAuth, CN lockkit-client).
+    pub cert: std::path::PathBuf,
+    /// Its private key.
+    pub key: std::path::PathBuf,
+}
+
+/// Makes a client certificate `NAME.pem` and key `NAME.key` in `dir` with `openssl`, signed by
+/// the CA that [`make_test_certs`] made there (valid for two days).
+pub fn make_client_cert(dir: &std::path::Path, name: &str) -> ClientCert {
+    std::fs::write(
+        dir.join("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=clientAuth\n",
+    )
+    .expect("write client.ext");
+    let (cert, key) = signed_cert(dir, name, "/CN=lockkit-client", "client.ext");
+    ClientCert { cert, key }
+}
+
+/// How long the test certificates are valid, as `openssl` arguments.
+const DAYS: [&str; 2] = ["-days", "2"];
+
+/// Runs `openssl ARGS...` in `dir`; panics if it fails.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs")
+        .success();
+    assert!(ok, "openssl {args:?}");
+}
+
+/// A new key `NAME.key` and certificate `NAME.pem` for `subject` in `dir`, signed by the CA
+/// `ca.pem` / `ca.key` there with the extensions of `ext` (a file in `dir`).
+fn signed_cert(
+    dir: &std::path::Path,
+    name: &str,
+    subject: &str,
+    ext: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (key, csr, pem) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+    );
     openssl(
+        dir,
+        &[
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
+        ],
+    );
+    openssl(
+        dir,
         &[
             &[
                 "x509",
                 "-req",
                 "-in",
-                "server.csr",
+                &csr,
                 "-CA",
                 "ca.pem",
                 "-CAkey",
                 "ca.key",
                 "-CAcreateserial",
                 "-out",
-                "server.pem",
+                &pem,
             ][..],
-            &days,
-            &["-extfile", "server.ext"],
+            &DAYS,
+            &["-extfile", ext],
         ]
         .concat(),
     );
-    TestCerts {
-        ca: dir.join("ca.pem"),
-        cert: dir.join("server.pem"),
-        key: dir.join("server.key"),
+    (dir.join(pem), dir.join(key))
+}
+
+/// A server process a test started, killed (and its directory, if any, removed) when dropped.
+#[derive(Debug)]
+pub struct PrivateServer {
+    child: std::process::Child,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl PrivateServer {
+    /// Spawns `command` with its output discarded (panics if it cannot start); `dir`, if given,
+    /// is removed when the server is dropped.
+    pub fn spawn(mut command: std::process::Command, dir: Option<std::path::PathBuf>) -> Self {
+        let child = command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {:?}: {e}", command.get_program()));
+        PrivateServer { child, dir }
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Waits until something accepts connections on `127.0.0.1:port`, polling every `every`;
+/// panics naming `what` if that takes longer than `within`.
+pub async fn wait_for_port(port: u16, within: Duration, every: Duration, what: &str) {
+    let until = std::time::Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < until, "{what} did not start");
+        tokio::time::sleep(every).await;
     }
 }
 
