@@ -74,7 +74,7 @@ pub(crate) struct Watchdog {
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: std::sync::atomic::AtomicU64,
     wake: Notify,
-    /// When the task will look again on its own (`None`: not before something changes).
+    /// When the task will look again on its own (`None`: it has not looked yet).
     scheduled: Mutex<Option<Instant>>,
 }
 
@@ -168,10 +168,12 @@ impl Watchdog {
 
     /// Expires what passed its deadline, takes what is due for renewal, and says when to look
     /// again.
-    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Vec<Expired>, Option<Instant>) {
+    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Vec<Expired>, Instant) {
         let mut due = Vec::new();
         let mut expired = Vec::new();
-        let mut wake: Option<Instant> = None;
+        // An idle task still looks again after IDLE_LOOK, so registering a lock that is not due
+        // before then needs no wake-up: a short acquire-release cycle costs no task switch.
+        let mut wake = now + IDLE_LOOK;
         let mut entries = self.lock();
         entries.retain(|_, e| {
             if now < e.deadline {
@@ -203,12 +205,9 @@ impl Watchdog {
             if e.renew && !e.in_flight {
                 at = at.min(e.next_due);
             }
-            wake = Some(wake.map_or(at, |w| w.min(at)));
+            wake = wake.min(at);
         }
-        // An idle task still looks again after IDLE_LOOK, so registering a lock that is not due
-        // before then needs no wake-up: a short acquire-release cycle costs no task switch.
-        let wake = Some(wake.map_or(now + IDLE_LOOK, |w| w.min(now + IDLE_LOOK)));
-        *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = wake;
+        *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
         (due, expired, wake)
     }
 
@@ -317,10 +316,7 @@ pub(crate) async fn run(
                 });
             }
         }
-        let sleep = match wake {
-            Some(at) => tokio::time::sleep_until(at),
-            None => tokio::time::sleep(Duration::from_secs(3600)),
-        };
+        let sleep = tokio::time::sleep_until(wake);
         tokio::select! {
             _ = sleep => {}
             _ = wd.wake.notified() => {}
