@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::faults::FaultKind;
 
 #[derive(Parser)]
 #[command(name = "lockkit-faults", about = "lockkit fault harness")]
@@ -38,49 +37,8 @@ struct Cli {
 enum Cmd {
     /// Run workers against URL, inject faults, check, print the report.
     Run {
-        /// Backend URL for the workers.
-        #[arg(long)]
-        url: String,
-        /// Topology label for the report.
-        #[arg(long, default_value = "single")]
-        topology: String,
-        /// Server group for the control command (a member name for a single server).
-        #[arg(long)]
-        group: String,
-        /// Server control command, called as `CTL VERB GROUP [MEMBER]`.
-        #[arg(long, default_value = "scripts/faults.sh ctl")]
-        ctl: String,
-        /// Concurrent worker processes.
-        #[arg(long, default_value_t = 3)]
-        workers: u32,
-        /// Watchdog lease.
-        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-        lease: Duration,
-        /// How long the workers run.
-        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
-        duration: Duration,
-        /// Seed of the fault schedule and hold times.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Fault kinds, comma separated.
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "kill-holder,pause-holder,kill-leader,stop-leader,pause-server,restart-server"
-        )]
-        faults: Vec<FaultKind>,
-        /// Time between faults.
-        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-        every: Duration,
-        /// Wait after the run before scanning for leftovers.
-        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
-        grace: Duration,
-        /// Output directory.
-        #[arg(long, default_value = "target/faults")]
-        out: PathBuf,
-        /// Range of a hold's length in milliseconds (`MIN-MAX`).
-        #[arg(long, default_value = "50-250", value_parser = parse_range)]
-        hold_ms: (u64, u64),
+        #[command(flatten)]
+        args: run::RunArgs,
         /// Also fail on unsignalled overlaps, a paused holder told later than 1 s after resuming,
         /// and leftovers (the etcd and ZooKeeper targets). Stale writes accepted always fail.
         #[arg(long)]
@@ -190,49 +148,20 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             ExitCode::SUCCESS
         }
         Cmd::Run {
-            url,
-            topology,
-            group,
-            ctl,
-            workers,
-            lease,
-            duration,
-            seed,
-            faults,
-            every,
-            grace,
-            out,
-            hold_ms,
+            args,
             strict,
             require_pause,
-        } => {
-            let args = run::RunArgs {
-                url,
-                topology,
-                group,
-                ctl,
-                workers,
-                lease,
-                duration,
-                seed,
-                faults,
-                every,
-                grace,
-                out,
-                hold_ms,
-            };
-            match run::run(args.clone()).await {
-                Ok(outcome) => verdict(&args, &outcome, strict, require_pause),
-                Err(e) => {
-                    eprintln!("lockkit-faults: run failed: {e}");
-                    ExitCode::FAILURE
-                }
+        } => match run::run(args.clone()).await {
+            Ok(outcome) => verdict(&args, &outcome, strict, require_pause),
+            Err(e) => {
+                eprintln!("lockkit-faults: run failed: {e}");
+                ExitCode::FAILURE
             }
-        }
+        },
     }
 }
 
-fn parse_range(s: &str) -> Result<(u64, u64), String> {
+pub(crate) fn parse_range(s: &str) -> Result<(u64, u64), String> {
     let (a, b) = s.split_once('-').ok_or("expected MIN-MAX")?;
     let (a, b) = (
         a.parse().map_err(|e| format!("{e}"))?,

@@ -16,34 +16,51 @@ use crate::leftovers::{scan, Leftovers};
 use crate::proto::{FaultRecord, LogLine, RunInfo};
 use crate::register::Register;
 
-/// The coordinator's parameters.
-#[derive(Clone, Debug)]
+/// The coordinator's parameters (also the `run` command's options).
+#[derive(Clone, Debug, clap::Args)]
 pub struct RunArgs {
-    /// Backend URL given to every worker.
+    /// Backend URL for the workers.
+    #[arg(long)]
     pub url: String,
     /// Topology label for the report.
+    #[arg(long, default_value = "single")]
     pub topology: String,
-    /// Server group for `ctl` (`etcd-cluster`, `zk-ensemble`, `redis-sentinel`, `redis`, ...).
+    /// Server group for the control command (a member name for a single server).
+    #[arg(long)]
     pub group: String,
-    /// Server control command.
+    /// Server control command, called as `CTL VERB GROUP [MEMBER]`.
+    #[arg(long, default_value = "scripts/faults.sh ctl")]
     pub ctl: String,
-    /// Concurrent workers.
+    /// Concurrent worker processes.
+    #[arg(long, default_value_t = 3)]
     pub workers: u32,
     /// Watchdog lease.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub lease: Duration,
     /// How long the workers run.
+    #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
-    /// Seed.
+    /// Seed of the fault schedule and hold times.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Fault kinds to draw from.
+    /// Fault kinds, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill-holder,pause-holder,kill-leader,stop-leader,pause-server,restart-server"
+    )]
     pub faults: Vec<FaultKind>,
     /// Time between faults.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub every: Duration,
     /// Wait after the run before scanning for leftovers.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub grace: Duration,
-    /// Output directory (log, report, worker stderr).
+    /// Output directory.
+    #[arg(long, default_value = "target/faults")]
     pub out: PathBuf,
-    /// Range of a hold's length, in milliseconds.
+    /// Range of a hold's length in milliseconds (`MIN-MAX`).
+    #[arg(long, default_value = "50-250", value_parser = crate::parse_range)]
     pub hold_ms: (u64, u64),
 }
 

@@ -25,20 +25,10 @@ if held == 0 and (not first or first == ARGV[1]) then
     redis.call('lpop', KEYS[3])
     redis.call('hdel', KEYS[4], ARGV[1])
   end
-  -- Token: next_token (fence.lua); Redisson's RFencedLock counter (redisson_compat) is a plain
-  -- INCR that never expires.
-  local token
-  if string.sub(KEYS[2], 1, 20) == 'redisson_lock_token:' then
-    token = redis.pcall('incr', KEYS[2])
-    if type(token) == 'table' then
-      return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[2] .. ' is not a fencing counter')
-    end
-  else
-    local fence_err
-    token, fence_err = next_token(KEYS[2], ARGV[3], t)
-    if not token then
-      return fence_err
-    end
+  -- Token: next_token (fence.lua).
+  local token, fence_err = next_token(KEYS[2], ARGV[3], t)
+  if not token then
+    return fence_err
   end
   redis.call('hset', KEYS[1], ARGV[1], 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
