@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-
 #[derive(Parser)]
 #[command(name = "lockkit-faults", about = "lockkit fault harness")]
 struct Cli {
