@@ -56,6 +56,7 @@ pub(crate) struct ZkConfig {
     /// Absolute path under which every node lives: `/<chroot>/<prefix>`.
     pub root: String,
     pub session_timeout: Duration,
+    /// The bound on opening a session (all hosts together).
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
     /// Digest credentials, `user:password`.
@@ -203,10 +204,21 @@ impl ZkConfig {
         }
     }
 
+    /// The timeout of one connection: how long the client waits for a server to answer a
+    /// connect, and how long a silent connection may stay silent before the client gives up on
+    /// it (zookeeper-client uses one setting for both). A quarter of the session timeout at most,
+    /// so that after a server hangs the client can notice, try that same server again (it
+    /// reshuffles the hosts and may pick it first), and still resume the session through another
+    /// one well before the guards' lost deadline; with the whole `connect_timeout` (5 s) one
+    /// retry of a hung server alone outlasted a 2 s or even a 10 s session.
+    pub(crate) fn connection_timeout(&self) -> Duration {
+        self.connect_timeout.min(self.session_timeout / 4)
+    }
+
     fn connector(&self) -> Result<zk::Connector> {
         let mut connector = zk::Client::connector()
             .with_session_timeout(self.session_timeout)
-            .with_connection_timeout(self.connect_timeout)
+            .with_connection_timeout(self.connection_timeout())
             .with_fail_eagerly();
         if let Some((user, pass)) = &self.digest {
             connector =

@@ -169,17 +169,22 @@ impl Session {
     }
 }
 
-/// How long after the server's last reply the client may report a silent connection as
-/// Disconnected. zookeeper-client 0.11 checks every tick (connection timeout / 8, or session
-/// timeout / 20 when the connection timeout is zero or over 3/5 of the session timeout) and gives
-/// up after 8 ticks without a reply: it notices at most 9 ticks after the last reply.
-fn silence_noticed_within(session_timeout: Duration, connect_timeout: Duration) -> Duration {
-    let tick = if connect_timeout.is_zero() || connect_timeout > session_timeout * 3 / 5 {
+/// zookeeper-client 0.11's tick: connection timeout / 8, or session timeout / 20 when the
+/// connection timeout is zero or over 3/5 of the session timeout. A connection that stays silent
+/// (or a connect that gets no answer) for 8 ticks is given up.
+fn client_tick(session_timeout: Duration, connection_timeout: Duration) -> Duration {
+    if connection_timeout.is_zero() || connection_timeout > session_timeout * 3 / 5 {
         session_timeout / 20
     } else {
-        connect_timeout / 8
-    };
-    tick * 9
+        connection_timeout / 8
+    }
+}
+
+/// How long after the server's last reply the client may report a silent connection as
+/// Disconnected: it checks every tick and gives up after 8 ticks without a reply, so it notices
+/// at most 9 ticks after the last reply.
+fn silence_noticed_within(session_timeout: Duration, connection_timeout: Duration) -> Duration {
+    client_tick(session_timeout, connection_timeout) * 9
 }
 
 /// How long a guard stays Suspect after the client reports a disconnection before it turns Lost:
@@ -187,8 +192,9 @@ fn silence_noticed_within(session_timeout: Duration, connect_timeout: Duration) 
 /// server expires the session a session timeout after the last request it got, which it got at
 /// most half a round trip before our last reply; so the guard turns Lost before the server can
 /// have expired the session, with a third of the rest as slack for that and for scheduling.
-fn lost_after_disconnect(session_timeout: Duration, connect_timeout: Duration) -> Duration {
-    session_timeout.saturating_sub(silence_noticed_within(session_timeout, connect_timeout)) * 2 / 3
+fn lost_after_disconnect(session_timeout: Duration, connection_timeout: Duration) -> Duration {
+    session_timeout.saturating_sub(silence_noticed_within(session_timeout, connection_timeout)) * 2
+        / 3
 }
 
 /// Follows the session: connection loss makes guards Suspect, reconnection Held again, expiry
@@ -201,10 +207,10 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
         // Turning Lost before the server can expire the session means a guard is never Suspect
         // while another client may already hold the lock. (Curator waits the whole timeout from
         // the disconnection, which can be too late.)
-        let Some(connect_timeout) = session.upgrade().map(|s| s.cfg.connect_timeout) else {
+        let Some(connection_timeout) = session.upgrade().map(|s| s.cfg.connection_timeout()) else {
             return;
         };
-        let lost_after = lost_after_disconnect(client.session_timeout(), connect_timeout);
+        let lost_after = lost_after_disconnect(client.session_timeout(), connection_timeout);
         drop(client);
         let mut disconnected_at: Option<tokio::time::Instant> = None;
         loop {
@@ -299,6 +305,30 @@ mod tests {
             assert!(
                 lost < session * 9 / 10,
                 "{session:?}/{connect:?}: Lost {lost:?} after the last reply"
+            );
+        }
+    }
+
+    /// After a server hangs, the client notices, may try the hung server again first (it
+    /// reshuffles the hosts), waits one connection timeout there, then reaches another server
+    /// after a short delay (up to 100 ms for the second host). That must fit before the lost
+    /// deadline, or a hung follower would cost the session's locks.
+    #[test]
+    fn a_hung_server_retried_first_still_leaves_time_to_resume_elsewhere() {
+        let ms = Duration::from_millis;
+        for session in [ms(1_000), ms(2_000), ms(4_000), ms(10_000), ms(30_000)] {
+            let cfg = ZkConfig::from_lock_config(&lockkit_core::LockConfig::new(format!(
+                "zk://h1,h2,h3/x?session_timeout={}ms",
+                session.as_millis()
+            )))
+            .unwrap();
+            let conn = cfg.connection_timeout();
+            let noticed = silence_noticed_within(session, conn);
+            let resumed = noticed + client_tick(session, conn) * 8 + ms(100);
+            let lost = noticed + lost_after_disconnect(session, conn);
+            assert!(
+                resumed + session / 10 < lost,
+                "{session:?}: resumed after {resumed:?}, Lost after {lost:?}"
             );
         }
     }
