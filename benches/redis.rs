@@ -106,10 +106,13 @@ async fn script_cycles(
         let (ok, _token): (i64, i64) = acquire
             .key(&keys.lock)
             .key(&keys.fence)
-            .key(&keys.wake)
+            .key(&keys.queue)
+            .key(&keys.waiters)
             .arg(&owner)
             .arg(30_000)
             .arg(3_600_000)
+            .arg("0")
+            .arg(3_000)
             .invoke_async(conn)
             .await
             .unwrap();
@@ -117,13 +120,13 @@ async fn script_cycles(
         let r: i64 = release
             .key(&keys.lock)
             .key(keys.unlock_latch(&owner))
+            .key(&keys.fence)
             .key(&keys.queue)
-            .key(&keys.wake)
+            .key(&keys.waiters)
             .arg(&owner)
-            .arg(&keys.channel)
             .arg(20_000)
-            .arg("0")
-            .arg("1")
+            .arg(3_600_000)
+            .arg(3_000)
             .invoke_async(conn)
             .await
             .unwrap();
@@ -235,7 +238,7 @@ async fn contended_lockkit(url: &str, name: &str, total: usize, fair: bool) -> C
         if fair {
             "lockkit fair mutex (FIFO)"
         } else {
-            "lockkit mutex (pub/sub wake-up)"
+            "lockkit mutex (queue + hand-off)"
         },
         started,
         tasks,

@@ -83,33 +83,50 @@ impl Inner {
         }
     }
 
-    /// Owner-checked, idempotent release: `true` when released, `false` when not ours. A reply
-    /// lost to a broken connection or a timeout is retried; the ownership's unlock latch makes
-    /// the retry answer like the first attempt did.
-    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str, fair: bool) -> Result<bool> {
+    /// The channel on which this client's waiters of a native mutex hear that the lock was
+    /// handed to them.
+    pub(crate) fn grant_channel(&self, keys: &LockKeys) -> String {
+        format!("{}:{}", keys.lock, self.client_id)
+    }
+
+    /// Owner-checked, idempotent release of a mutex: `true` when released, `false` when not
+    /// ours. A native release hands the lock to the first live waiter; a `redisson_compat` one
+    /// publishes Redisson's unlock message (`fair`: the first fair waiter's id). A reply lost
+    /// to a broken connection or a timeout is retried; the ownership's unlock latch makes the
+    /// retry answer like the first attempt did.
+    pub(crate) async fn release_mutex(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        fair: bool,
+    ) -> Result<bool> {
         let latch = keys.unlock_latch(owner);
         let latch_ttl = (self.settings.command_timeout * (RELEASE_RETRIES + 1) * 2)
             .max(Duration::from_secs(10))
             .as_millis() as u64;
-        let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(&keys.lock)
-            .key(&latch)
-            .key(&keys.queue)
-            .key(&keys.wake)
-            .arg(owner)
-            .arg(&keys.channel)
-            .arg(latch_ttl)
-            .arg(if fair { "1" } else { "0" })
-            .arg(if self.settings.redisson_compat {
-                "0"
-            } else {
-                "1"
-            });
-        let released = self.invoke_retrying(&inv, "release").await? == 1;
-        if released && !fair {
-            self.subs.wake_local(&keys.channel);
+        let mut inv;
+        if self.settings.redisson_compat {
+            inv = self.scripts.rs_release.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&latch)
+                .key(&keys.queue)
+                .arg(owner)
+                .arg(&keys.channel)
+                .arg(latch_ttl)
+                .arg(if fair { "1" } else { "0" });
+        } else {
+            inv = self.scripts.release.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&latch)
+                .key(&keys.fence)
+                .key(&keys.queue)
+                .key(&keys.waiters)
+                .arg(owner)
+                .arg(latch_ttl)
+                .arg(self.settings.fence_ttl.as_millis() as u64)
+                .arg(self.settings.waiter_timeout().as_millis() as u64);
         }
-        Ok(released)
+        Ok(self.invoke_retrying(&inv, "release").await? == 1)
     }
 
     /// Runs an idempotent script, retrying up to [`RELEASE_RETRIES`] times after a lost reply.
@@ -167,15 +184,29 @@ impl Inner {
         }
     }
 
-    /// A fair waiter leaves the queue (and wakes the next one if the lock is free).
+    /// A waiter leaves a mutex's queue; natively this also passes on a lock handed to it (or
+    /// taken by an attempt whose reply was lost), and hands a free lock to the next waiter;
+    /// with `redisson_compat`, it wakes the next fair waiter if the lock is free.
     pub(crate) async fn leave_queue(&self, keys: &LockKeys, owner: &str) -> Result<()> {
-        let mut inv = self.scripts.fair_leave.prepare_invoke();
-        inv.key(&keys.lock)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .arg(owner)
-            .arg(&keys.channel);
-        self.invoke::<i64>(&inv, "leave queue").await.map(drop)
+        let mut inv;
+        if self.settings.redisson_compat {
+            inv = self.scripts.rs_fair_leave.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.queue)
+                .key(&keys.waiters)
+                .arg(owner)
+                .arg(&keys.channel);
+        } else {
+            inv = self.scripts.leave.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.queue)
+                .key(&keys.waiters)
+                .arg(owner)
+                .arg(self.settings.fence_ttl.as_millis() as u64)
+                .arg(self.settings.waiter_timeout().as_millis() as u64);
+        }
+        self.invoke_retrying(&inv, "leave queue").await.map(drop)
     }
 
     /// Runs `work` on the current runtime without waiting for it, from a context that cannot
@@ -203,7 +234,7 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
 }
 
 /// The Redis backend of one [`Locks`](lockkit_core::Locks) handle. Its background tasks (the
-/// watchdog and the pub/sub dispatcher) stop when it is dropped.
+/// watchdog, and the Sentinel follower) stop when it is dropped.
 pub struct RedisBackend {
     inner: Arc<Inner>,
     tasks: Vec<JoinHandle<()>>,
@@ -228,13 +259,13 @@ impl Drop for RedisBackend {
 
 impl RedisBackend {
     pub(crate) async fn connect(settings: Settings) -> Result<RedisBackend> {
-        let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
+        let pushes = crate::pubsub::Pushes::default();
         let crate::conn::Connections {
             conn,
             pubsub,
             follower,
-        } = crate::conn::connect(&settings, push_tx).await?;
-        let (subs, dispatcher) = Subscriptions::new(pubsub, push_rx);
+        } = crate::conn::connect(&settings, pushes.clone()).await?;
+        let subs = Subscriptions::new(pubsub, &pushes);
 
         let scripts = Arc::new(Scripts::new());
         let wd = Arc::new(Watchdog::default());
@@ -245,7 +276,6 @@ impl RedisBackend {
             settings.command_timeout,
             settings.topology.is_cluster(),
         ));
-        let dispatcher_task = tokio::spawn(dispatcher);
         let inner = Arc::new(Inner {
             conn,
             settings,
@@ -255,7 +285,7 @@ impl RedisBackend {
             subs,
             watchdog: wd,
         });
-        let mut tasks = vec![watchdog_task, dispatcher_task];
+        let mut tasks = vec![watchdog_task];
         tasks.extend(follower);
         Ok(RedisBackend { inner, tasks })
     }

@@ -15,6 +15,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "wait_replicas",
     "wait_timeout",
     "fence_ttl",
+    "waiter_heartbeat",
     "fair_heartbeat",
     "redisson_compat",
     "tls_ca",
@@ -118,8 +119,10 @@ pub(crate) struct Settings {
     pub(crate) wait_replicas: u32,
     pub(crate) wait_timeout: Duration,
     pub(crate) fence_ttl: Duration,
-    /// How often a fair waiter refreshes its place in the queue; it is dropped after 3 missed.
-    pub(crate) fair_heartbeat: Duration,
+    /// How often a waiter refreshes its place in a queue (mutex waiters, waiting writers,
+    /// semaphore waiters in compat mode); it is dropped after 3 missed beats, and a lock handed
+    /// to it expires after 3 beats unless it takes it up.
+    pub(crate) waiter_heartbeat: Duration,
     /// Mutexes use Redisson's `RLock` key layout and channel.
     pub(crate) redisson_compat: bool,
     /// For rediss://: the CA to trust and the client certificate to present.
@@ -127,6 +130,14 @@ pub(crate) struct Settings {
     /// redis+sentinel://: credentials for the Sentinels themselves (`requirepass` / ACL in
     /// sentinel.conf); the URL's credentials are for the data nodes.
     pub(crate) sentinel_auth: Option<(Option<String>, lockkit_core::Secret)>,
+}
+
+impl Settings {
+    /// How long a waiter's place lasts without a heartbeat (3 beats), and how long a lock handed
+    /// to a waiter lasts until it takes it up.
+    pub(crate) fn waiter_timeout(&self) -> Duration {
+        self.waiter_heartbeat * 3
+    }
 }
 
 /// The PEM files of a `rediss://` connection (paths only: the key's contents are read when the
@@ -283,7 +294,11 @@ impl Settings {
             wait_replicas,
             wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
             fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
-            fair_heartbeat: cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
+            // `fair_heartbeat`: its name from when only fair waiters had one.
+            waiter_heartbeat: cfg.duration_option(
+                "waiter_heartbeat",
+                cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
+            )?,
             tls: TlsFiles::from_config(cfg, url.scheme == Scheme::Rediss)?,
             redisson_compat: match cfg.option("redisson_compat").as_deref() {
                 None | Some("false" | "0" | "no") => false,
@@ -300,7 +315,7 @@ impl Settings {
             ("command_timeout", settings.command_timeout),
             ("connect_timeout", settings.connect_timeout),
             ("fence_ttl", settings.fence_ttl),
-            ("fair_heartbeat", settings.fair_heartbeat),
+            ("waiter_heartbeat", settings.waiter_heartbeat),
         ] {
             if d < Duration::from_millis(1) {
                 return Err(Error::config(format!("option {what} must be at least 1ms")));

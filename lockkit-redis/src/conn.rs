@@ -8,11 +8,11 @@ use std::time::Duration;
 use lockkit_core::Result;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, PushInfo, RedisFuture, Value};
-use tokio::sync::mpsc;
+use redis::{Cmd, RedisFuture, Value};
 
 use crate::config::{Settings, Topology};
 use crate::error;
+use crate::pubsub::Pushes;
 use crate::sentinel::{self, Switchable};
 
 /// The command connection.
@@ -138,10 +138,7 @@ pub(crate) struct Connections {
 
 /// Opens the command and pub/sub connections `settings` ask for; pub/sub messages go to
 /// `pushes`.
-pub(crate) async fn connect(
-    settings: &Settings,
-    pushes: mpsc::UnboundedSender<PushInfo>,
-) -> Result<Connections> {
+pub(crate) async fn connect(settings: &Settings, pushes: Pushes) -> Result<Connections> {
     match &settings.topology {
         Topology::Single => {
             let client = crate::tls::client(settings.info.clone(), &settings.tls)?;

@@ -18,23 +18,23 @@ pub struct LockKeys {
     /// The fencing counter (a string holding the last token), expiring `fence_ttl` after its
     /// last use.
     pub fence: String,
-    /// The pub/sub channel on which releases are announced.
+    /// The pub/sub channel on which releases are announced (Redisson's layouts, read-write locks
+    /// and semaphores). A native mutex waiter hears of a hand-off on its client's channel of
+    /// the lock, `<lock>:<client-uuid>`, instead.
     pub channel: String,
     /// The prefix of the short-lived unlock latches (`<unlock>:<owner>`).
     pub unlock: String,
-    /// The fair-lock queue: a list of waiting owners, first in line first.
+    /// The mutex's waiter queue: a list of waiting owners, first in line first (with
+    /// `redisson_compat`, fair waiters only).
     pub queue: String,
-    /// The fair-lock waiters' heartbeats (hash owner -> deadline, server ms); for read-write
-    /// locks, the waiting writers (sorted set owner -> deadline).
+    /// The mutex waiters' heartbeats (hash owner -> `<deadline, server ms> <lease ms>`; with
+    /// `redisson_compat`, owner -> deadline); for read-write locks, the waiting writers (sorted
+    /// set owner -> deadline).
     pub waiters: String,
     /// Shared holders (read locks, semaphore permits): a sorted set member -> lease deadline
     /// (server ms). Unused for mutexes. In Redisson's read-write layout, the base of the
     /// readers' `rwlock_timeout` keys instead (see [`LockKeys::redisson_rwlock`]).
     pub holders: String,
-    /// Mutex wake-up flag: set by an acquire that found the lock held, taken by the next
-    /// release, which publishes on [`channel`](Self::channel) only if it found the flag. A
-    /// holder that cycles with nobody waiting then sends no message at all.
-    pub wake: String,
 }
 
 impl LockKeys {
@@ -71,7 +71,6 @@ impl LockKeys {
             queue: format!("{prefix}queue:{tag}"),
             waiters: format!("{prefix}waiters:{tag}"),
             holders: format!("{prefix}holders:{tag}"),
-            wake: format!("{prefix}wake:{tag}"),
         }
     }
 
@@ -101,7 +100,6 @@ impl LockKeys {
             queue: extra("queue"),
             waiters: extra("waiters"),
             holders: extra("holders"),
-            wake: extra("wake"),
         })
     }
 
@@ -129,7 +127,6 @@ impl LockKeys {
             queue: extra("queue"),
             waiters: extra("writers"),
             holders: suffix_base(name),
-            wake: extra("wake"),
         })
     }
 
@@ -156,7 +153,6 @@ impl LockKeys {
             queue: extra("queue"),
             waiters: extra("waiters"),
             holders: format!("{{{tag}}}:lockkit-permits:{name}"),
-            wake: extra("wake"),
         })
     }
 

@@ -1,4 +1,7 @@
-//! The mutex: Redisson RLock semantics with ownership per acquisition.
+//! The mutex: Redisson RLock semantics (a hash per lock, hold counts, a watchdog lease) with
+//! ownership per acquisition. How a waiter gets the lock depends on the layout: natively a
+//! queue with a direct hand-off ([`queue`]), with `redisson_compat` Redisson's own wake-ups
+//! ([`redisson`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +17,8 @@ use crate::backend::{check_lease, Inner};
 use crate::keys::LockKeys;
 use crate::watchdog::Watched;
 
-/// How long a woken waiter that found the lock re-taken waits before it listens again.
-const BARGED_BACKOFF: Duration = Duration::from_millis(1);
+mod queue;
+mod redisson;
 
 /// A mutex handle.
 #[derive(Debug)]
@@ -24,55 +27,6 @@ pub(crate) struct RedisMutex {
     name: Arc<str>,
     keys: Arc<LockKeys>,
     holds: HoldRegistry,
-}
-
-enum Attempt {
-    Acquired { token: u64, sent_at: Instant },
-    Busy { pttl: i64 },
-}
-
-/// Releases an acquisition whose reply we never saw (the future was dropped, or the reply was
-/// lost), so a cancelled acquire leaves no lock behind.
-struct Pending<'a> {
-    inner: &'a Arc<Inner>,
-    keys: &'a Arc<LockKeys>,
-    owner: &'a str,
-    fair: bool,
-    armed: bool,
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let (keys, owner, fair) = (self.keys.clone(), self.owner.to_string(), self.fair);
-            self.inner.in_background(|inner| async move {
-                let _ = inner.release(&keys, &owner, fair).await;
-                if fair {
-                    let _ = inner.leave_queue(&keys, &owner).await;
-                }
-            });
-        }
-    }
-}
-
-/// Takes a fair waiter out of the queue if its acquire ends without the lock (timeout, error,
-/// or the future was dropped).
-struct Queued<'a> {
-    inner: &'a Arc<Inner>,
-    keys: &'a Arc<LockKeys>,
-    owner: &'a str,
-    armed: bool,
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let (keys, owner) = (self.keys.clone(), self.owner.to_string());
-            self.inner.in_background(|inner| async move {
-                let _ = inner.leave_queue(&keys, &owner).await;
-            });
-        }
-    }
 }
 
 impl RedisMutex {
@@ -86,139 +40,46 @@ impl RedisMutex {
         })
     }
 
-    async fn attempt(&self, owner: &str, lease: Duration, fair: bool) -> Result<Attempt> {
+    /// With `wait_replicas`, waits until that many replicas have our acquire (Redis `WAIT`);
+    /// when they do not, releases it again and fails with `ReplicaSync`.
+    async fn confirm_replicas(&self, owner: &str, fair: bool) -> Result<()> {
         let settings = &self.inner.settings;
-        let scripts = &self.inner.scripts;
-        let mut inv = if fair {
-            scripts.fair_acquire.prepare_invoke()
-        } else {
-            scripts.acquire.prepare_invoke()
-        };
-        inv.key(&self.keys.lock).key(&self.keys.fence);
-        if !fair {
-            inv.key(&self.keys.wake);
+        if settings.wait_replicas == 0 {
+            return Ok(());
         }
-        inv.arg(owner)
-            .arg(lease.as_millis() as u64)
-            .arg(settings.fence_ttl.as_millis() as u64);
-        if fair {
-            inv.key(&self.keys.queue)
-                .key(&self.keys.waiters)
-                .arg((settings.fair_heartbeat * 3).as_millis() as u64)
-                .arg(&self.keys.channel);
+        let acked: Result<i64> = self
+            .inner
+            .query(
+                redis::cmd("WAIT")
+                    .arg(settings.wait_replicas)
+                    .arg(settings.wait_timeout.as_millis() as u64),
+                "WAIT",
+            )
+            .await;
+        if matches!(acked, Ok(n) if n >= i64::from(settings.wait_replicas)) {
+            return Ok(());
         }
-        let mut pending = Pending {
-            inner: &self.inner,
-            keys: &self.keys,
-            owner,
-            fair,
-            armed: true,
-        };
-        let sent_at = Instant::now();
-        let (acquired, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
-            Ok(r) => r,
-            Err(e) if e.kind() == &ErrorKind::WrongType => {
-                pending.armed = false;
-                return Err(e);
-            }
-            Err(e) => return Err(e),
-        };
-        if acquired != 1 {
-            pending.armed = false;
-            return Ok(Attempt::Busy { pttl: value });
-        }
-        if settings.wait_replicas > 0 {
-            let acked: i64 = self
-                .inner
-                .query(
-                    redis::cmd("WAIT")
-                        .arg(settings.wait_replicas)
-                        .arg(settings.wait_timeout.as_millis() as u64),
-                    "WAIT",
-                )
-                .await?;
-            if acked < i64::from(settings.wait_replicas) {
-                pending.armed = false;
-                let _ = self.inner.release(&self.keys, owner, fair).await;
-                return Err(Error::new(
-                    ErrorKind::ReplicaSync,
-                    format!(
-                        "lock {:?}: {acked} of {} replicas acknowledged the acquire within {:?}; \
-                         rolled back",
-                        self.name, settings.wait_replicas, settings.wait_timeout
-                    ),
-                ));
-            }
-        }
-        pending.armed = false;
-        Ok(Attempt::Acquired {
-            token: value as u64,
-            sent_at,
-        })
+        let _ = self.inner.release_mutex(&self.keys, owner, fair).await;
+        let acked = acked?;
+        Err(Error::new(
+            ErrorKind::ReplicaSync,
+            format!(
+                "lock {:?}: {acked} of {} replicas acknowledged the acquire within {:?}; \
+                 rolled back",
+                self.name, settings.wait_replicas, settings.wait_timeout
+            ),
+        ))
     }
 
-    /// FIFO: queued waiters are served in arrival order; each release wakes only the first one
-    /// (by name, over the lock's channel). Waiters refresh a heartbeat every `fair_heartbeat`, so
-    /// a dead waiter is skipped after 3 missed beats and a live one is never dropped.
-    async fn acquire_fair(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        let lease = opts.lease;
-        let heartbeat = self.inner.settings.fair_heartbeat;
-        let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
-        let owner = self.inner.new_owner();
-        let mut queued = Queued {
-            inner: &self.inner,
-            keys: &self.keys,
-            owner: &owner,
-            armed: false,
-        };
-        let mut sub: Option<crate::pubsub::Subscription> = None;
-        loop {
-            let pttl = match self.attempt(&owner, lease.duration(), true).await {
-                Ok(Attempt::Acquired { token, sent_at }) => {
-                    queued.armed = false;
-                    drop(queued);
-                    return Ok(Some(self.guard(owner.clone(), token, lease, sent_at, true)));
-                }
-                Ok(Attempt::Busy { pttl }) => pttl,
-                Err(e) => {
-                    queued.armed = true;
-                    return Err(e);
-                }
-            };
-            queued.armed = true;
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                queued.armed = false;
-                let _ = self.inner.leave_queue(&self.keys, &owner).await;
-                return Ok(None);
-            }
-            let Some(s) = sub.as_ref() else {
-                sub = Some(
-                    self.inner
-                        .subs
-                        .subscribe_as(&self.keys.channel, Some(&owner))
-                        .await?,
-                );
-                continue;
-            };
-            // Come back within one heartbeat to keep our place, and at the holder's expiry.
-            let mut wait = heartbeat;
-            if pttl > 0 {
-                wait = wait.min(Duration::from_millis(pttl as u64));
-            }
-            if let Some(left) = left {
-                wait = wait.min(left);
-            }
-            let _ = tokio::time::timeout(wait, s.notified()).await;
-        }
-    }
-
+    /// The guard of a new ownership whose server expiry, `expiry`, was set no earlier than
+    /// `sent_at`.
     fn guard(
         &self,
         owner: String,
         token: u64,
         lease: Lease,
         sent_at: Instant,
+        expiry: Duration,
         fair: bool,
     ) -> LockGuard {
         let state = StateCell::new();
@@ -229,6 +90,7 @@ impl RedisMutex {
             lease: lease.duration(),
             renew: lease.is_watchdog(),
             sent_at,
+            expiry,
             state: state.clone(),
         });
         let held = RedisHeld {
@@ -258,58 +120,16 @@ impl DistLock for RedisMutex {
     }
 
     /// # Cancel safety
-    /// Dropping the future leaves no lock behind: an acquire whose reply was not seen is
-    /// released in the background by its (unique) owner field; a waiter holds no server state
-    /// except its share of the channel subscription, which is dropped with it.
+    /// Dropping the future leaves no lock behind: an acquire whose reply was not seen is undone
+    /// in the background by its (unique) owner field, and a waiter leaves the queue the same way
+    /// (passing on a lock handed to it meanwhile). Its share of the channel subscription is
+    /// dropped with it.
     async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        let lease = opts.lease;
-        check_lease(lease.duration())?;
-        if opts.fair {
-            return self.acquire_fair(opts).await;
-        }
-        let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
-        let owner = self.inner.new_owner();
-        let mut sub: Option<crate::pubsub::Subscription> = None;
-        let mut woken = false;
-        loop {
-            let pttl = match self.attempt(&owner, lease.duration(), false).await? {
-                Attempt::Acquired { token, sent_at } => {
-                    return Ok(Some(self.guard(owner, token, lease, sent_at, false)));
-                }
-                Attempt::Busy { pttl } => pttl,
-            };
-            if woken {
-                // Another client took the lock between the release and our attempt (it was
-                // probably the releaser, looping back). Pausing a moment before listening
-                // again keeps a busy lock from making its waiters retry on every release; our
-                // attempt raised the wake flag, so the next release still wakes us.
-                let pause = BARGED_BACKOFF.min(give_up_at.map_or(BARGED_BACKOFF, |at| {
-                    at.saturating_duration_since(Instant::now())
-                }));
-                tokio::time::sleep(pause).await;
-            }
-            let now = Instant::now();
-            let left = give_up_at.map(|at| at.saturating_duration_since(now));
-            if left == Some(Duration::ZERO) {
-                // A wake-up we took is not lost for the next waiter: our busy attempt raised
-                // the wake flag again.
-                return Ok(None);
-            }
-            let Some(s) = sub.as_ref() else {
-                sub = Some(self.inner.subs.subscribe(&self.keys.channel).await?);
-                // A release between the attempt and the subscription sent no message we saw.
-                continue;
-            };
-            // A missed message costs at most the holder's remaining lease.
-            let mut wait = match pttl {
-                p if p > 0 => Duration::from_millis(p as u64),
-                -1 => Duration::from_secs(1),
-                _ => Duration::from_millis(1),
-            };
-            if let Some(left) = left {
-                wait = wait.min(left);
-            }
-            woken = tokio::time::timeout(wait, s.notified()).await.is_ok();
+        check_lease(opts.lease.duration())?;
+        match (self.inner.settings.redisson_compat, opts.fair) {
+            (false, _) => queue::acquire(self, opts).await,
+            (true, false) => redisson::acquire(self, opts).await,
+            (true, true) => redisson::acquire_fair(self, opts).await,
         }
     }
 
@@ -322,10 +142,22 @@ impl DistLock for RedisMutex {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        let mut inv = self.inner.scripts.force_unlock.prepare_invoke();
-        inv.key(&self.keys.lock)
-            .key(&self.keys.queue)
-            .arg(&self.keys.channel);
+        let (scripts, settings) = (&self.inner.scripts, &self.inner.settings);
+        let mut inv;
+        if settings.redisson_compat {
+            inv = scripts.rs_force_unlock.prepare_invoke();
+            inv.key(&self.keys.lock)
+                .key(&self.keys.queue)
+                .arg(&self.keys.channel);
+        } else {
+            inv = scripts.force_unlock.prepare_invoke();
+            inv.key(&self.keys.lock)
+                .key(&self.keys.fence)
+                .key(&self.keys.queue)
+                .key(&self.keys.waiters)
+                .arg(settings.fence_ttl.as_millis() as u64)
+                .arg(settings.waiter_timeout().as_millis() as u64);
+        }
         let r: i64 = self.inner.invoke(&inv, "force_unlock").await?;
         Ok(r == 1)
     }
@@ -379,7 +211,8 @@ struct RedisHeld {
     keys: Arc<LockKeys>,
     owner: String,
     id: u64,
-    /// Acquired in fair mode: the release wakes the first queued waiter by name.
+    /// Acquired in fair mode with `redisson_compat`: the release wakes the first queued waiter
+    /// by name. (A native release always hands the lock to the first queued waiter.)
     fair: bool,
 }
 
@@ -389,7 +222,7 @@ impl Held for RedisHeld {
         self.inner.watchdog.unregister(self.id);
         if self
             .inner
-            .release(&self.keys, &self.owner, self.fair)
+            .release_mutex(&self.keys, &self.owner, self.fair)
             .await?
         {
             Ok(())
@@ -402,7 +235,7 @@ impl Held for RedisHeld {
         self.inner.watchdog.unregister(self.id);
         let (keys, owner, fair) = (self.keys.clone(), self.owner.clone(), self.fair);
         self.inner.in_background(|inner| async move {
-            if let Err(e) = inner.release(&keys, &owner, fair).await {
+            if let Err(e) = inner.release_mutex(&keys, &owner, fair).await {
                 tracing::debug!(error = %e, "lockkit: background release failed; the lease will end it");
             }
         });

@@ -1,15 +1,16 @@
 //! Wake-ups over pub/sub: one subscription per lock channel per client, shared by its local
 //! waiters and dropped when the last one leaves (after a short linger, so a client that waits
 //! again at once does not pay SUBSCRIBE + UNSUBSCRIBE per acquisition); one local waiter woken
-//! per message.
+//! per message. A message naming a waiter (`<owner>`, or `<owner> <token>` for a hand-off of the
+//! lock itself) reaches that waiter only.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use lockkit_core::Result;
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::conn::PubSubConn;
 use crate::error;
@@ -17,13 +18,33 @@ use crate::error;
 /// How long a subscription outlives its last waiter.
 pub(crate) const LINGER: Duration = Duration::from_millis(500);
 
+/// Where messages for a waiter land: a wake-up, and the token of a lock handed to it.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    notify: Notify,
+    grant: Mutex<Option<u64>>,
+}
+
+impl Slot {
+    fn wake(&self, grant: Option<u64>) {
+        if grant.is_some() {
+            *self.grant.lock().unwrap_or_else(|e| e.into_inner()) = grant;
+        }
+        self.notify.notify_one();
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     waiters: usize,
+    /// Waiters that ever joined (so a linger task can tell whether the channel stayed idle).
+    joins: u64,
+    /// A linger task is watching this channel.
+    lingering: bool,
     /// Woken by `0` messages, one local waiter per message.
-    notify: Arc<Notify>,
-    /// Fair waiters, woken by a message carrying their owner id.
-    named: HashMap<String, Arc<Notify>>,
+    any: Arc<Slot>,
+    /// Waiters woken only by a message carrying their owner id.
+    named: HashMap<String, Arc<Slot>>,
 }
 
 /// The subscriptions of one backend.
@@ -48,83 +69,100 @@ impl std::fmt::Debug for Subscriptions {
 pub(crate) struct Subscription {
     subs: Arc<Subscriptions>,
     channel: String,
-    notify: Arc<Notify>,
-    /// The owner id a fair waiter is woken by.
+    slot: Arc<Slot>,
+    /// The owner id a named waiter is woken by.
     name: Option<String>,
 }
 
 impl Subscription {
-    /// Resolves when a release message for this channel picked this waiter.
+    /// Resolves when a message for this channel picked this waiter.
     pub(crate) async fn notified(&self) {
-        self.notify.notified().await
+        self.slot.notify.notified().await
+    }
+
+    /// The token of a lock handed to this (named) waiter, if a message said so.
+    pub(crate) fn take_grant(&self) -> Option<u64> {
+        self.slot
+            .grant
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Passes a wake-up on to another local waiter (this one took it but did not use it).
     pub(crate) fn forward(&self) {
-        self.notify.notify_one();
+        self.slot.notify.notify_one();
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
         let rt = tokio::runtime::Handle::try_current().ok();
-        let last = {
+        let linger = {
             let mut entries = self.subs.lock();
-            if let (Some(name), Some(e)) = (&self.name, entries.get_mut(&self.channel)) {
+            let Some(e) = entries.get_mut(&self.channel) else {
+                return;
+            };
+            if let Some(name) = &self.name {
                 e.named.remove(name);
             }
-            match entries.get_mut(&self.channel) {
-                Some(e) if e.waiters > 1 => {
-                    e.waiters -= 1;
-                    false
-                }
-                Some(e) => {
-                    e.waiters = 0;
-                    if rt.is_none() {
-                        entries.remove(&self.channel);
-                    }
-                    true
-                }
-                None => false,
+            e.waiters -= 1;
+            if e.waiters > 0 {
+                return;
             }
+            if rt.is_none() {
+                entries.remove(&self.channel);
+                return;
+            }
+            // One linger task per channel at a time; it re-arms itself while waiters come and go.
+            (!std::mem::replace(&mut e.lingering, true)).then_some(e.joins)
         };
-        if let (true, Some(rt)) = (last, rt) {
+        if let (Some(joins), Some(rt)) = (linger, rt) {
             let (subs, channel) = (self.subs.clone(), std::mem::take(&mut self.channel));
-            rt.spawn(async move {
-                tokio::time::sleep(LINGER).await;
-                let idle = {
-                    let mut entries = subs.lock();
-                    let idle = entries.get(&channel).is_some_and(|e| e.waiters == 0);
-                    if idle {
-                        entries.remove(&channel);
-                    }
-                    idle
-                };
-                if idle {
-                    let _ = subs.sync(&channel).await;
-                }
-            });
+            rt.spawn(linger_then_unsubscribe(subs, channel, joins));
+        }
+    }
+}
+
+/// Unsubscribes from `channel` once it has had no local waiter for a whole [`LINGER`]: a client
+/// that waits on a lock again and again (it holds it in between) keeps its subscription.
+async fn linger_then_unsubscribe(subs: Arc<Subscriptions>, channel: String, mut seen: u64) {
+    loop {
+        tokio::time::sleep(LINGER).await;
+        let idle = {
+            let mut entries = subs.lock();
+            let Some(e) = entries.get_mut(&channel) else {
+                return;
+            };
+            if e.waiters > 0 {
+                e.lingering = false;
+                return;
+            }
+            // Nobody now; but did anyone come and go since the last look?
+            let idle = seen == e.joins;
+            seen = e.joins;
+            if idle {
+                entries.remove(&channel);
+            }
+            idle
+        };
+        if idle {
+            let _ = subs.sync(&channel).await;
+            return;
         }
     }
 }
 
 impl Subscriptions {
-    /// A subscription manager over `conn`, a RESP3 connection whose pushes go to `pushes`.
-    /// Returns it and the dispatcher future (run it as a background task).
-    pub(crate) fn new(
-        conn: PubSubConn,
-        pushes: mpsc::UnboundedReceiver<PushInfo>,
-    ) -> (
-        Arc<Self>,
-        impl std::future::Future<Output = ()> + Send + 'static,
-    ) {
+    /// A subscription manager over `conn`, a RESP3 connection whose messages go to `pushes`.
+    pub(crate) fn new(conn: PubSubConn, pushes: &Pushes) -> Arc<Self> {
         let subs = Arc::new(Subscriptions {
             conn,
             entries: Mutex::new(HashMap::new()),
             server: tokio::sync::Mutex::new(HashSet::new()),
         });
-        let dispatch = dispatch(Arc::downgrade(&subs), pushes);
-        (subs, dispatch)
+        let _ = pushes.0.set(Arc::downgrade(&subs));
+        subs
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
@@ -140,37 +178,51 @@ impl Subscriptions {
     }
 
     /// Like [`subscribe`](Self::subscribe); with a `name`, the waiter is woken only by messages
-    /// carrying that name (fair waiters), not by `0`.
+    /// carrying that name, not by `0`.
     pub(crate) async fn subscribe_as(
         self: &Arc<Self>,
         channel: &str,
         name: Option<&str>,
     ) -> Result<Subscription> {
-        let notify = {
+        let sub = self.register(channel, name);
+        self.sync(channel).await?;
+        Ok(sub)
+    }
+
+    /// Joins the channel's subscription as waiter `name` if the server is already subscribed
+    /// to it (no round trip); `None` otherwise. A message published from now on reaches the
+    /// waiter, so it can queue first and listen after.
+    pub(crate) fn join_active(self: &Arc<Self>, channel: &str, name: &str) -> Option<Subscription> {
+        // Held while registering, so no unsubscribe can be decided meanwhile.
+        let server = self.server.try_lock().ok()?;
+        server
+            .contains(channel)
+            .then(|| self.register(channel, Some(name)))
+    }
+
+    fn register(self: &Arc<Self>, channel: &str, name: Option<&str>) -> Subscription {
+        let slot = {
             let mut entries = self.lock();
             let e = entries.entry(channel.to_string()).or_insert_with(|| Entry {
                 waiters: 0,
-                notify: Arc::new(Notify::new()),
+                joins: 0,
+                lingering: false,
+                any: Arc::default(),
                 named: HashMap::new(),
             });
             e.waiters += 1;
+            e.joins += 1;
             match name {
-                Some(n) => e
-                    .named
-                    .entry(n.to_string())
-                    .or_insert_with(|| Arc::new(Notify::new()))
-                    .clone(),
-                None => e.notify.clone(),
+                Some(n) => e.named.entry(n.to_string()).or_default().clone(),
+                None => e.any.clone(),
             }
         };
-        let sub = Subscription {
+        Subscription {
             subs: self.clone(),
             channel: channel.to_string(),
-            notify,
+            slot,
             name: name.map(str::to_string),
-        };
-        self.sync(channel).await?;
-        Ok(sub)
+        }
     }
 
     /// Makes the server's subscription to `channel` match whether local waiters want it.
@@ -192,58 +244,87 @@ impl Subscriptions {
         Ok(())
     }
 
-    /// Wakes one local non-fair waiter of `channel`, if any: a mutex release made here hands
-    /// the lock's wake-up to this client's own waiters without a message, since a release only
-    /// publishes when a busy acquire raised the lock's wake flag.
-    pub(crate) fn wake_local(&self, channel: &str) {
-        if let Some(e) = self.lock().get(channel).filter(|e| e.waiters > 0) {
-            e.notify.notify_one();
-        }
-    }
-
     /// How many channels have local waiters (for tests and inspection).
     pub(crate) fn active_channels(&self) -> usize {
         self.lock().values().filter(|e| e.waiters > 0).count()
     }
 }
 
-async fn dispatch(
-    subs: std::sync::Weak<Subscriptions>,
-    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
-) {
-    while let Some(push) = pushes.recv().await {
+/// The push sender of every pub/sub connection of one backend: delivers each message from the
+/// connection's reader straight to the waiters it is for, with no task in between (a hand-off
+/// reaches its waiter one task switch after the bytes arrive).
+#[derive(Clone, Default)]
+pub(crate) struct Pushes(Arc<OnceLock<Weak<Subscriptions>>>);
+
+impl Pushes {
+    /// Wakes the waiters `push` is for; anything but a channel message is ignored.
+    pub(crate) fn deliver(&self, push: PushInfo) {
+        if let Some(subs) = self.0.get().and_then(Weak::upgrade) {
+            subs.route(&push);
+        }
+    }
+}
+
+impl redis::aio::AsyncPushSender for Pushes {
+    fn send(&self, info: PushInfo) -> std::result::Result<(), redis::aio::SendError> {
+        self.deliver(info);
+        Ok(())
+    }
+}
+
+impl Subscriptions {
+    fn route(&self, push: &PushInfo) {
         if push.kind != PushKind::Message {
-            continue;
+            return;
         }
         let Some(Value::BulkString(channel)) = push.data.first() else {
-            continue;
-        };
-        let Some(subs) = subs.upgrade() else {
             return;
         };
         let Ok(channel) = std::str::from_utf8(channel) else {
-            continue;
+            return;
         };
         let payload = match push.data.get(1) {
             Some(Value::BulkString(p)) => p.as_slice(),
             _ => b"0",
         };
-        // Any other number is Redisson's (redisson_compat): its read-write lock's `1` and its
-        // semaphore's free-permit count wake every local waiter. Owner ids are never numeric.
-        let wake_all = payload != b"0" && payload.iter().all(u8::is_ascii_digit);
-        let notify = subs.lock().get(channel).and_then(|e| {
-            if payload == b"0" || wake_all {
-                Some(e.notify.clone())
-            } else {
-                let name = std::str::from_utf8(payload).ok()?;
-                e.named.get(name).cloned()
+        let entries = self.lock();
+        let Some(e) = entries.get(channel) else {
+            return;
+        };
+        match payload {
+            b"0" => e.any.wake(None),
+            // Sent by this client itself after a failover: everyone looks again.
+            WAKE_ALL => {
+                e.any.notify.notify_waiters();
+                e.any.wake(None);
+                for slot in e.named.values() {
+                    slot.wake(None);
+                }
             }
-        });
-        if let Some(n) = notify {
-            if wake_all {
-                n.notify_waiters();
+            // Any other number is Redisson's (redisson_compat): its read-write lock's `1` and
+            // its semaphore's free-permit count wake every local waiter. Owner ids are never
+            // numeric.
+            p if p.iter().all(u8::is_ascii_digit) => {
+                e.any.notify.notify_waiters();
+                e.any.wake(None);
             }
-            n.notify_one();
+            p => {
+                let Ok(p) = std::str::from_utf8(p) else {
+                    return;
+                };
+                // `<owner> <token>`: the lock was handed to that waiter; `<owner>`: its turn.
+                let (name, grant) = match p.split_once(' ') {
+                    Some((name, token)) => (name, token.parse().ok()),
+                    None => (p, None),
+                };
+                if let Some(slot) = e.named.get(name) {
+                    slot.wake(grant);
+                }
+            }
         }
     }
 }
+
+/// The payload that wakes every local waiter of a channel, named or not (never published: a
+/// client pushes it to itself when it may have missed messages).
+pub(crate) const WAKE_ALL: &[u8] = b"*";

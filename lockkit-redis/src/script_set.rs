@@ -5,28 +5,52 @@ use redis::Script;
 /// The Lua sources, for operators who want to read exactly what runs on their server. Every
 /// script that issues a fencing token starts with `scripts/fence.lua` (the token rule).
 pub mod source {
-    /// Acquire + fencing token.
+    /// Acquire + fencing token; a waiting acquire queues (and takes up a hand-off).
     pub const ACQUIRE: &str = concat!(
         include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
         include_str!("scripts/acquire.lua")
     );
-    /// Owner-checked, idempotent release.
-    pub const RELEASE: &str = include_str!("scripts/release.lua");
+    /// Owner-checked, idempotent release that hands the lock to the first live waiter.
+    pub const RELEASE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/release.lua")
+    );
+    /// A waiter gives up: leaves the queue and passes on a lock handed to it.
+    pub const LEAVE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/leave.lua")
+    );
+    /// Admin force-unlock (hands the lock to the first live waiter).
+    pub const FORCE_UNLOCK: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/handoff.lua"),
+        include_str!("scripts/force_unlock.lua")
+    );
     /// Batched, owner-checked renewal (also used by `extend`).
     pub const RENEW: &str = include_str!("scripts/renew.lua");
     /// Owner-checked reentry (hold count + 1).
     pub const REENTER: &str = include_str!("scripts/reenter.lua");
-    /// Admin force-unlock.
-    pub const FORCE_UNLOCK: &str = include_str!("scripts/force_unlock.lua");
     /// Read-only probe (remaining lease and holders).
     pub const PROBE: &str = include_str!("scripts/probe.lua");
-    /// Fair (FIFO) acquire with waiter heartbeats.
-    pub const FAIR_ACQUIRE: &str = concat!(
+    /// Mutex acquire on Redisson's `RLock` layout (`redisson_compat`).
+    pub const RS_ACQUIRE: &str = concat!(
         include_str!("scripts/fence.lua"),
-        include_str!("scripts/fair_acquire.lua")
+        include_str!("scripts/rs_acquire.lua")
     );
-    /// A fair waiter leaves the queue.
-    pub const FAIR_LEAVE: &str = include_str!("scripts/fair_leave.lua");
+    /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
+    pub const RS_RELEASE: &str = include_str!("scripts/rs_release.lua");
+    /// Admin force-unlock on Redisson's layout.
+    pub const RS_FORCE_UNLOCK: &str = include_str!("scripts/rs_force_unlock.lua");
+    /// Fair (FIFO) acquire with waiter heartbeats on Redisson's layout.
+    pub const RS_FAIR_ACQUIRE: &str = concat!(
+        include_str!("scripts/fence.lua"),
+        include_str!("scripts/rs_fair_acquire.lua")
+    );
+    /// A fair waiter leaves the queue, on Redisson's layout.
+    pub const RS_FAIR_LEAVE: &str = include_str!("scripts/rs_fair_leave.lua");
     /// Read lock / semaphore acquire (leases in a sorted set).
     pub const LEASE_SET: &str = concat!(
         include_str!("scripts/fence.lua"),
@@ -76,12 +100,16 @@ pub mod source {
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
+    pub(crate) leave: Script,
+    pub(crate) force_unlock: Script,
     pub(crate) renew: Script,
     pub(crate) reenter: Script,
-    pub(crate) force_unlock: Script,
     pub(crate) probe: Script,
-    pub(crate) fair_acquire: Script,
-    pub(crate) fair_leave: Script,
+    pub(crate) rs_acquire: Script,
+    pub(crate) rs_release: Script,
+    pub(crate) rs_force_unlock: Script,
+    pub(crate) rs_fair_acquire: Script,
+    pub(crate) rs_fair_leave: Script,
     pub(crate) lease_set: Script,
     pub(crate) rw_write: Script,
     pub(crate) shared_release: Script,
@@ -104,12 +132,16 @@ impl Scripts {
         Scripts {
             acquire: Script::new(source::ACQUIRE),
             release: Script::new(source::RELEASE),
+            leave: Script::new(source::LEAVE),
+            force_unlock: Script::new(source::FORCE_UNLOCK),
             renew: Script::new(source::RENEW),
             reenter: Script::new(source::REENTER),
-            force_unlock: Script::new(source::FORCE_UNLOCK),
             probe: Script::new(source::PROBE),
-            fair_acquire: Script::new(source::FAIR_ACQUIRE),
-            fair_leave: Script::new(source::FAIR_LEAVE),
+            rs_acquire: Script::new(source::RS_ACQUIRE),
+            rs_release: Script::new(source::RS_RELEASE),
+            rs_force_unlock: Script::new(source::RS_FORCE_UNLOCK),
+            rs_fair_acquire: Script::new(source::RS_FAIR_ACQUIRE),
+            rs_fair_leave: Script::new(source::RS_FAIR_LEAVE),
             lease_set: Script::new(source::LEASE_SET),
             rw_write: Script::new(source::RW_WRITE),
             shared_release: Script::new(source::SHARED_RELEASE),

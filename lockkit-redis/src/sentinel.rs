@@ -29,12 +29,13 @@ use std::time::Duration;
 use lockkit_core::{Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, RedisResult};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use crate::config::Settings;
 use crate::conn::manager_config;
 use crate::error;
+use crate::pubsub::Pushes;
 
 /// How often the follower asks the Sentinels where the primary is, failing nothing.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
@@ -129,17 +130,16 @@ impl Switchable {
         switched.then(|| self.current())
     }
 
-    /// Pub/sub only, after a switch: a release may have been published on the new primary
-    /// before we subscribed there, so each channel gets the `0` message such a release sends,
-    /// and one local waiter per channel tries again (fair waiters retry at their next
-    /// heartbeat anyway).
-    fn wake_waiters(&self, pushes: &mpsc::UnboundedSender<PushInfo>) {
+    /// Pub/sub only, after a switch: a release (or a hand-off) may have been published on the
+    /// new primary before we subscribed there, so every local waiter of every channel tries
+    /// again.
+    fn wake_waiters(&self, pushes: &Pushes) {
         for ch in self.channels().iter() {
-            let _ = pushes.send(PushInfo {
+            pushes.deliver(PushInfo {
                 kind: redis::PushKind::Message,
                 data: vec![
                     redis::Value::BulkString(ch.as_bytes().to_vec()),
-                    redis::Value::BulkString(b"0".to_vec()),
+                    redis::Value::BulkString(crate::pubsub::WAKE_ALL.to_vec()),
                 ],
             });
         }
@@ -282,7 +282,7 @@ impl Resolver {
 async fn open(
     settings: &Settings,
     addr: &(String, u16),
-    pushes: &mpsc::UnboundedSender<PushInfo>,
+    pushes: &Pushes,
 ) -> Result<(ConnectionManager, ConnectionManager)> {
     let info = |template: &ConnectionInfo| -> Result<ConnectionInfo> {
         Ok(ConnectionAddr::Tcp(addr.0.clone(), addr.1)
@@ -328,7 +328,7 @@ pub(crate) async fn connect(
     settings: &Settings,
     sentinels: &[(String, u16)],
     master: &str,
-    pushes: mpsc::UnboundedSender<PushInfo>,
+    pushes: Pushes,
 ) -> Result<(Arc<Switchable>, Arc<Switchable>, JoinHandle<()>)> {
     let mut resolver = Resolver {
         sentinels: sentinels.to_vec(),
@@ -375,7 +375,7 @@ async fn run(
     settings: Settings,
     conn: Weak<Switchable>,
     pubsub: Weak<Switchable>,
-    pushes: mpsc::UnboundedSender<PushInfo>,
+    pushes: Pushes,
     follow: Arc<Notify>,
 ) {
     loop {

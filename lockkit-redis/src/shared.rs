@@ -154,7 +154,7 @@ impl Core {
             .arg(settings.fence_ttl.as_millis() as u64);
         match mode {
             Mode::Write => {
-                inv.arg((settings.fair_heartbeat * 3).as_millis() as u64);
+                inv.arg(settings.waiter_timeout().as_millis() as u64);
             }
             Mode::Read => {
                 inv.arg(1).arg(0);
@@ -170,7 +170,7 @@ impl Core {
         let lease = opts.lease.duration();
         check_lease(lease)?;
         let settings = &self.inner.settings;
-        let heartbeat = settings.fair_heartbeat;
+        let heartbeat = settings.waiter_heartbeat;
         let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
         let member = mode.member(self.layout, self.inner.new_owner());
         let mut sub: Option<crate::pubsub::Subscription> = None;
@@ -261,6 +261,7 @@ impl Core {
             lease: lease.duration(),
             renew: lease.is_watchdog(),
             sent_at: got.sent_at,
+            expiry: lease.duration(),
             state: state.clone(),
         });
         let held = SharedHeld {

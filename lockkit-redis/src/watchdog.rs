@@ -61,8 +61,11 @@ struct Entry {
     lease: Duration,
     renew: bool,
     /// When the lock may have expired on the server: the monotonic time taken before the last
-    /// successful acquire or renewal was sent, plus the lease.
+    /// successful acquire or renewal was sent, plus the expiry it set.
     deadline: Instant,
+    /// The expiry the server set last: the lease, or the shorter one of a hand-off until the
+    /// first renewal.
+    window: Duration,
     next_due: Instant,
     in_flight: bool,
     state: StateCell,
@@ -85,7 +88,11 @@ pub(crate) struct Watched {
     pub(crate) owner: String,
     pub(crate) lease: Duration,
     pub(crate) renew: bool,
+    /// Taken before the request that set the lock's expiry was sent (for a hand-off: before the
+    /// waiter's last attempt that found the lock busy; the hand-off came after it).
     pub(crate) sent_at: Instant,
+    /// The expiry that request set: the lease, or for a hand-off the shorter grant expiry.
+    pub(crate) expiry: Duration,
     pub(crate) state: StateCell,
 }
 
@@ -99,14 +106,19 @@ impl Watchdog {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let first_look = if w.renew {
-            w.sent_at + w.lease / 3
+        // Renew once a third of the expiry has passed; a hand-off's short expiry, whose first
+        // third may be over by the time the waiter takes it up, once two thirds have passed.
+        let next_due = if w.expiry < w.lease {
+            w.sent_at + w.expiry * 2 / 3
         } else {
-            w.sent_at + w.lease
+            w.sent_at + w.expiry / 3
         };
+        let deadline = w.sent_at + w.expiry;
+        let first_look = if w.renew { next_due } else { deadline };
         let entry = Entry {
-            deadline: w.sent_at + w.lease,
-            next_due: w.sent_at + w.lease / 3,
+            deadline,
+            window: w.expiry,
+            next_due,
             kind: w.kind,
             key: w.key,
             owner: w.owner,
@@ -135,6 +147,7 @@ impl Watchdog {
         if let Some(e) = self.lock().get_mut(&id) {
             e.deadline = e.deadline.max(sent_at + lease);
             e.lease = lease;
+            e.window = lease;
         }
         self.wake.notify_one();
     }
@@ -197,7 +210,7 @@ impl Watchdog {
         });
         for (id, e) in entries.iter_mut() {
             // Renew a little early so locks due at nearby times share one call.
-            if e.renew && !e.in_flight && e.next_due <= now + e.lease / 6 {
+            if e.renew && !e.in_flight && e.next_due <= now + e.window / 6 {
                 e.in_flight = true;
                 due.push((e.kind, (*id, e.key.clone(), e.owner.clone(), e.lease)));
             }
@@ -222,6 +235,7 @@ impl Watchdog {
             match result.as_ref().map(|r| r.get(i).copied().unwrap_or(0)) {
                 Some(1) => {
                     e.deadline = e.deadline.max(sent_at + *lease);
+                    e.window = *lease;
                     e.next_due = sent_at + *lease / 3;
                     e.state.mark_held();
                 }

@@ -1,6 +1,6 @@
 //! Issue 4, point 1: the fair (FIFO) mutex: arrival order, targeted wake-ups, dead waiters
-//! skipped within the heartbeat bound, live waiters never dropped, a clean queue after timeouts
-//! and cancellations.
+//! skipped within the heartbeat bound (for non-fair waiters too, which queue the same way), live
+//! waiters never dropped, a clean queue after timeouts and cancellations.
 
 mod common;
 
@@ -38,15 +38,22 @@ async fn wait_queue_len(admin: &mut redis::aio::MultiplexedConnection, key: &str
 }
 
 /// The child side of `killed_waiter_delays_others_by_at_most_the_heartbeat_bound`: queue as a
-/// fair waiter and block until killed.
+/// waiter (fair or not, as told) and block until killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_waiter() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let (url, name) = spec.split_once('|').unwrap();
+    let mut parts = spec.split('|');
+    let (url, name, fair_mode) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next() == Some("fair"),
+    );
+    // The option's old name, still accepted.
     let locks = connect(url, &[("fair_heartbeat", "200ms")]).await;
-    let _ = locks.mutex(name).unwrap().acquire(&fair()).await;
+    let opts = AcquireOptions::new().fair(fair_mode);
+    let _ = locks.mutex(name).unwrap().acquire(&opts).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
 }
 
@@ -183,23 +190,35 @@ async fn release_wakes_only_the_next_waiter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_waiter_delays_others_by_at_most_the_heartbeat_bound() {
+    for fair_mode in [true, false] {
+        killed_waiter_delays_others(fair_mode).await;
+    }
+}
+
+/// A waiter killed in the queue may still be handed the lock (it looked alive): the hand-off
+/// expires after 3 heartbeats, and the next waiter takes the lock within one more.
+async fn killed_waiter_delays_others(fair_mode: bool) {
     let Some(url) = shared_url() else { return };
     let name = lockkit_core::testing::unique_name("fair-dead");
     let queue = LockKeys::mutex("lockkit", &name).queue;
-    let opts = [("fair_heartbeat", "200ms")];
+    let opts = [("waiter_heartbeat", "200ms")];
+    let mode = AcquireOptions::new().fair(fair_mode);
     let holder = connect(&url, &opts).await;
     let mut admin = admin(&url).await;
     let g = holder
         .mutex(&name)
         .unwrap()
-        .acquire(&fair())
+        .acquire(&mode)
         .await
         .unwrap()
         .unwrap();
     let mut child = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_waiter", "--test-threads=1"])
-            .env(CHILD_ENV, format!("{url}|{name}"))
+            .env(
+                CHILD_ENV,
+                format!("{url}|{name}|{}", if fair_mode { "fair" } else { "" }),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -209,7 +228,7 @@ async fn killed_waiter_delays_others_by_at_most_the_heartbeat_bound() {
     let live = connect(&url, &opts).await;
     let lock = live.mutex(&name).unwrap();
     let waiter = tokio::spawn(async move {
-        let g = lock.acquire(&fair()).await.unwrap().unwrap();
+        let g = lock.acquire(&mode).await.unwrap().unwrap();
         (Instant::now(), g)
     });
     wait_queue_len(&mut admin, &queue, 2).await;
@@ -222,10 +241,11 @@ async fn killed_waiter_delays_others_by_at_most_the_heartbeat_bound() {
         .unwrap()
         .unwrap();
     let delay = got - released;
-    // Heartbeat timeout (3 × 200 ms) plus one heartbeat of the live waiter, plus slack.
+    // The hand-off to the dead waiter (3 × 200 ms) plus one heartbeat of the live waiter, plus
+    // slack.
     assert!(
         delay < Duration::from_millis(1500),
-        "a dead waiter delayed the next by {delay:?}"
+        "a dead waiter delayed the next by {delay:?} (fair: {fair_mode})"
     );
     g2.release().await.unwrap();
 }

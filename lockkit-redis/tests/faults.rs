@@ -1,5 +1,6 @@
 //! Issue 3, point 8: bad input and faults: a key of another type, wrong credentials, a server
-//! that is down at acquire, a server restarted while a lock is held.
+//! that is down at acquire, a server restarted while a lock is held or waited for, a server
+//! gone for good while a waiter is queued.
 
 mod common;
 
@@ -248,5 +249,81 @@ async fn server_down_past_the_deadline_makes_lost_without_a_reply() {
         started.elapsed() <= lease + Duration::from_millis(300),
         "{:?}",
         started.elapsed()
+    );
+}
+
+/// A waiter queued for a lock keeps waiting through a short outage (its attempts fail while the
+/// server restarts), then gets the lock: the restarted server is empty, so the holder is told
+/// its lock is gone and the waiter takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiter_rides_out_a_server_restart() {
+    let mut server = PrivateRedis::start(&[]);
+    let opts = [("waiter_heartbeat", "200ms"), ("command_timeout", "300ms")];
+    let (a, b) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(3));
+    let g = a
+        .mutex("ride-out")
+        .unwrap()
+        .acquire(&lease)
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = b.mutex("ride-out").unwrap();
+    let waiting =
+        tokio::spawn(async move { lock.acquire(&lease.wait(Duration::from_secs(20))).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.stop();
+    // Several of the waiter's heartbeats fail meanwhile.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    server.start_again();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter finished")
+        .unwrap()
+        .expect("the outage did not end the wait")
+        .expect("the waiter got the lock");
+    tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("the old holder was told");
+    got.release().await.unwrap();
+}
+
+/// A waiter whose server stays away gets the connection error once the holder's lease (as it
+/// last saw it) has run out, instead of waiting its whole budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiter_of_a_server_gone_for_good_gets_the_error() {
+    let mut server = PrivateRedis::start(&[]);
+    let opts = [("waiter_heartbeat", "200ms"), ("command_timeout", "300ms")];
+    let (a, b) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(2));
+    let _g = a
+        .mutex("gone")
+        .unwrap()
+        .acquire(&lease)
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = b.mutex("gone").unwrap();
+    let waiting =
+        tokio::spawn(async move { lock.acquire(&lease.wait(Duration::from_secs(60))).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopped = Instant::now();
+    server.stop();
+    let e = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gave up")
+        .unwrap()
+        .expect_err("no lock without a server");
+    assert!(e.is_retryable(), "{e}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
     );
 }

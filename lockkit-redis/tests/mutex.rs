@@ -1,6 +1,8 @@
 //! Issue 3, point 2: Redisson RLock semantics: the owner hash, hold counts, Lua scripts with
-//! NOSCRIPT reload, pub/sub wake-ups (one subscription per name per client, one waiter per
-//! message, waits bounded by the holder's TTL), and the handle's queries.
+//! NOSCRIPT reload, waiting over pub/sub (a release hands the lock to the first queued waiter and
+//! tells it on its client's channel: one subscription per name per client, one waiter per
+//! message, waits bounded by the holder's TTL and the waiter's heartbeat), and the handle's
+//! queries.
 
 mod common;
 
@@ -105,11 +107,12 @@ async fn one_subscription_per_name_per_client_dropped_with_last_waiter() {
     let backend = lockkit_redis::connect_backend(&config(&url, &[]))
         .await
         .unwrap();
+    let name = unique_name("subs");
+    // The waiting client's channel of the lock.
+    let channel = format!("{}:{}", keys(&name).lock, backend.client_id());
     let locks = Locks::new(backend);
     let holder_locks = connect(&url, &[]).await;
     let mut admin = admin(&url).await;
-    let name = unique_name("subs");
-    let channel = keys(&name).channel;
     let numsub = |mut admin: redis::aio::MultiplexedConnection, channel: String| async move {
         let r: (String, i64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
@@ -131,8 +134,8 @@ async fn one_subscription_per_name_per_client_dropped_with_last_waiter() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(numsub(admin.clone(), channel.clone()).await, 1);
-    // One release wakes one local waiter, which then releases and wakes the next: all five
-    // finish quickly although the holder's lease is 30 s.
+    // Each release hands the lock to the next local waiter: all five finish quickly although
+    // the holder's lease is 30 s.
     let started = Instant::now();
     holder.release().await.unwrap();
     for t in tasks {
@@ -268,14 +271,16 @@ async fn close_releases_everything_held_and_marks_guards_lost() {
 
 /// Holds `name` from one client while `waiters[i]` tasks of client i (plus, with `holder_waits`,
 /// one more task of the holder's client) wait for it, releases, and requires every waiter to
-/// get the lock within 10 s: a lost wake-up would leave one waiting for its timer (30 s).
+/// get the lock within 5 s: with 20 s heartbeats and a 30 s lease, a lost hand-off would leave a
+/// waiter waiting for its timer.
 async fn wake_chain(url: &str, name: &str, waiters: &[usize], holder_waits: bool) {
-    let holder = lockkit_redis::connect(&config(url, &[])).await.unwrap();
+    let opts = [("waiter_heartbeat", "20s")];
+    let holder = lockkit_redis::connect(&config(url, &opts)).await.unwrap();
     let first = holder.mutex(name).unwrap().lock().await.unwrap();
     let mut tasks = Vec::new();
     let mut clients = Vec::new();
     for &n in waiters {
-        let locks = lockkit_redis::connect(&config(url, &[])).await.unwrap();
+        let locks = lockkit_redis::connect(&config(url, &opts)).await.unwrap();
         for _ in 0..n {
             let lock = locks.mutex(name).unwrap();
             tasks.push(tokio::spawn(async move {
@@ -296,33 +301,72 @@ async fn wake_chain(url: &str, name: &str, waiters: &[usize], holder_waits: bool
     tokio::time::sleep(Duration::from_millis(300)).await;
     first.release().await.unwrap();
     for t in tasks {
-        tokio::time::timeout(Duration::from_secs(10), t)
+        tokio::time::timeout(Duration::from_secs(5), t)
             .await
-            .expect("a waiter was not woken by a release")
+            .expect("a waiter did not get the lock by hand-off")
             .unwrap();
     }
-    // The wake flag is gone with the last release: nothing of the lock is left but its
-    // fencing counter.
+    // The queue is gone with the last hand-off: nothing of the lock is left but its fencing
+    // counter and the unlock latches (both expire).
     let mut admin = admin(url).await;
     let k = keys(name);
     let left: i64 = redis::cmd("EXISTS")
         .arg(&k.lock)
-        .arg(&k.wake)
+        .arg(&k.queue)
+        .arg(&k.waiters)
         .query_async(&mut admin)
         .await
         .unwrap();
     assert_eq!(left, 0);
 }
 
-/// A release publishes only when a busy acquire raised the lock's wake flag, and a client wakes
-/// one local waiter per message; every waiter, local or remote, must still be woken by a
-/// release and never fall back to its TTL-bounded timer.
+/// Every waiter, local or remote, gets the lock by hand-off, never by falling back to its
+/// timer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_waiter_is_woken_without_falling_back_to_its_timer() {
+async fn every_waiter_gets_the_lock_by_hand_off_without_falling_back_to_its_timer() {
     let Some(url) = shared_url() else { return };
     // Several waiting clients, and a waiter in the holder's own client.
     wake_chain(&url, &unique_name("wake-chain"), &[3, 2, 1], true).await;
-    // One waiting client only: after its first waiter takes the lock nobody else raises the
-    // flag, so its other waiters depend on the local hand-off at each release.
+    // One waiting client only: every hand-off goes to one of its own waiters.
     wake_chain(&url, &unique_name("wake-local"), &[3], false).await;
+}
+
+/// A hand-off whose message never arrives (the waiter's pub/sub connection was cut just before
+/// the release) is taken up by the waiter's next heartbeat attempt: a lost message costs at most
+/// one heartbeat, never the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_hand_off_message_is_taken_up_at_the_next_heartbeat() {
+    let server = PrivateRedis::start(&[]);
+    let opts = [("waiter_heartbeat", "300ms")];
+    let (a, b) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let mut admin = admin(&server.url()).await;
+    let g = a.mutex("lost-msg").unwrap().lock().await.unwrap(); // 30 s lease
+    let t1 = g.token();
+    let lock = b.mutex("lost-msg").unwrap();
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "no pub/sub connection to cut");
+    let released = Instant::now();
+    g.release().await.unwrap();
+    let g2 = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(1500),
+        "took {:?}",
+        released.elapsed()
+    );
+    assert!(g2.token() > t1);
+    g2.release().await.unwrap();
 }

@@ -341,14 +341,15 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
         LockState::Held,
     )
     .await;
-    // The waiter's client follows the primary on its own (it sends no command meanwhile) and
-    // subscribes there again; then the release's message, not a timer, wakes the waiter.
-    let channel = c
-        .backend_as::<lockkit_redis::RedisBackend>()
-        .unwrap()
-        .keys("moving")
-        .unwrap()
-        .channel;
+    // The waiter's client follows the primary and subscribes there again (its attempts that
+    // failed meanwhile did not end its wait); then the release hands it the lock.
+    let waiting = c.backend_as::<lockkit_redis::RedisBackend>().unwrap();
+    // The channel on which the waiter hears that the lock was handed to it.
+    let channel = format!(
+        "{}:{}",
+        waiting.keys("moving").unwrap().lock,
+        waiting.client_id()
+    );
     eventually(
         Duration::from_secs(5),
         "the waiter's subscription moved",

@@ -162,3 +162,36 @@ async fn renewal_errors_make_suspect_then_held_again() {
     assert_eq!(g.state(), LockState::Held, "{rx_state:?}");
     g.release().await.unwrap();
 }
+
+/// A lock handed to a waiter starts with a short server expiry (3 heartbeats, here 600 ms), so a
+/// waiter that died in the queue blocks it briefly; the watchdog extends it to the lease soon
+/// after, and the holder keeps it for as long as it likes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_lock_is_extended_to_its_lease() {
+    let Some(url) = shared_url() else { return };
+    let opts = [("waiter_heartbeat", "200ms")];
+    let (a, b) = (connect(&url, &opts).await, connect(&url, &opts).await);
+    let name = lockkit_core::testing::unique_name("handed");
+    let g = a.mutex(&name).unwrap().lock().await.unwrap();
+    let lock = b.mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    g.release().await.unwrap();
+    let g2 = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    // Well past the hand-off's 600 ms: still held, by us, with (close to) the whole lease left.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(g2.state(), LockState::Held);
+    let left = b
+        .mutex(&name)
+        .unwrap()
+        .remaining_lease()
+        .await
+        .unwrap()
+        .expect("still locked");
+    assert!(left > Duration::from_secs(20), "{left:?} of a 30 s lease");
+    assert!(a.mutex(&name).unwrap().try_lock().await.unwrap().is_none());
+    g2.release().await.unwrap();
+}

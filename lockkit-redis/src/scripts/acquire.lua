@@ -1,24 +1,69 @@
--- Acquire a mutex for a fresh owner and issue its fencing token.
--- KEYS[1] lock hash (owner field -> hold count), KEYS[2] fencing counter, KEYS[3] wake flag
--- ARGV[1] owner field, ARGV[2] lease in ms, ARGV[3] fencing counter TTL in ms
--- Returns {1, token} when acquired, {0, pttl of the holder} when busy. A busy attempt raises the
--- wake flag, so the next release publishes; the flag outlives the caller's wait (at most the
--- holder's pttl, or 1 s when it has none).
+-- Acquire a native mutex for a fresh owner, or take up a hand-off, and issue its fencing token.
+-- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiters
+-- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms, ARGV[4] the attempt: '0' for
+-- an acquire that does not wait, '1' for the first attempt of one that does (queue when busy),
+-- '2' for its later attempts (refresh the heartbeat, take up a hand-off); with an 'f' after it
+-- for a fair acquire (never ahead of a live waiter), ARGV[5] heartbeat timeout ms (also how
+-- long a hand-off lasts until it is taken up)
+-- Returns {1, token} when acquired, {0, pttl} when busy (the holder's remaining lease; -1: none).
 local held = redis.pcall('hlen', KEYS[1])
 if type(held) == 'table' then
-  local t = redis.call('type', KEYS[1]).ok
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+  local kind = redis.call('type', KEYS[1]).ok
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
 end
+local owner = ARGV[1]
+local mode = string.sub(ARGV[4], 1, 1)
+local fair = #ARGV[4] == 2
+
+local function enqueue(now)
+  -- A later attempt finds its place unless it was dropped as dead (it was stopped for longer
+  -- than the heartbeat timeout): then it queues again, at the back.
+  if mode == '1' or redis.call('hexists', KEYS[4], owner) == 0 then
+    redis.call('rpush', KEYS[3], owner)
+  end
+  redis.call('hset', KEYS[4], owner, string.format('%.0f', now + tonumber(ARGV[5])) .. ' ' .. ARGV[2])
+  -- The queue keys expire when no waiter refreshes them.
+  redis.call('pexpire', KEYS[3], tonumber(ARGV[5]) * 2)
+  redis.call('pexpire', KEYS[4], tonumber(ARGV[5]) * 2)
+end
+
+local function take(t)
+  local token, fence_err = next_token(KEYS[2], ARGV[3], t)
+  if not token then
+    return fence_err
+  end
+  redis.call('hset', KEYS[1], owner, 1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return {1, token}
+end
+
 if held > 0 then
-  local pttl = redis.call('pttl', KEYS[1])
-  redis.call('set', KEYS[3], '1', 'px', math.max(pttl, 0) + 1000)
-  return {0, pttl}
+  if mode == '2' and redis.call('hexists', KEYS[1], owner) == 1 then
+    -- A hand-off made us the owner and its message has not reached us: take it up with our own
+    -- lease from now, and a new token (the handed-over one was never used).
+    return take(redis.call('time'))
+  end
+  if mode ~= '0' then
+    enqueue(now_ms(redis.call('time')))
+  end
+  return {0, redis.call('pttl', KEYS[1])}
 end
--- Fencing token: next_token (fence.lua).
-local token, fence_err = next_token(KEYS[2], ARGV[3], redis.call('time'))
-if not token then
-  return fence_err
+local t = redis.call('time')
+-- The queue matters to a fair acquire, and to a queued one (which leaves it); a non-fair
+-- newcomer may take a free lock ahead of the waiters.
+local first = (fair or mode == '2') and first_waiter(KEYS[3], KEYS[4], now_ms(t))
+if first and first ~= owner and fair then
+  -- Free, but a live waiter is first (its holder's lease ran out, or a hand-off lapsed): its turn.
+  local _, err = hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[5], t)
+  if err then
+    return err
+  end
+  if mode ~= '0' then
+    enqueue(now_ms(t))
+  end
+  return {0, redis.call('pttl', KEYS[1])}
 end
-redis.call('hset', KEYS[1], ARGV[1], 1)
-redis.call('pexpire', KEYS[1], ARGV[2])
-return {1, token}
+if mode == '2' and redis.call('hdel', KEYS[4], owner) == 1 then
+  redis.call('lrem', KEYS[3], 1, owner)
+end
+return take(t)

@@ -5,7 +5,8 @@
 -- issued is at most the issuing node's time (nothing counts a million acquisitions a second).
 -- Redisson's RFencedLock counter (redisson_compat, key redisson_lock_token:...) is a plain INCR
 -- that never expires, as Redisson keeps it.
--- `now` is a TIME reply. Returns the token, or nil and a WRONGTYPE error reply.
+-- `now` is a TIME reply. Returns the token (a decimal string, or a number from INCR), or nil and a
+-- WRONGTYPE error reply.
 local function next_token(key, ttl, now)
   if string.sub(key, 1, 20) == 'redisson_lock_token:' then
     local token = redis.pcall('incr', key)
@@ -15,10 +16,16 @@ local function next_token(key, ttl, now)
     return token
   end
   local prev = redis.pcall('get', key)
-  if type(prev) == 'table' or (prev and not tonumber(prev)) then
+  if type(prev) == 'table' or (prev and not string.find(prev, '^%d+$')) then
     return nil, redis.error_reply('WRONGTYPE lockkit: key ' .. key .. ' is not a fencing counter')
   end
-  local token = math.max(tonumber(prev or 0) + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('set', key, string.format('%.0f', token), 'px', ttl)
+  -- The time floor as text: seconds, then six digits of microseconds. Tokens are compared as
+  -- decimal strings (longer is larger), so no number is parsed or formatted on the way.
+  local us = now[2]
+  local token = now[1] .. string.rep('0', 6 - #us) .. us
+  if prev and (#prev > #token or (#prev == #token and prev >= token)) then
+    token = string.format('%.0f', tonumber(prev) + 1)
+  end
+  redis.call('set', key, token, 'px', ttl)
   return token
 end

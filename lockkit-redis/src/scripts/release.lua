@@ -1,19 +1,16 @@
--- Release a mutex if ARGV[1] still owns it; idempotent under retries.
--- KEYS[1] lock hash, KEYS[2] unlock latch of this ownership, KEYS[3] fair queue, KEYS[4] wake flag
--- ARGV[1] owner field, ARGV[2] channel, ARGV[3] latch TTL in ms, ARGV[4] '1' for a fair holder,
--- ARGV[5] '1' to publish only when a busy acquire raised the wake flag since the last release
--- (native layout; Redisson's waiters raise no flag, so redisson_compat always publishes)
+-- Release a native mutex if ARGV[1] still owns it, and hand it to the first live waiter;
+-- idempotent under retries.
+-- KEYS[1] lock hash, KEYS[2] unlock latch of this ownership, KEYS[3] fencing counter,
+-- KEYS[4] queue, KEYS[5] waiters
+-- ARGV[1] owner, ARGV[2] latch TTL ms, ARGV[3] fencing counter TTL ms, ARGV[4] grant TTL ms
 -- Returns 1 when released (now or by an earlier attempt of the same release), 0 when not ours.
--- Removing the only field deletes the hash; a key of another type is not ours (pcall).
+-- A key of another type is not ours (pcall).
 if redis.pcall('hdel', KEYS[1], ARGV[1]) == 1 then
-  -- A fair holder wakes the first fair waiter by name; otherwise one waiter of each client
-  -- wakes on '0'.
-  local next = ARGV[4] == '1' and redis.call('lindex', KEYS[3], 0)
-  if next or ARGV[5] ~= '1' or redis.call('del', KEYS[4]) == 1 then
-    redis.call('publish', ARGV[2], next or '0')
-  end
   -- Owner fields are never reused, so the latch only has to answer retries of this release.
-  redis.call('set', KEYS[2], '1', 'px', ARGV[3])
+  redis.call('set', KEYS[2], '1', 'px', ARGV[2])
+  -- Our field was the hash's only one, so the lock is free. A counter of another type fails the
+  -- hand-off, not the release; the next waiter's own attempt reports it.
+  hand_off(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4])
   return 1
 end
 return redis.call('exists', KEYS[2])

@@ -48,7 +48,7 @@ pub(super) fn acquire_call<'a>(
                 .arg(lease_ms)
                 .arg(fence_ttl)
                 .arg(if mode == Mode::Read { "r" } else { "w" })
-                .arg((settings.fair_heartbeat * 3).as_millis() as u64)
+                .arg(settings.waiter_timeout().as_millis() as u64)
                 .arg(&keys.holders)
                 .arg(&keys.channel);
             inv

@@ -1,5 +1,5 @@
--- Fair (FIFO) acquire: take the lock only when it is free and we are first in the queue;
--- otherwise queue (once) and refresh our heartbeat.
+-- Fair (FIFO) acquire in Redisson's layout (redisson_compat): take the lock only when it is free
+-- and we are first in the queue; otherwise queue (once) and refresh our heartbeat.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue (list of owners),
 -- KEYS[4] heartbeats (hash owner -> deadline, server ms)
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms, ARGV[4] heartbeat timeout ms,

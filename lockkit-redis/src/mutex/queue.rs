@@ -1,0 +1,196 @@
+//! Waiting on a native mutex: waiters queue in arrival order, and a release hands the lock
+//! straight to the first live one (the release script makes it the owner and tells it the
+//! token), so under contention the next holder starts half a round trip after the release,
+//! with no retry and no other waiter woken.
+//!
+//! Each waiter refreshes its place (a heartbeat) every `waiter_heartbeat`, and listens on its
+//! client's channel of the lock (`<lock key>:<client-uuid>`, one subscription per lock per
+//! client, shared by its local waiters). A waiter that died is skipped once its heartbeat is 3
+//! beats old; a lock handed to a waiter that died just before expires after 3 beats. A message
+//! that is lost costs at most one heartbeat: every attempt also takes up a lock handed to us.
+
+use std::time::Duration;
+
+use lockkit_core::{AcquireOptions, ErrorKind, LockGuard, Result};
+use tokio::time::Instant;
+
+use super::RedisMutex;
+
+/// Takes the waiter out of the queue if its acquire ends without the lock (its wait ran out,
+/// it failed, or the future was dropped), and passes on a lock handed to it meanwhile.
+struct Leave<'a> {
+    mutex: &'a RedisMutex,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
+            self.mutex.inner.in_background(|inner| async move {
+                let _ = inner.leave_queue(&keys, &owner).await;
+            });
+        }
+    }
+}
+
+/// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.
+pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
+    let inner = &m.inner;
+    let settings = &inner.settings;
+    let lease = opts.lease;
+    let budget = opts.wait_budget();
+    let waits = budget != Some(Duration::ZERO);
+    let give_up_at = budget.map(|d| Instant::now() + d);
+    let owner = inner.new_owner();
+    let channel = inner.grant_channel(&m.keys);
+    let heartbeat = settings.waiter_heartbeat;
+    // A hand-off sets this expiry; the watchdog extends it to the lease. A fixed lease longer
+    // than it, or a hand-off that must reach replicas first, is taken up by an attempt instead.
+    let grant_expiry = lease.duration().min(settings.waiter_timeout());
+    let take_grants =
+        settings.wait_replicas == 0 && (lease.is_watchdog() || grant_expiry == lease.duration());
+
+    // The first attempt queues us if the lock is busy; later ones refresh our place and take up
+    // a hand-off whose message we missed.
+    let invocation = |attempt: &str| {
+        let mut inv = inner.scripts.acquire.prepare_invoke();
+        inv.key(&m.keys.lock)
+            .key(&m.keys.fence)
+            .key(&m.keys.queue)
+            .key(&m.keys.waiters)
+            .arg(&owner)
+            .arg(lease.duration().as_millis() as u64)
+            .arg(settings.fence_ttl.as_millis() as u64)
+            .arg(if opts.fair {
+                format!("{attempt}f")
+            } else {
+                attempt.to_string()
+            })
+            .arg(settings.waiter_timeout().as_millis() as u64);
+        inv
+    };
+    let mut inv = invocation(if waits { "1" } else { "0" });
+    let mut queued = false;
+
+    // Joined before queueing when the server already has the subscription, so the hand-off
+    // message cannot be missed; otherwise queue first, subscribe, and look once more.
+    let mut sub = if waits {
+        inner.subs.join_active(&channel, &owner)
+    } else {
+        None
+    };
+    let mut leave = Leave {
+        mutex: m,
+        owner: &owner,
+        armed: false,
+    };
+    // When the last attempt that found the lock busy was sent: a hand-off came after it.
+    let mut busy_sent = Instant::now();
+    // The holder's remaining lease at that attempt (ms; -1: none).
+    let mut pttl = -1;
+    // Since when attempts of a queued waiter have failed (the server is away, or fails over).
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        // An attempt in flight may queue us or take the lock: a dropped future must undo it.
+        leave.armed = true;
+        let sent_at = Instant::now();
+        match inner.invoke::<(i64, i64)>(&inv, "acquire").await {
+            Ok((1, token)) => {
+                // Still armed: if the replicas fail us, or the future is dropped, we let go.
+                m.confirm_replicas(&owner, false).await?;
+                leave.armed = false;
+                drop(leave);
+                let token = token as u64;
+                return Ok(Some(m.guard(
+                    owner,
+                    token,
+                    lease,
+                    sent_at,
+                    lease.duration(),
+                    false,
+                )));
+            }
+            Ok((_, holder_pttl)) => {
+                if !waits {
+                    leave.armed = false;
+                    return Ok(None);
+                }
+                if !queued {
+                    queued = true;
+                    inv = invocation("2");
+                }
+                busy_sent = sent_at;
+                pttl = holder_pttl;
+                failing_since = None;
+            }
+            // A queued waiter rides out a server that is away for a while (a failover, a
+            // restart): it keeps its place for a heartbeat timeout, and the holder's lease
+            // would have kept it waiting that long anyway. Then the error is the answer.
+            Err(e) if queued && e.is_retryable() => {
+                let since = *failing_since.get_or_insert(sent_at);
+                let bearable = settings
+                    .waiter_timeout()
+                    .max(Duration::from_millis(pttl.max(0) as u64));
+                if since.elapsed() >= bearable {
+                    return Err(e);
+                }
+                tracing::debug!(error = %e, "lockkit: waiting through a failed attempt");
+            }
+            Err(e) => {
+                leave.armed = e.kind() != &ErrorKind::WrongType;
+                return Err(e);
+            }
+        }
+        let Some(s) = sub.as_ref() else {
+            sub = Some(inner.subs.subscribe_as(&channel, Some(&owner)).await?);
+            // A hand-off before the subscription sent a message we did not see.
+            continue;
+        };
+        // Queued behind the holder. Listen until a hand-off, our heartbeat, the holder's
+        // lease end (it may have died) or our own deadline, whichever comes first; after a
+        // failed attempt, try again sooner.
+        let mut wait = heartbeat;
+        if failing_since.is_some() {
+            wait = wait.min(RETRY_AFTER_FAILURE);
+        }
+        if pttl > 0 {
+            wait = wait.min(Duration::from_millis(pttl as u64));
+        }
+        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+        if let Some(left) = left {
+            wait = wait.min(left);
+        }
+        if !wait.is_zero() {
+            let _ = tokio::time::timeout(wait, s.notified()).await;
+        }
+        if let Some(token) = s.take_grant() {
+            // Handed over after our last busy attempt: its expiry runs from no earlier.
+            let fresh = busy_sent + grant_expiry > Instant::now() + grant_expiry / 3;
+            if take_grants && fresh {
+                leave.armed = false;
+                drop(leave);
+                return Ok(Some(m.guard(
+                    owner,
+                    token,
+                    lease,
+                    busy_sent,
+                    grant_expiry,
+                    false,
+                )));
+            }
+            // Otherwise the next attempt takes it up (with the whole lease, from then).
+            continue;
+        }
+        if give_up_at.is_some_and(|at| Instant::now() >= at) {
+            // Out of time. Leaving also passes on a lock handed to us that we have not seen.
+            leave.armed = false;
+            inner.leave_queue(&m.keys, &owner).await?;
+            return Ok(None);
+        }
+    }
+}
+
+/// How soon a queued waiter tries again after a failed attempt (at most: a heartbeat is sooner).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);

@@ -1,0 +1,220 @@
+//! Waiting on a mutex in Redisson's layout (`redisson_compat`): Redisson's own protocol, so
+//! Java clients wake lockkit waiters and the other way round. Every release publishes `0`; each
+//! client wakes one local waiter per message, and the waiter tries again. Fair mode adds
+//! lockkit's own queue (Redisson's fair waiters are not queued with it).
+
+use std::time::Duration;
+
+use lockkit_core::{AcquireOptions, ErrorKind, LockGuard, Result};
+use tokio::time::Instant;
+
+use super::RedisMutex;
+
+/// How long a woken waiter that found the lock re-taken waits before it listens again.
+const BARGED_BACKOFF: Duration = Duration::from_millis(1);
+
+enum Attempt {
+    Acquired { token: u64, sent_at: Instant },
+    Busy { pttl: i64 },
+}
+
+/// Releases an acquisition whose reply we never saw (the future was dropped, or the reply was
+/// lost), so a cancelled acquire leaves no lock behind.
+struct Pending<'a> {
+    mutex: &'a RedisMutex,
+    owner: &'a str,
+    fair: bool,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (keys, owner, fair) = (self.mutex.keys.clone(), self.owner.to_string(), self.fair);
+            self.mutex.inner.in_background(|inner| async move {
+                let _ = inner.release_mutex(&keys, &owner, fair).await;
+                if fair {
+                    let _ = inner.leave_queue(&keys, &owner).await;
+                }
+            });
+        }
+    }
+}
+
+/// Takes a fair waiter out of the queue if its acquire ends without the lock (timeout, error,
+/// or the future was dropped).
+struct Queued<'a> {
+    mutex: &'a RedisMutex,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
+            self.mutex.inner.in_background(|inner| async move {
+                let _ = inner.leave_queue(&keys, &owner).await;
+            });
+        }
+    }
+}
+
+async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Result<Attempt> {
+    let settings = &m.inner.settings;
+    let scripts = &m.inner.scripts;
+    let mut inv = if fair {
+        scripts.rs_fair_acquire.prepare_invoke()
+    } else {
+        scripts.rs_acquire.prepare_invoke()
+    };
+    inv.key(&m.keys.lock)
+        .key(&m.keys.fence)
+        .arg(owner)
+        .arg(lease.as_millis() as u64)
+        .arg(settings.fence_ttl.as_millis() as u64);
+    if fair {
+        inv.key(&m.keys.queue)
+            .key(&m.keys.waiters)
+            .arg(settings.waiter_timeout().as_millis() as u64)
+            .arg(&m.keys.channel);
+    }
+    let mut pending = Pending {
+        mutex: m,
+        owner,
+        fair,
+        armed: true,
+    };
+    let sent_at = Instant::now();
+    let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
+        Ok(r) => r,
+        Err(e) => {
+            pending.armed = e.kind() != &ErrorKind::WrongType;
+            return Err(e);
+        }
+    };
+    if acquired != 1 {
+        pending.armed = false;
+        return Ok(Attempt::Busy { pttl: value });
+    }
+    // Still armed: if the replicas fail us, or the future is dropped, we let go.
+    m.confirm_replicas(owner, fair).await?;
+    pending.armed = false;
+    Ok(Attempt::Acquired {
+        token: value as u64,
+        sent_at,
+    })
+}
+
+/// Redisson's RLock: a woken waiter tries again; the lock is not fair.
+pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
+    let lease = opts.lease;
+    let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+    let owner = m.inner.new_owner();
+    let mut sub: Option<crate::pubsub::Subscription> = None;
+    let mut woken = false;
+    loop {
+        let pttl = match attempt(m, &owner, lease.duration(), false).await? {
+            Attempt::Acquired { token, sent_at } => {
+                let expiry = lease.duration();
+                return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, false)));
+            }
+            Attempt::Busy { pttl } => pttl,
+        };
+        if woken {
+            // Another client took the lock between the release and our attempt (it was
+            // probably the releaser, looping back): pause a moment before listening again, so
+            // a busy lock does not make its waiters retry on every release.
+            let pause = BARGED_BACKOFF.min(give_up_at.map_or(BARGED_BACKOFF, |at| {
+                at.saturating_duration_since(Instant::now())
+            }));
+            tokio::time::sleep(pause).await;
+        }
+        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return Ok(None);
+        }
+        let Some(s) = sub.as_ref() else {
+            sub = Some(m.inner.subs.subscribe(&m.keys.channel).await?);
+            // A release between the attempt and the subscription sent no message we saw.
+            continue;
+        };
+        // A missed message costs at most the holder's remaining lease.
+        let mut wait = match pttl {
+            p if p > 0 => Duration::from_millis(p as u64),
+            -1 => Duration::from_secs(1),
+            _ => Duration::from_millis(1),
+        };
+        if let Some(left) = left {
+            wait = wait.min(left);
+        }
+        woken = tokio::time::timeout(wait, s.notified()).await.is_ok();
+    }
+}
+
+/// FIFO over Redisson's lock hash: queued waiters are served in arrival order; each release
+/// wakes only the first one (by name, over the lock's channel). Waiters refresh a heartbeat
+/// every `waiter_heartbeat`, so a dead waiter is skipped after 3 missed beats and a live one is
+/// never dropped.
+pub(super) async fn acquire_fair(
+    m: &RedisMutex,
+    opts: &AcquireOptions,
+) -> Result<Option<LockGuard>> {
+    let lease = opts.lease;
+    let heartbeat = m.inner.settings.waiter_heartbeat;
+    let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+    let owner = m.inner.new_owner();
+    let mut queued = Queued {
+        mutex: m,
+        owner: &owner,
+        armed: false,
+    };
+    let mut sub: Option<crate::pubsub::Subscription> = None;
+    loop {
+        let pttl = match attempt(m, &owner, lease.duration(), true).await {
+            Ok(Attempt::Acquired { token, sent_at }) => {
+                queued.armed = false;
+                drop(queued);
+                let expiry = lease.duration();
+                return Ok(Some(m.guard(
+                    owner.clone(),
+                    token,
+                    lease,
+                    sent_at,
+                    expiry,
+                    true,
+                )));
+            }
+            Ok(Attempt::Busy { pttl }) => pttl,
+            Err(e) => {
+                queued.armed = true;
+                return Err(e);
+            }
+        };
+        queued.armed = true;
+        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            queued.armed = false;
+            let _ = m.inner.leave_queue(&m.keys, &owner).await;
+            return Ok(None);
+        }
+        let Some(s) = sub.as_ref() else {
+            sub = Some(
+                m.inner
+                    .subs
+                    .subscribe_as(&m.keys.channel, Some(&owner))
+                    .await?,
+            );
+            continue;
+        };
+        // Come back within one heartbeat to keep our place, and at the holder's expiry.
+        let mut wait = heartbeat;
+        if pttl > 0 {
+            wait = wait.min(Duration::from_millis(pttl as u64));
+        }
+        if let Some(left) = left {
+            wait = wait.min(left);
+        }
+        let _ = tokio::time::timeout(wait, s.notified()).await;
+    }
+}

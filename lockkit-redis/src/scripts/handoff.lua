@@ -1,0 +1,61 @@
+-- Prepended (after fence.lua) to the native mutex scripts: the waiter queue and the hand-off.
+-- The queue (a list) holds waiting owners in arrival order; the waiters hash maps each one to
+-- '<heartbeat deadline, server ms> <lease ms>'. A waiter refreshes its deadline while it waits;
+-- one whose deadline passed has stopped (its process died) and is dropped when it reaches the
+-- front. A live waiter is never dropped, however long it waits.
+
+-- Server time in ms from a TIME reply.
+local function now_ms(t)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The first live waiter (nil when none), dropping dead ones; it stays in the queue.
+local function first_waiter(queue, waiters, now)
+  local first = redis.call('lindex', queue, 0)
+  while first do
+    local entry = redis.call('hget', waiters, first)
+    if entry and tonumber(string.match(entry, '^%d+')) >= now then
+      return first
+    end
+    redis.call('lpop', queue)
+    redis.call('hdel', waiters, first)
+    first = redis.call('lindex', queue, 0)
+  end
+  return nil
+end
+
+-- Hands a free lock to the first live waiter: the waiter becomes the owner at once, with a fresh
+-- token and an expiry of its lease or grant_ttl ms, whichever is shorter (it extends that once
+-- it holds the guard; a waiter that died meanwhile so blocks the lock for grant_ttl at most), and
+-- learns of it from '<owner> <token>' on its client's channel, '<lock key>:<client-uuid>'.
+-- `t` is a TIME reply or nil. Returns the new owner or nil (no live waiter), or nil and an
+-- error reply.
+local function hand_off(lock, fence, queue, waiters, fence_ttl, grant_ttl, t)
+  local first = redis.call('lpop', queue)
+  if not first then
+    return nil
+  end
+  t = t or redis.call('time')
+  local now = now_ms(t)
+  local entry = redis.call('hget', waiters, first)
+  -- Waiters that died are dropped on the way.
+  while not (entry and tonumber(string.match(entry, '^%d+')) >= now) do
+    redis.call('hdel', waiters, first)
+    first = redis.call('lpop', queue)
+    if not first then
+      return nil
+    end
+    entry = redis.call('hget', waiters, first)
+  end
+  local token, fence_err = next_token(fence, fence_ttl, t)
+  if not token then
+    -- The waiter keeps its place; its own attempt reports the counter.
+    redis.call('lpush', queue, first)
+    return nil, fence_err
+  end
+  redis.call('hdel', waiters, first)
+  redis.call('hset', lock, first, 1)
+  redis.call('pexpire', lock, math.min(tonumber(string.match(entry, ' (%d+)$')), tonumber(grant_ttl)))
+  redis.call('publish', lock .. ':' .. string.match(first, '^(.*):'), first .. ' ' .. token)
+  return first
+end

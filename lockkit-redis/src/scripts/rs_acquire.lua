@@ -1,0 +1,21 @@
+-- Acquire a mutex in Redisson's layout (redisson_compat) for a fresh owner and issue its fencing
+-- token, as RLock / RFencedLock do: take the lock hash if it is absent.
+-- KEYS[1] lock hash (owner field -> hold count), KEYS[2] fencing counter
+-- ARGV[1] owner field, ARGV[2] lease in ms, ARGV[3] fencing counter TTL in ms
+-- Returns {1, token} when acquired, {0, pttl of the holder} when busy.
+local held = redis.pcall('hlen', KEYS[1])
+if type(held) == 'table' then
+  local t = redis.call('type', KEYS[1]).ok
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+end
+if held > 0 then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+-- Fencing token: next_token (fence.lua).
+local token, fence_err = next_token(KEYS[2], ARGV[3], redis.call('time'))
+if not token then
+  return fence_err
+end
+redis.call('hset', KEYS[1], ARGV[1], 1)
+redis.call('pexpire', KEYS[1], ARGV[2])
+return {1, token}
