@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lockkit_core::{
     async_trait, Backend, BackendKind, Capabilities, DistLock, Error, HoldMode, HolderInfo,
-    LockInfo, Primitive, Result,
+    LockInfo, Primitive, Result, WaiterInfo,
 };
 use redis::{FromRedisValue, Script, ScriptInvocation};
 use tokio::task::JoinHandle;
@@ -368,7 +368,21 @@ impl Backend for RedisBackend {
                 "the Redis backend cannot inspect a {primitive:?} yet"
             )));
         }
-        let probe = crate::mutex::probe(&self.inner, &self.inner.keys(name)?).await?;
+        let keys = self.inner.keys(name)?;
+        let probe = crate::mutex::probe(&self.inner, &keys).await?;
+        // Waiters, first in line first (natively every waiter; with `redisson_compat` the fair
+        // ones). Read after the holders, so the two views may be a moment apart.
+        let queue: Vec<String> = self
+            .inner
+            .query(
+                redis::cmd("LRANGE").arg(&keys.queue).arg(0).arg(-1),
+                "inspect",
+            )
+            .await?;
+        let waiters = queue
+            .into_iter()
+            .map(|owner| WaiterInfo::new(owner, HoldMode::Exclusive))
+            .collect();
         let holders = probe
             .owners
             .into_iter()
@@ -380,6 +394,6 @@ impl Backend for RedisBackend {
                 }
             })
             .collect();
-        Ok(LockInfo::new(holders, Vec::new()))
+        Ok(LockInfo::new(holders, waiters))
     }
 }

@@ -10,8 +10,9 @@
 //! * follow: one task per client resolves again every [`POLL`], and at once when a command
 //!   fails in a way that hints at a failover (connection errors, timeouts, `READONLY` from a
 //!   demoted primary); when the address changes it opens connections to the new primary, swaps
-//!   them in, resubscribes the wake-up channels there and wakes one local waiter per channel (a
-//!   release may have been published there before we listened);
+//!   them in, resubscribes the wake-up channels there and wakes every local waiter of them (a
+//!   release or a hand-off may have been published there before we listened, and a waiter's
+//!   next attempt takes up a lock handed to it);
 //! * a command that certainly did not reach the server (connection refused, broken pipe,
 //!   `READONLY`) waits for the follower's next answer (at most [`RESOLVE_WAIT`]) and, if the
 //!   primary moved, is sent once more to the new one; so an idle client's first command after a

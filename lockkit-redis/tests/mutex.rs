@@ -370,3 +370,63 @@ async fn lost_hand_off_message_is_taken_up_at_the_next_heartbeat() {
     assert!(g2.token() > t1);
     g2.release().await.unwrap();
 }
+
+/// `inspect` lists the queued waiters, first in line first; `force_unlock` hands the lock to the
+/// first of them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_lists_waiters_and_force_unlock_hands_the_lock_on() {
+    let Some(url) = shared_url() else { return };
+    let (a, b, admin_locks) = (
+        connect(&url, &[]).await,
+        connect(&url, &[]).await,
+        connect(&url, &[]).await,
+    );
+    let name = unique_name("force-hand");
+    let g = a.mutex(&name).unwrap().lock().await.unwrap(); // 30 s lease
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let lock = b.mutex(&name).unwrap();
+        waiting.push(tokio::spawn(async move { lock.lock().await.unwrap() }));
+        // In arrival order.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let info = admin_locks.inspect(&name, Primitive::Mutex).await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    assert_eq!(info.waiters.len(), 2, "{info:?}");
+    assert!(info.waiters.iter().all(|w| w.mode == HoldMode::Exclusive));
+    let started = Instant::now();
+    assert!(admin_locks
+        .mutex(&name)
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap());
+    let first = waiting.remove(0);
+    let g1 = tokio::time::timeout(Duration::from_secs(2), first)
+        .await
+        .expect("the first waiter got the lock from the force-unlock")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(g1.token() > g.token());
+    assert_eq!(
+        admin_locks
+            .inspect(&name, Primitive::Mutex)
+            .await
+            .unwrap()
+            .waiters
+            .len(),
+        1
+    );
+    // The old holder finds out.
+    assert!(g.release().await.is_err());
+    g1.release().await.unwrap();
+    let g2 = tokio::time::timeout(Duration::from_secs(2), waiting.remove(0))
+        .await
+        .unwrap()
+        .unwrap();
+    g2.release().await.unwrap();
+}
