@@ -14,7 +14,9 @@
 //!   throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against a plain
 //!   `SET NX PX` retry loop (1 ms between tries) and the same loop without sleeping.
 //!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (3) alternating rounds; the median per-round throughput
-//!   ratio of lockkit to the 1 ms loop is reported.
+//!   ratio of lockkit to the 1 ms loop is reported. Once with nothing done under the lock (a
+//!   releasing client can barge straight back in: a retry loop's best case), once with 1 ms of
+//!   waiting under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500, acquisitions per round).
 //!
 //! `LOCKKIT_BENCH_ROUNDS` (default 6) × `LOCKKIT_BENCH_CYCLES` (default 500) sets the
 //! uncontended run length.
@@ -185,6 +187,13 @@ impl Contended {
     }
 }
 
+/// The work done under the lock: none, or waiting `hold` (an I/O call, say).
+async fn work(hold: Duration) {
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
+}
+
 /// Shared bookkeeping of a contended run: a ticket counter and an overlap detector.
 #[derive(Default)]
 struct Arena {
@@ -206,7 +215,13 @@ impl Arena {
     }
 }
 
-async fn contended_lockkit(url: &str, name: &str, total: usize, fair: bool) -> Contended {
+async fn contended_lockkit(
+    url: &str,
+    name: &str,
+    total: usize,
+    fair: bool,
+    hold: Duration,
+) -> Contended {
     let arena = Arc::new(Arena::default());
     let mut clients = Vec::new();
     for _ in 0..client_count() {
@@ -224,6 +239,7 @@ async fn contended_lockkit(url: &str, name: &str, total: usize, fair: bool) -> C
                 let g = lock.acquire(&opts).await.unwrap().unwrap();
                 let wait = t.elapsed();
                 let more = arena.enter(total);
+                work(hold).await;
                 arena.leave();
                 g.release().await.unwrap();
                 if !more {
@@ -248,7 +264,13 @@ async fn contended_lockkit(url: &str, name: &str, total: usize, fair: bool) -> C
     .await
 }
 
-async fn contended_setnx(url: &str, key: &str, total: usize, retry: Option<Duration>) -> Contended {
+async fn contended_setnx(
+    url: &str,
+    key: &str,
+    total: usize,
+    retry: Option<Duration>,
+    hold: Duration,
+) -> Contended {
     let arena = Arc::new(Arena::default());
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -282,6 +304,7 @@ async fn contended_setnx(url: &str, key: &str, total: usize, retry: Option<Durat
                 }
                 let wait = t.elapsed();
                 let more = arena.enter(total);
+                work(hold).await;
                 arena.leave();
                 let _: i64 = cad
                     .key(&key)
@@ -329,6 +352,52 @@ async fn finish(
         per_client,
         overlaps: arena.overlaps.load(Ordering::SeqCst),
     }
+}
+
+/// `rounds` alternating rounds of every contended variant, `hold` of work under the lock; prints
+/// the table and the median per-round throughput ratio of lockkit to the 1 ms retry loop.
+async fn contended_table(url: &str, run: &str, total: usize, rounds: usize, hold: Duration) {
+    println!(
+        "\ncontended: {} clients, one lock, {:?} of work under it, {total} acquisitions per round, \
+         {rounds} alternating rounds",
+        client_count(),
+        hold
+    );
+    println!(
+        "{:<34} {:>9} {:>10} {:>10} {:>10} {:>9}",
+        "", "acq/s", "p50 ms", "p99 ms", "busiest", "overlaps"
+    );
+    let tag = hold.as_micros();
+    // Alternating rounds, as above: machine noise hits every variant alike.
+    let mut rows: Vec<Contended> = Vec::new();
+    let mut ratios = Vec::new();
+    for round in 0..rounds {
+        let retry = Some(Duration::from_millis(1));
+        let round_rows = [
+            contended_lockkit(url, &format!("{run}/c{tag}-{round}"), total, false, hold).await,
+            contended_lockkit(url, &format!("{run}/cf{tag}-{round}"), total, true, hold).await,
+            contended_setnx(url, &format!("{run}:s1-{tag}-{round}"), total, retry, hold).await,
+            contended_setnx(url, &format!("{run}:s0-{tag}-{round}"), total, None, hold).await,
+        ];
+        ratios.push(round_rows[0].rate() / round_rows[2].rate());
+        for (i, r) in round_rows.into_iter().enumerate() {
+            match rows.get_mut(i) {
+                Some(acc) => acc.absorb(r),
+                None => rows.push(r),
+            }
+        }
+    }
+    for r in &rows {
+        r.print();
+    }
+    ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "ratio lockkit/SET NX loop (1 ms) throughput: median of {rounds} rounds {:.3}, rounds \
+         {:.3?} (target >= 1)",
+        ratios[ratios.len() / 2],
+        ratios
+    );
+    assert!(rows.iter().all(|r| r.overlaps == 0), "overlapping holders");
 }
 
 fn main() {
@@ -406,44 +475,11 @@ fn main() {
         );
         drop(locks);
 
-        // Contended.
-        println!(
-            "\ncontended: {} clients, one lock, {total} acquisitions per round, {contended_rounds} alternating rounds",
-            client_count()
-        );
-        println!(
-            "{:<34} {:>9} {:>10} {:>10} {:>10} {:>9}",
-            "", "acq/s", "p50 ms", "p99 ms", "busiest", "overlaps"
-        );
-        // Alternating rounds, as above: machine noise hits every variant alike.
-        let mut rows: Vec<Contended> = Vec::new();
-        let mut ratios = Vec::new();
-        for round in 0..contended_rounds {
-            let round_rows = [
-                contended_lockkit(&url, &format!("{run}/c{round}"), total, false).await,
-                contended_lockkit(&url, &format!("{run}/cf{round}"), total, true).await,
-                contended_setnx(&url, &format!("{run}:setnx1-{round}"), total, Some(Duration::from_millis(1))).await,
-                contended_setnx(&url, &format!("{run}:setnx0-{round}"), total, None).await,
-            ];
-            ratios.push(round_rows[0].rate() / round_rows[2].rate());
-            for (i, r) in round_rows.into_iter().enumerate() {
-                match rows.get_mut(i) {
-                    Some(acc) => acc.absorb(r),
-                    None => rows.push(r),
-                }
-            }
-        }
-        for r in &rows {
-            r.print();
-        }
-        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        println!(
-            "ratio lockkit/SET NX loop (1 ms) throughput: median of {contended_rounds} rounds {:.3}, \
-             rounds {:.3?} (target >= 1)",
-            ratios[ratios.len() / 2],
-            ratios
-        );
-        assert!(rows.iter().all(|r| r.overlaps == 0), "overlapping holders");
+        // Contended: with nothing done under the lock (the releasing client can barge straight
+        // back in: the best case for a retry loop), and with 1 ms of work under it.
+        contended_table(&url, &run, total, contended_rounds, Duration::ZERO).await;
+        let with_work = if quick { 50 } else { env_num("LOCKKIT_BENCH_WORK_TOTAL", 500) };
+        contended_table(&url, &run, with_work, contended_rounds, Duration::from_millis(1)).await;
     }))
     .unwrap();
 }

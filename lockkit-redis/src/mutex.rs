@@ -20,6 +20,26 @@ use crate::watchdog::Watched;
 mod queue;
 mod redisson;
 
+/// Takes a waiter out of the mutex's queue if its acquire ends without the lock (its wait ran
+/// out, it failed, or the future was dropped); natively this also passes on a lock handed to it
+/// meanwhile.
+struct LeaveOnDrop<'a> {
+    mutex: &'a RedisMutex,
+    owner: &'a str,
+    armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
+            self.mutex.inner.in_background(|inner| async move {
+                let _ = inner.leave_queue(&keys, &owner).await;
+            });
+        }
+    }
+}
+
 /// A mutex handle.
 #[derive(Debug)]
 pub(crate) struct RedisMutex {

@@ -14,26 +14,7 @@ use std::time::Duration;
 use lockkit_core::{AcquireOptions, ErrorKind, LockGuard, Result};
 use tokio::time::Instant;
 
-use super::RedisMutex;
-
-/// Takes the waiter out of the queue if its acquire ends without the lock (its wait ran out,
-/// it failed, or the future was dropped), and passes on a lock handed to it meanwhile.
-struct Leave<'a> {
-    mutex: &'a RedisMutex,
-    owner: &'a str,
-    armed: bool,
-}
-
-impl Drop for Leave<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
-            self.mutex.inner.in_background(|inner| async move {
-                let _ = inner.leave_queue(&keys, &owner).await;
-            });
-        }
-    }
-}
+use super::{LeaveOnDrop, RedisMutex};
 
 /// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.
 pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
@@ -81,7 +62,7 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
     } else {
         None
     };
-    let mut leave = Leave {
+    let mut leave = LeaveOnDrop {
         mutex: m,
         owner: &owner,
         armed: false,
@@ -184,9 +165,10 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
             continue;
         }
         if give_up_at.is_some_and(|at| Instant::now() >= at) {
-            // Out of time. Leaving also passes on a lock handed to us that we have not seen.
-            leave.armed = false;
+            // Out of time. Leaving also passes on a lock handed to us that we have not seen;
+            // if it fails (or this future is dropped meanwhile), the guard tries once more.
             inner.leave_queue(&m.keys, &owner).await?;
+            leave.armed = false;
             return Ok(None);
         }
     }

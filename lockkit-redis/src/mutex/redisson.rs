@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockkit_core::{AcquireOptions, ErrorKind, LockGuard, Result};
 use tokio::time::Instant;
 
-use super::RedisMutex;
+use super::{LeaveOnDrop, RedisMutex};
 
 /// How long a woken waiter that found the lock re-taken waits before it listens again.
 const BARGED_BACKOFF: Duration = Duration::from_millis(1);
@@ -36,25 +36,6 @@ impl Drop for Pending<'_> {
                 if fair {
                     let _ = inner.leave_queue(&keys, &owner).await;
                 }
-            });
-        }
-    }
-}
-
-/// Takes a fair waiter out of the queue if its acquire ends without the lock (timeout, error,
-/// or the future was dropped).
-struct Queued<'a> {
-    mutex: &'a RedisMutex,
-    owner: &'a str,
-    armed: bool,
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
-            self.mutex.inner.in_background(|inner| async move {
-                let _ = inner.leave_queue(&keys, &owner).await;
             });
         }
     }
@@ -164,7 +145,7 @@ pub(super) async fn acquire_fair(
     let heartbeat = m.inner.settings.waiter_heartbeat;
     let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
     let owner = m.inner.new_owner();
-    let mut queued = Queued {
+    let mut queued = LeaveOnDrop {
         mutex: m,
         owner: &owner,
         armed: false,

@@ -28,13 +28,7 @@ local function enqueue(now)
 end
 
 local function take(t)
-  local token, fence_err = next_token(KEYS[2], ARGV[3], t)
-  if not token then
-    return fence_err
-  end
-  redis.call('hset', KEYS[1], owner, 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token}
+  return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], t)
 end
 
 if held > 0 then

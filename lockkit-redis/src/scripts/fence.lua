@@ -1,4 +1,5 @@
--- Prepended to every acquire script (see script_set.rs): the fencing-token rule.
+-- Prepended to every acquire script (see script_set.rs): the fencing-token rule, and taking a
+-- lock hash with it.
 -- The token is max(counter + 1, server time in microseconds), stored back into the counter with
 -- a fresh TTL. It increases when the counter key expired, and when a failover to a replica lost
 -- the counter's last updates (up to the clock skew between the two nodes), since every token ever
@@ -28,4 +29,16 @@ local function next_token(key, ttl, now)
   end
   redis.call('set', key, token, 'px', ttl)
   return token
+end
+
+-- Takes a free lock hash for `owner` (one hold) with an expiry of `lease` ms and issues its token
+-- from `fence` (see next_token). Returns the acquire scripts' {1, token}, or a WRONGTYPE error.
+local function take_hash(lock, owner, lease, fence, fence_ttl, now)
+  local token, fence_err = next_token(fence, fence_ttl, now)
+  if not token then
+    return fence_err
+  end
+  redis.call('hset', lock, owner, 1)
+  redis.call('pexpire', lock, lease)
+  return {1, token}
 end

@@ -11,11 +11,4 @@ end
 if held > 0 then
   return {0, redis.call('pttl', KEYS[1])}
 end
--- Fencing token: next_token (fence.lua).
-local token, fence_err = next_token(KEYS[2], ARGV[3], redis.call('time'))
-if not token then
-  return fence_err
-end
-redis.call('hset', KEYS[1], ARGV[1], 1)
-redis.call('pexpire', KEYS[1], ARGV[2])
-return {1, token}
+return take_hash(KEYS[1], ARGV[1], ARGV[2], KEYS[2], ARGV[3], redis.call('time'))

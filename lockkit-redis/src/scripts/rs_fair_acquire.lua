@@ -25,14 +25,7 @@ if held == 0 and (not first or first == ARGV[1]) then
     redis.call('lpop', KEYS[3])
     redis.call('hdel', KEYS[4], ARGV[1])
   end
-  -- Token: next_token (fence.lua).
-  local token, fence_err = next_token(KEYS[2], ARGV[3], t)
-  if not token then
-    return fence_err
-  end
-  redis.call('hset', KEYS[1], ARGV[1], 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return {1, token}
+  return take_hash(KEYS[1], ARGV[1], ARGV[2], KEYS[2], ARGV[3], t)
 end
 if redis.call('hexists', KEYS[4], ARGV[1]) == 0 then
   redis.call('rpush', KEYS[3], ARGV[1])

@@ -20,10 +20,4 @@ if held > 0 or redis.call('zcard', KEYS[2]) > 0 then
   return {0, -2}
 end
 redis.call('zrem', KEYS[3], ARGV[1])
-local token, fence_err = next_token(KEYS[4], ARGV[3], t)
-if not token then
-  return fence_err
-end
-redis.call('hset', KEYS[1], ARGV[1], 1)
-redis.call('pexpire', KEYS[1], ARGV[2])
-return {1, token}
+return take_hash(KEYS[1], ARGV[1], ARGV[2], KEYS[4], ARGV[3], t)
