@@ -234,7 +234,7 @@ pub(crate) fn check_lease(lease: Duration) -> Result<()> {
 }
 
 /// The Redis backend of one [`Locks`](lockkit_core::Locks) handle. Its background tasks (the
-/// watchdog, and the Sentinel follower) stop when it is dropped.
+/// watchdog, the pub/sub keeper, and the Sentinel follower) stop when it is dropped.
 pub struct RedisBackend {
     inner: Arc<Inner>,
     tasks: Vec<JoinHandle<()>>,
@@ -266,6 +266,7 @@ impl RedisBackend {
             follower,
         } = crate::conn::connect(&settings, pushes.clone()).await?;
         let subs = Subscriptions::new(pubsub, &pushes);
+        let keeper_task = tokio::spawn(crate::pubsub::keep_connected(pushes));
 
         let scripts = Arc::new(Scripts::new());
         let wd = Arc::new(Watchdog::default());
@@ -285,7 +286,7 @@ impl RedisBackend {
             subs,
             watchdog: wd,
         });
-        let mut tasks = vec![watchdog_task];
+        let mut tasks = vec![watchdog_task, keeper_task];
         tasks.extend(follower);
         Ok(RedisBackend { inner, tasks })
     }

@@ -109,6 +109,17 @@ impl PubSubConn {
         }
     }
 
+    /// A `PING` on the pub/sub connection (which reconnects it, and resubscribes, if it had
+    /// dropped).
+    pub(crate) async fn ping(&self) -> redis::RedisResult<()> {
+        let ping = redis::cmd("PING");
+        match self {
+            PubSubConn::Single(c) => ping.query_async(&mut c.clone()).await,
+            PubSubConn::Sentinel(s) => ping.query_async(&mut s.current()).await,
+            PubSubConn::Cluster(c) => ping.query_async(&mut c.clone()).await,
+        }
+    }
+
     /// Unsubscribes from `channel`.
     pub(crate) async fn unsubscribe(&self, channel: &str) -> redis::RedisResult<()> {
         match self {

@@ -34,6 +34,16 @@ impl Slot {
     }
 }
 
+impl Entry {
+    fn wake_all(&self) {
+        self.any.notify.notify_waiters();
+        self.any.wake(None);
+        for slot in self.named.values() {
+            slot.wake(None);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     waiters: usize,
@@ -161,7 +171,7 @@ impl Subscriptions {
             entries: Mutex::new(HashMap::new()),
             server: tokio::sync::Mutex::new(HashSet::new()),
         });
-        let _ = pushes.0.set(Arc::downgrade(&subs));
+        let _ = pushes.0.subs.set(Arc::downgrade(&subs));
         subs
     }
 
@@ -252,15 +262,55 @@ impl Subscriptions {
 
 /// The push sender of every pub/sub connection of one backend: delivers each message from the
 /// connection's reader straight to the waiters it is for, with no task in between (a hand-off
-/// reaches its waiter one task switch after the bytes arrive).
+/// reaches its waiter one task switch after the bytes arrive), and reports a lost connection.
 #[derive(Clone, Default)]
-pub(crate) struct Pushes(Arc<OnceLock<Weak<Subscriptions>>>);
+pub(crate) struct Pushes(Arc<Route>);
+
+#[derive(Default)]
+struct Route {
+    subs: OnceLock<Weak<Subscriptions>>,
+    /// Signalled when the pub/sub connection dropped.
+    disconnected: Notify,
+}
 
 impl Pushes {
-    /// Wakes the waiters `push` is for; anything but a channel message is ignored.
+    /// Wakes the waiters `push` is for. A lost connection wakes every waiter (messages may be
+    /// lost with it) and is reported to [`keep_connected`].
     pub(crate) fn deliver(&self, push: PushInfo) {
-        if let Some(subs) = self.0.get().and_then(Weak::upgrade) {
+        if push.kind == PushKind::Disconnection {
+            self.0.disconnected.notify_one();
+        }
+        if let Some(subs) = self.0.subs.get().and_then(Weak::upgrade) {
             subs.route(&push);
+        }
+    }
+}
+
+/// Brings the pub/sub connection back after it dropped, with its subscriptions, however long
+/// the server is away. redis-rs reconnects a few times at once and then only when a command is
+/// sent, and none is while the subscriptions stand, so this task pings until the connection
+/// answers (the reconnect resubscribes), then wakes every waiter once more: a release or a
+/// hand-off published while we were away was lost. Runs until aborted or the backend is gone.
+pub(crate) async fn keep_connected(pushes: Pushes) {
+    loop {
+        pushes.0.disconnected.notified().await;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let Some(subs) = pushes.0.subs.get().and_then(Weak::upgrade) else {
+                return;
+            };
+            match subs.conn.ping().await {
+                Ok(()) => {
+                    subs.wake_everyone();
+                    break;
+                }
+                Err(e) => {
+                    drop(subs);
+                    tracing::debug!(error = %e, "lockkit: pub/sub connection not back yet");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
         }
     }
 }
@@ -273,7 +323,19 @@ impl redis::aio::AsyncPushSender for Pushes {
 }
 
 impl Subscriptions {
+    /// Wakes every local waiter of every channel: each tries again (and takes up a lock handed
+    /// to it whose message it missed).
+    fn wake_everyone(&self) {
+        for e in self.lock().values() {
+            e.wake_all();
+        }
+    }
+
     fn route(&self, push: &PushInfo) {
+        if push.kind == PushKind::Disconnection {
+            self.wake_everyone();
+            return;
+        }
         if push.kind != PushKind::Message {
             return;
         }
@@ -294,13 +356,7 @@ impl Subscriptions {
         match payload {
             b"0" => e.any.wake(None),
             // Sent by this client itself after a failover: everyone looks again.
-            WAKE_ALL => {
-                e.any.notify.notify_waiters();
-                e.any.wake(None);
-                for slot in e.named.values() {
-                    slot.wake(None);
-                }
-            }
+            WAKE_ALL => e.wake_all(),
             // Any other number is Redisson's (redisson_compat): its read-write lock's `1` and
             // its semaphore's free-permit count wake every local waiter. Owner ids are never
             // numeric.

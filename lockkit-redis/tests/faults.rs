@@ -327,3 +327,56 @@ async fn queued_waiter_of_a_server_gone_for_good_gets_the_error() {
         stopped.elapsed()
     );
 }
+
+/// After an outage longer than the client library's own reconnect attempts, the pub/sub
+/// connection comes back and resubscribes by itself, although no command is sent on it (the
+/// client's waiters keep the subscription up throughout): a waiter of that client gets a
+/// hand-off at once again, not at its next heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_connection_comes_back_after_a_long_outage() {
+    let mut server = PrivateRedis::start(&[]);
+    // Heartbeats far apart: a hand-off that only a heartbeat picks up would take 3 s.
+    let opts = [("waiter_heartbeat", "3s"), ("command_timeout", "300ms")];
+    let (b, y) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let name = "comes-back";
+    let g = y.mutex(name).unwrap().lock().await.unwrap(); // 30 s lease
+                                                          // B's first waiter stays queued through the outage, so its client keeps the lock's
+                                                          // subscription all along.
+    let first = {
+        let lock = b.mutex(name).unwrap();
+        tokio::spawn(async move { lock.lock().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Away for longer than the client's own reconnect attempts; back empty.
+    server.stop();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.start_again();
+    std::mem::forget(g); // its renewals find the lock gone; nothing to release
+                         // The first waiter rides the outage out and takes the free lock at its next attempt.
+    let g1 = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the first waiter got the lock after the restart")
+        .unwrap()
+        .expect("the outage did not end its wait");
+    // A second waiter of B queues while the first holds; its hand-off must reach it.
+    let second = {
+        let lock = b.mutex(name).unwrap();
+        tokio::spawn(async move { lock.lock().await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    g1.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("the second waiter got the lock")
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(1000),
+        "the hand-off took {:?}: the pub/sub connection did not come back",
+        released.elapsed()
+    );
+    got.release().await.unwrap();
+}

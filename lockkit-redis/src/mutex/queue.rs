@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::{AcquireOptions, ErrorKind, LockGuard, Result};
+use lockkit_core::{AcquireOptions, Error, ErrorKind, LockGuard, Result};
 use tokio::time::Instant;
 
 use super::{LeaveOnDrop, RedisMutex};
@@ -106,18 +106,14 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
                 pttl = holder_pttl;
                 failing_since = None;
             }
-            // A queued waiter rides out a server that is away for a while (a failover, a
-            // restart): it keeps its place for a heartbeat timeout, and the holder's lease
-            // would have kept it waiting that long anyway. Then the error is the answer.
             Err(e) if queued && e.is_retryable() => {
-                let since = *failing_since.get_or_insert(sent_at);
-                let bearable = settings
-                    .waiter_timeout()
-                    .max(Duration::from_millis(pttl.max(0) as u64));
-                if since.elapsed() >= bearable {
-                    return Err(e);
-                }
-                tracing::debug!(error = %e, "lockkit: waiting through a failed attempt");
+                bear(
+                    e,
+                    &mut failing_since,
+                    sent_at,
+                    settings.waiter_timeout(),
+                    pttl,
+                )?;
             }
             Err(e) => {
                 leave.armed = e.kind() != &ErrorKind::WrongType;
@@ -125,7 +121,21 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
             }
         }
         let Some(s) = sub.as_ref() else {
-            sub = Some(inner.subs.subscribe_as(&channel, Some(&owner)).await?);
+            let asked = Instant::now();
+            match inner.subs.subscribe_as(&channel, Some(&owner)).await {
+                Ok(joined) => sub = Some(joined),
+                Err(e) if e.is_retryable() => {
+                    bear(
+                        e,
+                        &mut failing_since,
+                        asked,
+                        settings.waiter_timeout(),
+                        pttl,
+                    )?;
+                    tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+                }
+                Err(e) => return Err(e),
+            }
             // A hand-off before the subscription sent a message we did not see.
             continue;
         };
@@ -176,3 +186,22 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
 
 /// How soon a queued waiter tries again after a failed attempt (at most: a heartbeat is sooner).
 const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+
+/// Whether a queued waiter bears the failure `e` of a request sent at `sent_at` (a failover, a
+/// restart): it keeps its place for a heartbeat timeout (`waiter_timeout`), and the holder's
+/// lease as last seen (`pttl` ms) would have kept it waiting that long anyway. Past that, the
+/// error is the answer.
+fn bear(
+    e: Error,
+    failing_since: &mut Option<Instant>,
+    sent_at: Instant,
+    waiter_timeout: Duration,
+    pttl: i64,
+) -> Result<()> {
+    let since = *failing_since.get_or_insert(sent_at);
+    if since.elapsed() >= waiter_timeout.max(Duration::from_millis(pttl.max(0) as u64)) {
+        return Err(e);
+    }
+    tracing::debug!(error = %e, "lockkit: waiting through a failed request");
+    Ok(())
+}
