@@ -252,29 +252,52 @@ async fn server_down_past_the_deadline_makes_lost_without_a_reply() {
     );
 }
 
+/// One client of `server` holds `name` with a watchdog lease of `lease`; another queues for it
+/// (waiting up to `wait`) and is given 300 ms to queue. Returns both clients (keep them: a
+/// client's tasks stop when it is dropped), the holder's guard and the waiter. Both clients
+/// heartbeat every 200 ms and give a command 300 ms.
+async fn held_and_queued(
+    server: &PrivateRedis,
+    name: &str,
+    lease: Duration,
+    wait: Duration,
+) -> (
+    [lockkit_core::Locks; 2],
+    lockkit_core::LockGuard,
+    tokio::task::JoinHandle<lockkit_core::Result<Option<lockkit_core::LockGuard>>>,
+) {
+    let opts = [("waiter_heartbeat", "200ms"), ("command_timeout", "300ms")];
+    let (a, b) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let lease = AcquireOptions::new().watchdog_lease(lease);
+    let g = a
+        .mutex(name)
+        .unwrap()
+        .acquire(&lease)
+        .await
+        .unwrap()
+        .unwrap();
+    let lock = b.mutex(name).unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire(&lease.wait(wait)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ([a, b], g, waiting)
+}
+
 /// A waiter queued for a lock keeps waiting through a short outage (its attempts fail while the
 /// server restarts), then gets the lock: the restarted server is empty, so the holder is told
 /// its lock is gone and the waiter takes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiter_rides_out_a_server_restart() {
     let mut server = PrivateRedis::start(&[]);
-    let opts = [("waiter_heartbeat", "200ms"), ("command_timeout", "300ms")];
-    let (a, b) = (
-        connect(&server.url(), &opts).await,
-        connect(&server.url(), &opts).await,
-    );
-    let lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(3));
-    let g = a
-        .mutex("ride-out")
-        .unwrap()
-        .acquire(&lease)
-        .await
-        .unwrap()
-        .unwrap();
-    let lock = b.mutex("ride-out").unwrap();
-    let waiting =
-        tokio::spawn(async move { lock.acquire(&lease.wait(Duration::from_secs(20))).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_clients, g, waiting) = held_and_queued(
+        &server,
+        "ride-out",
+        Duration::from_secs(3),
+        Duration::from_secs(20),
+    )
+    .await;
     server.stop();
     // Several of the waiter's heartbeats fail meanwhile.
     tokio::time::sleep(Duration::from_millis(1000)).await;
@@ -296,23 +319,13 @@ async fn queued_waiter_rides_out_a_server_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_waiter_of_a_server_gone_for_good_gets_the_error() {
     let mut server = PrivateRedis::start(&[]);
-    let opts = [("waiter_heartbeat", "200ms"), ("command_timeout", "300ms")];
-    let (a, b) = (
-        connect(&server.url(), &opts).await,
-        connect(&server.url(), &opts).await,
-    );
-    let lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(2));
-    let _g = a
-        .mutex("gone")
-        .unwrap()
-        .acquire(&lease)
-        .await
-        .unwrap()
-        .unwrap();
-    let lock = b.mutex("gone").unwrap();
-    let waiting =
-        tokio::spawn(async move { lock.acquire(&lease.wait(Duration::from_secs(60))).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_clients, _g, waiting) = held_and_queued(
+        &server,
+        "gone",
+        Duration::from_secs(2),
+        Duration::from_secs(60),
+    )
+    .await;
     let stopped = Instant::now();
     server.stop();
     let e = tokio::time::timeout(Duration::from_secs(10), waiting)
