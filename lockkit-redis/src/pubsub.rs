@@ -32,15 +32,11 @@ impl Slot {
         }
         self.notify.notify_one();
     }
-}
 
-impl Entry {
-    fn wake_all(&self) {
-        self.any.notify.notify_waiters();
-        self.any.wake(None);
-        for slot in self.named.values() {
-            slot.wake(None);
-        }
+    /// Wakes every waiter of this slot (and the next one to wait on it).
+    fn wake_every(&self) {
+        self.notify.notify_waiters();
+        self.notify.notify_one();
     }
 }
 
@@ -55,6 +51,15 @@ struct Entry {
     any: Arc<Slot>,
     /// Waiters woken only by a message carrying their owner id.
     named: HashMap<String, Arc<Slot>>,
+}
+
+impl Entry {
+    fn wake_all(&self) {
+        self.any.wake_every();
+        for slot in self.named.values() {
+            slot.wake(None);
+        }
+    }
 }
 
 /// The subscriptions of one backend.
@@ -274,14 +279,16 @@ struct Route {
 }
 
 impl Pushes {
-    /// Wakes the waiters `push` is for. A lost connection wakes every waiter (messages may be
-    /// lost with it) and is reported to [`keep_connected`].
-    pub(crate) fn deliver(&self, push: PushInfo) {
-        if push.kind == PushKind::Disconnection {
-            self.0.disconnected.notify_one();
-        }
-        if let Some(subs) = self.0.subs.get().and_then(Weak::upgrade) {
-            subs.route(&push);
+    /// The subscriptions, while their backend lives.
+    fn subs(&self) -> Option<Arc<Subscriptions>> {
+        self.0.subs.get().and_then(Weak::upgrade)
+    }
+
+    /// Wakes every local waiter of every channel (messages may have been missed, as after a
+    /// Sentinel failover).
+    pub(crate) fn wake_everyone(&self) {
+        if let Some(subs) = self.subs() {
+            subs.wake_everyone();
         }
     }
 }
@@ -296,7 +303,7 @@ pub(crate) async fn keep_connected(pushes: Pushes) {
         pushes.0.disconnected.notified().await;
         let mut pause = Duration::from_millis(50);
         loop {
-            let Some(subs) = pushes.0.subs.get().and_then(Weak::upgrade) else {
+            let Some(subs) = pushes.subs() else {
                 return;
             };
             match subs.conn.ping().await {
@@ -316,8 +323,15 @@ pub(crate) async fn keep_connected(pushes: Pushes) {
 }
 
 impl redis::aio::AsyncPushSender for Pushes {
-    fn send(&self, info: PushInfo) -> std::result::Result<(), redis::aio::SendError> {
-        self.deliver(info);
+    /// Wakes the waiters `push` is for. A lost connection wakes every waiter (messages may be
+    /// lost with it) and is reported to [`keep_connected`].
+    fn send(&self, push: PushInfo) -> std::result::Result<(), redis::aio::SendError> {
+        if push.kind == PushKind::Disconnection {
+            self.0.disconnected.notify_one();
+        }
+        if let Some(subs) = self.subs() {
+            subs.route(&push);
+        }
         Ok(())
     }
 }
@@ -355,15 +369,10 @@ impl Subscriptions {
         };
         match payload {
             b"0" => e.any.wake(None),
-            // Sent by this client itself after a failover: everyone looks again.
-            WAKE_ALL => e.wake_all(),
             // Any other number is Redisson's (redisson_compat): its read-write lock's `1` and
             // its semaphore's free-permit count wake every local waiter. Owner ids are never
             // numeric.
-            p if p.iter().all(u8::is_ascii_digit) => {
-                e.any.notify.notify_waiters();
-                e.any.wake(None);
-            }
+            p if p.iter().all(u8::is_ascii_digit) => e.any.wake_every(),
             p => {
                 let Ok(p) = std::str::from_utf8(p) else {
                     return;
@@ -380,7 +389,3 @@ impl Subscriptions {
         }
     }
 }
-
-/// The payload that wakes every local waiter of a channel, named or not (never published: a
-/// client pushes it to itself when it may have missed messages).
-pub(crate) const WAKE_ALL: &[u8] = b"*";

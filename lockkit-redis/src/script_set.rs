@@ -3,96 +3,70 @@
 use redis::Script;
 
 /// The Lua sources, for operators who want to read exactly what runs on their server. Every
-/// script that issues a fencing token starts with `scripts/fence.lua` (the token rule).
+/// script that issues a fencing token starts with `scripts/fence.lua` (server time and the token
+/// rule); the native mutex's also with `scripts/handoff.lua` (its queue and hand-off).
 pub mod source {
+    /// The text of `scripts/<file>`s, one after the other.
+    macro_rules! lua {
+        ($($file:literal),+) => {
+            concat!($(include_str!(concat!("scripts/", $file))),+)
+        };
+    }
+
     /// Acquire + fencing token; a waiting acquire queues (and takes up a hand-off).
-    pub const ACQUIRE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/acquire.lua")
-    );
+    pub const ACQUIRE: &str = lua!("fence.lua", "handoff.lua", "acquire.lua");
     /// Owner-checked, idempotent release that hands the lock to the first live waiter.
-    pub const RELEASE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/release.lua")
-    );
+    pub const RELEASE: &str = lua!("fence.lua", "handoff.lua", "release.lua");
     /// A waiter gives up: leaves the queue and passes on a lock handed to it.
-    pub const LEAVE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/leave.lua")
-    );
+    pub const LEAVE: &str = lua!("fence.lua", "handoff.lua", "leave.lua");
     /// Admin force-unlock (hands the lock to the first live waiter).
-    pub const FORCE_UNLOCK: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/handoff.lua"),
-        include_str!("scripts/force_unlock.lua")
-    );
+    pub const FORCE_UNLOCK: &str = lua!("fence.lua", "handoff.lua", "force_unlock.lua");
     /// Batched, owner-checked renewal (also used by `extend`).
-    pub const RENEW: &str = include_str!("scripts/renew.lua");
+    pub const RENEW: &str = lua!("renew.lua");
     /// Owner-checked reentry (hold count + 1).
-    pub const REENTER: &str = include_str!("scripts/reenter.lua");
+    pub const REENTER: &str = lua!("reenter.lua");
     /// Read-only probe (remaining lease and holders).
-    pub const PROBE: &str = include_str!("scripts/probe.lua");
+    pub const PROBE: &str = lua!("probe.lua");
     /// Mutex acquire on Redisson's `RLock` layout (`redisson_compat`).
-    pub const RS_ACQUIRE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/rs_acquire.lua")
-    );
+    pub const RS_ACQUIRE: &str = lua!("fence.lua", "rs_acquire.lua");
     /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
-    pub const RS_RELEASE: &str = include_str!("scripts/rs_release.lua");
+    pub const RS_RELEASE: &str = lua!("rs_release.lua");
     /// Admin force-unlock on Redisson's layout.
-    pub const RS_FORCE_UNLOCK: &str = include_str!("scripts/rs_force_unlock.lua");
+    pub const RS_FORCE_UNLOCK: &str = lua!("rs_force_unlock.lua");
     /// Fair (FIFO) acquire with waiter heartbeats on Redisson's layout.
-    pub const RS_FAIR_ACQUIRE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/rs_fair_acquire.lua")
-    );
+    pub const RS_FAIR_ACQUIRE: &str = lua!("fence.lua", "rs_fair_acquire.lua");
     /// A fair waiter leaves the queue, on Redisson's layout.
-    pub const RS_FAIR_LEAVE: &str = include_str!("scripts/rs_fair_leave.lua");
+    pub const RS_FAIR_LEAVE: &str = lua!("rs_fair_leave.lua");
     /// Read lock / semaphore acquire (leases in a sorted set).
-    pub const LEASE_SET: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/lease_set.lua")
-    );
+    pub const LEASE_SET: &str = lua!("fence.lua", "lease_set.lua");
     /// Write lock acquire with writer intent.
-    pub const RW_WRITE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/rw_write.lua")
-    );
+    pub const RW_WRITE: &str = lua!("fence.lua", "rw_write.lua");
     /// Release of a write lock, read lock or permits; withdrawal of a writer's intent.
-    pub const SHARED_RELEASE: &str = include_str!("scripts/shared_release.lua");
+    pub const SHARED_RELEASE: &str = lua!("shared_release.lua");
     /// Batched renewal of shared leases.
-    pub const RENEW_SET: &str = include_str!("scripts/renew_set.lua");
+    pub const RENEW_SET: &str = lua!("renew_set.lua");
     /// Write -> read downgrade.
-    pub const RW_DOWNGRADE: &str = include_str!("scripts/rw_downgrade.lua");
+    pub const RW_DOWNGRADE: &str = lua!("rw_downgrade.lua");
     /// Read-only probe of a read-write lock or semaphore.
-    pub const RW_PROBE: &str = include_str!("scripts/rw_probe.lua");
+    pub const RW_PROBE: &str = lua!("rw_probe.lua");
     /// Admin force-unlock of a read-write lock or semaphore.
-    pub const SHARED_FORCE: &str = include_str!("scripts/shared_force.lua");
+    pub const SHARED_FORCE: &str = lua!("shared_force.lua");
     /// Removal of a fixed lease that reached its local deadline.
-    pub const DROP_OWNED: &str = include_str!("scripts/drop_owned.lua");
+    pub const DROP_OWNED: &str = lua!("drop_owned.lua");
     /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
-    pub const RS_RW_ACQUIRE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/rs_rw_acquire.lua")
-    );
+    pub const RS_RW_ACQUIRE: &str = lua!("fence.lua", "rs_rw_acquire.lua");
     /// Release of a read or write hold, or a writer's intent, on Redisson's layout.
-    pub const RS_RW_RELEASE: &str = include_str!("scripts/rs_rw_release.lua");
+    pub const RS_RW_RELEASE: &str = lua!("rs_rw_release.lua");
     /// Write -> read downgrade on Redisson's layout.
-    pub const RS_RW_DOWNGRADE: &str = include_str!("scripts/rs_rw_downgrade.lua");
+    pub const RS_RW_DOWNGRADE: &str = lua!("rs_rw_downgrade.lua");
     /// Admin force-unlock of a read-write lock on Redisson's layout.
-    pub const RS_RW_FORCE: &str = include_str!("scripts/rs_rw_force.lua");
+    pub const RS_RW_FORCE: &str = lua!("rs_rw_force.lua");
     /// Leased permit acquire on Redisson's `RSemaphore` layout (`redisson_compat`).
-    pub const RS_SEM_ACQUIRE: &str = concat!(
-        include_str!("scripts/fence.lua"),
-        include_str!("scripts/rs_sem_acquire.lua")
-    );
+    pub const RS_SEM_ACQUIRE: &str = lua!("fence.lua", "rs_sem_acquire.lua");
     /// Permit release on Redisson's `RSemaphore` layout.
-    pub const RS_SEM_RELEASE: &str = include_str!("scripts/rs_sem_release.lua");
+    pub const RS_SEM_RELEASE: &str = lua!("rs_sem_release.lua");
     /// Free permits on Redisson's `RSemaphore` layout (read-only).
-    pub const RS_SEM_PROBE: &str = include_str!("scripts/rs_sem_probe.lua");
+    pub const RS_SEM_PROBE: &str = lua!("rs_sem_probe.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use lockkit_core::{Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, PushInfo, RedisResult};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -129,21 +129,6 @@ impl Switchable {
         let _ = tokio::time::timeout(RESOLVE_WAIT, answered).await;
         let switched = self.rounds.borrow().switched > start.switched;
         switched.then(|| self.current())
-    }
-
-    /// Pub/sub only, after a switch: a release (or a hand-off) may have been published on the
-    /// new primary before we subscribed there, so every local waiter of every channel tries
-    /// again.
-    fn wake_waiters(&self, pushes: &Pushes) {
-        for ch in self.channels().iter() {
-            pushes.deliver(PushInfo {
-                kind: redis::PushKind::Message,
-                data: vec![
-                    redis::Value::BulkString(ch.as_bytes().to_vec()),
-                    redis::Value::BulkString(crate::pubsub::WAKE_ALL.to_vec()),
-                ],
-            });
-        }
     }
 
     /// The follower finished a resolution.
@@ -407,7 +392,9 @@ async fn run(
                     );
                     conn.replace(c).await;
                     pubsub.replace(p).await;
-                    pubsub.wake_waiters(&pushes);
+                    // A release (or a hand-off) may have been published on the new primary
+                    // before we subscribed there: every local waiter tries again.
+                    pushes.wake_everyone();
                     addr = found;
                 }
                 Err(e) => {

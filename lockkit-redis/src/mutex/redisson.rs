@@ -157,14 +157,7 @@ pub(super) async fn acquire_fair(
                 queued.armed = false;
                 drop(queued);
                 let expiry = lease.duration();
-                return Ok(Some(m.guard(
-                    owner.clone(),
-                    token,
-                    lease,
-                    sent_at,
-                    expiry,
-                    true,
-                )));
+                return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, true)));
             }
             Ok(Attempt::Busy { pttl }) => pttl,
             Err(e) => {

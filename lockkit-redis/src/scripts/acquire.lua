@@ -6,10 +6,9 @@
 -- for a fair acquire (never ahead of a live waiter), ARGV[5] heartbeat timeout ms (also how
 -- long a hand-off lasts until it is taken up)
 -- Returns {1, token} when acquired, {0, pttl} when busy (the holder's remaining lease; -1: none).
-local held = redis.pcall('hlen', KEYS[1])
-if type(held) == 'table' then
-  local kind = redis.call('type', KEYS[1]).ok
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
+local held, wrong_type = lock_fields(KEYS[1])
+if not held then
+  return wrong_type
 end
 local owner = ARGV[1]
 local mode = string.sub(ARGV[4], 1, 1)

@@ -1,5 +1,22 @@
--- Prepended to every acquire script (see script_set.rs): the fencing-token rule, and taking a
--- lock hash with it.
+-- Prepended to every acquire script (see script_set.rs): server time, the fencing-token rule,
+-- and taking a lock hash with it.
+
+-- Server time in ms from a TIME reply.
+local function now_ms(t)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The number of owner fields of the lock hash `key` (0 when it is absent), or nil and a
+-- WRONGTYPE error reply when the key holds something else.
+local function lock_fields(key)
+  local n = redis.pcall('hlen', key)
+  if type(n) == 'table' then
+    local kind = redis.call('type', key).ok
+    return nil, redis.error_reply('WRONGTYPE lockkit: key ' .. key .. ' holds a ' .. kind .. ', not a lock')
+  end
+  return n
+end
+
 -- The token is max(counter + 1, server time in microseconds), stored back into the counter with
 -- a fresh TTL. It increases when the counter key expired, and when a failover to a replica lost
 -- the counter's last updates (up to the clock skew between the two nodes), since every token ever

@@ -4,11 +4,6 @@
 -- one whose deadline passed has stopped (its process died) and is dropped when it reaches the
 -- front. A live waiter is never dropped, however long it waits.
 
--- Server time in ms from a TIME reply.
-local function now_ms(t)
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- The first live waiter (nil when none), dropping dead ones; it stays in the queue.
 local function first_waiter(queue, waiters, now)
   local first = redis.call('lindex', queue, 0)

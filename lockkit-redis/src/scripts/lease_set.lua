@@ -6,7 +6,7 @@
 -- ARGV[4] permits wanted, ARGV[5] capacity (0: unlimited, read locks)
 -- Returns {1, token} when acquired, {0, ms to wait at most} when not.
 local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms(t)
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 if redis.call('exists', KEYS[1]) == 1 then

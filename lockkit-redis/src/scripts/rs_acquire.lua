@@ -3,10 +3,9 @@
 -- KEYS[1] lock hash (owner field -> hold count), KEYS[2] fencing counter
 -- ARGV[1] owner field, ARGV[2] lease in ms, ARGV[3] fencing counter TTL in ms
 -- Returns {1, token} when acquired, {0, pttl of the holder} when busy.
-local held = redis.pcall('hlen', KEYS[1])
-if type(held) == 'table' then
-  local t = redis.call('type', KEYS[1]).ok
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+local held, wrong_type = lock_fields(KEYS[1])
+if not held then
+  return wrong_type
 end
 if held > 0 then
   return {0, redis.call('pttl', KEYS[1])}

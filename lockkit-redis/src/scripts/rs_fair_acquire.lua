@@ -5,13 +5,12 @@
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms, ARGV[4] heartbeat timeout ms,
 -- ARGV[5] channel
 -- Returns {1, token} when acquired, {0, pttl of the holder or -2} when queued.
-local held = redis.pcall('hlen', KEYS[1])
-if type(held) == 'table' then
-  local t = redis.call('type', KEYS[1]).ok
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
+local held, wrong_type = lock_fields(KEYS[1])
+if not held then
+  return wrong_type
 end
 local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms(t)
 -- Waiters whose heartbeat stopped (their process died) leave the front of the queue. Live
 -- waiters refresh theirs well within the timeout, however long the holder keeps the lock.
 local first = redis.call('lindex', KEYS[3], 0)

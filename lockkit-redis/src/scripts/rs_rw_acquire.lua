@@ -5,7 +5,7 @@
 -- ARGV[5] writer intent timeout ms, ARGV[6] base of the readers' rwlock_timeout keys, ARGV[7] channel
 -- Returns {1, token} when acquired, {0, ms to wait at most, or -2} when not.
 local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms(t)
 local mode = redis.pcall('hget', KEYS[1], 'mode')
 if type(mode) == 'table' then
   return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a read-write lock')

@@ -7,7 +7,7 @@
 -- ARGV[5] capacity (the count a missing KEYS[1] starts from), ARGV[6] channel
 -- Returns {1, token} when acquired, {0, ms to wait at most, or -2} when not.
 local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms(t)
 local function permits(member)
   return tonumber(string.match(member, '|(%d+)$') or '1')
 end

@@ -4,7 +4,7 @@
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fence TTL ms, ARGV[4] intent timeout ms
 -- Returns {1, token} when acquired, {0, ms to wait at most} when not.
 local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms(t)
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 local held = redis.pcall('hlen', KEYS[1])
