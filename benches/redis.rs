@@ -7,13 +7,14 @@
 //! ```
 //!
 //! * uncontended: one client, acquire + release (awaited) on one lock, against the raw floor
-//!   (`SET NX PX` + compare-and-delete `EVALSHA` on one multiplexed connection). The two run in
-//!   alternating rounds so machine noise hits both alike; the ratio of the medians is reported.
+//!   (`SET NX PX` + compare-and-delete `EVALSHA` on one multiplexed connection), and lockkit's
+//!   own scripts on that connection. The three take turns cycle by cycle, so machine noise hits
+//!   them alike; the ratio of the medians is reported, and the median of the per-round ratios.
 //! * contended: `LOCKKIT_BENCH_CLIENTS` (8) clients, their own connections each, take one lock
 //!   `LOCKKIT_BENCH_TOTAL` (2000) times per round with the non-fair and the fair (FIFO) mutex:
 //!   throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against a plain
 //!   `SET NX PX` retry loop (1 ms between tries) and the same loop without sleeping.
-//!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (3) alternating rounds; the median per-round throughput
+//!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (5) alternating rounds; the median per-round throughput
 //!   ratio of lockkit to the 1 ms loop is reported. Once with nothing done under the lock (a
 //!   releasing client can barge straight back in: a retry loop's best case), once with 1 ms of
 //!   waiting under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500, acquisitions per round).
@@ -63,87 +64,98 @@ async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-async fn raw_cycles(
+/// One raw-floor cycle: `SET NX PX`, then the compare-and-delete script.
+async fn raw_cycle(
     conn: &mut redis::aio::MultiplexedConnection,
     cad: &redis::Script,
     key: &str,
-    n: usize,
-    out: &mut Vec<Duration>,
-) {
-    for i in 0..n {
-        let val = format!("owner-{i}");
-        let t = Instant::now();
-        let ok: Option<String> = redis::cmd("SET")
-            .arg(key)
-            .arg(&val)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query_async(conn)
-            .await
-            .unwrap();
-        assert!(ok.is_some());
-        let del: i64 = cad.key(key).arg(&val).invoke_async(conn).await.unwrap();
-        assert_eq!(del, 1);
-        out.push(t.elapsed());
-    }
+    i: usize,
+) -> Duration {
+    let val = format!("owner-{i}");
+    let t = Instant::now();
+    let ok: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(&val)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert!(ok.is_some());
+    let del: i64 = cad.key(key).arg(&val).invoke_async(conn).await.unwrap();
+    assert_eq!(del, 1);
+    t.elapsed()
 }
 
 /// lockkit's own acquire and release scripts on a plain connection: the server's share of the
 /// cycle, without the client library around it.
-async fn script_cycles(
+async fn script_cycle(
     conn: &mut redis::aio::MultiplexedConnection,
-    name: &str,
-    n: usize,
-    out: &mut Vec<Duration>,
-) {
-    let keys = lockkit_redis::LockKeys::mutex("lockkit", name);
-    let (acquire, release) = (
-        redis::Script::new(lockkit_redis::scripts::ACQUIRE),
-        redis::Script::new(lockkit_redis::scripts::RELEASE),
-    );
-    for i in 0..n {
-        let owner = format!("bench:{i}");
-        let t = Instant::now();
-        let (ok, _token): (i64, i64) = acquire
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .arg(&owner)
-            .arg(30_000)
-            .arg(3_600_000)
-            .arg("0")
-            .arg(3_000)
-            .invoke_async(conn)
-            .await
-            .unwrap();
-        assert_eq!(ok, 1);
-        let r: i64 = release
-            .key(&keys.lock)
-            .key(keys.unlock_latch(&owner))
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.waiters)
-            .arg(&owner)
-            .arg(20_000)
-            .arg(3_600_000)
-            .arg(3_000)
-            .invoke_async(conn)
-            .await
-            .unwrap();
-        assert_eq!(r, 1);
-        out.push(t.elapsed());
-    }
+    keys: &lockkit_redis::LockKeys,
+    scripts: &(redis::Script, redis::Script),
+    i: usize,
+) -> Duration {
+    let (acquire, release) = scripts;
+    let owner = format!("bench:{i}");
+    let t = Instant::now();
+    let (ok, _token): (i64, i64) = acquire
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(&owner)
+        .arg(30_000)
+        .arg(3_600_000)
+        .arg("0")
+        .arg(3_000)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    let r: i64 = release
+        .key(&keys.lock)
+        .key(keys.unlock_latch(&owner))
+        .key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.waiters)
+        .arg(&owner)
+        .arg(20_000)
+        .arg(3_600_000)
+        .arg(3_000)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(r, 1);
+    t.elapsed()
 }
 
-async fn lockkit_cycles(lock: &Arc<dyn lockkit::DistLock>, n: usize, out: &mut Vec<Duration>) {
-    for _ in 0..n {
-        let t = Instant::now();
-        let g = lock.try_lock().await.unwrap().expect("uncontended");
-        g.release().await.unwrap();
-        out.push(t.elapsed());
+/// One lockkit cycle: `try_lock`, then `release`.
+async fn lockkit_cycle(lock: &Arc<dyn lockkit::DistLock>) -> Duration {
+    let t = Instant::now();
+    let g = lock.try_lock().await.unwrap().expect("uncontended");
+    g.release().await.unwrap();
+    t.elapsed()
+}
+
+/// `n` cycles of each kind, interleaved one by one (raw, lockkit, scripts, raw, ...) so that
+/// machine noise, which comes in bursts here, hits all three alike.
+async fn uncontended_round(
+    raw: &mut redis::aio::MultiplexedConnection,
+    cad: &redis::Script,
+    raw_key: &str,
+    lock: &Arc<dyn lockkit::DistLock>,
+    script_keys: &lockkit_redis::LockKeys,
+    scripts: &(redis::Script, redis::Script),
+    n: usize,
+) -> [Vec<Duration>; 3] {
+    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+    for i in 0..n {
+        out[0].push(raw_cycle(raw, cad, raw_key, i).await);
+        out[1].push(lockkit_cycle(lock).await);
+        out[2].push(script_cycle(raw, script_keys, scripts, i).await);
     }
+    out
 }
 
 struct Contended {
@@ -420,7 +432,7 @@ fn main() {
         let rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_ROUNDS", 6) };
         let cycles = if quick { 50 } else { env_num("LOCKKIT_BENCH_CYCLES", 500) };
         let total = if quick { 100 } else { env_num("LOCKKIT_BENCH_TOTAL", 2000) };
-        let contended_rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_CONTENDED_ROUNDS", 3) };
+        let contended_rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_CONTENDED_ROUNDS", 5) };
         let run = format!("lkbench-{}", std::process::id());
 
         // Uncontended.
@@ -430,22 +442,24 @@ fn main() {
         let lock = locks.mutex(&format!("{run}/uncontended")).unwrap();
         let raw_key = format!("{run}:raw");
         let (mut raw_t, mut lk_t, mut sc_t) = (Vec::new(), Vec::new(), Vec::new());
-        let script_name = format!("{run}/scripts");
-        // Warm up both (script load, connection, allocator).
-        raw_cycles(&mut raw, &cad, &raw_key, 100, &mut Vec::new()).await;
-        lockkit_cycles(&lock, 100, &mut Vec::new()).await;
-        script_cycles(&mut raw, &script_name, 100, &mut Vec::new()).await;
+        let script_keys = lockkit_redis::LockKeys::mutex("lockkit", &format!("{run}/scripts"));
+        let scripts = (
+            redis::Script::new(lockkit_redis::scripts::ACQUIRE),
+            redis::Script::new(lockkit_redis::scripts::RELEASE),
+        );
+        // Warm up all three (script load, connection, allocator).
+        uncontended_round(&mut raw, &cad, &raw_key, &lock, &script_keys, &scripts, 100).await;
         let mut ratios = Vec::new();
         for _ in 0..rounds {
-            let (mut r, mut l) = (Vec::new(), Vec::new());
-            raw_cycles(&mut raw, &cad, &raw_key, cycles, &mut r).await;
-            lockkit_cycles(&lock, cycles, &mut l).await;
-            script_cycles(&mut raw, &script_name, cycles, &mut sc_t).await;
+            let [mut r, mut l, s] =
+                uncontended_round(&mut raw, &cad, &raw_key, &lock, &script_keys, &scripts, cycles)
+                    .await;
             r.sort();
             l.sort();
             ratios.push(us(pct(&l, 0.5)) / us(pct(&r, 0.5)));
             raw_t.extend(r);
             lk_t.extend(l);
+            sc_t.extend(s);
         }
         raw_t.sort();
         lk_t.sort();

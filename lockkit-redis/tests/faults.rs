@@ -66,6 +66,22 @@ async fn key_of_another_type_is_a_typed_error_and_untouched() {
     let e = lock.try_lock().await.unwrap_err();
     assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
     assert!(!lock.is_locked().await.unwrap(), "left a half-made lock");
+    // Nor is a string that is not a counter (SET ... GET replaces it; the script puts it back).
+    let _: () = redis::cmd("SET")
+        .arg(&k.fence)
+        .arg("precious")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = lock.try_lock().await.unwrap_err();
+    assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
+    assert!(!lock.is_locked().await.unwrap(), "left a half-made lock");
+    let v: String = redis::cmd("GET")
+        .arg(&k.fence)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(v, "precious", "lockkit overwrote a foreign counter");
     let _: () = redis::cmd("DEL")
         .arg(&k.fence)
         .query_async(&mut admin)

@@ -213,3 +213,86 @@ async fn no_key_per_lock_name_is_left_forever() {
         .unwrap();
     assert!(fences.is_empty(), "{} fencing counters left", fences.len());
 }
+
+/// Before Redis 6.2, `SET` has no `GET` option: the token scripts read the counter first. The
+/// same scripts with the option misspelt take that path on this server.
+#[tokio::test]
+async fn tokens_increase_on_a_server_without_set_get() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let fast = "'px', ttl, 'get')";
+    assert!(lockkit_redis::scripts::ACQUIRE.contains(fast));
+    let acquire = redis::Script::new(
+        &lockkit_redis::scripts::ACQUIRE.replace(fast, "'px', ttl, 'no-such-option')"),
+    );
+    let k = LockKeys::mutex("lockkit", &unique_name("fence-old"));
+    let conn = admin.clone();
+    let take = |owner: String| {
+        let (acquire, k, mut admin) = (&acquire, &k, conn.clone());
+        async move {
+            acquire
+                .key(&k.lock)
+                .key(&k.fence)
+                .key(&k.queue)
+                .key(&k.waiters)
+                .arg(owner)
+                .arg(30_000)
+                .arg(3_600_000)
+                .arg("0")
+                .arg(3_000)
+                .invoke_async::<(i64, String)>(&mut admin)
+                .await
+        }
+    };
+    let mut last = 0u64;
+    for i in 0..5 {
+        let (ok, token) = take(format!("old:{i}")).await.unwrap();
+        assert_eq!(ok, 1);
+        let token: u64 = token.parse().unwrap();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        let _: () = redis::cmd("DEL")
+            .arg(&k.lock)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if i == 2 {
+            // A counter ahead of the clock is counted on.
+            let _: () = redis::cmd("SET")
+                .arg(&k.fence)
+                .arg(last + 10_000_000_000)
+                .arg("PX")
+                .arg(60_000)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            last += 10_000_000_000;
+        }
+    }
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&k.fence)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(ttl > 3_000_000, "counter TTL {ttl}");
+    // A key of another type is still refused, untouched.
+    let _: () = redis::cmd("SET")
+        .arg(&k.fence)
+        .arg("precious")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = take("old:x".into()).await.unwrap_err();
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    let v: String = redis::cmd("GET")
+        .arg(&k.fence)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(v, "precious");
+    let _: () = redis::cmd("DEL")
+        .arg(&k.fence)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}

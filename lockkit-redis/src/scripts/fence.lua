@@ -33,18 +33,32 @@ local function next_token(key, ttl, now)
     end
     return token
   end
-  local prev = redis.pcall('get', key)
-  if type(prev) == 'table' or (prev and not string.find(prev, '^%d+$')) then
-    return nil, redis.error_reply('WRONGTYPE lockkit: key ' .. key .. ' is not a fencing counter')
-  end
   -- The time floor as text: seconds, then six digits of microseconds. Tokens are compared as
   -- decimal strings (longer is larger), so no number is parsed or formatted on the way.
   local us = now[2]
   local token = now[1] .. string.rep('0', 6 - #us) .. us
+  -- Usually the floor is the token: write it and read what it replaced in one command (SET ...
+  -- GET, Redis 6.2+; an older server rejects the option, and the counter is read first). A key
+  -- of another type fails SET ... GET untouched.
+  local prev = redis.pcall('set', key, token, 'px', ttl, 'get')
+  local written = type(prev) ~= 'table'
+  if not written and string.sub(prev.err, 1, 9) ~= 'WRONGTYPE' then
+    prev = redis.pcall('get', key)
+  end
+  if type(prev) == 'table' or (prev and not string.find(prev, '^%d+$')) then
+    if written then
+      -- A string that is not a counter: put it back as it was (without an expiry).
+      redis.call('set', key, prev)
+    end
+    return nil, redis.error_reply('WRONGTYPE lockkit: key ' .. key .. ' is not a fencing counter')
+  end
   if prev and (#prev > #token or (#prev == #token and prev >= token)) then
     token = string.format('%.0f', tonumber(prev) + 1)
+    written = false
   end
-  redis.call('set', key, token, 'px', ttl)
+  if not written then
+    redis.call('set', key, token, 'px', ttl)
+  end
   return token
 end
 
