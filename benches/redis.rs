@@ -6,10 +6,11 @@
 //! cargo bench --features redis --bench redis
 //! ```
 //!
-//! * uncontended: one client, acquire + release (awaited) on one lock, against the raw floor
-//!   (`SET NX PX` + compare-and-delete `EVALSHA` on one multiplexed connection), and lockkit's
-//!   own scripts on that connection. The three take turns cycle by cycle, so machine noise hits
-//!   them alike; the ratio of the medians is reported, and the median of the per-round ratios.
+//! * uncontended: one client, acquire + release (awaited) on one lock, with `try_lock` and with
+//!   `lock`, against the raw floor (`SET NX PX` + compare-and-delete `EVALSHA` on one
+//!   multiplexed connection), and `try_lock`'s own scripts on that connection. The kinds take
+//!   turns cycle by cycle, so machine noise hits them alike; the ratio of the medians is
+//!   reported, and the median of the per-round ratios.
 //! * contended: `LOCKKIT_BENCH_CLIENTS` (8) clients, their own connections each, take one lock
 //!   `LOCKKIT_BENCH_TOTAL` (2000) times per round with the non-fair and the fair (FIFO) mutex:
 //!   throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against a plain
@@ -88,8 +89,8 @@ async fn raw_cycle(
     t.elapsed()
 }
 
-/// lockkit's own acquire and release scripts on a plain connection: the server's share of the
-/// cycle, without the client library around it.
+/// lockkit's own scripts for `try_lock` and `release` on a plain connection: the server's share
+/// of the cycle, without the client library around it.
 async fn script_cycle(
     conn: &mut redis::aio::MultiplexedConnection,
     keys: &lockkit_redis::LockKeys,
@@ -102,13 +103,9 @@ async fn script_cycle(
     let (ok, _token): (i64, i64) = acquire
         .key(&keys.lock)
         .key(&keys.fence)
-        .key(&keys.queue)
-        .key(&keys.waiters)
         .arg(&owner)
         .arg(30_000)
         .arg(3_600_000)
-        .arg("0")
-        .arg(3_000)
         .invoke_async(conn)
         .await
         .unwrap();
@@ -130,16 +127,20 @@ async fn script_cycle(
     t.elapsed()
 }
 
-/// One lockkit cycle: `try_lock`, then `release`.
-async fn lockkit_cycle(lock: &Arc<dyn lockkit::DistLock>) -> Duration {
+/// One lockkit cycle: `try_lock` (or `lock`, `waiting`), then `release`.
+async fn lockkit_cycle(lock: &Arc<dyn lockkit::DistLock>, waiting: bool) -> Duration {
     let t = Instant::now();
-    let g = lock.try_lock().await.unwrap().expect("uncontended");
+    let g = if waiting {
+        lock.lock().await.unwrap()
+    } else {
+        lock.try_lock().await.unwrap().expect("uncontended")
+    };
     g.release().await.unwrap();
     t.elapsed()
 }
 
-/// `n` cycles of each kind, interleaved one by one (raw, lockkit, scripts, raw, ...) so that
-/// machine noise, which comes in bursts here, hits all three alike.
+/// `n` cycles of each kind, interleaved one by one (raw, `try_lock`, `lock`, scripts, raw, ...)
+/// so that machine noise, which comes in bursts here, hits them all alike.
 async fn uncontended_round(
     raw: &mut redis::aio::MultiplexedConnection,
     cad: &redis::Script,
@@ -148,12 +149,13 @@ async fn uncontended_round(
     script_keys: &lockkit_redis::LockKeys,
     scripts: &(redis::Script, redis::Script),
     n: usize,
-) -> [Vec<Duration>; 3] {
-    let mut out = [Vec::new(), Vec::new(), Vec::new()];
+) -> [Vec<Duration>; 4] {
+    let mut out = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     for i in 0..n {
         out[0].push(raw_cycle(raw, cad, raw_key, i).await);
-        out[1].push(lockkit_cycle(lock).await);
-        out[2].push(script_cycle(raw, script_keys, scripts, i).await);
+        out[1].push(lockkit_cycle(lock, false).await);
+        out[2].push(lockkit_cycle(lock, true).await);
+        out[3].push(script_cycle(raw, script_keys, scripts, i).await);
     }
     out
 }
@@ -441,37 +443,44 @@ fn main() {
         let locks = lockkit::connect(&url).await.unwrap();
         let lock = locks.mutex(&format!("{run}/uncontended")).unwrap();
         let raw_key = format!("{run}:raw");
-        let (mut raw_t, mut lk_t, mut sc_t) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut raw_t, mut lk_t, mut lw_t, mut sc_t) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let script_keys = lockkit_redis::LockKeys::mutex("lockkit", &format!("{run}/scripts"));
         let scripts = (
-            redis::Script::new(lockkit_redis::scripts::ACQUIRE),
+            redis::Script::new(lockkit_redis::scripts::TRY_ACQUIRE),
             redis::Script::new(lockkit_redis::scripts::RELEASE),
         );
-        // Warm up all three (script load, connection, allocator).
+        // Warm up every kind (script load, connection, allocator).
         uncontended_round(&mut raw, &cad, &raw_key, &lock, &script_keys, &scripts, 100).await;
-        let mut ratios = Vec::new();
+        let (mut ratios, mut wait_ratios) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let [mut r, mut l, s] =
+            let [mut r, mut l, mut w, s] =
                 uncontended_round(&mut raw, &cad, &raw_key, &lock, &script_keys, &scripts, cycles)
                     .await;
             r.sort();
             l.sort();
+            w.sort();
             ratios.push(us(pct(&l, 0.5)) / us(pct(&r, 0.5)));
+            wait_ratios.push(us(pct(&w, 0.5)) / us(pct(&r, 0.5)));
             raw_t.extend(r);
             lk_t.extend(l);
+            lw_t.extend(w);
             sc_t.extend(s);
         }
-        raw_t.sort();
-        lk_t.sort();
-        sc_t.sort();
-        ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        for v in [&mut raw_t, &mut lk_t, &mut lw_t, &mut sc_t] {
+            v.sort();
+        }
+        for r in [&mut ratios, &mut wait_ratios] {
+            r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        }
         let mean = |v: &[Duration]| us(v.iter().sum::<Duration>() / v.len() as u32);
-        println!("\nuncontended acquire+release, {} cycles each, {rounds} alternating rounds", raw_t.len());
+        println!("\nuncontended acquire+release, {} cycles each, {rounds} rounds, kinds taking turns", raw_t.len());
         println!("{:<44} {:>9} {:>9} {:>9} {:>10}", "", "p50 µs", "p99 µs", "mean µs", "cycles/s");
         for (label, v) in [
             ("raw floor: SET NX PX + EVALSHA compare-del", &raw_t),
             ("lockkit try_lock + release", &lk_t),
-            ("(lockkit's scripts on the raw connection)", &sc_t),
+            ("lockkit lock + release", &lw_t),
+            ("(try_lock's scripts on the raw connection)", &sc_t),
         ] {
             println!(
                 "{label:<44} {:>9.1} {:>9.1} {:>9.1} {:>10.0}",
@@ -481,12 +490,17 @@ fn main() {
                 1e6 / mean(v)
             );
         }
-        println!(
-            "ratio lockkit/raw: p50 {:.3}, mean {:.3}, median of per-round p50 ratios {:.3} (target <= 1.25)",
-            us(pct(&lk_t, 0.5)) / us(pct(&raw_t, 0.5)),
-            mean(&lk_t) / mean(&raw_t),
-            ratios[ratios.len() / 2]
-        );
+        for (label, v, per_round) in [
+            ("try_lock", &lk_t, &ratios),
+            ("lock", &lw_t, &wait_ratios),
+        ] {
+            println!(
+                "ratio lockkit {label}/raw: p50 {:.3}, mean {:.3}, median of per-round p50 ratios {:.3} (target <= 1.25)",
+                us(pct(v, 0.5)) / us(pct(&raw_t, 0.5)),
+                mean(v) / mean(&raw_t),
+                per_round[per_round.len() / 2]
+            );
+        }
         drop(locks);
 
         // Contended: with nothing done under the lock (the releasing client can barge straight

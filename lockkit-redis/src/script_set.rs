@@ -15,6 +15,9 @@ pub mod source {
 
     /// Acquire + fencing token; a waiting acquire queues (and takes up a hand-off).
     pub const ACQUIRE: &str = lua!("fence.lua", "handoff.lua", "acquire.lua");
+    /// Acquire at once or not at all, never queueing: the mutex acquire on Redisson's `RLock`
+    /// layout (`redisson_compat`), and natively a `try_lock` that is not fair.
+    pub const TRY_ACQUIRE: &str = lua!("fence.lua", "try_acquire.lua");
     /// Owner-checked, idempotent release that hands the lock to the first live waiter.
     pub const RELEASE: &str = lua!("fence.lua", "handoff.lua", "release.lua");
     /// A waiter gives up: leaves the queue and passes on a lock handed to it.
@@ -27,8 +30,6 @@ pub mod source {
     pub const REENTER: &str = lua!("reenter.lua");
     /// Read-only probe (remaining lease and holders).
     pub const PROBE: &str = lua!("probe.lua");
-    /// Mutex acquire on Redisson's `RLock` layout (`redisson_compat`).
-    pub const RS_ACQUIRE: &str = lua!("fence.lua", "rs_acquire.lua");
     /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
     pub const RS_RELEASE: &str = lua!("rs_release.lua");
     /// Admin force-unlock on Redisson's layout.
@@ -73,13 +74,13 @@ pub mod source {
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
+    pub(crate) try_acquire: Script,
     pub(crate) release: Script,
     pub(crate) leave: Script,
     pub(crate) force_unlock: Script,
     pub(crate) renew: Script,
     pub(crate) reenter: Script,
     pub(crate) probe: Script,
-    pub(crate) rs_acquire: Script,
     pub(crate) rs_release: Script,
     pub(crate) rs_force_unlock: Script,
     pub(crate) rs_fair_acquire: Script,
@@ -105,13 +106,13 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
             acquire: Script::new(source::ACQUIRE),
+            try_acquire: Script::new(source::TRY_ACQUIRE),
             release: Script::new(source::RELEASE),
             leave: Script::new(source::LEAVE),
             force_unlock: Script::new(source::FORCE_UNLOCK),
             renew: Script::new(source::RENEW),
             reenter: Script::new(source::REENTER),
             probe: Script::new(source::PROBE),
-            rs_acquire: Script::new(source::RS_ACQUIRE),
             rs_release: Script::new(source::RS_RELEASE),
             rs_force_unlock: Script::new(source::RS_FORCE_UNLOCK),
             rs_fair_acquire: Script::new(source::RS_FAIR_ACQUIRE),

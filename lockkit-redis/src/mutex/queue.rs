@@ -25,7 +25,6 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
     let waits = budget != Some(Duration::ZERO);
     let give_up_at = budget.map(|d| Instant::now() + d);
     let owner = inner.new_owner();
-    let channel = inner.grant_channel(&m.keys);
     let heartbeat = settings.waiter_heartbeat;
     // A hand-off sets this expiry; the watchdog extends it to the lease. A fixed lease longer
     // than it, or a hand-off that must reach replicas first, is taken up by an attempt instead.
@@ -35,7 +34,7 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
 
     // The first attempt queues us if the lock is busy; later ones refresh our place and take up
     // a hand-off whose message we missed.
-    let invocation = |attempt: &str| {
+    let invocation = |attempt: &'static str| {
         let mut inv = inner.scripts.acquire.prepare_invoke();
         inv.key(&m.keys.lock)
             .key(&m.keys.fence)
@@ -44,19 +43,38 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
             .arg(&owner)
             .arg(lease.duration().as_millis() as u64)
             .arg(settings.fence_ttl.as_millis() as u64)
-            .arg(if opts.fair {
-                format!("{attempt}f")
-            } else {
-                attempt.to_string()
+            .arg(match (attempt, opts.fair) {
+                (_, false) => attempt,
+                ("0", true) => "0f",
+                ("1", true) => "1f",
+                _ => "2f",
             })
             .arg(settings.waiter_timeout().as_millis() as u64);
         inv
     };
-    let mut inv = invocation(if waits { "1" } else { "0" });
+    let mut inv = if waits || opts.fair {
+        invocation(if waits { "1" } else { "0" })
+    } else {
+        // Neither waits nor defers to waiters: the lock is taken if free, and the queue is
+        // never looked at.
+        let mut inv = inner.scripts.try_acquire.prepare_invoke();
+        inv.key(&m.keys.lock)
+            .key(&m.keys.fence)
+            .arg(&owner)
+            .arg(lease.duration().as_millis() as u64)
+            .arg(settings.fence_ttl.as_millis() as u64);
+        inv
+    };
     let mut queued = false;
 
     // Joined before queueing when the server already has the subscription, so the hand-off
     // message cannot be missed; otherwise queue first, subscribe, and look once more.
+    // Only a waiting acquire listens (on its client's channel of the lock).
+    let channel = if waits {
+        inner.grant_channel(&m.keys)
+    } else {
+        String::new()
+    };
     let mut sub = if waits {
         inner.subs.join_active(&channel, &owner)
     } else {

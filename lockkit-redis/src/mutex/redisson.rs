@@ -47,7 +47,7 @@ async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Re
     let mut inv = if fair {
         scripts.rs_fair_acquire.prepare_invoke()
     } else {
-        scripts.rs_acquire.prepare_invoke()
+        scripts.try_acquire.prepare_invoke()
     };
     inv.key(&m.keys.lock)
         .key(&m.keys.fence)

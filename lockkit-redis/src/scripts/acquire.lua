@@ -13,6 +13,10 @@ end
 local owner = ARGV[1]
 local mode = string.sub(ARGV[4], 1, 1)
 local fair = #ARGV[4] == 2
+if held == 0 and mode ~= '2' and not fair then
+  -- Free, and a newcomer that is not fair: it may go ahead of any waiters.
+  return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], redis.call('time'))
+end
 
 local function enqueue(now)
   -- A later attempt finds its place unless it was dropped as dead (it was stopped for longer
@@ -20,10 +24,17 @@ local function enqueue(now)
   if mode == '1' or redis.call('hexists', KEYS[4], owner) == 0 then
     redis.call('rpush', KEYS[3], owner)
   end
-  redis.call('hset', KEYS[4], owner, string.format('%.0f', now + tonumber(ARGV[5])) .. ' ' .. ARGV[2])
-  -- The queue keys expire when no waiter refreshes them.
-  redis.call('pexpire', KEYS[3], tonumber(ARGV[5]) * 2)
-  redis.call('pexpire', KEYS[4], tonumber(ARGV[5]) * 2)
+  local timeout = tonumber(ARGV[5])
+  redis.call('hset', KEYS[4], owner, string.format('%.0f', now + timeout) .. ' ' .. ARGV[2])
+  -- The queue keys expire when no waiter refreshes them. A waiter's deadline is at most a
+  -- timeout ahead, so keys kept 1.5 to 2 timeouts ahead outlive every live waiter; the expiry is
+  -- set only when less than 1.5 are left (reading it costs a fraction of setting it).
+  if redis.call('pttl', KEYS[3]) < timeout * 1.5 then
+    redis.call('pexpire', KEYS[3], timeout * 2)
+  end
+  if redis.call('pttl', KEYS[4]) < timeout * 1.5 then
+    redis.call('pexpire', KEYS[4], timeout * 2)
+  end
 end
 
 local function take(t)
@@ -41,10 +52,9 @@ if held > 0 then
   end
   return {0, redis.call('pttl', KEYS[1])}
 end
+-- Free, for a fair acquire or a queued one (which leaves the queue).
 local t = redis.call('time')
--- The queue matters to a fair acquire, and to a queued one (which leaves it); a non-fair
--- newcomer may take a free lock ahead of the waiters.
-local first = (fair or mode == '2') and first_waiter(KEYS[3], KEYS[4], now_ms(t))
+local first = first_waiter(KEYS[3], KEYS[4], now_ms(t))
 if first and first ~= owner and fair then
   -- Free, but a live waiter is first (its holder's lease ran out, or a hand-off lapsed): its turn.
   local _, err = hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[5], t)

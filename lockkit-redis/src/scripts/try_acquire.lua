@@ -1,5 +1,7 @@
--- Acquire a mutex in Redisson's layout (redisson_compat) for a fresh owner and issue its fencing
--- token, as RLock / RFencedLock do: take the lock hash if it is absent.
+-- Acquire a mutex at once for a fresh owner and issue its fencing token, as Redisson's RLock /
+-- RFencedLock do: take the lock hash if it is absent; never queue. The mutex acquire in
+-- Redisson's layout (redisson_compat), and natively an acquire that does not wait and is not
+-- fair (it needs no queue keys).
 -- KEYS[1] lock hash (owner field -> hold count), KEYS[2] fencing counter
 -- ARGV[1] owner field, ARGV[2] lease in ms, ARGV[3] fencing counter TTL in ms
 -- Returns {1, token} when acquired, {0, pttl of the holder} when busy.
