@@ -15,10 +15,11 @@
 //!   `LOCKKIT_BENCH_TOTAL` (2000) times per round with the non-fair and the fair (FIFO) mutex:
 //!   throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against a plain
 //!   `SET NX PX` retry loop (1 ms between tries) and the same loop without sleeping.
-//!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (5) alternating rounds; the median per-round throughput
-//!   ratio of lockkit to the 1 ms loop is reported. Once with nothing done under the lock (a
-//!   releasing client can barge straight back in: a retry loop's best case), once with 1 ms of
-//!   waiting under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500, acquisitions per round).
+//!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (9) rounds of all four (odd rounds in reverse order); the
+//!   median per-round throughput ratio of lockkit to the 1 ms loop is reported. Once with
+//!   nothing done under the lock (a releasing client can barge straight back in: a retry loop's
+//!   best case), once with 1 ms of waiting under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500,
+//!   acquisitions per round).
 //!
 //! `LOCKKIT_BENCH_ROUNDS` (default 6) × `LOCKKIT_BENCH_CYCLES` (default 500) sets the
 //! uncontended run length.
@@ -387,12 +388,34 @@ async fn contended_table(url: &str, run: &str, total: usize, rounds: usize, hold
     let mut ratios = Vec::new();
     for round in 0..rounds {
         let retry = Some(Duration::from_millis(1));
-        let round_rows = [
-            contended_lockkit(url, &format!("{run}/c{tag}-{round}"), total, false, hold).await,
-            contended_lockkit(url, &format!("{run}/cf{tag}-{round}"), total, true, hold).await,
-            contended_setnx(url, &format!("{run}:s1-{tag}-{round}"), total, retry, hold).await,
-            contended_setnx(url, &format!("{run}:s0-{tag}-{round}"), total, None, hold).await,
-        ];
+        // Odd rounds run the variants in reverse, so none always follows another.
+        let mut round_rows: Vec<Option<Contended>> = (0..4).map(|_| None).collect();
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..4).collect()
+        } else {
+            (0..4).rev().collect()
+        };
+        for i in order {
+            round_rows[i] = Some(match i {
+                0 => {
+                    contended_lockkit(url, &format!("{run}/c{tag}-{round}"), total, false, hold)
+                        .await
+                }
+                1 => {
+                    contended_lockkit(url, &format!("{run}/cf{tag}-{round}"), total, true, hold)
+                        .await
+                }
+                2 => {
+                    contended_setnx(url, &format!("{run}:s1-{tag}-{round}"), total, retry, hold)
+                        .await
+                }
+                _ => {
+                    contended_setnx(url, &format!("{run}:s0-{tag}-{round}"), total, None, hold)
+                        .await
+                }
+            });
+        }
+        let round_rows: Vec<Contended> = round_rows.into_iter().flatten().collect();
         ratios.push(round_rows[0].rate() / round_rows[2].rate());
         for (i, r) in round_rows.into_iter().enumerate() {
             match rows.get_mut(i) {
@@ -434,7 +457,7 @@ fn main() {
         let rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_ROUNDS", 6) };
         let cycles = if quick { 50 } else { env_num("LOCKKIT_BENCH_CYCLES", 500) };
         let total = if quick { 100 } else { env_num("LOCKKIT_BENCH_TOTAL", 2000) };
-        let contended_rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_CONTENDED_ROUNDS", 5) };
+        let contended_rounds = if quick { 1 } else { env_num("LOCKKIT_BENCH_CONTENDED_ROUNDS", 9) };
         let run = format!("lkbench-{}", std::process::id());
 
         // Uncontended.
