@@ -55,38 +55,20 @@ async fn key_of_another_type_is_a_typed_error_and_untouched() {
         .await
         .unwrap();
 
-    // A foreign fencing counter is not overwritten either.
-    let _: () = redis::cmd("HSET")
-        .arg(&k.fence)
-        .arg("f")
-        .arg("v")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let e = lock.try_lock().await.unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
-    assert!(!lock.is_locked().await.unwrap(), "left a half-made lock");
-    // Nor is a string that is not a counter (SET ... GET replaces it; the script puts it back).
-    let _: () = redis::cmd("SET")
-        .arg(&k.fence)
-        .arg("precious")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let e = lock.try_lock().await.unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
-    assert!(!lock.is_locked().await.unwrap(), "left a half-made lock");
-    let v: String = redis::cmd("GET")
-        .arg(&k.fence)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(v, "precious", "lockkit overwrote a foreign counter");
-    let _: () = redis::cmd("DEL")
-        .arg(&k.fence)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    // A foreign fencing counter is not overwritten either: a hash (SET ... GET fails on it), or
+    // a string that is not a number (SET ... GET replaces it, and the script puts it back).
+    let foreign = [
+        redis::cmd("HSET").arg(&k.fence).arg("f").arg("v").clone(),
+        redis::cmd("SET").arg(&k.fence).arg("precious").clone(),
+    ];
+    for cmd in &foreign {
+        foreign_value_survives(&mut admin, &k.fence, cmd, async {
+            let e = lock.try_lock().await.unwrap_err();
+            assert_eq!(e.kind(), &ErrorKind::WrongType, "{e}");
+            assert!(!lock.is_locked().await.unwrap(), "left a half-made lock");
+        })
+        .await;
+    }
 }
 
 #[tokio::test]

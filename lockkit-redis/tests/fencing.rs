@@ -275,24 +275,11 @@ async fn tokens_increase_on_a_server_without_set_get() {
         .await
         .unwrap();
     assert!(ttl > 3_000_000, "counter TTL {ttl}");
-    // A key of another type is still refused, untouched.
-    let _: () = redis::cmd("SET")
-        .arg(&k.fence)
-        .arg("precious")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let e = take("old:x".into()).await.unwrap_err();
-    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
-    let v: String = redis::cmd("GET")
-        .arg(&k.fence)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(v, "precious");
-    let _: () = redis::cmd("DEL")
-        .arg(&k.fence)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    // A string that is not a counter is refused, untouched.
+    let foreign = redis::cmd("SET").arg(&k.fence).arg("precious").clone();
+    foreign_value_survives(&mut admin, &k.fence, &foreign, async {
+        let e = take("old:x".into()).await.unwrap_err();
+        assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    })
+    .await;
 }

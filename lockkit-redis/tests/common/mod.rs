@@ -34,6 +34,32 @@ pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Runs `cmd` (which writes a foreign value under `key`), then `attempt`, and checks that the
+/// value is exactly as it was (the same `DUMP`) before deleting it.
+pub async fn foreign_value_survives<F: std::future::Future<Output = ()>>(
+    admin: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    cmd: &redis::Cmd,
+    attempt: F,
+) {
+    let _: () = cmd.query_async(admin).await.unwrap();
+    let dump = |admin: &mut redis::aio::MultiplexedConnection| {
+        let mut admin = admin.clone();
+        let key = key.to_string();
+        async move {
+            redis::cmd("DUMP")
+                .arg(key)
+                .query_async::<Vec<u8>>(&mut admin)
+                .await
+                .unwrap()
+        }
+    };
+    let before = dump(admin).await;
+    attempt.await;
+    assert_eq!(dump(admin).await, before, "{key} was changed");
+    let _: () = redis::cmd("DEL").arg(key).query_async(admin).await.unwrap();
+}
+
 pub use lockkit_core::testing::free_port;
 
 /// A redis-server of the test's own, on a free loopback port, killed on drop.
