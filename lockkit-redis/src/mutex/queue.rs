@@ -67,9 +67,9 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
     };
     let mut queued = false;
 
-    // Joined before queueing when the server already has the subscription, so the hand-off
-    // message cannot be missed; otherwise queue first, subscribe, and look once more.
-    // Only a waiting acquire listens (on its client's channel of the lock).
+    // Only a waiting acquire listens (on its client's channel of the lock). It joins before
+    // queueing when the server already has the subscription, so the hand-off message cannot be
+    // missed; otherwise it queues first, subscribes, and looks once more.
     let channel = if waits {
         inner.grant_channel(&m.keys)
     } else {
