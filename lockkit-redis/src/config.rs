@@ -235,7 +235,8 @@ impl Settings {
         };
         let base = addr
             .into_connection_info()
-            .map_err(|e| Error::config(format!("bad Redis address: {e}")))?;
+            .map_err(|e| Error::config(format!("bad Redis address: {e}")))?
+            .set_tcp_settings(crate::conn::tcp_settings());
         let mut redis = base.redis_settings().clone().set_db(db);
         if let Some(u) = &url.username {
             redis = redis.set_username(u);
@@ -368,6 +369,9 @@ mod tests {
             s.pubsub_info.redis_settings().protocol(),
             ProtocolVersion::RESP3
         );
+        // Nagle's algorithm off on both connections.
+        assert!(s.info.tcp_settings().nodelay());
+        assert!(s.pubsub_info.tcp_settings().nodelay());
         assert_eq!(s.prefix, "app");
         assert_eq!(s.lease, Duration::from_secs(10));
         assert_eq!(s.command_timeout, Duration::from_secs(2));

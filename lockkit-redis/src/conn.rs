@@ -130,6 +130,16 @@ impl PubSubConn {
     }
 }
 
+/// The sockets' settings: `TCP_NODELAY`, as Redisson, Lettuce and Jedis set it. redis-rs leaves
+/// Nagle's algorithm on, which holds a request back while another is unanswered on the same
+/// connection. Measured with 8 tasks sharing one connection, each running `try_lock`'s and
+/// `release`'s scripts on a lock of its own (6 runs each way, alternating): p50 740-1330 µs per
+/// cycle with Nagle, 590-810 µs without, and 6-77 % more cycles a second. A lone request, as in
+/// `benches/redis.rs`, is not held back either way.
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 /// The reconnect policy of a managed connection.
 pub(crate) fn manager_config(settings: &Settings) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
@@ -198,6 +208,7 @@ pub(crate) async fn connect(settings: &Settings, pushes: Pushes) -> Result<Conne
                 )
                 .connection_timeout(settings.connect_timeout)
                 .response_timeout(settings.command_timeout)
+                .tcp_settings(tcp_settings())
                 // Retries follow MOVED / ASK during resharding and failover. They also resend a
                 // command whose connection dropped after it was sent: for an acquire that had
                 // been applied, the resend finds the lock busy (our own hold) and the waiter

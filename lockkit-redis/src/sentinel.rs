@@ -274,7 +274,8 @@ async fn open(
         Ok(ConnectionAddr::Tcp(addr.0.clone(), addr.1)
             .into_connection_info()
             .map_err(|e| error::map(e, "primary address"))?
-            .set_redis_settings(template.redis_settings().clone()))
+            .set_redis_settings(template.redis_settings().clone())
+            .set_tcp_settings(template.tcp_settings().clone()))
     };
     let client = crate::tls::client(info(&settings.info)?, &settings.tls)?;
     let mut conn = client
