@@ -10,7 +10,7 @@ use lockkit_core::{
     async_trait, AcquireOptions, DistLock, Error, ErrorKind, FencingToken, GuardParts, Held,
     HoldRegistry, Lease, LockGuard, Result, StateCell,
 };
-use redis::Value;
+use redis::{Script, ScriptInvocation, Value};
 use tokio::time::Instant;
 
 use crate::backend::{check_lease, Inner};
@@ -58,6 +58,24 @@ impl RedisMutex {
             keys,
             holds: HoldRegistry::new(),
         })
+    }
+
+    /// An invocation of the acquire script `script` for `owner` with `lease`: the keys and
+    /// arguments every acquire script starts with (lock hash and fencing counter; owner, lease
+    /// ms, counter TTL ms). A script that needs more adds them after.
+    fn acquire_invocation<'a>(
+        &self,
+        script: &'a Script,
+        owner: &str,
+        lease: Duration,
+    ) -> ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(owner)
+            .arg(lease.as_millis() as u64)
+            .arg(self.inner.settings.fence_ttl.as_millis() as u64);
+        inv
     }
 
     /// With `wait_replicas`, waits until that many replicas have our acquire (Redis `WAIT`);

@@ -35,14 +35,9 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
     // The first attempt queues us if the lock is busy; later ones refresh our place and take up
     // a hand-off whose message we missed.
     let invocation = |attempt: &'static str| {
-        let mut inv = inner.scripts.acquire.prepare_invoke();
-        inv.key(&m.keys.lock)
-            .key(&m.keys.fence)
-            .key(&m.keys.queue)
+        let mut inv = m.acquire_invocation(&inner.scripts.acquire, &owner, lease.duration());
+        inv.key(&m.keys.queue)
             .key(&m.keys.waiters)
-            .arg(&owner)
-            .arg(lease.duration().as_millis() as u64)
-            .arg(settings.fence_ttl.as_millis() as u64)
             .arg(match (attempt, opts.fair) {
                 (_, false) => attempt,
                 ("0", true) => "0f",
@@ -57,28 +52,19 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
     } else {
         // Neither waits nor defers to waiters: the lock is taken if free, and the queue is
         // never looked at.
-        let mut inv = inner.scripts.try_acquire.prepare_invoke();
-        inv.key(&m.keys.lock)
-            .key(&m.keys.fence)
-            .arg(&owner)
-            .arg(lease.duration().as_millis() as u64)
-            .arg(settings.fence_ttl.as_millis() as u64);
-        inv
+        m.acquire_invocation(&inner.scripts.try_acquire, &owner, lease.duration())
     };
     let mut queued = false;
 
     // Only a waiting acquire listens (on its client's channel of the lock). It joins before
     // queueing when the server already has the subscription, so the hand-off message cannot be
     // missed; otherwise it queues first, subscribes, and looks once more.
-    let channel = if waits {
-        inner.grant_channel(&m.keys)
+    let (channel, mut sub) = if waits {
+        let channel = inner.grant_channel(&m.keys);
+        let sub = inner.subs.join_active(&channel, &owner);
+        (channel, sub)
     } else {
-        String::new()
-    };
-    let mut sub = if waits {
-        inner.subs.join_active(&channel, &owner)
-    } else {
-        None
+        (String::new(), None)
     };
     let mut leave = LeaveOnDrop {
         mutex: m,

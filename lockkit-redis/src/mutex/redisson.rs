@@ -44,16 +44,12 @@ impl Drop for Pending<'_> {
 async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Result<Attempt> {
     let settings = &m.inner.settings;
     let scripts = &m.inner.scripts;
-    let mut inv = if fair {
-        scripts.rs_fair_acquire.prepare_invoke()
+    let script = if fair {
+        &scripts.rs_fair_acquire
     } else {
-        scripts.try_acquire.prepare_invoke()
+        &scripts.try_acquire
     };
-    inv.key(&m.keys.lock)
-        .key(&m.keys.fence)
-        .arg(owner)
-        .arg(lease.as_millis() as u64)
-        .arg(settings.fence_ttl.as_millis() as u64);
+    let mut inv = m.acquire_invocation(script, owner, lease);
     if fair {
         inv.key(&m.keys.queue)
             .key(&m.keys.waiters)
