@@ -36,27 +36,18 @@ pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
 
 /// Runs `cmd` (which writes a foreign value under `key`), then `attempt`, and checks that the
 /// value is exactly as it was (the same `DUMP`) before deleting it.
-pub async fn foreign_value_survives<F: std::future::Future<Output = ()>>(
+pub async fn foreign_value_survives(
     admin: &mut redis::aio::MultiplexedConnection,
     key: &str,
     cmd: &redis::Cmd,
-    attempt: F,
+    attempt: impl std::future::Future<Output = ()>,
 ) {
     let _: () = cmd.query_async(admin).await.unwrap();
-    let dump = |admin: &mut redis::aio::MultiplexedConnection| {
-        let mut admin = admin.clone();
-        let key = key.to_string();
-        async move {
-            redis::cmd("DUMP")
-                .arg(key)
-                .query_async::<Vec<u8>>(&mut admin)
-                .await
-                .unwrap()
-        }
-    };
-    let before = dump(admin).await;
+    let dump = redis::cmd("DUMP").arg(key).clone();
+    let before: Vec<u8> = dump.query_async(admin).await.unwrap();
     attempt.await;
-    assert_eq!(dump(admin).await, before, "{key} was changed");
+    let after: Vec<u8> = dump.query_async(admin).await.unwrap();
+    assert_eq!(after, before, "{key} was changed");
     let _: () = redis::cmd("DEL").arg(key).query_async(admin).await.unwrap();
 }
 
