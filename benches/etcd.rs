@@ -18,7 +18,6 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockkit::DistLockExt;
 use lockkit_etcd::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 
 const CLIENTS: usize = 8;

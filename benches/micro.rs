@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use lockkit::{AcquireOptions, DistLockExt};
+use lockkit::AcquireOptions;
 
 fn lock_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("lockkit-micro-{}", std::process::id()))
@@ -68,7 +68,7 @@ fn acquire_release(c: &mut Criterion) {
         let fixed = AcquireOptions::new()
             .no_wait()
             .fixed_lease(Duration::from_secs(30));
-        if locks.capabilities().fixed_lease {
+        if locks.capabilities().mutex.fixed_lease {
             group.bench_function(format!("{backend}/fixed-lease"), |b| {
                 b.to_async(&rt).iter(|| async {
                     let g = lock

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit::{DistLockExt, Locks};
+use lockkit::Locks;
 use lockkit_redis::redis;
 
 /// Contending clients (`LOCKKIT_BENCH_CLIENTS`, default 8), each with its own connections.
@@ -129,7 +129,7 @@ async fn script_cycle(
 }
 
 /// One lockkit cycle: `try_lock` (or `lock`, `waiting`), then `release`.
-async fn lockkit_cycle(lock: &Arc<dyn lockkit::DistLock>, waiting: bool) -> Duration {
+async fn lockkit_cycle(lock: &lockkit::Mutex, waiting: bool) -> Duration {
     let t = Instant::now();
     let g = if waiting {
         lock.lock().await.unwrap()
@@ -146,7 +146,7 @@ async fn uncontended_round(
     raw: &mut redis::aio::MultiplexedConnection,
     cad: &redis::Script,
     raw_key: &str,
-    lock: &Arc<dyn lockkit::DistLock>,
+    lock: &lockkit::Mutex,
     script_keys: &lockkit_redis::LockKeys,
     scripts: &(redis::Script, redis::Script),
     n: usize,

@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockkit_core::{DistLockExt, LockConfig, Locks};
+use lockkit_core::{LockConfig, Locks};
 use lockkit_zk::zookeeper_client as zk;
 
 const CLIENTS: usize = 8;
@@ -40,9 +40,7 @@ fn pct(sorted: &[Duration], p: f64) -> f64 {
 }
 
 async fn raw_floor(url: &str, secs: f64) -> f64 {
-    let b = lockkit_zk::connect_backend(&LockConfig::new(url))
-        .await
-        .unwrap();
+    let b = lockkit_zk::connect_zk(&LockConfig::new(url)).await.unwrap();
     let client = b.zk_client().unwrap();
     let dir = format!("{}-raw", b.mutex_path("bench"));
     client
@@ -316,7 +314,7 @@ fn main() {
     }
     // The Curator paths live under /lockkit-bench-<run>; remove what is left of them.
     rt.block_on(async {
-        if let Ok(b) = lockkit_zk::connect_backend(&LockConfig::new(url.clone())).await {
+        if let Ok(b) = lockkit_zk::connect_zk(&LockConfig::new(url.clone())).await {
             if let Ok(client) = b.zk_client() {
                 for round in 0..2 {
                     for kind in ["u", "c"] {

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit::{DistLockExt, FencingToken};
+use lockkit::FencingToken;
 
 /// The resource the lock protects. It remembers the highest token it has seen and refuses any
 /// write carrying a lower one, so a holder that lost its lock without noticing cannot corrupt it.

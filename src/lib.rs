@@ -41,7 +41,7 @@ pub async fn connect(url: &str) -> Result<Locks> {
 pub async fn from_config(cfg: &LockConfig) -> Result<Locks> {
     let url = cfg.server_url()?;
     match url.scheme {
-        Scheme::Mem => Ok(Locks::memory()),
+        Scheme::Mem => lockkit_core::mem::connect(cfg).await,
         Scheme::File => lockkit_core::file::connect(cfg).await,
         Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
             redis_backend(cfg, url.scheme).await
@@ -94,7 +94,7 @@ mod tests {
             if cfg!(feature = "redis") {
                 // The Redis backend's own URL check: a Sentinel URL needs a master name, a
                 // cluster has no db path.
-                assert_eq!(e.kind(), &ErrorKind::Config, "{url}: {e}");
+                assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
             } else {
                 assert!(
                     matches!(

@@ -1,7 +1,7 @@
-//! The conformance suite on the `file://` backend, through `lockkit::connect`, in a fresh
+//! The conformance suite on the `file://` backend, through `lockkit::from_config`, in a fresh
 //! temporary directory per case.
 
-async fn locks() -> Option<lockkit::Locks> {
+fn config() -> Option<lockkit::LockConfig> {
     let dir = std::env::temp_dir().join(format!(
         "lockkit-conformance-file-{}-{}",
         std::process::id(),
@@ -10,8 +10,10 @@ async fn locks() -> Option<lockkit::Locks> {
             .unwrap()
             .as_nanos()
     ));
-    let url = format!("file://{}", dir.display());
-    Some(lockkit::connect(&url).await.expect("file:// connects"))
+    Some(lockkit::LockConfig::new(format!(
+        "file://{}",
+        dir.display()
+    )))
 }
 
-lockkit::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit::from_config);

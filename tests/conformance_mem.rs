@@ -1,7 +1,8 @@
-//! The conformance suite on the embedded `mem://` backend, through `lockkit::connect`.
+//! The conformance suite on the embedded `mem://` backend, through `lockkit::from_config`. Every
+//! case shares the process-wide table, as every `connect("mem://")` of an application does.
 
-async fn locks() -> Option<lockkit::Locks> {
-    Some(lockkit::connect("mem://").await.expect("mem:// connects"))
+fn config() -> Option<lockkit::LockConfig> {
+    Some(lockkit::LockConfig::new("mem://"))
 }
 
-lockkit::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit::from_config);

@@ -3,25 +3,32 @@
 //! `scripts/test.sh` runs this file twice: with `--all-features` and with no features, so the
 //! `BackendDisabled` cases run for real.
 
-use lockkit::{BackendKind, DistLockExt, ErrorKind, LockConfig};
+use lockkit::{BackendKind, ErrorKind, LockConfig};
 
+/// `mem://` is one table per process: every `connect("mem://")` shares it (swapping a server
+/// URL for `mem://` keeps the exclusion between parts that connect separately); `mem://NAME`
+/// is a table of its own.
 #[tokio::test]
-async fn mem_url_connects_and_clones_share_one_table() {
+async fn mem_connects_share_one_table_per_name() {
     let locks = lockkit::connect("mem://").await.unwrap();
     assert_eq!(locks.backend(), BackendKind::Memory);
-    let clone = locks.clone();
-    let g = locks.mutex("shared").unwrap().lock().await.unwrap();
-    assert!(clone
-        .mutex("shared")
-        .unwrap()
-        .try_lock()
-        .await
-        .unwrap()
-        .is_none());
+    let name = "facade/shared";
+    let g = locks.mutex(name).unwrap().lock().await.unwrap();
+    for other in [
+        locks.clone(),
+        lockkit::connect("mem://").await.unwrap(),
+        lockkit::Locks::memory(),
+    ] {
+        assert!(
+            other.mutex(name).unwrap().try_lock().await.unwrap().is_none(),
+            "a second mem:// handle took a held lock"
+        );
+    }
+    let named = lockkit::connect("mem://facade-tests").await.unwrap();
+    let own = named.mutex(name).unwrap().try_lock().await.unwrap();
+    assert!(own.is_some(), "mem://NAME shares the default table");
+    assert!(lockkit::connect("mem://a,b").await.is_err());
     g.release().await.unwrap();
-    let other = lockkit::connect("mem://").await.unwrap();
-    let g = other.mutex("shared").unwrap().try_lock().await.unwrap();
-    assert!(g.is_some(), "two mem:// backends must not share locks");
 }
 
 #[tokio::test]
@@ -35,7 +42,7 @@ async fn malformed_urls_are_config_errors() {
         "etcd://h:70000",
     ] {
         let e = lockkit::connect(url).await.expect_err(url);
-        assert_eq!(e.kind(), &ErrorKind::Config, "{url}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
         assert!(!e.is_retryable());
     }
 }

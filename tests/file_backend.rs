@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit::{AcquireOptions, DistLockExt, HoldMode, LockState, Primitive, ReadWriteLockExt};
+use lockkit::{AcquireOptions, HoldMode, LockState, Primitive};
 
 fn dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use lockkit::{DistLockExt, FencingToken};
+use lockkit::FencingToken;
 
 const DIR_VAR: &str = "LOCKKIT_FILE_HOLDER_DIR";
 const NAME: &str = "cross/process";

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use lockkit::{DistLockExt, LockConfig, ServerUrl};
+use lockkit::{LockConfig, ServerUrl};
 
 /// Everything every test of this binary logged.
 fn captured() -> &'static Arc<Mutex<Vec<u8>>> {
@@ -52,7 +52,7 @@ fn secrets_of(url: &ServerUrl) -> Vec<String> {
 
 async fn full_cycle(backend: &str) {
     let buf = captured().clone();
-    let Some(url) = lockkit_core::testing::server_url(&format!("{backend}_secure")) else {
+    let Some(url) = lockkit_testing::server_url(&format!("{backend}_secure")) else {
         return;
     };
     let parsed = ServerUrl::parse(&url).unwrap();

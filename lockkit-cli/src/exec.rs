@@ -66,9 +66,6 @@ impl ExecArgs {
         if let Some(w) = self.wait {
             opts = opts.wait(w);
         }
-        if let Some(l) = self.lease {
-            opts = opts.watchdog_lease(l);
-        }
         if let Some(l) = self.fixed_lease {
             opts = opts.fixed_lease(l);
         }
@@ -94,7 +91,7 @@ fn send(pid: Option<u32>, sig: Signal) {
 }
 
 pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
-    let (cfg, locks) = match target.connect().await {
+    let (cfg, locks) = match target.connect_with_lease(args.lease).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -122,13 +119,9 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
             return code::FAILURE;
         }
     };
-    let mut opts = args.options();
-    if args.lease.is_none() && args.fixed_lease.is_none() {
-        // The config's lease (`lease = "10s"` or `?lease=10s`) is the default watchdog lease.
-        if let Ok(d) = cfg.default_lease() {
-            opts = opts.watchdog_lease(d);
-        }
-    }
+    // Without --lease or --fixed-lease the handle's default lease applies: the config's
+    // (`lease = "10s"`, `?lease=10s`, LOCKKIT_LEASE); `--lease` became the handle's lease above.
+    let opts = args.options();
     let acquired = tokio::select! {
         r = lock.acquire(&opts) => r,
         _ = sigint.recv() => return 128 + 2,
@@ -218,10 +211,7 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
     }
     if let Err(e) = released {
         complain(format!("releasing {:?}: {e}", args.name));
-        if matches!(
-            e.kind(),
-            lockkit::ErrorKind::NotHeld | lockkit::ErrorKind::LockLost
-        ) {
+        if matches!(e.kind(), lockkit::ErrorKind::LockLost) {
             return code::LOST;
         }
     }

@@ -1,10 +1,8 @@
 //! One guard type over the four primitives `exec` and `bench` can hold.
 
-use std::sync::Arc;
-
 use lockkit::{
-    AcquireOptions, DistLock, FencingToken, LockGuard, Lost, Permit, ReadGuard, ReadWriteLock,
-    Result, Semaphore, WriteGuard,
+    AcquireOptions, FencingToken, LockGuard, Lost, Mutex, Permit, ReadGuard, Result, RwLock,
+    Semaphore, WriteGuard,
 };
 
 /// How to hold a name.
@@ -19,10 +17,10 @@ pub(crate) enum HoldKind {
 /// A lock handle of any primitive.
 #[derive(Clone, Debug)]
 pub(crate) enum AnyLock {
-    Mutex(Arc<dyn DistLock>),
-    Read(Arc<dyn ReadWriteLock>),
-    Write(Arc<dyn ReadWriteLock>),
-    Permit(Arc<dyn Semaphore>),
+    Mutex(Mutex),
+    Read(RwLock),
+    Write(RwLock),
+    Permit(Semaphore),
 }
 
 impl AnyLock {

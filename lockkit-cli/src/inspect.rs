@@ -116,7 +116,7 @@ pub(crate) async fn inspect(target: &Target, name: &str, kind: Kind, json: bool)
             0
         }
         Err(e) => {
-            if e.kind() == &lockkit::ErrorKind::Unsupported {
+            if e.kind() == lockkit::ErrorKind::Unsupported {
                 complain(format!(
                     "the {backend} backend cannot inspect locks yet: {e}"
                 ));

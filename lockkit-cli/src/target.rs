@@ -63,10 +63,23 @@ impl Target {
 
     /// Connects to the single backend, or prints why not and returns the exit code.
     pub(crate) async fn connect(&self) -> Result<(LockConfig, Locks), u8> {
-        let cfg = self.config().map_err(|e| {
+        self.connect_with_lease(None).await
+    }
+
+    /// Like [`connect`](Self::connect), with `lease` (when given) as the handle's default
+    /// lease: on ZooKeeper and etcd that is the session's timeout, so a command run with
+    /// `--lease` needs no second session.
+    pub(crate) async fn connect_with_lease(
+        &self,
+        lease: Option<std::time::Duration>,
+    ) -> Result<(LockConfig, Locks), u8> {
+        let mut cfg = self.config().map_err(|e| {
             crate::complain(e);
             code::FAILURE
         })?;
+        if lease.is_some() {
+            cfg.lease = lease;
+        }
         match lockkit::from_config(&cfg).await {
             Ok(locks) => Ok((cfg, locks)),
             Err(e) => {

@@ -9,14 +9,14 @@ use common::suite;
 
 /// The URL to test, or `None` (skip) when unset or when the backend is not built yet.
 async fn usable(backend: &str) -> Option<(String, lockkit::Capabilities)> {
-    let url = lockkit_core::testing::server_url(backend)?;
+    let url = lockkit_testing::server_url(backend)?;
     match lockkit::connect(&url).await {
         Ok(locks) => {
             let caps = locks.capabilities();
             let _ = locks.close().await;
             Some((url, caps))
         }
-        Err(e) if e.kind() == &lockkit::ErrorKind::Unsupported => {
+        Err(e) if e.kind() == lockkit::ErrorKind::Unsupported => {
             eprintln!("skipping {backend}: its backend is not built yet ({e})");
             None
         }
@@ -37,7 +37,7 @@ async fn exec_on(backend: &str) {
         suite::crash_releases_and_busy_code(&url);
         suite::sigint_is_forwarded(&url);
         suite::lost_lock_terminates_command(&url, "3s");
-        if caps.fixed_lease {
+        if caps.mutex.fixed_lease {
             suite::fixed_lease_runs_out(&url);
         }
     })

@@ -7,39 +7,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::options::DEFAULT_LEASE;
-use crate::url::{is_secret_param, redact, ServerUrl};
+use crate::redact::{is_secret_param, redact};
+use crate::secret::Secret;
+use crate::url::ServerUrl;
 
-/// A secret string (password, token). `Debug` and `Display` print `***`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret.
-    pub fn new(s: impl Into<String>) -> Self {
-        Secret(s.into())
-    }
-
-    /// The secret itself: pass it to the client, never to a log.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-/// How to connect: a URL plus options. Options given here win over the URL's own.
+/// How to connect: a URL plus options. Options given here win over the URL's own query
+/// parameters; a field left `None` falls back to the URL's parameter of the same name, then to
+/// the default.
 ///
 /// ```
 /// let cfg = lockkit_core::LockConfig::from_toml_str(r#"
@@ -47,31 +21,36 @@ impl fmt::Display for Secret {
 ///     key_prefix = "billing"
 ///     lease = "10s"
 /// "#).unwrap();
-/// assert_eq!(cfg.lease, std::time::Duration::from_secs(10));
+/// assert_eq!(cfg.lease, Some(std::time::Duration::from_secs(10)));
 /// assert!(!format!("{cfg:?}").contains("secret"));
 /// ```
 #[non_exhaustive]
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LockConfig {
-    /// `mem://`, `redis://…`, `rediss://…`, `zk://…`, `etcd://…` or `etcds://…`.
+    /// `mem://`, `file:///dir`, `redis://…`, `rediss://…`, `redis+sentinel://…`,
+    /// `redis+cluster://…`, `zk://…`, `etcd://…` or `etcds://…`.
     pub url: String,
-    /// A prefix for every key, node or path lockkit writes (default `lockkit`).
+    /// A prefix for every key, node or path lockkit writes (default `lockkit`; URL option
+    /// `prefix`).
     pub key_prefix: Option<String>,
-    /// The default watchdog lease (30 s).
+    /// The handle's default lease: what an acquire that names no lease gets (default 30 s;
+    /// URL option `lease`). On ZooKeeper it is the session timeout, on etcd the session
+    /// lease's TTL.
     #[serde(with = "humantime_serde")]
-    pub lease: Duration,
-    /// How long to wait for a connection (default 5 s).
+    pub lease: Option<Duration>,
+    /// How long to wait for a connection (default 5 s; URL option `connect_timeout`).
     #[serde(with = "humantime_serde")]
-    pub connect_timeout: Duration,
-    /// How long one server command may take (default 5 s).
+    pub connect_timeout: Option<Duration>,
+    /// How long one server command may take (default 5 s; URL option `command_timeout`).
     #[serde(with = "humantime_serde")]
-    pub command_timeout: Duration,
+    pub command_timeout: Option<Duration>,
     /// User name, overriding the URL's.
     pub username: Option<String>,
     /// Password, overriding the URL's.
     pub password: Option<Secret>,
-    /// Backend-specific options (the same keys the URL's query string takes).
+    /// Backend-specific options (the same keys the URL's query string takes). An unknown key
+    /// is a [`Config`](crate::ErrorKind::Config) error at connect.
     pub options: BTreeMap<String, String>,
 }
 
@@ -80,9 +59,9 @@ impl Default for LockConfig {
         LockConfig {
             url: "mem://".into(),
             key_prefix: None,
-            lease: DEFAULT_LEASE,
-            connect_timeout: Duration::from_secs(5),
-            command_timeout: Duration::from_secs(5),
+            lease: None,
+            connect_timeout: None,
+            command_timeout: None,
             username: None,
             password: None,
             options: BTreeMap::new(),
@@ -96,14 +75,8 @@ impl fmt::Debug for LockConfig {
             .options
             .iter()
             .map(|(k, v)| {
-                (
-                    k.as_str(),
-                    if is_secret_param(k) {
-                        "***"
-                    } else {
-                        v.as_str()
-                    },
-                )
+                let shown = if is_secret_param(k) { "***" } else { v };
+                (k.as_str(), shown)
             })
             .collect();
         f.debug_struct("LockConfig")
@@ -128,6 +101,18 @@ impl LockConfig {
         }
     }
 
+    /// Sets the handle's default lease.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Sets a backend option (as the URL's query string would).
+    pub fn with_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.insert(key.into(), value.into());
+        self
+    }
+
     /// Reads a TOML document (the fields of this struct).
     pub fn from_toml_str(s: &str) -> Result<Self> {
         let cfg: LockConfig = toml::from_str(s)
@@ -136,9 +121,16 @@ impl LockConfig {
         Ok(cfg)
     }
 
+    /// This config as a TOML document (passwords included: keep it out of logs).
+    pub fn to_toml_string(&self) -> Result<String> {
+        toml::to_string(self).map_err(|e| Error::config(format!("cannot write TOML: {e}")))
+    }
+
     /// Reads `LOCKKIT_URL` (required) and `LOCKKIT_KEY_PREFIX`, `LOCKKIT_LEASE`,
     /// `LOCKKIT_CONNECT_TIMEOUT`, `LOCKKIT_COMMAND_TIMEOUT` (durations such as `10s`),
     /// `LOCKKIT_USERNAME`, `LOCKKIT_PASSWORD`, and `LOCKKIT_OPT_<KEY>` for backend options.
+    /// Any other `LOCKKIT_` variable is a [`Config`](crate::ErrorKind::Config) error, so a
+    /// misspelt one is never silently ignored.
     pub fn from_env() -> Result<Self> {
         Self::from_vars(std::env::vars())
     }
@@ -159,16 +151,25 @@ impl LockConfig {
             match key {
                 "URL" => url = Some(v),
                 "KEY_PREFIX" => cfg.key_prefix = Some(v),
-                "LEASE" => cfg.lease = dur(&v)?,
-                "CONNECT_TIMEOUT" => cfg.connect_timeout = dur(&v)?,
-                "COMMAND_TIMEOUT" => cfg.command_timeout = dur(&v)?,
+                "LEASE" => cfg.lease = Some(dur(&v)?),
+                "CONNECT_TIMEOUT" => cfg.connect_timeout = Some(dur(&v)?),
+                "COMMAND_TIMEOUT" => cfg.command_timeout = Some(dur(&v)?),
                 "USERNAME" => cfg.username = Some(v),
                 "PASSWORD" => cfg.password = Some(Secret::new(v)),
-                _ => {
-                    if let Some(opt) = key.strip_prefix("OPT_") {
+                _ => match key.strip_prefix("OPT_") {
+                    Some(opt) => {
                         cfg.options.insert(opt.to_ascii_lowercase(), v);
                     }
-                }
+                    // Variables lockkit's own tools and tests set for themselves.
+                    None if OTHER_VARS.iter().any(|p| key.starts_with(p)) => {}
+                    None => {
+                        return Err(Error::config(format!(
+                            "unknown variable {k}; lockkit reads LOCKKIT_URL, LOCKKIT_KEY_PREFIX, \
+                             LOCKKIT_LEASE, LOCKKIT_CONNECT_TIMEOUT, LOCKKIT_COMMAND_TIMEOUT, \
+                             LOCKKIT_USERNAME, LOCKKIT_PASSWORD and LOCKKIT_OPT_<KEY>"
+                        )))
+                    }
+                },
             }
         }
         cfg.url = url.ok_or_else(|| Error::config("LOCKKIT_URL is not set"))?;
@@ -177,11 +178,8 @@ impl LockConfig {
     }
 
     fn check(&self) -> Result<()> {
-        if self.lease < Duration::from_millis(100) {
-            return Err(Error::config(format!(
-                "lease {:?} is too short (minimum 100ms)",
-                self.lease
-            )));
+        if let Some(lease) = self.lease {
+            crate::settings::check_lease(lease)?;
         }
         ServerUrl::parse(&self.url).map(drop)
     }
@@ -197,44 +195,24 @@ impl LockConfig {
         }
         Ok(url)
     }
-
-    /// A backend option: this config's `options` first, then the URL's query string.
-    pub fn option(&self, key: &str) -> Option<String> {
-        if let Some(v) = self.options.get(key) {
-            return Some(v.clone());
-        }
-        ServerUrl::parse(&self.url)
-            .ok()?
-            .param(key)
-            .map(str::to_string)
-    }
-
-    /// A duration option (`10s`, `500ms`), or `default` when absent.
-    pub fn duration_option(&self, key: &str, default: Duration) -> Result<Duration> {
-        match self.option(key) {
-            None => Ok(default),
-            Some(v) => humantime::parse_duration(&v)
-                .map_err(|e| Error::config(format!("option {key}={v:?} is not a duration: {e}"))),
-        }
-    }
-
-    /// The key prefix, `lockkit` by default.
-    pub fn prefix(&self) -> String {
-        self.key_prefix
-            .clone()
-            .or_else(|| self.option("prefix"))
-            .unwrap_or_else(|| "lockkit".into())
-    }
-
-    /// The default lease: the `lease` URL option if given, else this config's `lease`.
-    pub fn default_lease(&self) -> Result<Duration> {
-        self.duration_option("lease", self.lease)
-    }
 }
+
+/// `LOCKKIT_*` variables that are not configuration: what `lockkit exec` gives its command and
+/// what the test scripts use.
+const OTHER_VARS: &[&str] = &[
+    "FENCING_TOKEN",
+    "LOCK_NAME",
+    "TERM",
+    "TEST_",
+    "KEEP_SERVICES",
+    "CARGO_JOBS",
+    "CHILD",
+];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     fn vars(v: &[(&str, &str)]) -> Vec<(String, String)> {
         v.iter()
@@ -249,11 +227,15 @@ mod tests {
             ("LOCKKIT_LEASE", "5s"),
             ("LOCKKIT_PASSWORD", "pw1"),
             ("LOCKKIT_OPT_SESSION_TIMEOUT", "4s"),
+            ("LOCKKIT_TEST_REDIS_URL", "redis://x"),
             ("PATH", "/bin"),
         ]))
         .unwrap();
-        assert_eq!(cfg.lease, Duration::from_secs(5));
-        assert_eq!(cfg.option("session_timeout").as_deref(), Some("4s"));
+        assert_eq!(cfg.lease, Some(Duration::from_secs(5)));
+        assert_eq!(
+            cfg.options.get("session_timeout").map(String::as_str),
+            Some("4s")
+        );
         assert_eq!(cfg.server_url().unwrap().password.unwrap().expose(), "pw1");
         assert!(!format!("{cfg:?}").contains("pw1"));
 
@@ -262,27 +244,26 @@ mod tests {
             vars(&[("LOCKKIT_URL", "nope://x")]),
             vars(&[("LOCKKIT_URL", "mem://"), ("LOCKKIT_LEASE", "soon")]),
             vars(&[("LOCKKIT_URL", "mem://"), ("LOCKKIT_LEASE", "1ms")]),
+            vars(&[("LOCKKIT_URL", "mem://"), ("LOCKKIT_LEASES", "1s")]),
         ] {
             assert_eq!(
                 LockConfig::from_vars(bad).unwrap_err().kind(),
-                &crate::ErrorKind::Config
+                ErrorKind::Config
             );
         }
     }
 
     #[test]
-    fn toml_and_options() {
+    fn toml_round_trip() {
         let cfg = LockConfig::from_toml_str(
-            "url = \"zk://h1,h2/app?session_timeout=3s&prefix=p1\"\n[options]\nacl_password = \"zz\"\n",
+            "url = \"zk://h1,h2/app?session_timeout=3s&prefix=p1\"\nlease = \"7s\"\n[options]\nacl_password = \"zz\"\n",
         )
         .unwrap();
-        assert_eq!(
-            cfg.duration_option("session_timeout", Duration::ZERO)
-                .unwrap(),
-            Duration::from_secs(3)
-        );
-        assert_eq!(cfg.prefix(), "p1");
+        assert_eq!(cfg.lease, Some(Duration::from_secs(7)));
         assert!(!format!("{cfg:?}").contains("zz"));
+        let again = LockConfig::from_toml_str(&cfg.to_toml_string().unwrap()).unwrap();
+        assert_eq!(again.lease, cfg.lease);
+        assert_eq!(again.options, cfg.options);
         assert!(LockConfig::from_toml_str("url = \"mem://\"\nbogus = 1").is_err());
         assert!(LockConfig::from_toml_str("url = \"mem://\"\nlease = \"later\"").is_err());
     }

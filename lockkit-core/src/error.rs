@@ -10,14 +10,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Contention is never an error: a lock that stays busy past the wait budget gives `Ok(None)`.
 #[non_exhaustive]
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// A server operation did not finish within its time limit (not contention).
     Timeout,
-    /// The lock was lost (lease expired, session expired, node or key deleted by someone else).
+    /// The guard's lock is no longer held: its lease ran out, its session expired, its key or
+    /// node was deleted or force-unlocked, or its handle was closed. Every operation on a guard
+    /// that finds its ownership gone (release, extend, reenter, downgrade, proclaim) answers
+    /// this; [`LostReason`](crate::LostReason) from `lost()` says why.
     LockLost,
-    /// The caller does not hold the lock it tried to release or extend.
-    NotHeld,
     /// The backend does not offer this primitive or option.
     Unsupported,
     /// The lock name is empty, too long or holds control characters.
@@ -31,7 +32,7 @@ pub enum ErrorKind {
     /// The URL names a backend whose cargo feature is not compiled in.
     BackendDisabled {
         /// The URL scheme, such as `redis`.
-        scheme: String,
+        scheme: &'static str,
         /// The cargo feature of the `lockkit` crate that enables it.
         feature: &'static str,
     },
@@ -50,7 +51,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    fn default_retryable(&self) -> bool {
+    fn default_retryable(self) -> bool {
         matches!(
             self,
             ErrorKind::Timeout | ErrorKind::Connection | ErrorKind::ReplicaSync
@@ -92,8 +93,8 @@ impl Error {
     }
 
     /// The kind of error.
-    pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
     }
 
     /// The human-readable message, without the source.
@@ -112,17 +113,32 @@ impl Error {
         Error::new(ErrorKind::Unsupported, what)
     }
 
-    /// Shorthand for an [`ErrorKind::NotHeld`] error naming the lock.
-    pub fn not_held(name: &str) -> Self {
+    /// Shorthand for an [`ErrorKind::LockLost`] error naming the lock.
+    pub fn lost(name: &str) -> Self {
         Error::new(
-            ErrorKind::NotHeld,
-            format!("lock {name:?} is not held by this guard"),
+            ErrorKind::LockLost,
+            format!("lock {name:?} is no longer held by this guard"),
         )
     }
 
-    /// Shorthand for an [`ErrorKind::LockLost`] error naming the lock.
-    pub fn lost(name: &str) -> Self {
-        Error::new(ErrorKind::LockLost, format!("lock {name:?} was lost"))
+    /// Shorthand for an [`ErrorKind::InvalidArgument`] error.
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        Error::new(ErrorKind::InvalidArgument, message)
+    }
+
+    /// Shorthand for an [`ErrorKind::Closed`] error.
+    pub fn closed() -> Self {
+        Error::new(ErrorKind::Closed, "this Locks handle was closed")
+    }
+
+    /// An error saying that a backend broke its contract with the core (a bug, reported
+    /// instead of a panic).
+    pub fn contract(what: impl Into<Cow<'static, str>>) -> Self {
+        let what = what.into();
+        Error::new(
+            ErrorKind::Backend,
+            format!("lockkit backend contract broken: {what}"),
+        )
     }
 
     /// Shorthand for an [`ErrorKind::Config`] error.

@@ -16,6 +16,25 @@ pub enum Primitive {
     Semaphore,
 }
 
+impl Primitive {
+    /// The short name used in logs and metrics: `mutex`, `rwlock`, `semaphore`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::RwLock => "rwlock",
+            Primitive::Semaphore => "semaphore",
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Primitive::Mutex => "mutex",
+            Primitive::RwLock => "read-write lock",
+            Primitive::Semaphore => "semaphore",
+        }
+    }
+}
+
 /// How a holder or waiter holds (or wants) the lock.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,39 +1,54 @@
 #![doc = include_str!("../README.md")]
 
-mod backend;
+mod backoff;
+mod capabilities;
+mod clock;
 mod config;
 mod error;
 mod fencing;
 pub mod file;
 mod guard;
 mod inspect;
-mod lock;
+mod kernel;
+mod kind;
+mod locks;
 pub mod mem;
+mod mutex;
 mod name;
 mod options;
+mod ownership;
+mod redact;
 mod rwlock;
+mod scheme;
+mod secret;
 mod semaphore;
+pub mod settings;
+pub mod spi;
 mod state;
 mod url;
 
-#[cfg(feature = "testing")]
-pub mod testing;
 #[cfg(feature = "tls-probe")]
 pub mod tls_probe;
 
-pub use backend::{Backend, BackendKind, Capabilities, Locks};
-pub use config::{LockConfig, Secret};
+pub use backoff::{Backoff, Retry};
+pub use capabilities::{Capabilities, Support};
+pub use config::LockConfig;
 pub use error::{Error, ErrorKind, Result};
 pub use fencing::{Fencing, FencingToken};
-pub use guard::{GuardParts, Held, HoldRegistry, LockGuard, Permit, ReadGuard, WriteGuard};
+pub use guard::{LockGuard, Permit, ReadGuard, WriteGuard};
 pub use inspect::{HoldMode, HolderInfo, LockInfo, Primitive, WaiterInfo};
-pub use lock::{DistLock, DistLockExt};
+pub use kind::BackendKind;
+pub use locks::Locks;
+pub use mutex::Mutex;
 pub use name::{encode_name, validate_name, MAX_NAME_LEN};
 pub use options::{AcquireOptions, Lease, Wait, DEFAULT_LEASE};
-pub use rwlock::{ReadWriteLock, ReadWriteLockExt};
-pub use semaphore::{check_permits, Semaphore, SemaphoreExt};
-pub use state::{LockState, Lost, StateCell};
-pub use url::{redact, HostPort, Scheme, ServerUrl};
+pub use redact::redact;
+pub use rwlock::RwLock;
+pub use scheme::Scheme;
+pub use secret::Secret;
+pub use semaphore::Semaphore;
+pub use state::{LockState, Lost, LostReason, StateChanges};
+pub use url::{HostPort, ServerUrl};
 
-/// Re-exported so backends implement the traits with the same macro version.
+/// Re-exported so backends implement the SPI traits with the same macro version.
 pub use async_trait::async_trait;

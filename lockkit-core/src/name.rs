@@ -77,7 +77,7 @@ mod tests {
             let r = validate_name(name);
             assert_eq!(r.is_ok(), *ok, "{name:?}");
             if let Err(e) = r {
-                assert_eq!(e.kind(), &ErrorKind::InvalidName);
+                assert_eq!(e.kind(), ErrorKind::InvalidName);
             }
         }
     }

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// The default lease: 30 s, renewed by the watchdog (Redisson's `lockWatchdogTimeout`).
+/// The default lease of a handle whose config names none: 30 s, renewed by the watchdog
+/// (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// How long an acquire may wait for a busy lock.
@@ -43,8 +44,8 @@ impl Lease {
     }
 }
 
-/// Options for one acquire. Build with the methods; the defaults wait forever with a 30 s
-/// watchdog lease.
+/// Options for one acquire. Build with the methods; the defaults wait forever with the handle's
+/// default lease (`LockConfig::lease`, 30 s unless set), renewed by the watchdog.
 ///
 /// ```
 /// use std::time::Duration;
@@ -56,8 +57,8 @@ impl Lease {
 pub struct AcquireOptions {
     /// How long to wait for a busy lock.
     pub wait: Wait,
-    /// The lease.
-    pub lease: Lease,
+    /// The lease; `None` takes the handle's default lease, renewed by the watchdog.
+    pub lease: Option<Lease>,
     /// Ask for first-come-first-served order where the backend offers both orders.
     pub fair: bool,
 }
@@ -66,14 +67,14 @@ impl Default for AcquireOptions {
     fn default() -> Self {
         AcquireOptions {
             wait: Wait::Forever,
-            lease: Lease::Watchdog(DEFAULT_LEASE),
+            lease: None,
             fair: false,
         }
     }
 }
 
 impl AcquireOptions {
-    /// Waits forever, 30 s watchdog lease, backend's default order.
+    /// Waits forever, the handle's default lease, the backend's default order.
     pub fn new() -> Self {
         Self::default()
     }
@@ -102,19 +103,19 @@ impl AcquireOptions {
 
     /// A watchdog lease of `d`, renewed while the guard lives.
     pub fn watchdog_lease(mut self, d: Duration) -> Self {
-        self.lease = Lease::Watchdog(d);
+        self.lease = Some(Lease::Watchdog(d));
         self
     }
 
     /// A fixed lease of `d`, not renewed.
     pub fn fixed_lease(mut self, d: Duration) -> Self {
-        self.lease = Lease::Fixed(d);
+        self.lease = Some(Lease::Fixed(d));
         self
     }
 
     /// Sets the lease.
     pub fn lease(mut self, lease: Lease) -> Self {
-        self.lease = lease;
+        self.lease = Some(lease);
         self
     }
 

@@ -1,96 +1,127 @@
-//! The read-write lock trait.
+//! `RwLock`: a named distributed read-write lock handle.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
-
-use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::guard::{ReadGuard, WriteGuard};
+use crate::inspect::Primitive;
+use crate::kernel::Kernel;
+use crate::mutex::forever;
 use crate::options::AcquireOptions;
+use crate::ownership::GuardCore;
+use crate::spi::RawRwLock;
 
-/// A named distributed read-write lock: readers share, a writer is exclusive, and a waiting
-/// writer blocks new readers so writers are not starved.
-#[async_trait]
-pub trait ReadWriteLock: Send + Sync + fmt::Debug + 'static {
+/// A named distributed read-write lock, made by [`Locks::rwlock`](crate::Locks::rwlock):
+/// readers share, a writer is exclusive, and a waiting writer blocks new readers so writers
+/// are not starved. Cheap to clone.
+#[derive(Clone)]
+pub struct RwLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: Arc<str>,
+    raw: Box<dyn RawRwLock>,
+    kernel: Arc<Kernel>,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.inner.name)
+            .field("backend", &self.inner.kernel.kind)
+            .finish()
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(kernel: Arc<Kernel>, name: &str, raw: Box<dyn RawRwLock>) -> Self {
+        RwLock {
+            inner: Arc::new(Inner {
+                name: name.into(),
+                raw,
+                kernel,
+            }),
+        }
+    }
+
     /// The lock's name.
-    fn name(&self) -> &str;
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
 
     /// Acquires a read (shared) lock; `Ok(None)` when the wait budget ran out.
     ///
     /// # Cancel safety
     /// Dropping the future leaves nothing behind.
-    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>>;
+    pub async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
+        let i = &self.inner;
+        let own = i
+            .kernel
+            .acquire(Primitive::RwLock, &i.name, opts, 1, |req| async move {
+                i.raw.read(&req).await
+            })
+            .await?;
+        Ok(own.map(|own| ReadGuard {
+            core: GuardCore::new(own),
+        }))
+    }
 
     /// Acquires the write (exclusive) lock; `Ok(None)` when the wait budget ran out.
     ///
     /// # Cancel safety
     /// Dropping the future leaves nothing behind, and readers it was holding back are let in.
-    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>>;
+    pub async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
+        let i = &self.inner;
+        let own = i
+            .kernel
+            .acquire(Primitive::RwLock, &i.name, opts, 1, |req| async move {
+                i.raw.write(&req).await
+            })
+            .await?;
+        Ok(own.map(|own| WriteGuard {
+            core: GuardCore::new(own),
+        }))
+    }
 
-    /// Whether anyone holds the lock, in either mode.
-    async fn is_locked(&self) -> Result<bool>;
-
-    /// Admin: releases every read and write hold. Returns whether anything was held.
-    async fn force_unlock(&self) -> Result<bool>;
-}
-
-/// Conveniences over [`ReadWriteLock`].
-pub trait ReadWriteLockExt: ReadWriteLock {
     /// Waits until a read lock is acquired.
-    fn read_lock(&self) -> impl Future<Output = Result<ReadGuard>> + Send + '_ {
-        async move {
-            Ok(self
-                .read(&AcquireOptions::new())
-                .await?
-                .expect("waits forever"))
-        }
+    pub async fn read_lock(&self) -> Result<ReadGuard> {
+        forever(self.read(&AcquireOptions::new()).await?)
     }
 
     /// Waits until the write lock is acquired.
-    fn write_lock(&self) -> impl Future<Output = Result<WriteGuard>> + Send + '_ {
-        async move {
-            Ok(self
-                .write(&AcquireOptions::new())
-                .await?
-                .expect("waits forever"))
-        }
+    pub async fn write_lock(&self) -> Result<WriteGuard> {
+        forever(self.write(&AcquireOptions::new()).await?)
     }
 
     /// One attempt at a read lock.
-    fn try_read(&self) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + '_ {
-        async move { self.read(&AcquireOptions::new().no_wait()).await }
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        self.read(&AcquireOptions::new().no_wait()).await
     }
 
     /// One attempt at the write lock.
-    fn try_write(&self) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + '_ {
-        async move { self.write(&AcquireOptions::new().no_wait()).await }
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        self.write(&AcquireOptions::new().no_wait()).await
+    }
+
+    /// Whether anyone holds the lock, in either mode.
+    pub async fn is_locked(&self) -> Result<bool> {
+        self.inner.kernel.check_open()?;
+        self.inner.raw.is_locked().await
+    }
+
+    /// Admin: releases every read and write hold. Returns whether anything was held.
+    pub async fn force_unlock(&self) -> Result<bool> {
+        self.inner.kernel.check_open()?;
+        let done = self.inner.raw.force_unlock().await?;
+        tracing::info!(
+            backend = self.inner.kernel.kind.as_str(),
+            primitive = "rwlock",
+            lock = %self.inner.name,
+            was_held = done,
+            "lockkit: force_unlock"
+        );
+        Ok(done)
     }
 }
-
-impl<T: ReadWriteLock + ?Sized> ReadWriteLockExt for T {}
-
-macro_rules! forward_rwlock {
-    ($($ptr:ident),*) => {$(
-        #[async_trait]
-        impl<T: ReadWriteLock + ?Sized> ReadWriteLock for $ptr<T> {
-            fn name(&self) -> &str {
-                (**self).name()
-            }
-            async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
-                (**self).read(opts).await
-            }
-            async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
-                (**self).write(opts).await
-            }
-            async fn is_locked(&self) -> Result<bool> {
-                (**self).is_locked().await
-            }
-            async fn force_unlock(&self) -> Result<bool> {
-                (**self).force_unlock().await
-            }
-        }
-    )*};
-}
-forward_rwlock!(Arc, Box);

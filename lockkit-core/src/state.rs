@@ -1,4 +1,9 @@
-//! Guard state and the lost signal.
+//! Guard state, the lost signal and its reason.
+//!
+//! A guard's state lives in a [`StateCell`] that the backend moves between states, next to the
+//! ownership's [`LeaseClock`]. The state a guard reports is derived from both: once the clock's
+//! deadline passes, the guard reads `Lost` even if no backend task got to say so, and `lost()`
+//! resolves at the deadline on its own timer.
 
 use std::fmt;
 use std::future::Future;
@@ -7,6 +12,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::clock::LeaseClock;
 
 /// What a guard knows about its lock.
 #[non_exhaustive]
@@ -27,19 +35,68 @@ impl LockState {
     pub fn is_live(self) -> bool {
         matches!(self, LockState::Held | LockState::Suspect)
     }
+
+    /// Lost or Released: the state will not change again.
+    pub fn is_final(self) -> bool {
+        !self.is_live()
+    }
 }
 
-/// The shared, backend-updated state of one ownership. Backends keep a clone and move it between
-/// states; guards read it. Lost and Released are final.
+/// Why a lock was lost.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LostReason {
+    /// The lease ran out before it was renewed (or, for a fixed lease, extended).
+    LeaseExpired,
+    /// The session (ZooKeeper) or session lease (etcd) that kept the lock ended.
+    SessionExpired,
+    /// The lock's key or node was deleted, taken over or force-unlocked.
+    Deleted,
+    /// The `Locks` handle was closed.
+    Closed,
+}
+
+impl LostReason {
+    /// A short name for logs and metrics: `lease_expired`, `session_expired`, `deleted`,
+    /// `closed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::SessionExpired => "session_expired",
+            LostReason::Deleted => "deleted",
+            LostReason::Closed => "closed",
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::LeaseExpired => "the lease ran out",
+            LostReason::SessionExpired => "the session expired",
+            LostReason::Deleted => "the lock was deleted, taken over or force-unlocked",
+            LostReason::Closed => "the Locks handle was closed",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Snapshot {
+    state: LockState,
+    reason: Option<LostReason>,
+}
+
+#[derive(Debug)]
+struct Cell {
+    tx: watch::Sender<Snapshot>,
+    clock: Arc<LeaseClock>,
+}
+
+/// The backend-updated state of one ownership, tied to its lease clock. Backends keep a clone
+/// and move it between states; guards read it. Lost and Released are final.
 #[derive(Clone)]
 pub struct StateCell {
-    tx: Arc<watch::Sender<LockState>>,
-}
-
-impl Default for StateCell {
-    fn default() -> Self {
-        Self::new()
-    }
+    cell: Arc<Cell>,
 }
 
 impl fmt::Debug for StateCell {
@@ -49,21 +106,47 @@ impl fmt::Debug for StateCell {
 }
 
 impl StateCell {
-    /// A new cell in state [`LockState::Held`].
-    pub fn new() -> Self {
-        let (tx, _) = watch::channel(LockState::Held);
-        StateCell { tx: Arc::new(tx) }
+    /// A new cell in state [`LockState::Held`] whose deadline is `clock`'s.
+    pub fn new(clock: Arc<LeaseClock>) -> Self {
+        let (tx, _) = watch::channel(Snapshot {
+            state: LockState::Held,
+            reason: None,
+        });
+        StateCell {
+            cell: Arc::new(Cell { tx, clock }),
+        }
     }
 
-    /// The current state.
+    /// The lease clock this cell's deadline comes from.
+    pub fn clock(&self) -> &Arc<LeaseClock> {
+        &self.cell.clock
+    }
+
+    /// The current state: `Lost` once the clock's deadline has passed.
     pub fn get(&self) -> LockState {
-        *self.tx.borrow()
+        let state = self.cell.tx.borrow().state;
+        if state.is_live() && self.cell.clock.has_passed(Instant::now()) {
+            self.expire();
+            return self.cell.tx.borrow().state;
+        }
+        state
     }
 
-    fn transition(&self, allowed: &[LockState], to: LockState) -> bool {
-        self.tx.send_if_modified(|s| {
-            if allowed.contains(s) {
-                *s = to;
+    /// Why the lock was lost, once it was.
+    pub fn reason(&self) -> Option<LostReason> {
+        let _ = self.get();
+        self.cell.tx.borrow().reason
+    }
+
+    fn expire(&self) {
+        self.mark_lost(self.cell.clock.expiry_reason());
+    }
+
+    fn transition(&self, allowed: &[LockState], to: LockState, reason: Option<LostReason>) -> bool {
+        self.cell.tx.send_if_modified(|s| {
+            if allowed.contains(&s.state) {
+                s.state = to;
+                s.reason = reason;
                 true
             } else {
                 false
@@ -71,57 +154,147 @@ impl StateCell {
         })
     }
 
-    /// Suspect -> Held (contact restored). Returns whether the state changed.
+    /// Suspect -> Held (contact restored). Returns whether the state changed. A cell whose
+    /// deadline has passed turns Lost instead.
     pub fn mark_held(&self) -> bool {
-        self.transition(&[LockState::Suspect], LockState::Held)
+        if self.cell.clock.has_passed(Instant::now()) {
+            self.expire();
+            return false;
+        }
+        self.transition(&[LockState::Suspect], LockState::Held, None)
     }
 
     /// Held -> Suspect (contact failed). Returns whether the state changed.
     pub fn mark_suspect(&self) -> bool {
-        self.transition(&[LockState::Held], LockState::Suspect)
+        if self.cell.clock.has_passed(Instant::now()) {
+            self.expire();
+            return false;
+        }
+        self.transition(&[LockState::Held], LockState::Suspect, None)
     }
 
-    /// Held or Suspect -> Lost. Returns whether the state changed.
-    pub fn mark_lost(&self) -> bool {
-        self.transition(&[LockState::Held, LockState::Suspect], LockState::Lost)
+    /// Held or Suspect -> Lost, for `reason`. Returns whether the state changed.
+    pub fn mark_lost(&self, reason: LostReason) -> bool {
+        let changed = self.transition(
+            &[LockState::Held, LockState::Suspect],
+            LockState::Lost,
+            Some(reason),
+        );
+        if changed {
+            tracing::debug!(reason = reason.as_str(), "lockkit: lock lost");
+        }
+        changed
     }
 
     /// Held or Suspect -> Released. Returns whether the state changed.
     pub fn mark_released(&self) -> bool {
-        self.transition(&[LockState::Held, LockState::Suspect], LockState::Released)
+        if self.cell.clock.has_passed(Instant::now()) {
+            self.expire();
+            return false;
+        }
+        self.transition(
+            &[LockState::Held, LockState::Suspect],
+            LockState::Released,
+            None,
+        )
     }
 
-    /// A future that resolves when the state becomes Lost.
+    /// A future that resolves with the reason when the state becomes Lost (at the clock's
+    /// deadline at the latest).
     pub fn lost(&self) -> Lost {
-        let mut rx = self.tx.subscribe();
+        let cell = self.clone();
         Lost {
             inner: Box::pin(async move {
+                let mut changes = cell.changes();
                 loop {
-                    if *rx.borrow_and_update() == LockState::Lost {
-                        return;
-                    }
-                    if rx.changed().await.is_err() {
-                        // Every sender is gone without a loss: never resolve.
-                        std::future::pending::<()>().await;
+                    match changes.next().await {
+                        Some(LockState::Lost) => {
+                            return cell.reason().unwrap_or(LostReason::Deleted);
+                        }
+                        Some(_) => {}
+                        None => std::future::pending::<()>().await,
                     }
                 }
             }),
         }
     }
 
-    /// A receiver that sees every state change.
-    pub fn subscribe(&self) -> watch::Receiver<LockState> {
-        self.tx.subscribe()
+    /// Every change of state from now on, the deadline-derived `Lost` included.
+    pub fn changes(&self) -> StateChanges {
+        StateChanges {
+            cell: self.clone(),
+            state_rx: self.cell.tx.subscribe(),
+            clock_rx: self.cell.clock.subscribe(),
+            last: None,
+        }
     }
 }
 
-/// Resolves when a guard's lock is lost. It owns what it needs, so it can be moved into another
-/// task or a `select!`. After a normal release it never resolves.
+/// The state changes of one guard, from [`LockGuard::state_changes`](crate::LockGuard): each
+/// call to [`next`](Self::next) waits for the next state; `None` after the final one (Lost or
+/// Released) was returned.
+///
+/// # Cancel safety
+/// [`next`](Self::next) is cancel safe: a change seen by a dropped call is returned by the next.
+pub struct StateChanges {
+    cell: StateCell,
+    state_rx: watch::Receiver<Snapshot>,
+    clock_rx: watch::Receiver<Option<Instant>>,
+    last: Option<LockState>,
+}
+
+impl fmt::Debug for StateChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateChanges")
+            .field("last", &self.last)
+            .finish()
+    }
+}
+
+impl StateChanges {
+    /// The state now, if it differs from the last one returned; else waits for a change. The
+    /// first call returns the current state at once.
+    pub async fn next(&mut self) -> Option<LockState> {
+        loop {
+            self.state_rx.borrow_and_update();
+            let deadline = *self.clock_rx.borrow_and_update();
+            let now = self.cell.get();
+            if self.last != Some(now) {
+                if self.last.is_some_and(LockState::is_final) {
+                    return None;
+                }
+                self.last = Some(now);
+                return Some(now);
+            }
+            if now.is_final() {
+                return None;
+            }
+            match deadline {
+                Some(at) => {
+                    tokio::select! {
+                        _ = self.state_rx.changed() => {}
+                        _ = self.clock_rx.changed() => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        _ = self.state_rx.changed() => {}
+                        _ = self.clock_rx.changed() => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Resolves with the [`LostReason`] when a guard's lock is lost. It owns what it needs, so it
+/// can be moved into another task or a `select!`. After a normal release it never resolves.
 ///
 /// # Cancel safety
 /// Dropping it has no effect on the lock.
 pub struct Lost {
-    inner: Pin<Box<dyn Future<Output = ()> + Send + 'static>>,
+    inner: Pin<Box<dyn Future<Output = LostReason> + Send + 'static>>,
 }
 
 impl fmt::Debug for Lost {
@@ -131,8 +304,8 @@ impl fmt::Debug for Lost {
 }
 
 impl Future for Lost {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    type Output = LostReason;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LostReason> {
         self.inner.as_mut().poll(cx)
     }
 }
@@ -142,9 +315,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn cell() -> StateCell {
+        StateCell::new(LeaseClock::new(LostReason::LeaseExpired))
+    }
+
     #[tokio::test]
     async fn transitions_and_lost_future() {
-        let cell = StateCell::new();
+        let cell = cell();
         assert!(cell.mark_suspect());
         assert!(!cell.mark_suspect());
         assert!(cell.mark_held());
@@ -152,11 +329,12 @@ mod tests {
         let c2 = cell.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            c2.mark_lost();
+            c2.mark_lost(LostReason::Deleted);
         });
-        tokio::time::timeout(Duration::from_secs(5), lost)
+        let reason = tokio::time::timeout(Duration::from_secs(5), lost)
             .await
             .unwrap();
+        assert_eq!(reason, LostReason::Deleted);
         assert!(!cell.mark_held());
         assert!(!cell.mark_released());
         assert_eq!(cell.get(), LockState::Lost);
@@ -164,12 +342,49 @@ mod tests {
 
     #[tokio::test]
     async fn lost_future_after_release_stays_pending() {
-        let cell = StateCell::new();
+        let cell = cell();
         let lost = cell.lost();
         cell.mark_released();
         drop(cell);
         assert!(tokio::time::timeout(Duration::from_millis(20), lost)
             .await
             .is_err());
+    }
+
+    /// Nobody marks the cell: the deadline alone makes it Lost, and lost() fires on its own.
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_alone_turns_a_guard_lost() {
+        let clock = LeaseClock::new(LostReason::SessionExpired);
+        clock.renewed(Instant::now(), Duration::from_secs(2));
+        let cell = StateCell::new(clock.clone());
+        let lost = cell.lost();
+        let mut changes = cell.changes();
+        assert_eq!(changes.next().await, Some(LockState::Held));
+        tokio::time::sleep(Duration::from_millis(1900)).await;
+        assert_eq!(cell.get(), LockState::Held);
+        // A renewal moves the deadline; the lost() future follows it.
+        clock.renewed(Instant::now(), Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert_eq!(cell.get(), LockState::Lost);
+        assert_eq!(cell.reason(), Some(LostReason::SessionExpired));
+        assert_eq!(lost.await, LostReason::SessionExpired);
+        assert_eq!(changes.next().await, Some(LockState::Lost));
+        assert_eq!(changes.next().await, None);
+        assert!(!cell.mark_held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn suspect_is_seen_by_state_changes() {
+        let cell = cell();
+        let mut changes = cell.changes();
+        assert_eq!(changes.next().await, Some(LockState::Held));
+        let c2 = cell.clone();
+        tokio::spawn(async move {
+            c2.mark_suspect();
+        });
+        assert_eq!(changes.next().await, Some(LockState::Suspect));
+        cell.mark_released();
+        assert_eq!(changes.next().await, Some(LockState::Released));
+        assert_eq!(changes.next().await, None);
     }
 }

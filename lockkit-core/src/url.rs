@@ -1,136 +1,15 @@
 //! Parsing of lockkit URLs: `scheme://[user[:password]@]host[:port][,host[:port]]…[/path][?k=v&…]`.
 //!
-//! The `url` crate cannot hold several hosts, which ZooKeeper and etcd need, so this is a small
-//! parser of its own.
+//! The `url` crate cannot hold several hosts, which ZooKeeper and etcd need, so the authority is
+//! split here; percent-decoding and the query string go through `percent-encoding` and
+//! `form_urlencoded`.
 
 use std::fmt;
 
-use crate::backend::BackendKind;
-use crate::config::Secret;
-use crate::error::{Error, ErrorKind, Result};
-
-/// A URL scheme lockkit knows. Every scheme is known whatever features are compiled, so a
-/// disabled backend gives `BackendDisabled` rather than "unknown scheme".
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scheme {
-    /// `mem://`
-    Mem,
-    /// `file:///path/to/dir`: cross-process locks on one host, no server.
-    File,
-    /// `redis://`
-    Redis,
-    /// `rediss://` (TLS)
-    Rediss,
-    /// `redis+sentinel://s1:26379,s2:26379/<master-name>[/db]`: the primary a group of Redis
-    /// Sentinels names, followed across failovers.
-    RedisSentinel,
-    /// `redis+cluster://h1:6379,h2:6379`: a Redis Cluster, reached through any of its nodes.
-    RedisCluster,
-    /// `zk://`
-    Zk,
-    /// `etcd://`
-    Etcd,
-    /// `etcds://` (TLS)
-    Etcds,
-}
-
-impl Scheme {
-    /// Parses a scheme name.
-    pub fn parse(s: &str) -> Result<Scheme> {
-        Ok(match s.to_ascii_lowercase().as_str() {
-            "mem" | "memory" => Scheme::Mem,
-            "file" => Scheme::File,
-            "redis" => Scheme::Redis,
-            "rediss" => Scheme::Rediss,
-            "redis+sentinel" => Scheme::RedisSentinel,
-            "redis+cluster" => Scheme::RedisCluster,
-            "zk" | "zookeeper" => Scheme::Zk,
-            "etcd" => Scheme::Etcd,
-            "etcds" => Scheme::Etcds,
-            other => {
-                return Err(Error::config(format!(
-                    "unknown URL scheme {other:?}; expected mem, file, redis, rediss, \
-                     redis+sentinel, redis+cluster, zk, etcd or etcds"
-                )))
-            }
-        })
-    }
-
-    /// The scheme as written in URLs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Mem => "mem",
-            Scheme::File => "file",
-            Scheme::Redis => "redis",
-            Scheme::Rediss => "rediss",
-            Scheme::RedisSentinel => "redis+sentinel",
-            Scheme::RedisCluster => "redis+cluster",
-            Scheme::Zk => "zk",
-            Scheme::Etcd => "etcd",
-            Scheme::Etcds => "etcds",
-        }
-    }
-
-    /// The backend it selects.
-    pub fn backend(self) -> BackendKind {
-        match self {
-            Scheme::Mem => BackendKind::Memory,
-            Scheme::File => BackendKind::File,
-            Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
-                BackendKind::Redis
-            }
-            Scheme::Zk => BackendKind::ZooKeeper,
-            Scheme::Etcd | Scheme::Etcds => BackendKind::Etcd,
-        }
-    }
-
-    /// The `lockkit` cargo feature that compiles its backend in (`None`: always there).
-    pub fn feature(self) -> Option<&'static str> {
-        match self.backend() {
-            BackendKind::Memory | BackendKind::File => None,
-            BackendKind::Redis => Some("redis"),
-            BackendKind::ZooKeeper => Some("zk"),
-            BackendKind::Etcd => Some("etcd"),
-        }
-    }
-
-    /// Whether the scheme asks for TLS.
-    pub fn is_tls(self) -> bool {
-        matches!(self, Scheme::Rediss | Scheme::Etcds)
-    }
-
-    fn default_port(self) -> u16 {
-        match self {
-            Scheme::Mem | Scheme::File => 0,
-            Scheme::Redis | Scheme::Rediss | Scheme::RedisCluster => 6379,
-            Scheme::RedisSentinel => 26379,
-            Scheme::Zk => 2181,
-            Scheme::Etcd | Scheme::Etcds => 2379,
-        }
-    }
-
-    /// The error for a URL whose backend is compiled out.
-    pub fn disabled_error(self) -> Error {
-        let feature = self.feature().unwrap_or("default");
-        Error::new(
-            ErrorKind::BackendDisabled {
-                scheme: self.as_str().to_string(),
-                feature,
-            },
-            format!(
-                "the {} backend is not compiled in; enable the `{feature}` feature of lockkit",
-                self.backend()
-            ),
-        )
-    }
-}
-
-impl fmt::Display for Scheme {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+use crate::error::{Error, Result};
+use crate::redact::{is_secret_param, redact_raw};
+use crate::scheme::Scheme;
+use crate::secret::Secret;
 
 /// One `host:port` of a URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -224,13 +103,7 @@ impl ServerUrl {
                 "{scheme}:// URL needs at least one host"
             )));
         }
-        let mut params = Vec::new();
-        if let Some(q) = query {
-            for pair in q.split('&').filter(|p| !p.is_empty()) {
-                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                params.push((decode(k)?, decode(v)?));
-            }
-        }
+        let params = parse_query(query)?;
         Ok(ServerUrl {
             scheme,
             username,
@@ -294,33 +167,6 @@ impl fmt::Debug for ServerUrl {
     }
 }
 
-/// Whether an option or query key names a secret (its value is never shown).
-pub(crate) fn is_secret_param(k: &str) -> bool {
-    let k = k.to_ascii_lowercase();
-    k.contains("password") || k.contains("secret") || k.contains("token") || k.ends_with("key")
-}
-
-/// A URL with any password replaced by `***`, for messages and logs. Works on unparsable input.
-pub fn redact(url: &str) -> String {
-    match ServerUrl::parse(url) {
-        Ok(u) => u.to_string(),
-        Err(_) => redact_raw(url),
-    }
-}
-
-/// Redaction without parsing: hides everything before the last `@`, and any `password=` value.
-fn redact_raw(url: &str) -> String {
-    let hidden = match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***@{}", &url[..s + 3], &url[at + 1..]),
-        (None, Some(at)) => format!("***@{}", &url[at + 1..]),
-        _ => url.to_string(),
-    };
-    match hidden.split_once('?') {
-        Some((base, _)) => format!("{base}?***"),
-        None => hidden,
-    }
-}
-
 /// `file://` URLs: everything up to `?` is the directory (`file:///var/lock/app`).
 fn parse_file(rest: &str) -> Result<ServerUrl> {
     let (path, query) = match rest.split_once('?') {
@@ -333,11 +179,7 @@ fn parse_file(rest: &str) -> Result<ServerUrl> {
             "file:// URL needs a directory, as in file:///var/lock/myapp",
         ));
     }
-    let mut params = Vec::new();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        params.push((decode(k)?, decode(v)?));
-    }
+    let params = parse_query(query)?;
     Ok(ServerUrl {
         scheme: Scheme::File,
         username: None,
@@ -381,30 +223,44 @@ fn parse_host(h: &str, scheme: Scheme) -> Result<HostPort> {
     Ok(HostPort { host, port })
 }
 
+/// Percent-decodes `s`, refusing malformed escapes (`%zz`, a lone `%`) and non-UTF-8 results.
 fn decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::config("bad percent-escape in URL"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+    check_escapes(s)?;
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| Error::config("URL escape is not UTF-8"))
+}
+
+/// `percent-encoding` passes malformed escapes through unchanged; a URL with one is a typo.
+fn check_escapes(s: &str) -> Result<()> {
+    let b = s.as_bytes();
+    for (i, _) in s.match_indices('%') {
+        let hex = |j: usize| b.get(j).is_some_and(u8::is_ascii_hexdigit);
+        if !(hex(i + 1) && hex(i + 2)) {
+            return Err(Error::config("bad percent-escape in URL"));
         }
     }
-    String::from_utf8(out).map_err(|_| Error::config("URL escape is not UTF-8"))
+    Ok(())
+}
+
+/// The query string's pairs, decoded as `application/x-www-form-urlencoded` (as the `url`
+/// crate's `query_pairs` does).
+fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>> {
+    let q = query.unwrap_or("");
+    check_escapes(q)?;
+    Ok(form_urlencoded::parse(q.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::BackendKind;
+    use crate::redact::redact;
+    use crate::ErrorKind;
 
     #[test]
     fn parse_table() {
@@ -505,7 +361,7 @@ mod tests {
             "file://",
         ] {
             let e = ServerUrl::parse(bad).expect_err(bad);
-            assert_eq!(e.kind(), &ErrorKind::Config, "{bad}");
+            assert_eq!(e.kind(), crate::ErrorKind::Config, "{bad}");
         }
     }
 

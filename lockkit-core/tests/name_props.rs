@@ -57,7 +57,7 @@ proptest! {
             Ok(()) => prop_assert!(expected),
             Err(e) => {
                 prop_assert!(!expected);
-                prop_assert_eq!(e.kind(), &ErrorKind::InvalidName);
+                prop_assert_eq!(e.kind(), ErrorKind::InvalidName);
             }
         }
     }

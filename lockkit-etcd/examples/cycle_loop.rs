@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::{DistLockExt, LockConfig};
+use lockkit_core::LockConfig;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

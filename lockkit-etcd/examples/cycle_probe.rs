@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::DistLockExt;
 use lockkit_etcd::etcd_client::{
     Client, Compare, CompareOp, GetOptions, SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
 };

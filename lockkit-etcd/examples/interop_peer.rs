@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockkit_core::{DistLockExt, LockConfig};
+use lockkit_core::LockConfig;
 
 fn append(path: &str, line: String) {
     let mut f = std::fs::OpenOptions::new()

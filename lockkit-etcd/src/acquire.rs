@@ -9,20 +9,18 @@
 //! timeout and cancellation deletes our key (etcd issue 9715).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
     TxnResponse,
 };
-use lockkit_core::{
-    AcquireOptions, Error, ErrorKind, FencingToken, GuardParts, Lease, Result, StateCell,
-};
+use lockkit_core::spi::{GuardParts, LeaseClock, Request, StateCell};
+use lockkit_core::{Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
 use crate::backend::Inner;
 use crate::held::{EtcdHeld, HeldShared};
-use crate::session::{ttl_secs, Session};
+use crate::session::{grant_exact, Session};
 use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
 
 /// Which lease a key is attached to.
@@ -43,8 +41,8 @@ impl KeyLease {
     }
 }
 
-/// One acquire request on a prefix.
-pub(crate) struct Request<'a> {
+/// What one acquire wants on a prefix.
+pub(crate) struct Want<'a> {
     pub(crate) name: &'a Arc<str>,
     pub(crate) nw: &'a Arc<NameWatch>,
     pub(crate) kind: Kind,
@@ -54,22 +52,26 @@ pub(crate) struct Request<'a> {
     pub(crate) value: String,
 }
 
-/// Acquires per `req`; `Ok(None)` when the wait budget ran out (our key deleted by then).
+/// Acquires per `want` and `r`; `Ok(None)` when the wait budget ran out (our key deleted by
+/// then).
 pub(crate) async fn acquire(
     inner: &Arc<Inner>,
-    req: Request<'_>,
-    opts: &AcquireOptions,
+    want: Want<'_>,
+    r: &Request,
 ) -> Result<Option<GuardParts>> {
-    let deadline = opts.wait_budget().map(|d| Instant::now() + d);
+    let deadline = r.deadline();
+    let req = want;
     let nw = req.nw;
     let prefix = nw.prefix().to_vec();
     loop {
-        let (lease, lease_deadline) = match opts.lease {
-            Lease::Fixed(d) => {
-                let (id, deadline) = grant_fixed(inner, d).await?;
-                (KeyLease::Fixed(id), Some(deadline))
-            }
-            _ => (KeyLease::Session(inner.session().await?), None),
+        let d = r.lease().duration();
+        let (lease, clock) = if r.lease().is_watchdog() {
+            let s = inner.session(d).await?;
+            let clock = s.clock().clone();
+            (KeyLease::Session(s), clock)
+        } else {
+            let (id, sent) = grant_exact(&inner.pool, d).await?;
+            (KeyLease::Fixed(id), LeaseClock::starting(sent, d))
         };
         let slot = nw.take_slot();
         let key = match &lease {
@@ -125,23 +127,15 @@ pub(crate) async fn acquire(
                 }
             }
         }
-        let state = StateCell::new();
+        let state = StateCell::new(clock);
         if let KeyLease::Session(s) = &lease {
             s.track(&state);
         }
         nw.add_holder(rev, &state);
-        let held = attempt.into_held(
-            opts.lease,
-            req.name.clone(),
-            nw.clone(),
-            rev,
-            state.clone(),
-            lease_deadline,
-        );
+        let held = attempt.into_held(r.lease(), req.name.clone(), nw.clone(), rev, state.clone());
         return Ok(Some(GuardParts::new(
-            req.name.clone(),
             FencingToken(rev as u64),
-            opts.lease,
+            r.lease(),
             state,
             Box::new(held),
         )));
@@ -188,22 +182,6 @@ async fn wait_turn(
 fn lease_not_found(e: &Error) -> bool {
     let s = format!("{e} {e:?}");
     s.contains("requested lease not found") || s.contains("lease not found")
-}
-
-/// Grants a fixed lease of `d` (whole seconds, at least 1); returns its id and local deadline.
-pub(crate) async fn grant_fixed(inner: &Inner, d: Duration) -> Result<(i64, Instant)> {
-    let secs = ttl_secs(d);
-    let sent = Instant::now();
-    let resp = inner
-        .pool
-        .run("lease grant", false, |mut c| async move {
-            c.lease_grant(secs, None).await
-        })
-        .await?;
-    Ok((
-        resp.id(),
-        sent + Duration::from_secs(resp.ttl().max(1) as u64),
-    ))
 }
 
 /// The create transaction of an attempt, while it runs.
@@ -321,7 +299,6 @@ impl Attempt {
         nw: Arc<NameWatch>,
         rev: i64,
         state: StateCell,
-        fixed_deadline: Option<Instant>,
     ) -> EtcdHeld {
         self.armed = false;
         let shared = Arc::new(HeldShared {
@@ -335,7 +312,7 @@ impl Attempt {
             state,
             guard_lease,
         });
-        EtcdHeld::new(shared, fixed_deadline)
+        EtcdHeld::new(shared)
     }
 }
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{GetOptions, SortOrder, SortTarget};
+use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore};
 use lockkit_core::{
-    encode_name, Backend, BackendKind, Capabilities, DistLock, Error, ErrorKind, FencingToken,
-    HoldMode, HolderInfo, LockInfo, Primitive, ReadWriteLock, Result, Semaphore, WaiterInfo,
+    encode_name, BackendKind, Capabilities, Error, ErrorKind, FencingToken, HoldMode, HolderInfo,
+    LockInfo, Primitive, Result, Support, WaiterInfo,
 };
 
 use crate::client::Pool;
@@ -25,28 +26,30 @@ type WatchEntry = (Arc<NameWatch>, std::time::Instant);
 /// How long an unused name's watch is kept.
 pub(crate) const WATCH_LINGER: Duration = Duration::from_secs(60);
 
-/// The default session lease TTL.
-pub(crate) const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(10);
+/// The most session leases (distinct watchdog lease lengths) one handle keeps.
+const MAX_SESSIONS: usize = 16;
 
-/// Everything one `Locks` handle shares: the pool, the session and the per-name watches.
+/// Everything one `Locks` handle shares: the pool, the sessions and the per-name watches.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) pool: Arc<Pool>,
     pub(crate) root: String,
-    pub(crate) session_ttl: Duration,
-    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The handle's default lease: its main session's TTL.
+    pub(crate) lease: Duration,
+    /// One session per watchdog lease length asked for (the default one first).
+    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
     /// Every name's watch, kept for a while after its last use (see `name_watch`).
     names: Mutex<HashMap<Vec<u8>, WatchEntry>>,
     closed: AtomicBool,
 }
 
 impl Inner {
-    pub(crate) fn new(pool: Pool, root: String, session_ttl: Duration) -> Arc<Inner> {
+    pub(crate) fn new(pool: Pool, root: String, lease: Duration) -> Arc<Inner> {
         Arc::new(Inner {
             pool: Arc::new(pool),
             root,
-            session_ttl,
-            session: tokio::sync::Mutex::new(None),
+            lease,
+            sessions: tokio::sync::Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
         })
@@ -77,27 +80,35 @@ impl Inner {
         }
     }
 
-    /// The live session, granting a new lease when there is none or the last one was lost.
-    pub(crate) async fn session(&self) -> Result<Arc<Session>> {
+    /// The live session of TTL `ttl`, granting a new lease when there is none or the last one
+    /// was lost. A TTL etcd cannot keep exactly is an `InvalidArgument`.
+    pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         self.check_open()?;
-        let mut s = self.session.lock().await;
-        if let Some(cur) = s.as_ref() {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(cur) = sessions.get(&ttl) {
             if cur.is_alive() {
                 return Ok(cur.clone());
             }
         }
-        let fresh = Session::grant(&self.pool, self.session_ttl).await?;
-        *s = Some(fresh.clone());
+        sessions.retain(|_, s| s.is_alive());
+        if sessions.len() >= MAX_SESSIONS {
+            return Err(Error::invalid(format!(
+                "this handle keeps {MAX_SESSIONS} session leases already (one per watchdog lease \
+                 length asked for); set the lease on the handle (LockConfig::lease) instead"
+            )));
+        }
+        let fresh = Session::grant(&self.pool, ttl).await?;
+        sessions.insert(ttl, fresh.clone());
         Ok(fresh)
     }
 
-    /// Forgets `session` if it is the current one (after the server said its lease is gone).
+    /// Forgets `dead` (after the server said its lease is gone).
     pub(crate) async fn drop_session(&self, dead: &Arc<Session>) {
         dead.retire("the server does not know the lease");
-        let mut s = self.session.lock().await;
-        if s.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, dead)) {
-            *s = None;
-        }
+        self.sessions
+            .lock()
+            .await
+            .retain(|_, s| !Arc::ptr_eq(s, dead));
     }
 
     /// The watch of `prefix`, created (and awaited until in place) if this client has none.
@@ -134,15 +145,19 @@ impl Inner {
         Ok(nw)
     }
 
-    /// Stops everything: every guard turns Lost, the session lease is revoked.
+    /// Stops everything: the watches end, every session lease is revoked.
     pub(crate) async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
         self.stop_watches();
-        let s = self.session.lock().await.take();
-        match s {
-            Some(s) => s.revoke(&self.pool).await,
-            None => Ok(()),
+        let sessions: Vec<Arc<Session>> =
+            self.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        let mut first_error = None;
+        for s in sessions {
+            if let Err(e) = s.revoke(&self.pool).await {
+                first_error.get_or_insert(e);
+            }
         }
+        first_error.map_or(Ok(()), Err)
     }
 
     fn stop_watches(&self) {
@@ -197,8 +212,8 @@ impl Drop for EtcdBackend {
             rt.spawn(async move {
                 let _ = inner.close().await;
             });
-        } else if let Ok(mut s) = inner.session.try_lock() {
-            if let Some(s) = s.take() {
+        } else if let Ok(mut sessions) = inner.sessions.try_lock() {
+            for (_, s) in sessions.drain() {
                 s.retire("the Locks handle was dropped");
             }
         }
@@ -212,19 +227,26 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::all()
+        // Keys are served in create-revision order: fair always.
+        Capabilities::new(Support::all())
+            .with_rwlock(Support::all().remaining_lease(false))
+            .with_semaphore(Support::all().remaining_lease(false))
     }
 
-    fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
-        Ok(Arc::new(EtcdMutex::new(self.inner.clone(), name)))
+    fn default_lease(&self) -> Duration {
+        self.inner.lease
     }
 
-    fn rwlock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
-        Ok(Arc::new(EtcdRwLock::new(self.inner.clone(), name)))
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
+        Ok(Box::new(EtcdMutex::new(self.inner.clone(), name)))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
-        Ok(Arc::new(EtcdSemaphore::new(
+    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
+        Ok(Box::new(EtcdRwLock::new(self.inner.clone(), name)))
+    }
+
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+        Ok(Box::new(EtcdSemaphore::new(
             self.inner.clone(),
             name,
             permits,
@@ -240,7 +262,7 @@ impl Backend for EtcdBackend {
             Primitive::Mutex => Kind::Mutex,
             Primitive::RwLock => Kind::RwLock,
             Primitive::Semaphore => Kind::Semaphore,
-            _ => return Err(Error::unsupported("unknown primitive")),
+            other => return Err(Error::unsupported(format!("cannot inspect a {other:?}"))),
         };
         let kvs = self
             .inner

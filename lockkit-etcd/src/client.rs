@@ -62,7 +62,7 @@ impl Pool {
                 Ok(Ok(c)) => clients.push((ep.clone(), c)),
                 Ok(Err(e)) => {
                     let err = map_err(e, "connect");
-                    if err.kind() == &ErrorKind::Auth || err.kind() == &ErrorKind::Config {
+                    if err.kind() == ErrorKind::Auth || err.kind() == ErrorKind::Config {
                         return Err(err);
                     }
                     last_err = Some(err);

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lockkit_core::{Error, ErrorKind, GuardParts, Held, Result, StateCell};
+use lockkit_core::spi::{GuardParts, Held, StateCell};
+use lockkit_core::{Backoff, Error, LostReason, Result};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
-use crate::acquire::{delete_if_ours, grant_fixed, revoke, KeyLease};
+use crate::acquire::{delete_if_ours, revoke, KeyLease};
 use crate::backend::Inner;
+use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 
 /// What a held guard shares with its background tasks.
@@ -48,7 +49,7 @@ impl HeldShared {
                 if deleted {
                     Ok(())
                 } else {
-                    Err(Error::not_held(&self.name))
+                    Err(Error::lost(&self.name))
                 }
             }
             Err(e) => {
@@ -62,16 +63,15 @@ impl HeldShared {
     }
 
     async fn retry_release(self: Arc<Self>) {
-        let mut wait = Duration::from_millis(200);
+        let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(2)).start();
         for _ in 0..20 {
-            tokio::time::sleep(wait).await;
+            retry.wait().await;
             if delete_if_ours(&self.inner, &self.key, self.rev)
                 .await
                 .is_ok()
             {
                 break;
             }
-            wait = (wait * 2).min(Duration::from_secs(2));
         }
         self.finish().await;
     }
@@ -85,36 +85,23 @@ impl HeldShared {
     }
 }
 
-/// A held mutex, from the backend's side.
+/// A held key, from the backend's side.
 #[derive(Debug)]
 pub(crate) struct EtcdHeld {
     shared: Arc<HeldShared>,
-    timer: Mutex<Option<(tokio::sync::watch::Sender<Instant>, JoinHandle<()>)>>,
+    /// For fixed leases: the task that removes our key when the guard's deadline passes.
+    expiry: Option<JoinHandle<()>>,
 }
 
 impl EtcdHeld {
-    pub(crate) fn new(shared: Arc<HeldShared>, fixed_deadline: Option<Instant>) -> EtcdHeld {
-        let timer = fixed_deadline.map(|d| {
-            let (tx, rx) = tokio::sync::watch::channel(d);
-            let task = tokio::spawn(expire_at_deadline(Arc::downgrade(&shared), rx));
-            (tx, task)
-        });
-        EtcdHeld {
-            shared,
-            timer: Mutex::new(timer),
-        }
+    pub(crate) fn new(shared: Arc<HeldShared>) -> EtcdHeld {
+        let expiry = (!shared.guard_lease.is_watchdog())
+            .then(|| tokio::spawn(expire_at_deadline(Arc::downgrade(&shared))));
+        EtcdHeld { shared, expiry }
     }
 
-    fn deadline(&self) -> Option<Instant> {
-        self.timer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|(tx, _)| *tx.borrow())
-    }
-
-    fn stop_timer(&self) {
-        if let Some((_, t)) = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    fn stop_expiry(&self) {
+        if let Some(t) = &self.expiry {
             t.abort();
         }
     }
@@ -122,55 +109,37 @@ impl EtcdHeld {
 
 impl Drop for EtcdHeld {
     fn drop(&mut self) {
-        self.stop_timer();
+        self.stop_expiry();
     }
 }
 
-/// A fixed lease's local deadline: when it passes without an extend, the lock is ours no longer.
-/// Delete the key ourselves (if still ours) so that "Lost" and "free" agree, then mark Lost.
-async fn expire_at_deadline(
-    shared: std::sync::Weak<HeldShared>,
-    mut deadline: tokio::sync::watch::Receiver<Instant>,
-) {
-    loop {
-        let d = *deadline.borrow_and_update();
-        tokio::select! {
-            _ = tokio::time::sleep_until(d) => break,
-            changed = deadline.changed() => if changed.is_err() { return },
-        }
-    }
+/// A fixed lease's end: once the guard's deadline (which `extend` moves) passes, the lock is
+/// ours no longer. The guard reads Lost already; delete the key (if still ours) and revoke the
+/// lease so that the next acquirer need not wait for etcd's own expiry.
+async fn expire_at_deadline(shared: std::sync::Weak<HeldShared>) {
+    let Some(clock) = shared.upgrade().map(|s| s.state.clock().clone()) else {
+        return;
+    };
+    clock.passed().await;
     let Some(s) = shared.upgrade() else { return };
+    s.state.mark_lost(LostReason::LeaseExpired);
     s.nw.remove_holder(s.rev);
     let _ = delete_if_ours(&s.inner, &s.key, s.rev).await;
-    s.state.mark_lost();
+    s.finish().await;
 }
 
 #[async_trait]
 impl Held for EtcdHeld {
     async fn release(&self) -> Result<()> {
-        self.stop_timer();
+        self.stop_expiry();
         self.shared.release().await
-    }
-
-    fn release_in_background(&self) {
-        self.stop_timer();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let s = self.shared.clone();
-            rt.spawn(async move {
-                let _ = s.release().await;
-            });
-        }
     }
 
     async fn downgrade(&self) -> Result<GuardParts> {
         let s = &self.shared;
-        let (k, rev, lease_id) = (
-            s.key.clone(),
-            s.rev,
-            s.lease.lock().unwrap_or_else(|e| e.into_inner()).id(),
-        );
-        // Same key, same create revision (so same rank and token), value `r`: readers queued
-        // behind us may come in, writers still wait.
+        let (k, rev) = (s.key.clone(), s.rev);
+        // Same key, same create revision (so same rank and token), same lease, value `r`:
+        // readers queued behind us may come in, writers still wait.
         let resp = s
             .inner
             .pool
@@ -180,18 +149,18 @@ impl Held for EtcdHeld {
                     .and_then([TxnOp::put(
                         k.clone(),
                         "r",
-                        Some(PutOptions::new().with_lease(lease_id)),
+                        Some(PutOptions::new().with_ignore_lease()),
                     )]);
                 async move { c.txn(txn).await }
             })
             .await?;
         if !resp.succeeded() {
-            s.state.mark_lost();
+            s.state.mark_lost(LostReason::Deleted);
             return Err(Error::lost(&s.name));
         }
-        let deadline = self.deadline();
-        self.stop_timer();
-        let state = StateCell::new();
+        self.stop_expiry();
+        // The read ownership keeps the write ownership's deadline.
+        let state = StateCell::new(s.state.clock().clone());
         let lease = s.lease.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let KeyLease::Session(sess) = &lease {
             sess.track(&state);
@@ -209,10 +178,8 @@ impl Held for EtcdHeld {
             state: state.clone(),
             guard_lease: s.guard_lease,
         });
-        let held = EtcdHeld::new(shared, deadline);
-        // The read ownership: same token, same lease.
+        let held = EtcdHeld::new(shared);
         Ok(GuardParts::new(
-            s.name.clone(),
             lockkit_core::FencingToken(rev as u64),
             s.guard_lease,
             state,
@@ -223,13 +190,11 @@ impl Held for EtcdHeld {
     async fn extend(&self, lease: Duration) -> Result<()> {
         let s = &self.shared;
         let Some(old) = s.fixed_lease() else {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "extend() is for fixed leases",
-            ));
+            return Err(Error::invalid("extend() is for fixed leases"));
         };
-        // A new lease of the requested length; move our key onto it only while it is ours.
-        let (new, deadline) = grant_fixed(&s.inner, lease).await?;
+        // A new lease of the requested length; move our key onto it only while it is ours,
+        // keeping its value (a semaphore's weight, a reader's `r`).
+        let (new, _) = grant_exact(&s.inner.pool, lease).await?;
         let (k, rev) = (s.key.clone(), s.rev);
         let resp = s
             .inner
@@ -240,7 +205,7 @@ impl Held for EtcdHeld {
                     .and_then([TxnOp::put(
                         k.clone(),
                         "",
-                        Some(PutOptions::new().with_lease(new)),
+                        Some(PutOptions::new().with_lease(new).with_ignore_value()),
                     )]);
                 async move { c.txn(txn).await }
             })
@@ -248,15 +213,12 @@ impl Held for EtcdHeld {
         match resp {
             Ok(r) if r.succeeded() => {
                 *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
-                if let Some((tx, _)) = &*self.timer.lock().unwrap_or_else(|e| e.into_inner()) {
-                    let _ = tx.send(deadline);
-                }
                 revoke(&s.inner, old).await;
                 Ok(())
             }
             Ok(_) => {
                 revoke(&s.inner, new).await;
-                s.state.mark_lost();
+                s.state.mark_lost(LostReason::Deleted);
                 Err(Error::lost(&s.name))
             }
             Err(e) => {

@@ -12,8 +12,8 @@ mod tls;
 mod watch;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use lockkit_core::settings::Settings;
 use lockkit_core::{
     Error, ErrorKind, LockConfig, LockGuard, LockState, Locks, Permit, ReadGuard, Result, Scheme,
     WriteGuard,
@@ -21,14 +21,34 @@ use lockkit_core::{
 
 pub use etcd_client;
 
-use backend::{EtcdBackend, Inner, DEFAULT_SESSION_TTL};
+use backend::{EtcdBackend, Inner};
+
+lockkit_core::option_keys! {
+    /// The etcd backend's own options (URL query or `LockConfig::options`).
+    pub enum EtcdKey {
+        /// `lease_ttl`: the session lease's TTL, the handle's default lease under its older
+        /// name (whole seconds).
+        LeaseTtl = "lease_ttl",
+        /// `tls_ca`: PEM file of the CA that signed the servers' certificates.
+        TlsCa = "tls_ca",
+        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
+        TlsCert = "tls_cert",
+        /// `tls_key`: PEM file of the client certificate's private key.
+        TlsKey = "tls_key",
+        /// `tls_domain`: the name to check in the servers' certificates.
+        TlsDomain = "tls_domain",
+    }
+}
 
 /// Connects to etcd as described by `cfg` and returns a [`Locks`] handle.
 ///
-/// URL: `etcd://[user:password@]host1:2379[,host2:2379…][?lease_ttl=10s]`. Options (from the URL
-/// query or `cfg.options`): `lease_ttl` (the session lease, default 10 s, at least 1 s) and
-/// `prefix` (or `cfg.key_prefix`, default `lockkit`). `cfg.connect_timeout` bounds connecting and
-/// `cfg.command_timeout` every request.
+/// URL: `etcd://[user:password@]host1:2379[,host2:2379…][?lease=10s]` (or `etcds://` for TLS).
+/// Options (from the URL query or `cfg.options`): `lease` (the handle's default lease, which is
+/// the TTL of its session lease; whole seconds, at least 1 s; `lease_ttl` is its older name),
+/// `prefix` (or `cfg.key_prefix`, default `lockkit`), `connect_timeout`, `command_timeout`
+/// (every request), and for `etcds://` `tls_ca`, `tls_cert`, `tls_key`, `tls_domain`. An
+/// acquire that asks for another watchdog lease gets a session lease of that TTL; a fixed lease
+/// gets a lease of its own.
 ///
 /// Fails with a retryable [`ErrorKind::Connection`] error when no endpoint answers, with
 /// [`ErrorKind::Auth`] when the credentials are rejected and with [`ErrorKind::Config`] for a bad
@@ -43,23 +63,35 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 /// Like [`connect`], but returns an [`EtcdLocks`], which also offers etcd-specific extensions
 /// such as [`EtcdLocks::is_owner`].
 pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
-    let url = cfg.server_url()?;
+    let settings = Settings::<EtcdKey>::parse(cfg)?;
+    let url = settings.url().clone();
     let tls = match url.scheme {
-        Scheme::Etcd => None,
-        Scheme::Etcds => Some(tls::options(cfg)?),
+        Scheme::Etcd => {
+            if [
+                EtcdKey::TlsCa,
+                EtcdKey::TlsCert,
+                EtcdKey::TlsKey,
+                EtcdKey::TlsDomain,
+            ]
+            .iter()
+            .any(|k| settings.is_set(*k))
+            {
+                return Err(Error::config(
+                    "options tls_ca, tls_cert, tls_key and tls_domain need an etcds:// URL",
+                ));
+            }
+            None
+        }
+        Scheme::Etcds => Some(tls::options(&settings)?),
         other => {
             return Err(Error::config(format!(
                 "lockkit-etcd cannot serve {other}:// URLs"
             )))
         }
     };
+    let lease = settings.lease_or_alias(EtcdKey::LeaseTtl)?;
+    session::whole_seconds(lease).map_err(|e| Error::config(e.message().to_string()))?;
     let http = if tls.is_some() { "https" } else { "http" };
-    let ttl = cfg.duration_option("lease_ttl", DEFAULT_SESSION_TTL)?;
-    if ttl < Duration::from_secs(1) {
-        return Err(Error::config(format!(
-            "lease_ttl {ttl:?} is too short: etcd leases have a TTL of at least 1 s"
-        )));
-    }
     let endpoints: Vec<String> = url.hosts.iter().map(|h| format!("{http}://{h}")).collect();
     let user = match (&url.username, &url.password) {
         (Some(u), Some(p)) => Some((u.clone(), p.expose().to_string())),
@@ -72,8 +104,8 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
             &endpoints,
             user,
             tls,
-            cfg.connect_timeout,
-            cfg.command_timeout,
+            settings.connect_timeout(),
+            settings.command_timeout(),
         )
         .await?;
         pool.probe().await?;
@@ -81,9 +113,9 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
     }
     .await;
     let pool = match connected {
-        Err(e) if tls_on && e.kind() == &ErrorKind::Connection => {
+        Err(e) if tls_on && e.kind() == ErrorKind::Connection => {
             return Err(
-                match tls::refusal(cfg, &url.hosts, cfg.connect_timeout).await {
+                match tls::refusal(&settings, &url.hosts, settings.connect_timeout()).await {
                     Some(why) => Error::new(
                         ErrorKind::Auth,
                         format!("etcd: TLS with {} refused: {why}", url.host_list()),
@@ -95,7 +127,7 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
         }
         connected => connected?,
     };
-    let inner = Inner::new(pool, cfg.prefix(), ttl);
+    let inner = Inner::new(pool, settings.prefix().to_string(), lease);
     let locks = Locks::new(EtcdBackend {
         inner: inner.clone(),
     });
@@ -135,7 +167,7 @@ impl EtcdLocks {
     }
 
     /// The etcd key that backs `guard`'s ownership: `<prefix>/<encoded name>/<lease hex>[_n]`.
-    /// Fails with `NotHeld` when this handle holds no such ownership (any more).
+    /// Fails with `LockLost` when this handle holds no such ownership (any more).
     pub async fn key_of(&self, guard: &impl Ownership) -> Result<Vec<u8>> {
         let prefix = self.inner.prefix(guard.kind(), guard.name());
         let rev = guard.token().get() as i64;
@@ -143,7 +175,7 @@ impl EtcdLocks {
         kvs.iter()
             .find(|kv| kv.create_revision() == rev)
             .map(|kv| kv.key().to_vec())
-            .ok_or_else(|| Error::not_held(guard.name()))
+            .ok_or_else(|| Error::lost(guard.name()))
     }
 
     /// A compare that holds exactly while `guard` owns its lock: its key still exists with the
@@ -152,8 +184,7 @@ impl EtcdLocks {
     ///
     /// ```no_run
     /// # async fn demo(locks: lockkit_etcd::EtcdLocks) -> lockkit_core::Result<()> {
-    /// use lockkit_core::DistLockExt;
-    /// use lockkit_etcd::etcd_client::{Txn, TxnOp};
+    ///     /// use lockkit_etcd::etcd_client::{Txn, TxnOp};
     /// let guard = locks.mutex("orders/42")?.lock().await?;
     /// let txn = Txn::new()
     ///     .when([locks.is_owner(&guard).await?])

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, DistLock, HoldRegistry, LockGuard, Result};
+use lockkit_core::spi::{GuardParts, RawMutex, Request};
+use lockkit_core::Result;
 
-use crate::acquire::{acquire, delete_if_ours, Request};
+use crate::acquire::{acquire, delete_if_ours, Want};
 use crate::backend::Inner;
 use crate::watch::{Kind, NameWatch, Need};
 
@@ -18,7 +19,6 @@ pub(crate) struct EtcdMutex {
     name: Arc<str>,
     prefix: Vec<u8>,
     watch: tokio::sync::OnceCell<Arc<NameWatch>>,
-    holds: HoldRegistry,
 }
 
 impl EtcdMutex {
@@ -28,7 +28,6 @@ impl EtcdMutex {
             inner,
             name: name.into(),
             watch: tokio::sync::OnceCell::new(),
-            holds: HoldRegistry::new(),
         }
     }
 }
@@ -47,38 +46,21 @@ pub(crate) async fn watch_of(
 }
 
 #[async_trait]
-impl DistLock for EtcdMutex {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "etcd");
-        let fut = async {
-            let nw = watch_of(&self.inner, &self.watch, &self.prefix, Kind::Mutex).await?;
-            let req = Request {
-                name: &self.name,
-                nw: &nw,
-                kind: Kind::Mutex,
-                need: Need::Exclusive,
-                value: String::new(),
-            };
-            let Some(parts) = acquire(&self.inner, req, opts).await? else {
-                return Ok(None);
-            };
-            let guard = LockGuard::new(parts);
-            self.holds.track(&guard);
-            Ok(Some(guard))
+impl RawMutex for EtcdMutex {
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let nw = watch_of(&self.inner, &self.watch, &self.prefix, Kind::Mutex).await?;
+        let want = Want {
+            name: &self.name,
+            nw: &nw,
+            kind: Kind::Mutex,
+            need: Need::Exclusive,
+            value: String::new(),
         };
-        tracing::Instrument::instrument(fut, span).await
+        acquire(&self.inner, want, req).await
     }
 
     async fn is_locked(&self) -> Result<bool> {
         Ok(!self.inner.keys_by_create(&self.prefix, 1).await?.is_empty())
-    }
-
-    async fn hold_count(&self) -> Result<u32> {
-        Ok(self.holds.hold_count())
     }
 
     async fn remaining_lease(&self) -> Result<Option<std::time::Duration>> {

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, ReadGuard, ReadWriteLock, Result, WriteGuard};
+use lockkit_core::spi::{GuardParts, RawRwLock, Request};
+use lockkit_core::Result;
 
-use crate::acquire::{acquire, delete_if_ours, Request};
+use crate::acquire::{acquire, delete_if_ours, Want};
 use crate::backend::Inner;
 use crate::mutex::watch_of;
 use crate::watch::{Kind, NameWatch, Need};
@@ -32,36 +33,28 @@ impl EtcdRwLock {
         }
     }
 
-    async fn take(
-        &self,
-        need: Need,
-        opts: &AcquireOptions,
-    ) -> Result<Option<lockkit_core::GuardParts>> {
+    async fn take(&self, need: Need, req: &Request) -> Result<Option<GuardParts>> {
         let nw = watch_of(&self.inner, &self.watch, &self.prefix, Kind::RwLock).await?;
         let value = if need == Need::Shared { "r" } else { "w" };
-        let req = Request {
+        let want = Want {
             name: &self.name,
             nw: &nw,
             kind: Kind::RwLock,
             need,
             value: value.into(),
         };
-        acquire(&self.inner, req, opts).await
+        acquire(&self.inner, want, req).await
     }
 }
 
 #[async_trait]
-impl ReadWriteLock for EtcdRwLock {
-    fn name(&self) -> &str {
-        &self.name
+impl RawRwLock for EtcdRwLock {
+    async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
+        self.take(Need::Shared, req).await
     }
 
-    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
-        Ok(self.take(Need::Shared, opts).await?.map(ReadGuard::new))
-    }
-
-    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
-        Ok(self.take(Need::Exclusive, opts).await?.map(WriteGuard::new))
+    async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
+        self.take(Need::Exclusive, req).await
     }
 
     async fn is_locked(&self) -> Result<bool> {

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, Permit, Result, Semaphore};
+use lockkit_core::spi::{GuardParts, RawSemaphore, Request};
+use lockkit_core::Result;
 
-use crate::acquire::{acquire, Request};
+use crate::acquire::{acquire, Want};
 use crate::backend::Inner;
 use crate::mutex::watch_of;
 use crate::watch::{Kind, NameWatch, Need};
@@ -36,19 +37,10 @@ impl EtcdSemaphore {
 }
 
 #[async_trait]
-impl Semaphore for EtcdSemaphore {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        lockkit_core::check_permits(n, self.permits)?;
+impl RawSemaphore for EtcdSemaphore {
+    async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let nw = watch_of(&self.inner, &self.watch, &self.prefix, Kind::Semaphore).await?;
-        let req = Request {
+        let want = Want {
             name: &self.name,
             nw: &nw,
             kind: Kind::Semaphore,
@@ -58,9 +50,7 @@ impl Semaphore for EtcdSemaphore {
             },
             value: n.to_string(),
         };
-        Ok(acquire(&self.inner, req, opts)
-            .await?
-            .map(|p| Permit::new(p.with_permits(n))))
+        acquire(&self.inner, want, req).await
     }
 
     async fn available(&self) -> Result<u32> {

@@ -1,17 +1,19 @@
-//! The session: one lease per `Locks` handle, shared by all its locks, kept alive every TTL/3.
+//! A session: one lease of one TTL, shared by every watchdog-leased lock of a `Locks` handle that
+//! asked for that lease, kept alive every TTL/3.
 //!
-//! Every watchdog-leased key of the handle is attached to the session lease. The keepalive task
-//! tracks a local deadline on the monotonic clock (the instant before the keepalive was sent plus
-//! the TTL the server granted). A failed keepalive makes the session's guards Suspect; a
-//! successful one makes them Held again; no success before the deadline, or a server answer that
-//! the lease is gone, makes every guard Lost and retires the session, so the next acquire grants
-//! a new lease transparently.
+//! The session's [`LeaseClock`] is every guard's deadline: the instant before the last
+//! successful keepalive (or the grant) was sent plus the TTL the server granted, less the core's
+//! margin, so a guard reads Lost in time even if this task is late. A failed keepalive makes the
+//! session's guards Suspect; a successful one makes them Held again; no success before the
+//! deadline, or a server answer that the lease is gone, makes every guard Lost and retires the
+//! session, so the next acquire grants a new lease transparently.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit_core::{Error, ErrorKind, Result, StateCell};
+use lockkit_core::spi::{LeaseClock, StateCell};
+use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -21,47 +23,40 @@ use crate::client::{map_err, Pool};
 #[derive(Debug)]
 pub(crate) struct Session {
     id: i64,
+    clock: Arc<LeaseClock>,
     alive: AtomicBool,
     guards: Mutex<Vec<StateCell>>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Session {
-    /// Grants a lease of `ttl` and starts keeping it alive.
+    /// Grants a lease of exactly `ttl` and starts keeping it alive.
     pub(crate) async fn grant(pool: &Arc<Pool>, ttl: Duration) -> Result<Arc<Session>> {
-        let secs = ttl_secs(ttl);
-        let sent = Instant::now();
-        let resp = pool
-            .run("lease grant", false, |mut c| async move {
-                c.lease_grant(secs, None).await
-            })
-            .await?;
-        if resp.ttl() <= 0 {
-            return Err(Error::new(
-                ErrorKind::Backend,
-                format!("etcd refused the lease: {}", resp.error()),
-            ));
-        }
+        let (id, sent) = grant_exact(pool, ttl).await?;
+        let clock = LeaseClock::new(LostReason::SessionExpired);
+        clock.renewed(sent, ttl);
         let session = Arc::new(Session {
-            id: resp.id(),
+            id,
+            clock,
             alive: AtomicBool::new(true),
             guards: Mutex::new(Vec::new()),
             task: Mutex::new(None),
         });
-        let deadline = sent + Duration::from_secs(resp.ttl() as u64);
         let task = tokio::spawn(keepalive(
             Arc::downgrade(&session),
             pool.clone(),
-            resp.id(),
-            Duration::from_secs(resp.ttl() as u64),
-            deadline,
+            id,
+            ttl,
+            sent + ttl,
         ));
         *session.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        tracing::debug!(
-            lease = format_args!("{:x}", resp.id()),
-            "etcd session started"
-        );
+        tracing::debug!(lease = format_args!("{id:x}"), "etcd session started");
         Ok(session)
+    }
+
+    /// The session's deadline, shared by its guards.
+    pub(crate) fn clock(&self) -> &Arc<LeaseClock> {
+        &self.clock
     }
 
     /// The lease id.
@@ -80,7 +75,7 @@ impl Session {
         g.retain(|c| c.get().is_live());
         g.push(cell.clone());
         if !self.is_alive() {
-            cell.mark_lost();
+            cell.mark_lost(LostReason::SessionExpired);
         }
     }
 
@@ -106,7 +101,7 @@ impl Session {
             );
         }
         self.each_guard(|c| {
-            c.mark_lost();
+            c.mark_lost(LostReason::SessionExpired);
         });
     }
 
@@ -146,13 +141,48 @@ pub(crate) fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
     }
 }
 
-/// A TTL in whole seconds for etcd: rounded up, at least 1.
-pub(crate) fn ttl_secs(d: Duration) -> i64 {
-    let mut s = d.as_secs();
-    if d.subsec_nanos() > 0 {
-        s += 1;
+/// A lease as etcd's TTL: whole seconds, at least 1, or `InvalidArgument` (etcd cannot keep
+/// another lease, and rounding would make the lease longer or shorter than asked).
+pub(crate) fn whole_seconds(d: Duration) -> Result<i64> {
+    if d.subsec_nanos() != 0 || d.as_secs() == 0 {
+        return Err(Error::invalid(format!(
+            "etcd leases are whole seconds (at least 1 s); {d:?} is not"
+        )));
     }
-    s.max(1) as i64
+    i64::try_from(d.as_secs()).map_err(|_| Error::invalid(format!("lease {d:?} is too long")))
+}
+
+/// Grants a lease of exactly `ttl`: returns its id and the instant before the grant was sent. A
+/// server that grants a longer TTL (its minimum) gets the lease revoked and the caller an
+/// `InvalidArgument`.
+pub(crate) async fn grant_exact(pool: &Arc<Pool>, ttl: Duration) -> Result<(i64, Instant)> {
+    let secs = whole_seconds(ttl)?;
+    let sent = Instant::now();
+    let resp = pool
+        .run("lease grant", false, |mut c| async move {
+            c.lease_grant(secs, None).await
+        })
+        .await?;
+    if resp.ttl() <= 0 {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            format!("etcd refused the lease: {}", resp.error()),
+        ));
+    }
+    if resp.ttl() != secs {
+        let id = resp.id();
+        let _ = pool
+            .run("lease revoke", true, |mut c| async move {
+                c.lease_revoke(id).await
+            })
+            .await;
+        return Err(Error::invalid(format!(
+            "etcd granted a {} s lease for the {secs} s asked (its minimum TTL); ask for at least {} s",
+            resp.ttl(),
+            resp.ttl()
+        )));
+    }
+    Ok((resp.id(), sent))
 }
 
 async fn keepalive(
@@ -163,6 +193,13 @@ async fn keepalive(
     mut deadline: Instant,
 ) {
     let period = (ttl / 3).max(Duration::from_millis(100));
+    // After a failure, try again soon (on the next endpoint), jittered so that the clients of a
+    // failed member do not all come back at once.
+    let mut retry = Backoff::new(
+        Duration::from_millis(100),
+        (period / 2).max(Duration::from_millis(200)),
+    )
+    .start();
     let mut stream = None;
     let mut next = Instant::now() + period;
     loop {
@@ -198,11 +235,14 @@ async fn keepalive(
             tokio::time::timeout(budget, renew(&pool, id, ttl.as_secs() as i64, &mut stream)).await;
         match outcome {
             Ok(Ok(granted)) if granted > 0 => {
-                deadline = sent + Duration::from_secs(granted as u64);
+                let granted = Duration::from_secs(granted as u64);
+                deadline = sent + granted;
+                s.clock.renewed(sent, granted);
                 // Suspect -> Held; mark_held leaves every other state alone.
                 s.each_guard(|c| {
                     c.mark_held();
                 });
+                retry.reset();
                 next = sent + period;
             }
             Ok(Ok(_)) => {
@@ -216,7 +256,7 @@ async fn keepalive(
                 s.each_guard(|c| {
                     c.mark_suspect();
                 });
-                next = Instant::now() + Duration::from_millis(200);
+                next = Instant::now() + retry.next_pause();
             }
             Err(_) => {
                 pool.failed(on);
@@ -224,7 +264,7 @@ async fn keepalive(
                 s.each_guard(|c| {
                     c.mark_suspect();
                 });
-                next = Instant::now() + Duration::from_millis(100);
+                next = Instant::now() + retry.next_pause();
             }
         }
     }

@@ -1,23 +1,26 @@
 //! TLS for `etcds://` URLs: the CA to trust and an optional client certificate, from options.
 
 use etcd_client::{Certificate, Identity, TlsOptions};
-use lockkit_core::{Error, LockConfig, Result};
+use lockkit_core::settings::Settings;
+use lockkit_core::{Error, Result};
+
+use crate::EtcdKey;
 
 /// TLS options from `tls_ca` (PEM file of the CA that signed the server's certificate; without
 /// it the server must present a certificate that a public root signed), `tls_cert` + `tls_key`
 /// (PEM files of a client certificate, for servers started with `--client-cert-auth`) and
 /// `tls_domain` (the name to check in the server's certificate, when it differs from the host
 /// in the URL).
-pub(crate) fn options(cfg: &LockConfig) -> Result<TlsOptions> {
+pub(crate) fn options(cfg: &Settings<EtcdKey>) -> Result<TlsOptions> {
     let mut tls = TlsOptions::new();
-    if let Some(ca) = cfg.option("tls_ca") {
-        tls = tls.ca_certificate(Certificate::from_pem(read(&ca, "tls_ca")?));
+    if let Some(ca) = cfg.get(EtcdKey::TlsCa) {
+        tls = tls.ca_certificate(Certificate::from_pem(read(ca, "tls_ca")?));
     }
-    match (cfg.option("tls_cert"), cfg.option("tls_key")) {
+    match (cfg.get(EtcdKey::TlsCert), cfg.get(EtcdKey::TlsKey)) {
         (Some(cert), Some(key)) => {
             tls = tls.identity(Identity::from_pem(
-                read(&cert, "tls_cert")?,
-                read(&key, "tls_key")?,
+                read(cert, "tls_cert")?,
+                read(key, "tls_key")?,
             ));
         }
         (None, None) => {}
@@ -27,7 +30,7 @@ pub(crate) fn options(cfg: &LockConfig) -> Result<TlsOptions> {
             ))
         }
     }
-    if let Some(domain) = cfg.option("tls_domain") {
+    if let Some(domain) = cfg.get(EtcdKey::TlsDomain) {
         tls = tls.domain_name(domain);
     }
     Ok(tls)
@@ -44,12 +47,12 @@ fn read(path: &str, option: &str) -> Result<Vec<u8>> {
 /// server's alert and sometimes only as a closed connection, which would look retryable.
 /// `None` when every handshake succeeds or fails for another reason.
 pub(crate) async fn refusal(
-    cfg: &LockConfig,
+    cfg: &Settings<EtcdKey>,
     hosts: &[lockkit_core::HostPort],
     timeout: std::time::Duration,
 ) -> Option<String> {
-    let ca = std::fs::read(cfg.option("tls_ca")?).ok()?;
-    let identity = match (cfg.option("tls_cert"), cfg.option("tls_key")) {
+    let ca = std::fs::read(cfg.get(EtcdKey::TlsCa)?).ok()?;
+    let identity = match (cfg.get(EtcdKey::TlsCert), cfg.get(EtcdKey::TlsKey)) {
         (Some(cert), Some(key)) => Some((std::fs::read(cert).ok()?, std::fs::read(key).ok()?)),
         _ => None,
     };
@@ -57,7 +60,7 @@ pub(crate) async fn refusal(
         ca: &ca,
         identity: identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
     };
-    let domain = cfg.option("tls_domain");
+    let domain = cfg.get(EtcdKey::TlsDomain).map(str::to_string);
     let hosts = hosts
         .iter()
         .map(|h| {

@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, WatchOptions};
-use lockkit_core::{Error, ErrorKind, Result, StateCell};
+use lockkit_core::spi::StateCell;
+use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -190,7 +191,7 @@ impl Mirror {
             .collect();
         for r in gone {
             if let Some(cell) = self.holders.remove(&r) {
-                cell.mark_lost();
+                cell.mark_lost(LostReason::Deleted);
             }
         }
     }
@@ -245,7 +246,7 @@ impl NameWatch {
         let mut m = self.mirror();
         m.synced = false;
         for (_, cell) in m.holders.drain() {
-            cell.mark_lost();
+            cell.mark_lost(LostReason::Closed);
         }
         for (n, _) in m.waiters.values() {
             n.notify_one();
@@ -306,7 +307,7 @@ impl NameWatch {
     pub(crate) fn add_holder(&self, rev: i64, cell: &StateCell) {
         let mut m = self.mirror();
         if m.standing(rev, Need::Shared) == Standing::Gone {
-            cell.mark_lost();
+            cell.mark_lost(LostReason::Deleted);
             return;
         }
         m.holders.insert(rev, cell.clone());
@@ -365,16 +366,16 @@ impl Drop for Slot {
 }
 
 async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
-    let mut backoff = Duration::from_millis(50);
+    let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).start();
     loop {
         let Some(prefix) = nw.upgrade().map(|n| n.prefix.clone()) else {
             return;
         };
         match session_of_watch(&nw, &pool, prefix).await {
-            Ok(()) => backoff = Duration::from_millis(50),
+            Ok(()) => retry.reset(),
             Err(e) => {
                 tracing::debug!("etcd lock watch broke: {e}");
-                if e.kind() == &ErrorKind::Auth {
+                if e.kind() == ErrorKind::Auth {
                     if let Some(n) = nw.upgrade() {
                         n.ready.send_replace(Readiness::Refused(e.to_string()));
                     }
@@ -386,8 +387,7 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
         } else {
             return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        retry.wait().await;
     }
 }
 

@@ -2,8 +2,8 @@
 //! user's role covers the key prefix `lockkit`. A user without that role, and the `lockkit` user
 //! under another prefix, are refused with a typed, non-retryable error.
 
-use lockkit_core::testing::{server_url, unique_name};
-use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
+use lockkit_core::{ErrorKind, LockConfig};
+use lockkit_testing::{server_url, unique_name};
 
 /// Connecting may already fail (etcd checks the password at once); otherwise the lock does.
 async fn refused(cfg: LockConfig) {
@@ -14,7 +14,7 @@ async fn refused(cfg: LockConfig) {
             mutex.try_lock().await.unwrap_err()
         }
     };
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
     assert!(!e.is_retryable());
 }
 

@@ -5,9 +5,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lockkit_core::testing::{free_port, tool_available};
-use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
+use lockkit_core::{ErrorKind, LockConfig};
 use lockkit_etcd::etcd_client::Client;
+use lockkit_testing::{free_port, tool_available};
 
 /// A private etcd, stopped (SIGKILL, then waited for) when dropped.
 struct PrivateEtcd {
@@ -87,7 +87,7 @@ async fn user_and_password() {
     let bad = lockkit_etcd::connect(&LockConfig::new(format!("etcd://root:wrong@{ep}")))
         .await
         .unwrap_err();
-    assert_eq!(bad.kind(), &ErrorKind::Auth, "{bad}");
+    assert_eq!(bad.kind(), ErrorKind::Auth, "{bad}");
     assert!(!bad.is_retryable());
     assert!(!format!("{bad:?}").contains("wrong"));
 
@@ -95,9 +95,9 @@ async fn user_and_password() {
     match anonymous {
         Ok(locks) => {
             let e = locks.mutex("a").unwrap().try_lock().await.unwrap_err();
-            assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+            assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
         }
-        Err(e) => assert_eq!(e.kind(), &ErrorKind::Auth, "{e}"),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Auth, "{e}"),
     }
 
     let mut cfg = LockConfig::new(format!("etcd://{ep}?lease_ttl=2s"));

@@ -2,17 +2,17 @@
 //! password, a server certificate the client does not trust and an expired or missing client
 //! certificate each give a typed, non-retryable error, quickly (the bound on time also rules out
 //! a client that keeps reconnecting until its connect timeout). The checks shared by every
-//! backend are `lockkit_core::testing::assert_refused` and `bad_credentials_suite!`.
+//! backend are `lockkit_testing::assert_refused` and `bad_credentials_suite!`.
 
 use std::time::Duration;
 
-use lockkit_core::testing::{
+use lockkit_core::{Error, ErrorKind, LockConfig};
+use lockkit_testing::{
     assert_refused, free_port, secure_certs, wait_for_port, BadCredential, PrivateServer,
 };
-use lockkit_core::{Error, ErrorKind, LockConfig};
 
 fn secure_url() -> Option<String> {
-    lockkit_core::testing::server_url("etcd_secure")
+    lockkit_testing::server_url("etcd_secure")
 }
 
 /// Connects with `url` and tries a lock; the error it ends in, checked for speed and kind.
@@ -20,7 +20,7 @@ async fn refused(url: String, secret: &str) -> Error {
     assert_refused(lockkit_etcd::connect(&LockConfig::new(url)), secret).await
 }
 
-lockkit_core::bad_credentials_suite!(secure_url, refused);
+lockkit_testing::bad_credentials_suite!(secure_url, refused);
 
 /// A private etcd presenting a certificate that expired in 2020 is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,5 +48,5 @@ async fn expired_server_certificate_is_refused() {
     wait_for_port(port, within, every, "the private etcd").await;
     let (bad, pw) = BadCredential::ServerAt(port).apply(&url);
     let e = refused(bad, &pw).await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }

@@ -5,9 +5,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lockkit_core::testing::{free_port, tool_available};
-use lockkit_core::{DistLockExt, LockConfig, LockState};
+use lockkit_core::{LockConfig, LockState};
 use lockkit_etcd::etcd_client::Client;
+use lockkit_testing::{free_port, tool_available};
 
 struct Member {
     child: Option<Child>,
@@ -118,7 +118,7 @@ async fn killing_the_current_member_fails_over() {
     };
     let url = format!("etcd://{}?lease_ttl=3s", cluster.endpoints().join(","));
     let mut cfg = LockConfig::new(url);
-    cfg.command_timeout = Duration::from_secs(1);
+    cfg.command_timeout = Some(Duration::from_secs(1));
     let a = lockkit_etcd::connect(&cfg).await.unwrap();
     let b = lockkit_etcd::connect(&cfg).await.unwrap();
     let g = a.mutex("held").unwrap().lock().await.unwrap();

@@ -7,11 +7,11 @@
 //! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
 //! at a time) and start them again even if they fail. Also: a 2 s lease outlives a hang of the
 //! follower the handle talks to (the keepalive moves to another endpoint). The fault checks are
-//! those of `lockkit_core::testing::failover`.
+//! those of `lockkit_testing::failover`.
 
-use lockkit_core::testing::failover::{outlives_a_pause, serial, Cluster};
-use lockkit_core::testing::unique_name;
-use lockkit_core::{DistLockExt, LockConfig, Locks};
+use lockkit_core::{LockConfig, Locks};
+use lockkit_testing::failover::{outlives_a_pause, serial, Cluster};
+use lockkit_testing::unique_name;
 
 const CLUSTER: Cluster = Cluster {
     url_name: "etcd_cluster",
@@ -23,7 +23,7 @@ async fn connect(url: String) -> Locks {
     lockkit_etcd::connect(&LockConfig::new(url)).await.unwrap()
 }
 
-lockkit_core::failover_suite!(CLUSTER, connect);
+lockkit_testing::failover_suite!(CLUSTER, connect);
 
 /// A 2 s lease outlives a 4 s hang (SIGSTOP) of the follower the handle talks to (its first
 /// endpoint): the keepalive gives up on the hung member and renews through another one, so the

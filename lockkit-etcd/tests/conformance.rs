@@ -1,12 +1,7 @@
 //! The lockkit conformance suite against a real etcd (`LOCKKIT_TEST_ETCD_URL`).
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("etcd")?;
-    Some(
-        lockkit_etcd::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("etcd").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit_etcd::connect);

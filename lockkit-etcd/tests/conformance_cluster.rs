@@ -2,13 +2,8 @@
 //! (`LOCKKIT_TEST_ETCD_CLUSTER_URL`, every member's endpoint; started by
 //! `scripts/services.sh up --cluster`).
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("etcd_cluster")?;
-    Some(
-        lockkit_etcd::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("etcd_cluster").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit_etcd::connect);

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{eventually, name, url};
-use lockkit_core::{DistLockExt, ErrorKind, LockConfig, LockState};
+use lockkit_core::{ErrorKind, LockConfig, LockState};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -45,8 +45,8 @@ impl Drop for Outage {
 
 async fn connect(url: &str, query: &str) -> lockkit_core::Locks {
     let mut cfg = LockConfig::new(format!("{url}?{query}"));
-    cfg.command_timeout = Duration::from_secs(1);
-    cfg.connect_timeout = Duration::from_secs(1);
+    cfg.command_timeout = Some(Duration::from_secs(1));
+    cfg.connect_timeout = Some(Duration::from_secs(1));
     lockkit_etcd::connect(&cfg).await.unwrap()
 }
 

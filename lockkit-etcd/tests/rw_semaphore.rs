@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::{connect, name, url};
-use lockkit_core::{AcquireOptions, ReadWriteLockExt, SemaphoreExt};
+use lockkit_core::AcquireOptions;
 
 const SOON: Duration = Duration::from_secs(5);
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lockkit_core::testing::{free_port, make_test_certs, tool_available};
-use lockkit_core::{DistLockExt, LockConfig};
+use lockkit_core::LockConfig;
+use lockkit_testing::{free_port, make_test_certs, tool_available};
 
 /// A private TLS etcd, killed and waited for when dropped.
 struct TlsEtcd {
@@ -85,8 +85,8 @@ impl TlsEtcd {
                 self.dir.join("ca.pem").display().to_string(),
             );
         }
-        cfg.connect_timeout = Duration::from_secs(2);
-        cfg.command_timeout = Duration::from_secs(2);
+        cfg.connect_timeout = Some(Duration::from_secs(2));
+        cfg.command_timeout = Some(Duration::from_secs(2));
         cfg
     }
 }
@@ -149,9 +149,9 @@ async fn tls_options_are_checked() {
     cfg.options
         .insert("tls_ca".into(), "/nonexistent/ca.pem".into());
     let e = lockkit_etcd::connect(&cfg).await.unwrap_err();
-    assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{e}");
+    assert_eq!(e.kind(), lockkit_core::ErrorKind::Config, "{e}");
     let mut cfg = LockConfig::new("etcds://127.0.0.1:1");
     cfg.options.insert("tls_cert".into(), "/x.pem".into());
     let e = lockkit_etcd::connect(&cfg).await.unwrap_err();
-    assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{e}");
+    assert_eq!(e.kind(), lockkit_core::ErrorKind::Config, "{e}");
 }

@@ -16,7 +16,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockkit_core::{DistLockExt, LockConfig, ReadWriteLockExt, SemaphoreExt};
+use lockkit_core::LockConfig;
 use lockkit_redis::redis;
 
 const EXCLUSIVE: i64 = 1000;

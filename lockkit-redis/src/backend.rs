@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore};
 use lockkit_core::{
-    async_trait, Backend, BackendKind, Capabilities, DistLock, Error, HoldMode, HolderInfo,
-    LockInfo, Primitive, Result, WaiterInfo,
+    async_trait, BackendKind, Capabilities, Error, HoldMode, HolderInfo, LockInfo, Primitive,
+    Result, Support, WaiterInfo,
 };
 use redis::{FromRedisValue, Script, ScriptInvocation};
 use tokio::task::JoinHandle;
@@ -168,7 +169,7 @@ impl Inner {
             Ok(())
         } else {
             self.watchdog.lost(id);
-            Err(Error::not_held(name))
+            Err(Error::lost(name))
         }
     }
 
@@ -222,22 +223,11 @@ impl Inner {
     }
 }
 
-/// Rejects a lease the server cannot express (PEXPIRE takes whole milliseconds).
-pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease < Duration::from_millis(1) {
-        return Err(Error::new(
-            lockkit_core::ErrorKind::InvalidArgument,
-            "a Redis lease must be at least 1ms",
-        ));
-    }
-    Ok(())
-}
-
 /// The Redis backend of one [`Locks`](lockkit_core::Locks) handle. Its background tasks (the
 /// watchdog, the pub/sub keeper, and the Sentinel follower) stop when it is dropped.
 pub struct RedisBackend {
     inner: Arc<Inner>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -250,10 +240,7 @@ impl std::fmt::Debug for RedisBackend {
 
 impl Drop for RedisBackend {
     fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-        self.inner.watchdog.abandon_all();
+        self.stop();
     }
 }
 
@@ -288,7 +275,23 @@ impl RedisBackend {
         });
         let mut tasks = vec![watchdog_task, keeper_task];
         tasks.extend(follower);
-        Ok(RedisBackend { inner, tasks })
+        Ok(RedisBackend {
+            inner,
+            tasks: std::sync::Mutex::new(tasks),
+        })
+    }
+
+    /// Stops the background tasks; whatever the watchdog still watched turns Lost.
+    fn stop(&self) {
+        for t in self
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+        self.inner.watchdog.abandon_all();
     }
 
     /// This client's id: the `<client-uuid>` part of its owner fields.
@@ -319,54 +322,51 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::mutex_only();
-        caps.fixed_lease = true;
-        caps.fair = true;
-        caps.rwlock = true;
-        caps.semaphore = true;
-        caps.cross_process = true;
-        caps
+        // The mutex serves its queue in order and `fair` also stops newcomers barging in; the
+        // RW lock and the semaphore have no fair mode.
+        let shared = Support::all()
+            .fair(false)
+            .inspect(false)
+            .remaining_lease(false);
+        Capabilities::new(Support::all())
+            .with_rwlock(shared)
+            .with_semaphore(shared)
     }
 
-    fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
-        Ok(Arc::new(RedisMutex::new(self.inner.clone(), name)?))
+    fn default_lease(&self) -> Duration {
+        self.inner.settings.lease
     }
 
-    fn rwlock(&self, name: &str) -> Result<Arc<dyn lockkit_core::ReadWriteLock>> {
-        Ok(Arc::new(crate::shared::RedisRwLock::new(
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
+        Ok(Box::new(RedisMutex::new(self.inner.clone(), name)?))
+    }
+
+    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
+        Ok(Box::new(crate::shared::RedisRwLock::new(
             self.inner.clone(),
             name,
         )?))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn lockkit_core::Semaphore>> {
-        Ok(Arc::new(crate::shared::RedisSemaphore::new(
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+        Ok(Box::new(crate::shared::RedisSemaphore::new(
             self.inner.clone(),
             name,
             permits,
         )?))
     }
 
-    /// Releases every lock, read lock and permit this client holds (owner-checked) and marks
-    /// their guards Lost. The handle stays usable.
+    /// The core has released every guard of the handle (owner-checked, handing locks to their
+    /// next waiters); what remains is to stop the background tasks.
     async fn close(&self) -> Result<()> {
-        let held = self.inner.watchdog.take_all();
-        let mut first_error = None;
-        for (kind, key, owner, state) in held {
-            let mut inv = self.inner.scripts.drop_owned.prepare_invoke();
-            inv.key(&key).arg(&owner).arg(kind.code());
-            if let Err(e) = self.inner.invoke::<i64>(&inv, "close").await {
-                first_error.get_or_insert(e);
-            }
-            state.mark_lost();
-        }
-        first_error.map_or(Ok(()), Err)
+        self.stop();
+        Ok(())
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
         if primitive != Primitive::Mutex {
             return Err(Error::unsupported(format!(
-                "the Redis backend cannot inspect a {primitive:?} yet"
+                "the Redis backend cannot inspect a {primitive:?}"
             )));
         }
         let keys = self.inner.keys(name)?;

@@ -3,27 +3,37 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lockkit_core::settings::Settings as Common;
 use lockkit_core::{Error, LockConfig, Result, Scheme};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
-/// Every option the Redis backend reads (URL query parameters or `LockConfig::options`).
-pub(crate) const OPTIONS: &[&str] = &[
-    "prefix",
-    "lease",
-    "connect_timeout",
-    "command_timeout",
-    "wait_replicas",
-    "wait_timeout",
-    "fence_ttl",
-    "waiter_heartbeat",
-    "fair_heartbeat",
-    "redisson_compat",
-    "tls_ca",
-    "tls_cert",
-    "tls_key",
-    "sentinel_username",
-    "sentinel_password",
-];
+lockkit_core::option_keys! {
+    /// The Redis backend's own options (URL query or `LockConfig::options`).
+    pub enum RedisKey {
+        /// `wait_replicas`: replicas that must acknowledge an acquire (`WAIT`).
+        WaitReplicas = "wait_replicas",
+        /// `wait_timeout`: how long an acquire waits for them.
+        WaitTimeout = "wait_timeout",
+        /// `fence_ttl`: how long an idle lock's fencing counter is kept.
+        FenceTtl = "fence_ttl",
+        /// `waiter_heartbeat`: how often a queued waiter refreshes its place.
+        WaiterHeartbeat = "waiter_heartbeat",
+        /// `fair_heartbeat`: the older name of `waiter_heartbeat`.
+        FairHeartbeat = "fair_heartbeat",
+        /// `redisson_compat`: Redisson's key layouts and channels.
+        RedissonCompat = "redisson_compat",
+        /// `tls_ca`: PEM file of the CA to trust (`rediss://`).
+        TlsCa = "tls_ca",
+        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
+        TlsCert = "tls_cert",
+        /// `tls_key`: PEM file of the client certificate's private key.
+        TlsKey = "tls_key",
+        /// `sentinel_username`: the Sentinels' own user.
+        SentinelUsername = "sentinel_username",
+        /// `sentinel_password`: the Sentinels' own password.
+        SentinelPassword = "sentinel_password",
+    }
+}
 
 /// Which Redis deployment the URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,10 +173,10 @@ impl std::fmt::Debug for TlsFiles {
 }
 
 impl TlsFiles {
-    fn from_config(cfg: &LockConfig, tls: bool) -> Result<TlsFiles> {
-        let path = |k: &str| cfg.option(k).map(PathBuf::from);
-        let ca = path("tls_ca");
-        let client = match (path("tls_cert"), path("tls_key")) {
+    fn from_settings(cfg: &Common<RedisKey>, tls: bool) -> Result<TlsFiles> {
+        let path = |k: RedisKey| cfg.get(k).map(PathBuf::from);
+        let ca = path(RedisKey::TlsCa);
+        let client = match (path(RedisKey::TlsCert), path(RedisKey::TlsKey)) {
             (Some(c), Some(k)) => Some((c, k)),
             (None, None) => None,
             _ => {
@@ -207,7 +217,8 @@ impl std::fmt::Debug for Settings {
 
 impl Settings {
     pub(crate) fn from_config(cfg: &LockConfig) -> Result<Settings> {
-        let url = cfg.server_url()?;
+        let common = Common::<RedisKey>::parse(cfg)?;
+        let url = common.url();
         if url.scheme.backend() != lockkit_core::BackendKind::Redis {
             return Err(Error::config(format!(
                 "the Redis backend takes redis://, rediss://, redis+sentinel:// or \
@@ -215,18 +226,7 @@ impl Settings {
                 url.scheme
             )));
         }
-        let known = |k: &str| OPTIONS.contains(&k);
-        for (k, _) in &url.params {
-            if !known(k) {
-                return Err(unknown_option(k));
-            }
-        }
-        for k in cfg.options.keys() {
-            if !known(k) {
-                return Err(unknown_option(k));
-            }
-        }
-        let (topology, db) = Topology::from_url(&url)?;
+        let (topology, db) = Topology::from_url(url)?;
         let host = &url.hosts[0];
         let addr = if url.scheme == Scheme::Rediss {
             tls_addr(&host.host, host.port)?
@@ -247,20 +247,17 @@ impl Settings {
         let info = base.clone().set_redis_settings(redis.clone());
         let pubsub_info = base.set_redis_settings(redis.set_protocol(ProtocolVersion::RESP3));
 
-        let prefix = cfg.prefix();
+        let prefix = common.prefix().to_string();
         if prefix.contains(['{', '}']) || prefix.is_empty() {
             return Err(Error::config(format!(
                 "key prefix {prefix:?} must be non-empty and hold no '{{' or '}}' (they would \
                  change the cluster hash tag)"
             )));
         }
-        let lease = cfg.default_lease()?;
-        let wait_replicas = match cfg.option("wait_replicas") {
-            None => 0,
-            Some(v) => v.parse().map_err(|_| {
-                Error::config(format!("option wait_replicas={v:?} is not a replica count"))
-            })?,
-        };
+        let lease = common.lease();
+        let wait_replicas = common
+            .value(RedisKey::WaitReplicas, "a replica count")?
+            .unwrap_or(0);
         if wait_replicas > 0 && matches!(topology, Topology::Cluster { .. }) {
             return Err(Error::config(
                 "option wait_replicas is not supported with redis+cluster:// (WAIT would have \
@@ -269,8 +266,8 @@ impl Settings {
         }
         let sentinel_auth =
             match (
-                cfg.option("sentinel_username"),
-                cfg.option("sentinel_password"),
+                common.get(RedisKey::SentinelUsername).map(str::to_string),
+                common.get(RedisKey::SentinelPassword),
             ) {
                 (None, None) => None,
                 _ if !matches!(topology, Topology::Sentinel { .. }) => return Err(Error::config(
@@ -290,26 +287,24 @@ impl Settings {
             pubsub_info,
             prefix,
             lease,
-            connect_timeout: cfg.duration_option("connect_timeout", cfg.connect_timeout)?,
-            command_timeout: cfg.duration_option("command_timeout", cfg.command_timeout)?,
+            connect_timeout: common.connect_timeout(),
+            command_timeout: common.command_timeout(),
             wait_replicas,
-            wait_timeout: cfg.duration_option("wait_timeout", Duration::from_secs(1))?,
-            fence_ttl: cfg.duration_option("fence_ttl", Duration::from_secs(3600))?,
+            wait_timeout: common
+                .duration(RedisKey::WaitTimeout)?
+                .unwrap_or(Duration::from_secs(1)),
+            fence_ttl: common
+                .duration(RedisKey::FenceTtl)?
+                .unwrap_or(Duration::from_secs(3600)),
             // `fair_heartbeat`: its name from when only fair waiters had one.
-            waiter_heartbeat: cfg.duration_option(
-                "waiter_heartbeat",
-                cfg.duration_option("fair_heartbeat", Duration::from_secs(1))?,
-            )?,
-            tls: TlsFiles::from_config(cfg, url.scheme == Scheme::Rediss)?,
-            redisson_compat: match cfg.option("redisson_compat").as_deref() {
-                None | Some("false" | "0" | "no") => false,
-                Some("true" | "1" | "yes") => true,
-                Some(v) => {
-                    return Err(Error::config(format!(
-                        "option redisson_compat={v:?} is not true or false"
-                    )))
-                }
+            waiter_heartbeat: match common.duration(RedisKey::WaiterHeartbeat)? {
+                Some(d) => d,
+                None => common
+                    .duration(RedisKey::FairHeartbeat)?
+                    .unwrap_or(Duration::from_secs(1)),
             },
+            tls: TlsFiles::from_settings(&common, url.scheme == Scheme::Rediss)?,
+            redisson_compat: common.flag(RedisKey::RedissonCompat)?.unwrap_or(false),
         };
         for (what, d) in [
             ("lease", settings.lease),
@@ -324,13 +319,6 @@ impl Settings {
         }
         Ok(settings)
     }
-}
-
-fn unknown_option(k: &str) -> Error {
-    Error::config(format!(
-        "unknown Redis option {k:?}; known options: {}",
-        OPTIONS.join(", ")
-    ))
 }
 
 #[cfg(feature = "tls")]
@@ -400,7 +388,7 @@ mod tests {
             "redis+sentinel://s1/m?sentinel_username=u",
         ] {
             let e = parse(bad).err().unwrap_or_else(|| panic!("{bad} parsed"));
-            assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{bad}");
+            assert_eq!(e.kind(), lockkit_core::ErrorKind::Config, "{bad}");
         }
     }
 

@@ -6,14 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::{
-    async_trait, AcquireOptions, DistLock, Error, ErrorKind, FencingToken, GuardParts, Held,
-    HoldRegistry, Lease, LockGuard, Result, StateCell,
-};
+use lockkit_core::spi::{GuardParts, Held, LeaseClock, RawMutex, Request, StateCell};
+use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation, Value};
 use tokio::time::Instant;
 
-use crate::backend::{check_lease, Inner};
+use crate::backend::Inner;
 use crate::keys::LockKeys;
 use crate::watchdog::Watched;
 
@@ -46,7 +44,6 @@ pub(crate) struct RedisMutex {
     inner: Arc<Inner>,
     name: Arc<str>,
     keys: Arc<LockKeys>,
-    holds: HoldRegistry,
 }
 
 impl RedisMutex {
@@ -56,7 +53,6 @@ impl RedisMutex {
             inner,
             name: name.into(),
             keys,
-            holds: HoldRegistry::new(),
         })
     }
 
@@ -109,8 +105,8 @@ impl RedisMutex {
         ))
     }
 
-    /// The guard of a new ownership whose server expiry, `expiry`, was set no earlier than
-    /// `sent_at`.
+    /// The guard parts of a new ownership whose server expiry, `expiry`, was set no earlier
+    /// than `sent_at`.
     fn guard(
         &self,
         owner: String,
@@ -119,8 +115,8 @@ impl RedisMutex {
         sent_at: Instant,
         expiry: Duration,
         fair: bool,
-    ) -> LockGuard {
-        let state = StateCell::new();
+    ) -> GuardParts {
+        let state = StateCell::new(LeaseClock::starting(sent_at, expiry));
         let id = self.inner.watchdog.register(Watched {
             kind: crate::watchdog::RenewKind::Hash,
             key: self.keys.lock.clone(),
@@ -139,44 +135,27 @@ impl RedisMutex {
             id,
             fair,
         };
-        let guard = LockGuard::new(GuardParts::new(
-            self.name.clone(),
-            FencingToken(token),
-            lease,
-            state,
-            Box::new(held),
-        ));
-        self.holds.track(&guard);
-        guard
+        GuardParts::new(FencingToken(token), lease, state, Box::new(held))
     }
 }
 
 #[async_trait]
-impl DistLock for RedisMutex {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
+impl RawMutex for RedisMutex {
     /// # Cancel safety
     /// Dropping the future leaves no lock behind: an acquire whose reply was not seen is undone
     /// in the background by its (unique) owner field, and a waiter leaves the queue the same way
     /// (passing on a lock handed to it meanwhile). Its share of the channel subscription is
     /// dropped with it.
-    async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        check_lease(opts.lease.duration())?;
-        match (self.inner.settings.redisson_compat, opts.fair) {
-            (false, _) => queue::acquire(self, opts).await,
-            (true, false) => redisson::acquire(self, opts).await,
-            (true, true) => redisson::acquire_fair(self, opts).await,
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+        match (self.inner.settings.redisson_compat, req.fair()) {
+            (false, _) => queue::acquire(self, req).await,
+            (true, false) => redisson::acquire(self, req).await,
+            (true, true) => redisson::acquire_fair(self, req).await,
         }
     }
 
     async fn is_locked(&self) -> Result<bool> {
         Ok(probe(&self.inner, &self.keys).await?.locked)
-    }
-
-    async fn hold_count(&self) -> Result<u32> {
-        Ok(self.holds.hold_count())
     }
 
     async fn force_unlock(&self) -> Result<bool> {
@@ -265,22 +244,11 @@ impl Held for RedisHeld {
         {
             Ok(())
         } else {
-            Err(Error::not_held(&self.name))
+            Err(Error::lost(&self.name))
         }
     }
 
-    fn release_in_background(&self) {
-        self.inner.watchdog.unregister(self.id);
-        let (keys, owner, fair) = (self.keys.clone(), self.owner.clone(), self.fair);
-        self.inner.in_background(|inner| async move {
-            if let Err(e) = inner.release_mutex(&keys, &owner, fair).await {
-                tracing::debug!(error = %e, "lockkit: background release failed; the lease will end it");
-            }
-        });
-    }
-
     async fn extend(&self, lease: Duration) -> Result<()> {
-        check_lease(lease)?;
         let renew = &self.inner.scripts.renew;
         self.inner
             .extend(

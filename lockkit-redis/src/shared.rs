@@ -7,13 +7,13 @@ mod redisson;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::{
-    async_trait, AcquireOptions, Error, ErrorKind, FencingToken, GuardParts, Held, Lease, Permit,
-    ReadGuard, ReadWriteLock, Result, Semaphore, StateCell, WriteGuard,
+use lockkit_core::spi::{
+    GuardParts, Held, LeaseClock, RawRwLock, RawSemaphore, Request, StateCell,
 };
+use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
-use crate::backend::{check_lease, Inner};
+use crate::backend::Inner;
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 
@@ -166,12 +166,11 @@ impl Core {
         inv
     }
 
-    async fn acquire(&self, mode: Mode, opts: &AcquireOptions) -> Result<Option<Acquired>> {
-        let lease = opts.lease.duration();
-        check_lease(lease)?;
+    async fn acquire(&self, mode: Mode, req: &Request) -> Result<Option<Acquired>> {
+        let lease = req.lease().duration();
         let settings = &self.inner.settings;
         let heartbeat = settings.waiter_heartbeat;
-        let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+        let give_up_at = req.deadline();
         let member = mode.member(self.layout, self.inner.new_owner());
         let mut sub: Option<crate::pubsub::Subscription> = None;
         let mut woken = false;
@@ -197,7 +196,7 @@ impl Core {
             let sent_at = Instant::now();
             let (ok, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
                 Ok(r) => r,
-                Err(e) if e.kind() == &ErrorKind::WrongType => {
+                Err(e) if e.kind() == ErrorKind::WrongType => {
                     pending.armed = false;
                     return Err(e);
                 }
@@ -253,7 +252,7 @@ impl Core {
     }
 
     fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
-        let state = StateCell::new();
+        let state = StateCell::new(LeaseClock::starting(got.sent_at, lease.duration()));
         let id = self.inner.watchdog.register(Watched {
             kind: mode.renew_kind(self.layout),
             key: mode.owned_key(self.layout, &self.keys).to_string(),
@@ -275,17 +274,7 @@ impl Core {
             token: got.token,
             lease,
         };
-        let parts = GuardParts::new(
-            self.name.clone(),
-            FencingToken(got.token),
-            lease,
-            state,
-            Box::new(held),
-        );
-        match mode {
-            Mode::Permits(n) => parts.with_permits(n),
-            _ => parts,
-        }
+        GuardParts::new(FencingToken(got.token), lease, state, Box::new(held))
     }
 
     /// Whether anyone holds the read-write lock.
@@ -342,30 +331,16 @@ impl RedisRwLock {
     }
 }
 
-fn no_fair() -> Error {
-    Error::unsupported("fair order is offered for the Redis mutex only")
-}
-
 #[async_trait]
-impl ReadWriteLock for RedisRwLock {
-    fn name(&self) -> &str {
-        &self.core.name
+impl RawRwLock for RedisRwLock {
+    async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let got = self.core.acquire(Mode::Read, req).await?;
+        Ok(got.map(|g| self.core.parts(Mode::Read, g, req.lease())))
     }
 
-    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
-        if opts.fair {
-            return Err(no_fair());
-        }
-        let got = self.core.acquire(Mode::Read, opts).await?;
-        Ok(got.map(|g| ReadGuard::new(self.core.parts(Mode::Read, g, opts.lease))))
-    }
-
-    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
-        if opts.fair {
-            return Err(no_fair());
-        }
-        let got = self.core.acquire(Mode::Write, opts).await?;
-        Ok(got.map(|g| WriteGuard::new(self.core.parts(Mode::Write, g, opts.lease))))
+    async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let got = self.core.acquire(Mode::Write, req).await?;
+        Ok(got.map(|g| self.core.parts(Mode::Write, g, req.lease())))
     }
 
     async fn is_locked(&self) -> Result<bool> {
@@ -417,22 +392,10 @@ impl RedisSemaphore {
 }
 
 #[async_trait]
-impl Semaphore for RedisSemaphore {
-    fn name(&self) -> &str {
-        &self.core.name
-    }
-
-    fn permits(&self) -> u32 {
-        self.core.capacity
-    }
-
-    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        lockkit_core::check_permits(n, self.core.capacity)?;
-        if opts.fair {
-            return Err(no_fair());
-        }
-        let got = self.core.acquire(Mode::Permits(n), opts).await?;
-        Ok(got.map(|g| Permit::new(self.core.parts(Mode::Permits(n), g, opts.lease))))
+impl RawSemaphore for RedisSemaphore {
+    async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
+        let got = self.core.acquire(Mode::Permits(n), req).await?;
+        Ok(got.map(|g| self.core.parts(Mode::Permits(n), g, req.lease())))
     }
 
     async fn available(&self) -> Result<u32> {
@@ -462,21 +425,8 @@ impl Held for SharedHeld {
         if release(&self.inner, self.layout, &self.keys, &self.member, code).await? {
             Ok(())
         } else {
-            Err(Error::not_held(&self.name))
+            Err(Error::lost(&self.name))
         }
-    }
-
-    fn release_in_background(&self) {
-        self.inner.watchdog.unregister(self.id);
-        let (keys, member, code) = (
-            self.keys.clone(),
-            self.member.clone(),
-            self.mode.release_code(),
-        );
-        let layout = self.layout;
-        self.inner.in_background(|inner| async move {
-            let _ = release(&inner, layout, &keys, &member, code).await;
-        });
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
@@ -534,7 +484,7 @@ impl Held for SharedHeld {
         let sent_at = Instant::now();
         if self.inner.invoke::<i64>(&inv, "downgrade").await? != 1 {
             self.inner.watchdog.lost(self.id);
-            return Err(Error::not_held(&self.name));
+            return Err(Error::lost(&self.name));
         }
         self.inner.watchdog.unregister(self.id);
         let core = Core {

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lockkit_core::StateCell;
+use lockkit_core::spi::StateCell;
+use lockkit_core::LostReason;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -60,9 +61,6 @@ struct Entry {
     owner: String,
     lease: Duration,
     renew: bool,
-    /// When the lock may have expired on the server: the monotonic time taken before the last
-    /// successful acquire or renewal was sent, plus the expiry it set.
-    deadline: Instant,
     /// The expiry the server set last: the lease, or the shorter one of a hand-off until the
     /// first renewal.
     window: Duration,
@@ -113,10 +111,9 @@ impl Watchdog {
         } else {
             w.sent_at + w.expiry / 3
         };
-        let deadline = w.sent_at + w.expiry;
+        let deadline = w.state.clock().deadline().unwrap_or(w.sent_at + w.expiry);
         let first_look = if w.renew { next_due } else { deadline };
         let entry = Entry {
-            deadline,
             window: w.expiry,
             next_due,
             kind: w.kind,
@@ -142,10 +139,11 @@ impl Watchdog {
         self.lock().remove(&id);
     }
 
-    /// A fixed lease was extended by a command sent at `sent_at`.
+    /// A fixed lease was extended to `lease` by a command sent at `sent_at`: the guard's
+    /// deadline moves there, shorter or longer, and the task looks again by then.
     pub(crate) fn extended(&self, id: u64, sent_at: Instant, lease: Duration) {
         if let Some(e) = self.lock().get_mut(&id) {
-            e.deadline = e.deadline.max(sent_at + lease);
+            e.state.clock().renewed(sent_at, lease);
             e.lease = lease;
             e.window = lease;
         }
@@ -155,7 +153,7 @@ impl Watchdog {
     /// The ownership is gone on the server.
     pub(crate) fn lost(&self, id: u64) {
         if let Some(e) = self.lock().remove(&id) {
-            e.state.mark_lost();
+            e.state.mark_lost(LostReason::Deleted);
         }
     }
 
@@ -164,18 +162,10 @@ impl Watchdog {
         self.lock().len()
     }
 
-    /// Takes every watched ownership out of the watchdog: (kind, key, owner, state).
-    pub(crate) fn take_all(&self) -> Vec<(RenewKind, String, String, StateCell)> {
-        self.lock()
-            .drain()
-            .map(|(_, e)| (e.kind, e.key, e.owner, e.state))
-            .collect()
-    }
-
     /// The client is going away: nobody renews any more.
     pub(crate) fn abandon_all(&self) {
         for (_, e) in self.lock().drain() {
-            e.state.mark_lost();
+            e.state.mark_lost(LostReason::Closed);
         }
     }
 
@@ -189,21 +179,23 @@ impl Watchdog {
         let mut wake = now + IDLE_LOOK;
         let mut entries = self.lock();
         entries.retain(|_, e| {
-            if now < e.deadline {
+            // The guard's deadline: it reads Lost from then on, whatever happens here.
+            let Some(deadline) = e.state.clock().deadline() else {
+                return true;
+            };
+            if now < deadline && e.state.get().is_live() {
                 return true;
             }
-            if !e.renew && e.state.get() == lockkit_core::LockState::Held {
-                // A fixed lease that ran its course: the server expires it at about the same
-                // moment (a little later, by the request's one-way latency). Remove it there
-                // first, so nobody who sees the guard Lost can still find the lock held.
+            if !e.renew {
+                // A fixed lease that ran its course: the server expires it a moment later (by
+                // the guard's margin). Remove it there now, so the next holder need not wait.
                 expired.push(Expired {
                     kind: e.kind,
                     key: e.key.clone(),
                     owner: e.owner.clone(),
                     state: e.state.clone(),
                 });
-            } else {
-                e.state.mark_lost();
+            } else if e.state.mark_lost(LostReason::LeaseExpired) {
                 tracing::warn!(lock = %e.key, "lockkit: lease deadline passed without renewal");
             }
             false
@@ -214,7 +206,7 @@ impl Watchdog {
                 e.in_flight = true;
                 due.push((e.kind, (*id, e.key.clone(), e.owner.clone(), e.lease)));
             }
-            let mut at = e.deadline;
+            let mut at = e.state.clock().deadline().unwrap_or(wake);
             if e.renew && !e.in_flight {
                 at = at.min(e.next_due);
             }
@@ -234,13 +226,13 @@ impl Watchdog {
             e.in_flight = false;
             match result.as_ref().map(|r| r.get(i).copied().unwrap_or(0)) {
                 Some(1) => {
-                    e.deadline = e.deadline.max(sent_at + *lease);
+                    e.state.clock().renewed(sent_at, *lease);
                     e.window = *lease;
                     e.next_due = sent_at + *lease / 3;
                     e.state.mark_held();
                 }
                 Some(_) => {
-                    e.state.mark_lost();
+                    e.state.mark_lost(LostReason::Deleted);
                     tracing::warn!(lock = %e.key, "lockkit: lock gone or taken over at renewal");
                     entries.remove(id);
                 }
@@ -293,7 +285,7 @@ pub(crate) async fn run(
                 let mut call = scripts.drop_owned.prepare_invoke();
                 call.key(&e.key).arg(&e.owner).arg(e.kind.code());
                 let _ = tokio::time::timeout(limit, call.invoke_async::<i64>(&mut conn)).await;
-                e.state.mark_lost();
+                e.state.mark_lost(LostReason::LeaseExpired);
             });
         }
         let (hashes, sets): (Vec<_>, Vec<_>) =

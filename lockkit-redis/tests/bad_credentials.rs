@@ -2,18 +2,18 @@
 //! password, a server certificate the client does not trust and an expired client certificate
 //! each give a typed, non-retryable error, quickly, without a reconnect storm (counted with
 //! the server's `total_connections_received`). The checks shared by every backend are
-//! `lockkit_core::testing::assert_refused` and `bad_credentials_suite!`.
+//! `lockkit_testing::assert_refused` and `bad_credentials_suite!`.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{free_port, PrivateRedis};
-use lockkit_core::testing::{assert_refused, secure_certs, wait_for_port, BadCredential};
 use lockkit_core::{Error, ErrorKind, LockConfig};
+use lockkit_testing::{assert_refused, secure_certs, wait_for_port, BadCredential};
 
 fn secure_url() -> Option<String> {
-    lockkit_core::testing::server_url("redis_secure")
+    lockkit_testing::server_url("redis_secure")
 }
 
 /// The connections the server has accepted so far, asked with `redis-cli` as the admin identity.
@@ -62,7 +62,7 @@ async fn refused(url: String, secret: &str) -> Error {
     e
 }
 
-lockkit_core::bad_credentials_suite!(secure_url, refused);
+lockkit_testing::bad_credentials_suite!(secure_url, refused);
 
 /// A private redis-server presenting a certificate that expired in 2020 is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,5 +92,5 @@ async fn expired_server_certificate_is_refused() {
     wait_for_port(port, within, every, "the private redis-server's TLS port").await;
     let (bad, pw) = BadCredential::ServerAt(port).apply(&url);
     let e = refused(bad, &pw).await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }

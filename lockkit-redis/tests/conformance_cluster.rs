@@ -1,21 +1,20 @@
 //! The lockkit conformance suite against a Redis Cluster (`LOCKKIT_TEST_REDIS_CLUSTER_URL`,
 //! e.g. `redis+cluster://127.0.0.1:16410,…`, as `scripts/services.sh up --cluster` prints it).
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("redis_cluster")?;
-    Some(
-        lockkit_redis::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("redis_cluster").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+async fn locks() -> Option<lockkit_core::Locks> {
+    Some(lockkit_redis::connect(&config()?).await.unwrap())
+}
+
+lockkit_testing::conformance_suite!(config, lockkit_redis::connect);
 
 mod cluster {
     use std::time::Duration;
 
-    use lockkit_core::{AcquireOptions, DistLockExt, LockState};
+    use lockkit_core::{AcquireOptions, LockState};
 
     async fn connect() -> Option<lockkit_core::Locks> {
         super::locks().await
@@ -27,7 +26,7 @@ mod cluster {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn renewals_are_batched_per_slot() {
         let Some(locks) = connect().await else { return };
-        let base = lockkit_core::testing::unique_name("batch");
+        let base = lockkit_testing::unique_name("batch");
         let lease = AcquireOptions::new().watchdog_lease(Duration::from_millis(900));
         let (mut guards, mut reads, mut permits) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..40 {
@@ -71,7 +70,7 @@ mod cluster {
     async fn waiters_are_woken_on_every_node() {
         let Some(a) = connect().await else { return };
         let b = connect().await.unwrap();
-        let base = lockkit_core::testing::unique_name("wake");
+        let base = lockkit_testing::unique_name("wake");
         let long = AcquireOptions::new().watchdog_lease(Duration::from_secs(30));
         for i in 0..12 {
             let name = format!("{base}-{i}");
@@ -109,7 +108,7 @@ mod failover {
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
-    use lockkit_core::{AcquireOptions, DistLockExt, LockState};
+    use lockkit_core::{AcquireOptions, LockState};
 
     struct Node {
         port: u16,
@@ -150,7 +149,7 @@ mod failover {
     /// A free port whose cluster bus port (+10000) is free too.
     fn cluster_port() -> u16 {
         loop {
-            let p = lockkit_core::testing::free_port();
+            let p = lockkit_testing::free_port();
             if p < 55000 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
                 return p;
             }
@@ -170,7 +169,7 @@ mod failover {
             let dir = std::env::temp_dir().join(format!(
                 "lockkit-cluster-{}-{}",
                 std::process::id(),
-                lockkit_core::testing::free_port()
+                lockkit_testing::free_port()
             ));
             let mut nodes = Vec::new();
             for i in 0..6 {
@@ -260,7 +259,7 @@ mod failover {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn lease_ending_during_failover_is_lost_and_the_lock_comes_back() {
-        if !lockkit_core::testing::tool_available("redis-server", "--version", "redis") {
+        if !lockkit_testing::tool_available("redis-server", "--version", "redis") {
             return;
         }
         let mut cluster = Cluster::start();

@@ -1,13 +1,8 @@
 //! The conformance suite against the secure profile (`scripts/services.sh up --secure`):
 //! `LOCKKIT_TEST_REDIS_SECURE_URL`, with credentials and a TLS client certificate.
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("redis_secure")?;
-    Some(
-        lockkit_redis::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("redis_secure").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit_redis::connect);

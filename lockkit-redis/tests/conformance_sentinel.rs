@@ -2,13 +2,8 @@
 //! (`LOCKKIT_TEST_REDIS_SENTINEL_URL`, e.g. `redis+sentinel://127.0.0.1:26400,…/lockkit`, as
 //! `scripts/services.sh up --cluster` prints it).
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("redis_sentinel")?;
-    Some(
-        lockkit_redis::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("redis_sentinel").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit_redis::connect);

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
+use lockkit_core::{ErrorKind, LockConfig};
 
 async fn client_count(admin: &mut redis::aio::MultiplexedConnection) -> usize {
     let list: String = redis::cmd("CLIENT")
@@ -78,9 +78,7 @@ async fn lease_and_command_timeout_options_apply() {
     let mut cfg = LockConfig::new(format!("{url}?lease=2s&command_timeout=1s"));
     cfg.key_prefix = Some("lktest-opts".into());
     let locks = lockkit_redis::connect(&cfg).await.unwrap();
-    let lock = locks
-        .mutex(&lockkit_core::testing::unique_name("opts"))
-        .unwrap();
+    let lock = locks.mutex(&lockkit_testing::unique_name("opts")).unwrap();
     // The default lease comes from the config's lease when the guard uses the default options.
     let g = lock
         .acquire(&lockkit_core::AcquireOptions::new().fixed_lease(Duration::from_secs(2)))
@@ -106,7 +104,7 @@ async fn bad_urls_and_options_are_config_errors() {
         let e = lockkit_redis::connect(&LockConfig::new(bad))
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), &ErrorKind::Config, "{bad}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Config, "{bad}: {e}");
     }
 }
 
@@ -116,7 +114,7 @@ async fn rediss_without_tls_support_says_so() {
     let e = lockkit_redis::connect(&LockConfig::new("rediss://127.0.0.1:1"))
         .await
         .unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Config, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("tls"), "{e}");
 }
 
@@ -125,7 +123,7 @@ async fn rediss_without_tls_support_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_connects_with_a_private_ca() {
     let dir = std::env::temp_dir().join(format!("lockkit-tls-{}", std::process::id()));
-    let certs = lockkit_core::testing::make_test_certs(&dir);
+    let certs = lockkit_testing::make_test_certs(&dir);
     let tls_port = free_port();
     let path = |p: &std::path::Path| p.display().to_string();
     let (port_s, cert, key, ca) = (
@@ -165,7 +163,7 @@ async fn rediss_connects_with_a_private_ca() {
     let e = lockkit_redis::connect(&LockConfig::new(url.as_str()))
         .await
         .unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
     assert!(!e.is_retryable(), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

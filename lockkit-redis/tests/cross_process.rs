@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{AcquireOptions, DistLockExt};
+use lockkit_core::AcquireOptions;
 
 const CHILD_ENV: &str = "LOCKKIT_REDIS_CHILD";
 const LEASE: Duration = Duration::from_secs(1);
@@ -43,7 +43,7 @@ async fn child_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_process_frees_the_lock_after_its_lease() {
     let Some(url) = shared_url() else { return };
-    let name = lockkit_core::testing::unique_name("xproc");
+    let name = lockkit_testing::unique_name("xproc");
     let out = std::env::temp_dir().join(format!("lockkit-xproc-{}", std::process::id()));
     let _ = std::fs::remove_file(&out);
     let mut child = KillOnDrop(

@@ -199,7 +199,7 @@ async fn killed_waiter_delays_others_by_at_most_the_heartbeat_bound() {
 /// expires after 3 heartbeats, and the next waiter takes the lock within one more.
 async fn killed_waiter_delays_others(fair_mode: bool) {
     let Some(url) = shared_url() else { return };
-    let name = lockkit_core::testing::unique_name("fair-dead");
+    let name = lockkit_testing::unique_name("fair-dead");
     let queue = LockKeys::mutex("lockkit", &name).queue;
     let opts = [("waiter_heartbeat", "200ms")];
     let mode = AcquireOptions::new().fair(fair_mode);
@@ -253,7 +253,7 @@ async fn killed_waiter_delays_others(fair_mode: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_waiter_queued_past_every_timeout_keeps_its_place() {
     let Some(url) = shared_url() else { return };
-    let name = lockkit_core::testing::unique_name("fair-live");
+    let name = lockkit_testing::unique_name("fair-live");
     let queue = LockKeys::mutex("lockkit", &name).queue;
     let opts = [("fair_heartbeat", "100ms")];
     let (a, b, c) = (
@@ -301,7 +301,7 @@ async fn live_waiter_queued_past_every_timeout_keeps_its_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_lock_timeouts_and_cancellation_leave_the_queue_clean() {
     let Some(url) = shared_url() else { return };
-    let name = lockkit_core::testing::unique_name("fair-clean");
+    let name = lockkit_testing::unique_name("fair-clean");
     let k = LockKeys::mutex("lockkit", &name);
     let locks: Locks = connect(&url, &[]).await;
     let mut admin = admin(&url).await;

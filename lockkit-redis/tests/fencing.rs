@@ -7,9 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::testing::unique_name;
-use lockkit_core::{AcquireOptions, DistLockExt, ReadWriteLockExt, SemaphoreExt};
+use lockkit_core::AcquireOptions;
 use lockkit_redis::LockKeys;
+use lockkit_testing::unique_name;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_increase_after_expiry_force_unlock_and_counter_expiry() {

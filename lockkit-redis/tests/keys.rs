@@ -3,7 +3,6 @@
 mod common;
 
 use common::*;
-use lockkit_core::DistLockExt;
 use lockkit_redis::LockKeys;
 
 #[test]

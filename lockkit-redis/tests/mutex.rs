@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::testing::unique_name;
-use lockkit_core::{AcquireOptions, DistLockExt, HoldMode, Locks, Primitive};
+use lockkit_core::{AcquireOptions, HoldMode, Locks, Primitive};
 use lockkit_redis::LockKeys;
+use lockkit_testing::unique_name;
 
 fn keys(name: &str) -> LockKeys {
     LockKeys::mutex("lockkit", name)
@@ -221,7 +221,7 @@ async fn queries_is_locked_remaining_lease_inspect_force_unlock() {
         .unwrap()
         .unwrap();
     assert!(lock.is_locked().await.unwrap());
-    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    assert_eq!(lock.hold_count(), 1);
     let left = lock.remaining_lease().await.unwrap().unwrap();
     assert!(
         left > Duration::from_secs(4) && left <= Duration::from_secs(5),
@@ -235,7 +235,7 @@ async fn queries_is_locked_remaining_lease_inspect_force_unlock() {
     assert!(!lock.is_locked().await.unwrap());
     assert!(!lock.force_unlock().await.unwrap());
     assert!(g.release().await.is_err());
-    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    assert_eq!(lock.hold_count(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,16 +257,11 @@ async fn close_releases_everything_held_and_marks_guards_lost() {
     assert_eq!(r.state(), lockkit_core::LockState::Lost);
     assert!(!other.mutex(&a).unwrap().is_locked().await.unwrap());
     assert!(!other.rwlock(&b).unwrap().is_locked().await.unwrap());
-    // The handle still works.
-    locks
-        .mutex(&a)
-        .unwrap()
-        .lock()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    // The handle is closed, as on every backend.
+    assert_eq!(
+        locks.mutex(&a).unwrap_err().kind(),
+        lockkit_core::ErrorKind::Closed
+    );
 }
 
 /// Holds `name` from one client while `waiters[i]` tasks of client i (plus, with `holder_waits`,

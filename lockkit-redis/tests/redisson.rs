@@ -6,12 +6,14 @@
 
 mod common;
 
+lockkit_testing::holder_process!(lockkit_redis::connect);
+
 use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use lockkit_core::testing::unique_name;
-use lockkit_core::{AcquireOptions, DistLockExt, LockState, ReadWriteLockExt, SemaphoreExt};
+use lockkit_core::{AcquireOptions, LockState};
+use lockkit_testing::unique_name;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compat_mutex_speaks_redissons_layout_and_messages() {
@@ -90,7 +92,7 @@ async fn compat_rejects_names_without_a_shareable_slot() {
     let Some(url) = shared_url() else { return };
     let locks = connect(&url, &[("redisson_compat", "true")]).await;
     let e = locks.mutex("a}b").unwrap_err();
-    assert_eq!(e.kind(), &lockkit_core::ErrorKind::InvalidName);
+    assert_eq!(e.kind(), lockkit_core::ErrorKind::InvalidName);
     assert!(locks.mutex("{a}b").is_ok());
 }
 
@@ -216,17 +218,9 @@ async fn compat_dead_reader_ends_with_its_lease_even_while_others_read() {
     let name = compat_name("rs-rw-dead");
     let lease = Duration::from_secs(1);
     let mut admin = admin(&url).await;
-    {
-        let doomed = connect(&url, &[("redisson_compat", "true")]).await;
-        let r = doomed
-            .rwlock(&name)
-            .unwrap()
-            .read(&AcquireOptions::new().watchdog_lease(lease))
-            .await
-            .unwrap()
-            .unwrap();
-        std::mem::forget(r); // the process "dies": no release, and its watchdog stops below
-    }
+    // The holder process dies: no release, and its watchdog stops with it.
+    let compat = [("redisson_compat", "true")];
+    dead_holder(&url, &compat, &name, lockkit_testing::Hold::Read, lease).await;
     // A live Redisson reader keeps the hash alive for 30 s: Redisson alone would keep the dead
     // reader's field (and so every writer out) that long.
     let _: i64 = raw(&mut admin, &["HINCRBY", &name, "java:1", "1"]).await;
@@ -302,17 +296,9 @@ async fn compat_dead_permit_holder_gives_its_permits_back_within_one_lease() {
     let name = compat_name("rs-sem-dead");
     let lease = Duration::from_secs(1);
     let mut admin = admin(&url).await;
-    {
-        let doomed = connect(&url, &[("redisson_compat", "true")]).await;
-        let p = doomed
-            .semaphore(&name, 2)
-            .unwrap()
-            .acquire(2, &AcquireOptions::new().watchdog_lease(lease))
-            .await
-            .unwrap()
-            .unwrap();
-        std::mem::forget(p);
-    }
+    let compat = [("redisson_compat", "true")];
+    let hold = lockkit_testing::Hold::Permits { n: 2, total: 2 };
+    dead_holder(&url, &compat, &name, hold, lease).await;
     let locks = connect(&url, &[("redisson_compat", "true")]).await;
     let sem = locks.semaphore(&name, 2).unwrap();
     let started = Instant::now();
@@ -361,11 +347,9 @@ async fn compat_live_holders_renewal_returns_a_dead_holders_permits() {
     let name = compat_name("rs-sem-renew");
     let lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(1));
     let mut admin = admin(&url).await;
-    {
-        let doomed = connect(&url, &[("redisson_compat", "true")]).await;
-        let p = doomed.semaphore(&name, 2).unwrap().acquire(1, &lease).await;
-        std::mem::forget(p.unwrap().unwrap());
-    }
+    let compat = [("redisson_compat", "true")];
+    let hold = lockkit_testing::Hold::Permits { n: 1, total: 2 };
+    dead_holder(&url, &compat, &name, hold, Duration::from_secs(1)).await;
     let locks = connect(&url, &[("redisson_compat", "true")]).await;
     let live = locks.semaphore(&name, 2).unwrap().acquire(1, &lease).await;
     let live = live.unwrap().unwrap();

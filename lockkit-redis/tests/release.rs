@@ -6,9 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::testing::unique_name;
-use lockkit_core::{DistLockExt, Locks, Primitive};
+use lockkit_core::{Locks, Primitive};
 use lockkit_redis::LockKeys;
+use lockkit_testing::unique_name;
 
 /// Runs the release script exactly as a retry would: same owner, same latch.
 async fn raw_release(

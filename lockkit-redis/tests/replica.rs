@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{DistLockExt, ErrorKind};
+use lockkit_core::ErrorKind;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_replica_ack_rolls_back_with_a_typed_error() {
@@ -18,7 +18,7 @@ async fn no_replica_ack_rolls_back_with_a_typed_error() {
     .await;
     let plain = connect(&server.url(), &[]).await;
     let e = locks.mutex("wait").unwrap().try_lock().await.unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::ReplicaSync, "{e}");
+    assert_eq!(e.kind(), ErrorKind::ReplicaSync, "{e}");
     assert!(e.is_retryable());
     assert!(
         !plain.mutex("wait").unwrap().is_locked().await.unwrap(),

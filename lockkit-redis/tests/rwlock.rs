@@ -4,13 +4,15 @@
 
 mod common;
 
+lockkit_testing::holder_process!(lockkit_redis::connect);
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::testing::unique_name;
-use lockkit_core::{AcquireOptions, ErrorKind, LockState, ReadWriteLockExt};
+use lockkit_core::{AcquireOptions, ErrorKind, LockState};
+use lockkit_testing::unique_name;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writer_is_not_starved_by_a_stream_of_readers() {
@@ -77,7 +79,7 @@ async fn read_and_write_guards_are_renewed_fenced_and_lose_on_force_unlock() {
         .unwrap()
         .is_none());
     let e = r.upgrade().unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::UpgradeNotSupported);
+    assert_eq!(e.kind(), ErrorKind::UpgradeNotSupported);
     // An operator's force-unlock: the reader learns at its next renewal.
     assert!(b.rwlock(&name).unwrap().force_unlock().await.unwrap());
     tokio::time::timeout(Duration::from_secs(3), r.lost())
@@ -86,7 +88,7 @@ async fn read_and_write_guards_are_renewed_fenced_and_lose_on_force_unlock() {
     let w2 = b.rwlock(&name).unwrap().try_write().await.unwrap().unwrap();
     assert!(w2.token() > t_w, "write tokens order writers");
     w2.release().await.unwrap();
-    assert_eq!(r.release().await.unwrap_err().kind(), &ErrorKind::NotHeld);
+    assert_eq!(r.release().await.unwrap_err().kind(), ErrorKind::LockLost);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,17 +96,8 @@ async fn dead_reader_comes_back_within_one_lease_and_try_write_leaves_no_intent(
     let Some(url) = shared_url() else { return };
     let name = unique_name("rw-dead");
     let lease = Duration::from_secs(1);
-    {
-        let doomed = connect(&url, &[]).await;
-        let r = doomed
-            .rwlock(&name)
-            .unwrap()
-            .read(&AcquireOptions::new().watchdog_lease(lease))
-            .await
-            .unwrap()
-            .unwrap();
-        std::mem::forget(r); // the process "dies": no release, and its watchdog stops below
-    }
+    // The holder process dies: no release, and its watchdog stops with it.
+    dead_holder(&url, &[], &name, lockkit_testing::Hold::Read, lease).await;
     let locks = connect(&url, &[]).await;
     let rw = locks.rwlock(&name).unwrap();
     // A failed try_write must not leave an intent that blocks readers.

@@ -4,11 +4,13 @@
 
 mod common;
 
+lockkit_testing::holder_process!(lockkit_redis::connect);
+
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::testing::unique_name;
-use lockkit_core::{AcquireOptions, SemaphoreExt};
+use lockkit_core::AcquireOptions;
+use lockkit_testing::unique_name;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_of_k_permits_wakes_waiters_for_k_permits() {
@@ -81,17 +83,9 @@ async fn dead_holders_permits_come_back_within_one_lease() {
     let Some(url) = shared_url() else { return };
     let name = unique_name("sem-dead");
     let lease = Duration::from_secs(1);
-    {
-        let doomed = connect(&url, &[]).await;
-        let p = doomed
-            .semaphore(&name, 2)
-            .unwrap()
-            .acquire(2, &AcquireOptions::new().watchdog_lease(lease))
-            .await
-            .unwrap()
-            .unwrap();
-        std::mem::forget(p); // no release; dropping the client stops its watchdog
-    }
+    // The holder process dies: no release, and its watchdog stops with it.
+    let hold = lockkit_testing::Hold::Permits { n: 2, total: 2 };
+    dead_holder(&url, &[], &name, hold, lease).await;
     let locks = connect(&url, &[]).await;
     let s = locks.semaphore(&name, 2).unwrap();
     assert_eq!(s.available().await.unwrap(), 0);

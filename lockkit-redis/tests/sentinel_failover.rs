@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{config, eventually, free_port};
-use lockkit_core::{AcquireOptions, DistLock, DistLockExt, LockGuard, LockState, Locks};
+use lockkit_core::{AcquireOptions, LockGuard, LockState, Locks, Mutex};
 
 const MASTER: &str = "lockkit";
 
@@ -239,7 +239,7 @@ impl SentinelSetup {
 }
 
 /// Acquires `lock` with a watchdog lease of `lease` (renewed every lease/3).
-async fn hold(lock: &dyn DistLock, lease: Duration) -> LockGuard {
+async fn hold(lock: &Mutex, lease: Duration) -> LockGuard {
     lock.acquire(&AcquireOptions::new().watchdog_lease(lease))
         .await
         .unwrap()
@@ -278,7 +278,7 @@ async fn reaches(limit: Duration, what: &str, state: impl Fn() -> LockState, wan
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicated_lock_survives_failover_and_waiters_follow() {
-    if !lockkit_core::testing::tool_available("redis-server", "--version", "redis") {
+    if !lockkit_testing::tool_available("redis-server", "--version", "redis") {
         return;
     }
     let mut setup = SentinelSetup::start();
@@ -289,11 +289,11 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     let c = connect(&setup.url("command_timeout=500ms")).await;
     let kept = a.mutex("kept").unwrap();
     // Renewed every 2 s: a renewal fails while the primary is gone, long before the lease ends.
-    let g = hold(&*kept, Duration::from_secs(6)).await;
+    let g = hold(&kept, Duration::from_secs(6)).await;
     let t1 = g.token();
     // A waiter that subscribed before the failover: its subscription must move to the new
     // primary. The holder's lease (30 s) outlasts the wait budget, so only a wake-up gets it in.
-    let moving = hold(&*a.mutex("moving").unwrap(), Duration::from_secs(30)).await;
+    let moving = hold(&a.mutex("moving").unwrap(), Duration::from_secs(30)).await;
     let early_waiter = tokio::spawn({
         let c = c.clone();
         async move {
@@ -380,7 +380,7 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     // A waiter in one client is woken over pub/sub on the new primary by a release in the
     // other: the holder's lease (30 s) is far longer than the wait budget, so only the wake-up
     // can get it in time.
-    let holder = hold(&*b.mutex("woken").unwrap(), Duration::from_secs(30)).await;
+    let holder = hold(&b.mutex("woken").unwrap(), Duration::from_secs(30)).await;
     let waiter = tokio::spawn({
         let c = c.clone();
         async move {
@@ -403,14 +403,14 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_whose_lease_ends_during_failover_is_lost() {
-    if !lockkit_core::testing::tool_available("redis-server", "--version", "redis") {
+    if !lockkit_testing::tool_available("redis-server", "--version", "redis") {
         return;
     }
     let mut setup = SentinelSetup::start();
     // A 1 s lease ends before the Sentinels can even agree that the primary is down (1 s).
     let a = connect(&setup.url("command_timeout=300ms&wait_replicas=2")).await;
     let lock = a.mutex("short").unwrap();
-    let g = hold(&*lock, Duration::from_secs(1)).await;
+    let g = hold(&lock, Duration::from_secs(1)).await;
     let t1 = g.token();
     let lost = g.lost();
 
@@ -454,7 +454,7 @@ async fn lock_whose_lease_ends_during_failover_is_lost() {
 
 #[tokio::test]
 async fn unknown_master_name_is_a_config_error() {
-    if !lockkit_core::testing::tool_available("redis-server", "--version", "redis") {
+    if !lockkit_testing::tool_available("redis-server", "--version", "redis") {
         return;
     }
     let port = free_port();
@@ -479,7 +479,7 @@ async fn unknown_master_name_is_a_config_error() {
     ))
     .await
     .unwrap_err();
-    assert_eq!(e.kind(), &lockkit_core::ErrorKind::Config, "{e}");
+    assert_eq!(e.kind(), lockkit_core::ErrorKind::Config, "{e}");
     assert!(e.to_string().contains("nosuchmaster"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -488,7 +488,7 @@ async fn unknown_master_name_is_a_config_error() {
 /// `sentinel_password`; a missing or wrong one is a non-retryable `Auth` error.
 #[tokio::test]
 async fn sentinel_password_is_used() {
-    if !lockkit_core::testing::tool_available("redis-server", "--version", "redis") {
+    if !lockkit_testing::tool_available("redis-server", "--version", "redis") {
         return;
     }
     let port = free_port();
@@ -526,7 +526,7 @@ async fn sentinel_password_is_used() {
         let e = lockkit_redis::connect(&config(&url, &opts))
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), &want, "{opts:?}: {e}");
+        assert_eq!(e.kind(), want, "{opts:?}: {e}");
         assert!(!e.is_retryable(), "{opts:?}: {e}");
         assert!(!e.to_string().contains("s3cret"), "{e}");
     }

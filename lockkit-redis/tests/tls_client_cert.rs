@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::testing::{make_client_cert, make_test_certs, wait_for_port};
-use lockkit_core::{DistLockExt, ErrorKind, LockConfig};
+use lockkit_core::{ErrorKind, LockConfig};
+use lockkit_testing::{make_client_cert, make_test_certs, wait_for_port};
 
 struct TlsRedis {
     server: PrivateRedis,
@@ -175,7 +175,7 @@ async fn client_certificate_from_url_options() {
 async fn missing_client_certificate_is_refused() {
     let t = TlsRedis::start().await;
     let e = t.refused(&[("tls_ca", &t.ca)]).await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,7 +188,7 @@ async fn client_certificate_of_another_ca_is_refused() {
             ("tls_key", &t.foreign_key),
         ])
         .await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +198,7 @@ async fn untrusted_server_certificate_is_refused() {
     let e = t
         .refused(&[("tls_cert", &t.cert), ("tls_key", &t.key)])
         .await;
-    assert_eq!(e.kind(), &ErrorKind::Auth, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }
 
 #[tokio::test]
@@ -227,7 +227,7 @@ async fn unusable_certificate_options_are_config_errors() {
         let e = lockkit_redis::connect(&config(url, &opts))
             .await
             .unwrap_err();
-        assert_eq!(e.kind(), &ErrorKind::Config, "{opts:?}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Config, "{opts:?}: {e}");
         assert!(!e.is_retryable(), "{opts:?}: {e}");
         // The key's path is a secret option value: errors about it do not show it.
         if let Some((_, key)) = opts.iter().find(|(k, _)| *k == "tls_key") {
@@ -240,6 +240,6 @@ async fn unusable_certificate_options_are_config_errors() {
     let e = lockkit_redis::connect(&config("redis://127.0.0.1:1", &[("tls_ca", &junk)]))
         .await
         .unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Config, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{AcquireOptions, DistLockExt, LockState};
+use lockkit_core::{AcquireOptions, LockState};
 
 async fn evalsha_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -69,7 +69,7 @@ async fn renewals_are_batched_one_call_per_100_locks() {
 async fn renewal_that_finds_another_owner_marks_lost_at_once() {
     let Some(url) = shared_url() else { return };
     let locks = connect(&url, &[]).await;
-    let name = lockkit_core::testing::unique_name("wd-lost");
+    let name = lockkit_testing::unique_name("wd-lost");
     let lease = Duration::from_secs(3);
     let g = locks
         .mutex(&name)
@@ -103,7 +103,7 @@ async fn renewal_that_finds_another_owner_marks_lost_at_once() {
 async fn fixed_lease_is_not_renewed_and_extend_never_recreates() {
     let Some(url) = shared_url() else { return };
     let locks = connect(&url, &[]).await;
-    let name = lockkit_core::testing::unique_name("fixed");
+    let name = lockkit_testing::unique_name("fixed");
     let lock = locks.mutex(&name).unwrap();
     let g = lock
         .acquire(&AcquireOptions::new().fixed_lease(Duration::from_millis(600)))
@@ -171,7 +171,7 @@ async fn a_handed_over_lock_is_extended_to_its_lease() {
     let Some(url) = shared_url() else { return };
     let opts = [("waiter_heartbeat", "200ms")];
     let (a, b) = (connect(&url, &opts).await, connect(&url, &opts).await);
-    let name = lockkit_core::testing::unique_name("handed");
+    let name = lockkit_testing::unique_name("handed");
     let g = a.mutex(&name).unwrap().lock().await.unwrap();
     let lock = b.mutex(&name).unwrap();
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lockkit_core::{AcquireOptions, Backend, DistLock, LockConfig, ReadWriteLock};
+use lockkit_core::{AcquireOptions, LockConfig};
 
 fn enter_exclusive(dir: &Path) {
     if let Err(e) = std::fs::OpenOptions::new()
@@ -57,7 +57,7 @@ fn enter_shared(dir: &Path) -> PathBuf {
 async fn main() -> lockkit_core::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, url, name) = (args[0].as_str(), &args[1], &args[2]);
-    let backend = lockkit_zk::connect_backend(&LockConfig::new(url.clone())).await?;
+    let backend = lockkit_zk::connect_zk(&LockConfig::new(url.clone())).await?;
     if mode == "path" {
         println!("{}", backend.mutex_path(name));
         println!("{}", backend.rwlock_path(name));

@@ -3,12 +3,26 @@
 use std::fmt;
 use std::time::Duration;
 
+use lockkit_core::settings::Settings;
 use lockkit_core::{Error, LockConfig, Result, Scheme, Secret};
 use zookeeper_client as zk;
 
-/// Default session timeout: how long ZooKeeper keeps our ephemeral nodes after it last heard from
-/// us, and so the longest a dead holder can block others.
-pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+lockkit_core::option_keys! {
+    /// The ZooKeeper backend's own options (URL query or `LockConfig::options`).
+    pub enum ZkKey {
+        /// `session_timeout`: the handle's default lease under its ZooKeeper name: how long
+        /// ZooKeeper keeps our ephemeral nodes after it last heard from us.
+        SessionTimeout = "session_timeout",
+        /// `acl`: `open`, `creator` or `creator_read` (the default with credentials).
+        Acl = "acl",
+        /// `tls_ca`: PEM file of the CA that signed the servers' certificates (turns TLS on).
+        TlsCa = "tls_ca",
+        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
+        TlsCert = "tls_cert",
+        /// `tls_key`: PEM file of the client certificate's private key.
+        TlsKey = "tls_key",
+    }
+}
 
 /// Which ACL the nodes we create carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +69,7 @@ pub(crate) struct ZkConfig {
     pub hosts: String,
     /// Absolute path under which every node lives: `/<chroot>/<prefix>`.
     pub root: String,
+    /// The session timeout asked for: the lease of every lock of the session.
     pub session_timeout: Duration,
     /// The bound on opening a session (all hosts together).
     pub connect_timeout: Duration,
@@ -93,21 +108,17 @@ fn join_path(parts: &[&str]) -> String {
 
 impl ZkConfig {
     pub(crate) fn from_lock_config(cfg: &LockConfig) -> Result<ZkConfig> {
-        let url = cfg.server_url()?;
+        let settings = Settings::<ZkKey>::parse(cfg)?;
+        let url = settings.url();
         if url.scheme != Scheme::Zk {
             return Err(Error::config(format!(
                 "the ZooKeeper backend needs a zk:// URL, not {}://",
                 url.scheme
             )));
         }
-        let session_timeout = cfg.duration_option("session_timeout", DEFAULT_SESSION_TIMEOUT)?;
-        if session_timeout < Duration::from_millis(100) {
-            return Err(Error::config(format!(
-                "session_timeout {session_timeout:?} is too short"
-            )));
-        }
-        let connect_timeout = cfg.duration_option("connect_timeout", cfg.connect_timeout)?;
-        let command_timeout = cfg.duration_option("command_timeout", cfg.command_timeout)?;
+        let session_timeout = settings.lease_or_alias(ZkKey::SessionTimeout)?;
+        let connect_timeout = settings.connect_timeout();
+        let command_timeout = settings.command_timeout();
         let digest = match (url.username.clone(), url.password.clone()) {
             (Some(u), Some(p)) => Some((u, p)),
             (Some(u), None) => Some((u, Secret::new(""))),
@@ -118,8 +129,8 @@ impl ZkConfig {
             }
             (None, None) => None,
         };
-        let acl = match cfg.option("acl") {
-            Some(a) => AclMode::parse(&a)?,
+        let acl = match settings.get(ZkKey::Acl) {
+            Some(a) => AclMode::parse(a)?,
             None if digest.is_some() => AclMode::CreatorRead,
             None => AclMode::Open,
         };
@@ -128,8 +139,7 @@ impl ZkConfig {
                 "acl=creator and acl=creator_read need credentials (zk://user:password@…)",
             ));
         }
-        let prefix = cfg.prefix();
-        let root = join_path(&[&url.path, &prefix]);
+        let root = join_path(&[&url.path, settings.prefix()]);
         if root.is_empty() {
             return Err(Error::config(
                 "the ZooKeeper backend needs a non-empty chroot or key prefix",
@@ -143,8 +153,16 @@ impl ZkConfig {
             command_timeout,
             digest,
             acl,
-            tls: crate::tls::Tls::from_config(cfg)?,
+            tls: crate::tls::Tls::from_settings(&settings)?,
         })
+    }
+
+    /// The same config for a session of timeout `lease`.
+    pub(crate) fn with_session_timeout(&self, lease: Duration) -> ZkConfig {
+        ZkConfig {
+            session_timeout: lease,
+            ..self.clone()
+        }
     }
 
     /// Opens a new session.
@@ -209,8 +227,9 @@ impl ZkConfig {
     /// it (zookeeper-client uses one setting for both). A quarter of the session timeout at most,
     /// so that after a server hangs the client can notice, try that same server again (it
     /// reshuffles the hosts and may pick it first), and still resume the session through another
-    /// one well before the guards' lost deadline; with the whole `connect_timeout` (5 s) one
-    /// retry of a hung server alone outlasted a 2 s or even a 10 s session.
+    /// one well before the guards' deadline (see `session.rs`); with the whole
+    /// `connect_timeout` (5 s) one retry of a hung server alone outlasted a 2 s or even a 10 s
+    /// session.
     pub(crate) fn connection_timeout(&self) -> Duration {
         self.connect_timeout.min(self.session_timeout / 4)
     }
@@ -259,15 +278,19 @@ mod tests {
         assert!(!format!("{c:?}").contains("\"p\""));
         let c = parse("zk://u:p@h1").unwrap();
         assert_eq!(c.acl, AclMode::CreatorRead);
-        assert_eq!(c.session_timeout, DEFAULT_SESSION_TIMEOUT);
+        assert_eq!(c.session_timeout, lockkit_core::DEFAULT_LEASE);
+        let c = parse("zk://h1?lease=4s").unwrap();
+        assert_eq!(c.session_timeout, Duration::from_secs(4));
         for bad in [
             "zk://h1?session_timeout=soon",
             "zk://h1?acl=creator",
             "zk://h1?acl=weird",
             "zk://:p@h1",
             "redis://h1",
+            "zk://h1?session_timout=2s",
+            "zk://h1?lease=2s&session_timeout=3s",
         ] {
-            assert_eq!(parse(bad).unwrap_err().kind(), &ErrorKind::Config, "{bad}");
+            assert_eq!(parse(bad).unwrap_err().kind(), ErrorKind::Config, "{bad}");
         }
     }
 }

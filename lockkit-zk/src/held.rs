@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::{Error, ErrorKind, FencingToken, GuardParts, Held, Lease, Result, StateCell};
+use lockkit_core::spi::{GuardParts, Held, StateCell};
+use lockkit_core::{Error, ErrorKind, FencingToken, Lease, LostReason, Result};
 use zookeeper_client as zk;
 
 use crate::error::map;
@@ -28,6 +29,7 @@ pub(crate) struct ZkHeld {
     paths: Vec<String>,
     token: FencingToken,
     lease: Lease,
+    state: StateCell,
     released: Arc<AtomicBool>,
     track_id: u64,
     write: Option<WriteInfo>,
@@ -56,7 +58,22 @@ fn parts_for_paths(
     lease: Lease,
     write: Option<WriteInfo>,
 ) -> GuardParts {
-    let state = StateCell::new();
+    // The guard's deadline is the session's: the clock of the session that made our nodes.
+    let (clock, same) = match session.current() {
+        Ok(cur) => (
+            cur.clock.clone(),
+            cur.client.session_id() == client.session_id(),
+        ),
+        Err(_) => (
+            lockkit_core::spi::LeaseClock::new(LostReason::Closed),
+            false,
+        ),
+    };
+    let state = StateCell::new(clock);
+    if !same {
+        // The session ended between our create and now: its ephemeral nodes went with it.
+        state.mark_lost(LostReason::SessionExpired);
+    }
     let released = Arc::new(AtomicBool::new(false));
     let sid = client.session_id().0;
     let track_id = session.track(crate::session::Tracked {
@@ -85,11 +102,12 @@ fn parts_for_paths(
         paths,
         token,
         lease,
+        state: state.clone(),
         released,
         track_id,
         write,
     };
-    GuardParts::new(name, token, lease, state, Box::new(held))
+    GuardParts::new(token, lease, state, Box::new(held))
 }
 
 /// How long a guard holds before its node gets a deletion watch. Most holds are shorter, and they
@@ -105,8 +123,8 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
     };
     rt.spawn(async move {
         let sid = client.session_id().0;
-        let lost = |why: &str| {
-            if !released.load(Ordering::Acquire) && state.mark_lost() {
+        let lost = |why: LostReason| {
+            if !released.load(Ordering::Acquire) && state.mark_lost(why) {
                 tracing::warn!(node = %path, "zookeeper: lock lost ({why})");
             }
         };
@@ -118,33 +136,33 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
             match client.get_and_watch_data(&path).await {
                 Ok((_, stat, watcher)) => {
                     if stat.ephemeral_owner != sid {
-                        lost("node owned by another session");
+                        lost(LostReason::Deleted);
                         return;
                     }
                     let event = watcher.changed().await;
                     match event.event_type {
                         zk::EventType::NodeDeleted => {
-                            lost("node deleted");
+                            lost(LostReason::Deleted);
                             return;
                         }
                         zk::EventType::Session if event.session_state.is_terminated() => {
-                            lost("session ended");
+                            lost(LostReason::SessionExpired);
                             return;
                         }
                         _ => {}
                     }
                 }
                 Err(zk::Error::NoNode) => {
-                    lost("node deleted");
+                    lost(LostReason::Deleted);
                     return;
                 }
                 Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed) => {
-                    lost("session ended");
+                    lost(LostReason::SessionExpired);
                     return;
                 }
                 Err(e) => {
                     if client.state().is_terminated() {
-                        lost("session ended");
+                        lost(LostReason::SessionExpired);
                         return;
                     }
                     // Connection trouble: the session task reports Suspect; try again.
@@ -179,7 +197,7 @@ impl Held for ZkHeld {
         match delete_all(&self.client, &self.paths, limit).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::new(
-                ErrorKind::NotHeld,
+                ErrorKind::LockLost,
                 format!(
                     "lock {:?} was not held: its node had been deleted",
                     self.name
@@ -188,7 +206,7 @@ impl Held for ZkHeld {
             Err(_) if self.client.state().is_terminated() => {
                 // The session is gone, and with it our ephemeral nodes.
                 Err(Error::new(
-                    ErrorKind::NotHeld,
+                    ErrorKind::LockLost,
                     format!(
                         "lock {:?} was lost with its session before release",
                         self.name
@@ -199,29 +217,21 @@ impl Held for ZkHeld {
             Err(e) => {
                 // Keep trying in the background: the node must not outlive the guard while the
                 // session lives.
-                self.release_in_background();
+                let client = self.client.clone();
+                let paths = self.paths.clone();
+                let limit = self
+                    .session
+                    .cfg
+                    .session_timeout
+                    .max(self.session.cfg.command_timeout);
+                tokio::spawn(async move {
+                    if let Err(e) = delete_all(&client, &paths, limit).await {
+                        tracing::warn!(error = %e, "zookeeper: release failed; the session end removes the node");
+                    }
+                });
                 Err(e)
             }
         }
-    }
-
-    fn release_in_background(&self) {
-        self.finish();
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = self.client.clone();
-        let paths = self.paths.clone();
-        let limit = self
-            .session
-            .cfg
-            .session_timeout
-            .max(self.session.cfg.command_timeout);
-        rt.spawn(async move {
-            if let Err(e) = delete_all(&client, &paths, limit).await {
-                tracing::warn!(error = %e, "zookeeper: background release failed; the session end removes the node");
-            }
-        });
     }
 
     async fn downgrade(&self) -> Result<GuardParts> {
@@ -256,7 +266,10 @@ impl Held for ZkHeld {
             Err(e) => {
                 let e: zk::Error = e.into();
                 return Err(match e {
-                    zk::Error::NoNode => Error::lost(&self.name),
+                    zk::Error::NoNode => {
+                        self.state.mark_lost(LostReason::Deleted);
+                        Error::lost(&self.name)
+                    }
                     e => map(e, "downgrade"),
                 });
             }

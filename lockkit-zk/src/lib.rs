@@ -9,18 +9,22 @@ mod queue;
 mod rwlock;
 mod semaphore;
 mod session;
+mod sessions;
 mod tls;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore};
 use lockkit_core::{
-    encode_name, Backend, BackendKind, Capabilities, DistLock, HoldMode, HoldRegistry, HolderInfo,
-    LockConfig, LockInfo, Locks, Primitive, ReadWriteLock, Result, Semaphore, WaiterInfo,
+    encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig, LockInfo, Locks,
+    Primitive, Result, Support, WaiterInfo,
 };
 
 use crate::config::ZkConfig;
-use crate::session::Session;
+pub use crate::config::ZkKey;
+use crate::sessions::Sessions;
 
 pub use crate::queue::find_by_prefix;
 
@@ -42,34 +46,63 @@ pub async fn find_own_node(
 }
 
 /// Connects to ZooKeeper as described by `cfg` and returns a [`Locks`] handle. The handle owns
-/// one ZooKeeper session, shared by all its locks.
+/// one ZooKeeper session whose timeout is its default lease (`lease`, or `session_timeout`, its
+/// ZooKeeper name; 30 s unless set), shared by all its locks; an acquire that asks for another
+/// watchdog lease gets a session of that timeout, opened on first use. A timeout the server
+/// negotiates to another value is refused (`Config` here, `InvalidArgument` for an acquire), so
+/// a lock's lease is always the one asked for.
 ///
 /// # Cancel safety
 /// Dropping the future before it finishes leaves no session behind.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
-    Ok(connect_backend(cfg).await?.into_locks())
+    Ok(connect_zk(cfg).await?.into_locks())
 }
 
-/// Like [`connect`], but returns the backend itself, for its ZooKeeper-specific methods
-/// ([`ZkBackend::mutex_path`] for Curator interop, [`ZkBackend::wake_count`]).
-pub async fn connect_backend(cfg: &LockConfig) -> Result<ZkBackend> {
+/// Like [`connect`], but returns a [`ZkLocks`], which also offers ZooKeeper-specific methods
+/// ([`ZkLocks::mutex_path`] for Curator interop, [`ZkLocks::wake_count`]).
+pub async fn connect_zk(cfg: &LockConfig) -> Result<ZkLocks> {
     let zk_cfg = ZkConfig::from_lock_config(cfg)?;
-    Ok(ZkBackend {
-        session: Session::open(zk_cfg).await?,
+    let sessions = Sessions::open(zk_cfg).await?;
+    Ok(ZkLocks {
+        locks: Locks::new(ZkBackend {
+            sessions: sessions.clone(),
+        }),
+        sessions,
     })
 }
 
-/// The ZooKeeper backend. Clones share one session; it closes when the last clone (and the
-/// last guard acquired through it) is dropped.
-#[derive(Debug, Clone)]
+/// The ZooKeeper backend behind a [`Locks`] handle. Its sessions close when the last handle,
+/// lock and guard made from it is dropped.
+#[derive(Debug)]
 pub struct ZkBackend {
-    session: Arc<Session>,
+    sessions: Arc<Sessions>,
 }
 
-impl ZkBackend {
-    /// Wraps this backend in a [`Locks`] handle.
+/// A [`Locks`] handle on ZooKeeper with ZooKeeper-specific extensions. It dereferences to
+/// [`Locks`]; clones share its sessions.
+#[derive(Debug, Clone)]
+pub struct ZkLocks {
+    locks: Locks,
+    sessions: Arc<Sessions>,
+}
+
+impl std::ops::Deref for ZkLocks {
+    type Target = Locks;
+    fn deref(&self) -> &Locks {
+        &self.locks
+    }
+}
+
+impl From<ZkLocks> for Locks {
+    fn from(z: ZkLocks) -> Locks {
+        z.locks
+    }
+}
+
+impl ZkLocks {
+    /// The plain [`Locks`] handle.
     pub fn into_locks(self) -> Locks {
-        Locks::new(self)
+        self.locks
     }
 
     /// The absolute ZooKeeper path of the mutex named `name`: give it to Curator's
@@ -91,24 +124,50 @@ impl ZkBackend {
     /// How many watch events waiters of this session have received so far (each one is a
     /// wake-up). With each waiter watching only its predecessor, one release wakes one waiter.
     pub fn wake_count(&self) -> u64 {
-        self.session.wakes()
+        self.sessions.default().wakes()
     }
 
     /// How many creates were interrupted by a connection loss and looked up again by their
     /// protected prefix.
     pub fn protected_lookups(&self) -> u64 {
-        self.session.lookups()
+        self.sessions.default().lookups()
     }
 
-    /// The current ZooKeeper client, for tests and tools that need raw access (inspecting
-    /// nodes, expiring the session).
+    /// The current ZooKeeper client of the default session, for tests and tools that need raw
+    /// access (inspecting nodes, expiring the session).
     #[doc(hidden)]
     pub fn zk_client(&self) -> Result<zookeeper_client::Client> {
-        self.session.client()
+        self.sessions.default().client()
     }
 
     fn dir(&self, kind: &str, name: &str) -> String {
-        format!("{}/{kind}/{}", self.session.cfg.root, encode_name(name))
+        dir(&self.sessions, kind, name)
+    }
+}
+
+fn dir(sessions: &Sessions, kind: &str, name: &str) -> String {
+    format!(
+        "{}/{kind}/{}",
+        sessions.default().cfg.root,
+        encode_name(name)
+    )
+}
+
+impl ZkBackend {
+    fn dir(&self, kind: &str, name: &str) -> String {
+        dir(&self.sessions, kind, name)
+    }
+
+    fn mutex_path(&self, name: &str) -> String {
+        self.dir("mutex", name)
+    }
+
+    fn rwlock_path(&self, name: &str) -> String {
+        self.dir("rwlock", name)
+    }
+
+    fn semaphore_path(&self, name: &str) -> String {
+        self.dir("semaphore", name)
     }
 }
 
@@ -119,31 +178,37 @@ impl Backend for ZkBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::all();
-        caps.fixed_lease = false;
-        caps
+        // Ephemeral nodes live as long as their session: no fixed leases, and no remaining
+        // lease to tell. Nodes are served in sequence order: fair always.
+        let support = Support::all().fixed_lease(false).remaining_lease(false);
+        Capabilities::new(support)
+            .with_rwlock(support)
+            .with_semaphore(support)
     }
 
-    fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
-        Ok(Arc::new(mutex::ZkMutex {
-            session: self.session.clone(),
+    fn default_lease(&self) -> Duration {
+        self.sessions.default().cfg.session_timeout
+    }
+
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
+        Ok(Box::new(mutex::ZkMutex {
+            sessions: self.sessions.clone(),
             name: name.to_string(),
             dir: self.mutex_path(name),
-            holds: HoldRegistry::new(),
         }))
     }
 
-    fn rwlock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
-        Ok(Arc::new(rwlock::ZkRwLock {
-            session: self.session.clone(),
+    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
+        Ok(Box::new(rwlock::ZkRwLock {
+            sessions: self.sessions.clone(),
             name: name.to_string(),
             dir: self.rwlock_path(name),
         }))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
-        Ok(Arc::new(semaphore::ZkSemaphore {
-            session: self.session.clone(),
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+        Ok(Box::new(semaphore::ZkSemaphore {
+            sessions: self.sessions.clone(),
             name: name.to_string(),
             dir: self.semaphore_path(name),
             permits,
@@ -151,7 +216,7 @@ impl Backend for ZkBackend {
     }
 
     async fn close(&self) -> Result<()> {
-        self.session.close().await
+        self.sessions.close().await
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
@@ -164,7 +229,8 @@ impl Backend for ZkBackend {
             ),
             _ => return Err(lockkit_core::Error::unsupported("unknown primitive")),
         };
-        let all = queue::participants(&self.session, &dir, markers).await?;
+        let session = self.sessions.default();
+        let all = queue::participants(session, &dir, markers).await?;
         let mode = |p: &node::Participant| match primitive {
             Primitive::RwLock if p.marker == 0 => HoldMode::Shared,
             Primitive::Semaphore => HoldMode::Permits(1),
@@ -175,7 +241,7 @@ impl Backend for ZkBackend {
             Primitive::RwLock => rwlock::holder_count(&all),
             _ => all.len().min(1),
         };
-        let client = self.session.client()?;
+        let client = session.client()?;
         let mut holders = Vec::with_capacity(holding);
         for p in &all[..holding] {
             let path = format!("{dir}/{}", p.name);

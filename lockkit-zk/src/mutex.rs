@@ -4,33 +4,22 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, DistLock, Error, HoldRegistry, Lease, LockGuard, Result};
-use tokio::time::Instant;
-use tracing::Instrument;
+use lockkit_core::spi::{GuardParts, RawMutex, Request};
+use lockkit_core::Result;
 
 use crate::held;
 use crate::node::MUTEX_MARKER;
 use crate::queue::{self, Rule, Spec};
 use crate::session::Session;
+use crate::sessions::Sessions;
 
 pub(crate) const MARKERS: &[&str] = &[MUTEX_MARKER];
 
-/// Rejects what ZooKeeper locks cannot do, and turns the wait budget into a deadline.
-pub(crate) fn check_opts(opts: &AcquireOptions) -> Result<Option<Instant>> {
-    if let Lease::Fixed(_) = opts.lease {
-        return Err(Error::unsupported(
-            "ZooKeeper locks live as long as the session (ephemeral nodes); fixed leases are not offered",
-        ));
-    }
-    Ok(opts.wait_budget().map(|d| Instant::now() + d))
-}
-
 #[derive(Debug)]
 pub(crate) struct ZkMutex {
-    pub session: Arc<Session>,
+    pub sessions: Arc<Sessions>,
     pub name: String,
     pub dir: String,
-    pub holds: HoldRegistry,
 }
 
 impl ZkMutex {
@@ -45,42 +34,32 @@ impl ZkMutex {
 }
 
 #[async_trait]
-impl DistLock for ZkMutex {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        let deadline = check_opts(opts)?;
-        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk");
+impl RawMutex for ZkMutex {
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let session = self.sessions.for_lease(req.lease().duration()).await?;
         let spec = self.spec();
-        let contend = queue::contend(&self.session, &spec, deadline);
-        let Some(node) = contend.instrument(span).await? else {
+        let Some(node) = queue::contend(&session, &spec, req.deadline()).await? else {
             return Ok(None);
         };
-        let guard = LockGuard::new(held::parts(
-            &self.session,
+        Ok(Some(held::parts(
+            &session,
             &self.name,
             vec![node],
-            opts.lease,
+            req.lease(),
             None,
-        ));
-        self.holds.track(&guard);
-        Ok(Some(guard))
+        )))
     }
 
     async fn is_locked(&self) -> Result<bool> {
-        Ok(!queue::participants(&self.session, &self.dir, MARKERS)
-            .await?
-            .is_empty())
-    }
-
-    async fn hold_count(&self) -> Result<u32> {
-        Ok(self.holds.hold_count())
+        Ok(
+            !queue::participants(self.sessions.default(), &self.dir, MARKERS)
+                .await?
+                .is_empty(),
+        )
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        force_delete(&self.session, &self.dir, MARKERS, |all| {
+        force_delete(self.sessions.default(), &self.dir, MARKERS, |all| {
             all.first().into_iter().cloned().collect()
         })
         .await

@@ -156,7 +156,7 @@ pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration
         }
     })
     .await;
-    r.map_err(|e| Error::new(e.kind().clone(), format!("cannot delete {path}: {e}")))
+    r.map_err(|e| Error::new(e.kind(), format!("cannot delete {path}: {e}")))
 }
 
 /// The children of `dir` (retried while the connection is down); none when it does not exist.

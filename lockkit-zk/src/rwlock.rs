@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, ReadGuard, ReadWriteLock, Result, WriteGuard};
-use tracing::Instrument;
+use lockkit_core::spi::{GuardParts, RawRwLock, Request};
+use lockkit_core::Result;
 
 use crate::held::{self, WriteInfo};
-use crate::mutex::{check_opts, force_delete};
+use crate::mutex::force_delete;
 use crate::node::{Participant, READ_MARKER, WRITE_MARKER};
 use crate::queue::{self, Node, Rule, Spec};
 use crate::session::Session;
+use crate::sessions::Sessions;
 
 pub(crate) const MARKERS: &[&str] = &[READ_MARKER, WRITE_MARKER];
 
@@ -28,70 +29,77 @@ impl ZkRwLock {
     /// Queues a `marker` node and waits until `rule` lets it hold.
     async fn contend(
         &self,
-        opts: &AcquireOptions,
+        session: &Arc<Session>,
+        req: &Request,
         marker: &'static str,
         rule: Rule,
     ) -> Result<Option<Node>> {
-        let deadline = check_opts(opts)?;
         let spec = Spec {
             dir: &self.dir,
             marker,
             markers: MARKERS,
             rule,
         };
-        let span = tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", mode = marker);
-        queue::contend(&self.session, &spec, deadline)
-            .instrument(span)
-            .await
+        queue::contend(session, &spec, req.deadline()).await
     }
 }
 
 #[derive(Debug)]
 pub(crate) struct ZkRwLock {
-    pub session: Arc<Session>,
+    pub sessions: Arc<Sessions>,
     pub name: String,
     pub dir: String,
 }
 
 #[async_trait]
-impl ReadWriteLock for ZkRwLock {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
-        let Some(node) = self.contend(opts, READ_MARKER, Rule::Shared).await? else {
+impl RawRwLock for ZkRwLock {
+    async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let session = self.sessions.for_lease(req.lease().duration()).await?;
+        let Some(node) = self
+            .contend(&session, req, READ_MARKER, Rule::Shared)
+            .await?
+        else {
             return Ok(None);
         };
-        let parts = held::parts(&self.session, &self.name, vec![node], opts.lease, None);
-        Ok(Some(ReadGuard::new(parts)))
+        Ok(Some(held::parts(
+            &session,
+            &self.name,
+            vec![node],
+            req.lease(),
+            None,
+        )))
     }
 
-    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
-        let Some(node) = self.contend(opts, WRITE_MARKER, Rule::Exclusive).await? else {
+    async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let session = self.sessions.for_lease(req.lease().duration()).await?;
+        let Some(node) = self
+            .contend(&session, req, WRITE_MARKER, Rule::Exclusive)
+            .await?
+        else {
             return Ok(None);
         };
         let info = WriteInfo {
             dir: self.dir.clone(),
         };
-        let parts = held::parts(
-            &self.session,
+        Ok(Some(held::parts(
+            &session,
             &self.name,
             vec![node],
-            opts.lease,
+            req.lease(),
             Some(info),
-        );
-        Ok(Some(WriteGuard::new(parts)))
+        )))
     }
 
     async fn is_locked(&self) -> Result<bool> {
-        Ok(!queue::participants(&self.session, &self.dir, MARKERS)
-            .await?
-            .is_empty())
+        Ok(
+            !queue::participants(self.sessions.default(), &self.dir, MARKERS)
+                .await?
+                .is_empty(),
+        )
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        force_delete(&self.session, &self.dir, MARKERS, |all| {
+        force_delete(self.sessions.default(), &self.dir, MARKERS, |all| {
             all[..holder_count(all)].to_vec()
         })
         .await

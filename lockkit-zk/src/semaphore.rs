@@ -4,22 +4,21 @@
 //! come back when ZooKeeper expires it.
 
 use async_trait::async_trait;
-use lockkit_core::{AcquireOptions, Permit, Result, Semaphore};
+use lockkit_core::spi::{GuardParts, RawSemaphore, Request};
+use lockkit_core::Result;
 use std::sync::Arc;
 use tokio::time::Instant;
-use tracing::Instrument;
 use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::held;
-use crate::mutex::check_opts;
 use crate::node::{self, LEASE_MARKER, MUTEX_MARKER};
 use crate::queue::{self, Cleanup, Rule, Spec};
-use crate::session::Session;
+use crate::sessions::Sessions;
 
 #[derive(Debug)]
 pub(crate) struct ZkSemaphore {
-    pub session: Arc<Session>,
+    pub sessions: Arc<Sessions>,
     pub name: String,
     pub dir: String,
     pub permits: u32,
@@ -35,9 +34,12 @@ impl ZkSemaphore {
     }
 
     async fn lease_count(&self, client: &zk::Client) -> Result<usize> {
-        let children =
-            queue::list_or_empty(client, &self.leases_dir(), self.session.cfg.command_timeout)
-                .await?;
+        let children = queue::list_or_empty(
+            client,
+            &self.leases_dir(),
+            self.sessions.default().cfg.command_timeout,
+        )
+        .await?;
         Ok(count_leases(&children))
     }
 }
@@ -50,23 +52,13 @@ fn count_leases(children: &[String]) -> usize {
 }
 
 #[async_trait]
-impl Semaphore for ZkSemaphore {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        let span =
-            tracing::debug_span!("lockkit.acquire", lock = %self.name, backend = "zk", permits = n);
-        self.acquire_permits(n, opts).instrument(span).await
+impl RawSemaphore for ZkSemaphore {
+    async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
+        self.acquire_permits(n, req).await
     }
 
     async fn available(&self) -> Result<u32> {
-        let client = self.session.client()?;
+        let client = self.sessions.default().client()?;
         let used = self.lease_count(&client).await?;
         Ok(self
             .permits
@@ -75,10 +67,9 @@ impl Semaphore for ZkSemaphore {
 }
 
 impl ZkSemaphore {
-    async fn acquire_permits(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        lockkit_core::check_permits(n, self.permits)?;
-        let deadline = check_opts(opts)?;
-        let session = &self.session;
+    async fn acquire_permits(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
+        let deadline = req.deadline();
+        let session = &self.sessions.for_lease(req.lease().duration()).await?;
         let client = session.client()?;
         let limit = session.cfg.command_timeout;
         let locks_dir = self.locks_dir();
@@ -141,7 +132,12 @@ impl ZkSemaphore {
             return Err(e);
         }
         cleanup.disarm();
-        let parts = held::parts(session, &self.name, leases, opts.lease, None).with_permits(n);
-        Ok(Some(Permit::new(parts)))
+        Ok(Some(held::parts(
+            session,
+            &self.name,
+            leases,
+            req.lease(),
+            None,
+        )))
     }
 }

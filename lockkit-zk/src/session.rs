@@ -1,13 +1,22 @@
-//! One ZooKeeper session per `Locks` handle, shared by all its locks, and the task that turns
-//! session events into guard states.
+//! One ZooKeeper session (per lease length a `Locks` handle uses), shared by its locks; the task
+//! that turns session events into guard states; and the heartbeat that keeps the session's lease
+//! clock.
+//!
+//! The guards of a session share its [`LeaseClock`]: the instant before the last request the
+//! server answered was sent, plus the negotiated session timeout, less the core's margin. The
+//! server cannot expire the session before then (it counts from the last packet it heard), so a
+//! guard reads Lost in time even when the process was paused or the connection went silent,
+//! whatever this task saw. A heartbeat request every quarter of the timeout moves the clock on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::{Error, ErrorKind, Result, StateCell};
+use lockkit_core::spi::{LeaseClock, StateCell};
+use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
@@ -22,28 +31,35 @@ pub(crate) struct Tracked {
     pub released: Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The shared state of one `Locks` handle.
+/// The client of the current ZooKeeper session and that session's lease clock.
+#[derive(Debug, Clone)]
+pub(crate) struct Current {
+    pub client: zk::Client,
+    pub clock: Arc<LeaseClock>,
+}
+
+/// One session and what it serves.
 #[derive(Debug)]
 pub(crate) struct Session {
     pub cfg: ZkConfig,
     pub acls: Vec<zk::Acl>,
-    client: Mutex<Option<zk::Client>>,
+    current: Mutex<Option<Current>>,
     live: Mutex<HashMap<u64, Tracked>>,
     next_id: AtomicU64,
     /// Watch events delivered to waiters (predecessor or lease-set watches), for the herd test.
     wakes: AtomicU64,
     /// Creates interrupted by a connection loss, looked up by their protected prefix.
     lookups: AtomicU64,
-    task: Mutex<Option<JoinHandle<()>>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(task) = self
-            .task
+        for task in self
+            .tasks
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
+            .drain(..)
         {
             task.abort();
         }
@@ -55,27 +71,35 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Session {
+    /// Opens a session with the timeout `cfg` asks for; a server that negotiates another one
+    /// is a `Config` error (the lease would not be the one asked for).
     pub(crate) async fn open(cfg: ZkConfig) -> Result<Arc<Session>> {
-        let client = cfg.connect().await?;
+        let current = connect(&cfg).await?;
         let acls = cfg.acl.acls();
         let session = Arc::new(Session {
             cfg,
             acls,
-            client: Mutex::new(Some(client.clone())),
+            current: Mutex::new(Some(current.clone())),
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             wakes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
-            task: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
         });
-        let task = tokio::spawn(watch_session(Arc::downgrade(&session), client));
-        *lock(&session.task) = Some(task);
+        let watcher = tokio::spawn(watch_session(Arc::downgrade(&session), current.client));
+        let beat = tokio::spawn(heartbeat(Arc::downgrade(&session)));
+        lock(&session.tasks).extend([watcher, beat]);
         Ok(session)
     }
 
     /// The current client (a new one after a session expiry).
     pub(crate) fn client(&self) -> Result<zk::Client> {
-        lock(&self.client)
+        Ok(self.current()?.client)
+    }
+
+    /// The current client and its session's lease clock.
+    pub(crate) fn current(&self) -> Result<Current> {
+        lock(&self.current)
             .clone()
             .ok_or_else(|| Error::new(ErrorKind::Closed, "the ZooKeeper handle was closed"))
     }
@@ -116,18 +140,18 @@ impl Session {
         self.wakes.load(Ordering::Relaxed)
     }
 
-    /// Stops the session task, turns every live guard Lost and deletes its nodes, so other
-    /// clients get the locks now rather than when the guards are dropped.
+    /// Stops the session's tasks, turns every guard still tracked Lost and deletes its nodes,
+    /// then ends the session.
     pub(crate) async fn close(&self) -> Result<()> {
-        if let Some(task) = lock(&self.task).take() {
+        for task in lock(&self.tasks).drain(..) {
             task.abort();
         }
-        lock(&self.client).take();
+        let current = lock(&self.current).take();
         let live = std::mem::take(&mut *lock(&self.live));
         let mut first_error = None;
         for t in live.into_values() {
             t.released.store(true, Ordering::Release);
-            t.state.mark_lost();
+            t.state.mark_lost(LostReason::Closed);
             for path in &t.paths {
                 if let Err(e) =
                     crate::queue::delete_node(&t.client, path, self.cfg.command_timeout).await
@@ -136,6 +160,8 @@ impl Session {
                 }
             }
         }
+        // The session ends when its last client is dropped.
+        drop(current);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -145,7 +171,8 @@ impl Session {
         let (parent, _) = path.rsplit_once('/').unwrap_or(("", path));
         let open = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         let ours = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
-        let mut attempt = 0;
+        let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).start();
+        let until = Instant::now() + self.cfg.command_timeout;
         loop {
             let mut result = Ok(());
             if !parent.is_empty() {
@@ -159,9 +186,8 @@ impl Session {
             }
             match result {
                 Ok(()) => return Ok(()),
-                Err(e) if crate::error::is_transient(&e) && attempt < 50 => {
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(e) if crate::error::is_transient(&e) && Instant::now() < until => {
+                    retry.wait().await;
                 }
                 Err(e) => return Err(crate::error::map(e, &format!("cannot create {path}"))),
             }
@@ -169,167 +195,99 @@ impl Session {
     }
 }
 
-/// zookeeper-client 0.11's tick: connection timeout / 8, or session timeout / 20 when the
-/// connection timeout is zero or over 3/5 of the session timeout. A connection that stays silent
-/// (or a connect that gets no answer) for 8 ticks is given up.
-fn client_tick(session_timeout: Duration, connection_timeout: Duration) -> Duration {
-    if connection_timeout.is_zero() || connection_timeout > session_timeout * 3 / 5 {
-        session_timeout / 20
-    } else {
-        connection_timeout / 8
+/// Connects a session with the timeout `cfg` asks for, starting its lease clock.
+async fn connect(cfg: &ZkConfig) -> Result<Current> {
+    let sent = Instant::now();
+    let client = cfg.connect().await?;
+    let granted = client.session_timeout();
+    if granted != cfg.session_timeout {
+        drop(client);
+        return Err(Error::config(format!(
+            "ZooKeeper granted a session timeout of {granted:?} for the {:?} asked (servers allow \
+             2 to 20 ticks unless minSessionTimeout/maxSessionTimeout say otherwise); use a \
+             lease of {granted:?}",
+            cfg.session_timeout
+        )));
+    }
+    let clock = LeaseClock::new(LostReason::SessionExpired);
+    clock.renewed(sent, granted);
+    Ok(Current { client, clock })
+}
+
+/// Keeps the current session's lease clock: a cheap request every quarter of the session
+/// timeout; each answer moves the deadline to the request's send time plus the timeout. A
+/// failed request is tried again soon, with backoff, until the deadline passes.
+async fn heartbeat(session: Weak<Session>) {
+    let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).start();
+    loop {
+        let Some(s) = session.upgrade() else { return };
+        let Ok(Current { client, clock }) = s.current() else {
+            return;
+        };
+        let timeout = client.session_timeout();
+        let period = (timeout / 4).max(Duration::from_millis(50));
+        let limit = s.cfg.command_timeout.min(period * 2);
+        drop(s);
+        let sent = Instant::now();
+        match tokio::time::timeout(limit, client.check_stat("/")).await {
+            Ok(Ok(_)) => {
+                clock.renewed(sent, timeout);
+                retry.reset();
+                tokio::time::sleep_until(sent + period).await;
+            }
+            _ => tokio::time::sleep(retry.next_pause()).await,
+        }
     }
 }
 
-/// How long after the server's last reply the client may report a silent connection as
-/// Disconnected: it checks every tick and gives up after 8 ticks without a reply, so it notices
-/// at most 9 ticks after the last reply.
-fn silence_noticed_within(session_timeout: Duration, connection_timeout: Duration) -> Duration {
-    client_tick(session_timeout, connection_timeout) * 9
-}
-
-/// How long a guard stays Suspect after the client reports a disconnection before it turns Lost:
-/// two thirds of what is left of the session timeout once the client noticed the silence. The
-/// server expires the session a session timeout after the last request it got, which it got at
-/// most half a round trip before our last reply; so the guard turns Lost before the server can
-/// have expired the session, with a third of the rest as slack for that and for scheduling.
-fn lost_after_disconnect(session_timeout: Duration, connection_timeout: Duration) -> Duration {
-    session_timeout.saturating_sub(silence_noticed_within(session_timeout, connection_timeout)) * 2
-        / 3
-}
-
 /// Follows the session: connection loss makes guards Suspect, reconnection Held again, expiry
-/// (or a disconnection long enough that the server may expire the session, see
-/// [`lost_after_disconnect`]) Lost. After an expiry it opens a new session for new acquires.
+/// Lost (the lease clock turns them Lost sooner when the connection stays away). After an expiry
+/// it opens a new session for new acquires.
 async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
     loop {
         let sid = client.session_id().0;
         let mut states = client.state_watcher();
-        // Turning Lost before the server can expire the session means a guard is never Suspect
-        // while another client may already hold the lock. (Curator waits the whole timeout from
-        // the disconnection, which can be too late.)
-        let Some(connection_timeout) = session.upgrade().map(|s| s.cfg.connection_timeout()) else {
-            return;
-        };
-        let lost_after = lost_after_disconnect(client.session_timeout(), connection_timeout);
         drop(client);
-        let mut disconnected_at: Option<tokio::time::Instant> = None;
         loop {
-            let event = match disconnected_at {
-                Some(at) => {
-                    match tokio::time::timeout_at(at + lost_after, states.changed()).await {
-                        Ok(s) => s,
-                        Err(_) => {
-                            // The server may expire the session now: stop trusting the locks.
-                            let Some(s) = session.upgrade() else { return };
-                            tracing::warn!(
-                                session = sid,
-                                "zookeeper: disconnected too long to trust the session; locks lost"
-                            );
-                            s.each_state(sid, StateCell::mark_lost);
-                            disconnected_at = None;
-                            continue;
-                        }
-                    }
-                }
-                None => states.changed().await,
-            };
+            let event = states.changed().await;
             let Some(s) = session.upgrade() else { return };
             match event {
                 zk::SessionState::Disconnected => {
                     tracing::debug!(session = sid, "zookeeper: disconnected; locks suspect");
-                    disconnected_at.get_or_insert_with(tokio::time::Instant::now);
                     s.each_state(sid, StateCell::mark_suspect);
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                    disconnected_at = None;
                     s.each_state(sid, StateCell::mark_held);
                 }
                 zk::SessionState::Expired
                 | zk::SessionState::AuthFailed
                 | zk::SessionState::Closed => {
                     tracing::warn!(session = sid, state = ?event, "zookeeper: session ended; locks lost");
-                    s.each_state(sid, StateCell::mark_lost);
+                    s.each_state(sid, |c| c.mark_lost(LostReason::SessionExpired));
                     break;
                 }
             }
         }
         // Open a new session for new acquires; the old guards stay Lost.
-        let mut backoff = Duration::from_millis(100);
-        client = loop {
+        let mut retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).start();
+        let current = loop {
             let Some(s) = session.upgrade() else { return };
             let cfg = s.cfg.clone();
             drop(s);
-            match cfg.connect().await {
+            match connect(&cfg).await {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(error = %e, "zookeeper: cannot open a new session yet");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    retry.wait().await;
                 }
             }
         };
         let Some(s) = session.upgrade() else { return };
-        let mut slot = lock(&s.client);
+        let mut slot = lock(&s.current);
         if slot.is_none() {
             return; // closed meanwhile
         }
-        *slot = Some(client.clone());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_silent_disconnection_turns_lost_before_the_server_can_expire_the_session() {
-        let ms = Duration::from_millis;
-        assert_eq!(silence_noticed_within(ms(10_000), ms(5_000)), ms(5_625));
-        assert_eq!(silence_noticed_within(ms(2_000), ms(5_000)), ms(900));
-        assert_eq!(
-            silence_noticed_within(ms(10_000), Duration::ZERO),
-            ms(4_500)
-        );
-        for (session, connect) in [
-            (ms(10_000), ms(5_000)),
-            (ms(2_000), ms(5_000)),
-            (ms(1_000), ms(5_000)),
-            (ms(60_000), ms(5_000)),
-            (ms(10_000), Duration::ZERO),
-            (ms(10_000), ms(1_000)),
-            (ms(6_000), ms(3_600)),
-        ] {
-            let after = lost_after_disconnect(session, connect);
-            let lost = silence_noticed_within(session, connect) + after;
-            assert!(after > Duration::ZERO, "{session:?}/{connect:?}");
-            assert!(
-                lost < session * 9 / 10,
-                "{session:?}/{connect:?}: Lost {lost:?} after the last reply"
-            );
-        }
-    }
-
-    /// After a server hangs, the client notices, may try the hung server again first (it
-    /// reshuffles the hosts), waits one connection timeout there, then reaches another server
-    /// after a short delay (up to 100 ms for the second host). That must fit before the lost
-    /// deadline, or a hung follower would cost the session's locks.
-    #[test]
-    fn a_hung_server_retried_first_still_leaves_time_to_resume_elsewhere() {
-        let ms = Duration::from_millis;
-        for session in [ms(1_000), ms(2_000), ms(4_000), ms(10_000), ms(30_000)] {
-            let cfg = ZkConfig::from_lock_config(&lockkit_core::LockConfig::new(format!(
-                "zk://h1,h2,h3/x?session_timeout={}ms",
-                session.as_millis()
-            )))
-            .unwrap();
-            let conn = cfg.connection_timeout();
-            let noticed = silence_noticed_within(session, conn);
-            let resumed = noticed + client_tick(session, conn) * 8 + ms(100);
-            let lost = noticed + lost_after_disconnect(session, conn);
-            assert!(
-                resumed + session / 10 < lost,
-                "{session:?}: resumed after {resumed:?}, Lost after {lost:?}"
-            );
-        }
+        client = current.client.clone();
+        *slot = Some(current);
     }
 }

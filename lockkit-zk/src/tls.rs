@@ -3,7 +3,10 @@
 //! certificate and its private key, for servers started with `ssl.clientAuth=need`). Any of them
 //! turns TLS on for every host of the URL; the server name checked is the URL's host.
 
-use lockkit_core::{Error, LockConfig, Result, Secret};
+use lockkit_core::settings::Settings;
+use lockkit_core::{Error, Result, Secret};
+
+use crate::config::ZkKey;
 
 /// The PEM material read from the option files. The key stays a [`Secret`].
 #[derive(Clone)]
@@ -23,11 +26,11 @@ impl std::fmt::Debug for Tls {
 
 impl Tls {
     /// `None` when no TLS option is given.
-    pub(crate) fn from_config(cfg: &LockConfig) -> Result<Option<Tls>> {
+    pub(crate) fn from_settings(cfg: &Settings<ZkKey>) -> Result<Option<Tls>> {
         let (ca, cert, key) = (
-            cfg.option("tls_ca"),
-            cfg.option("tls_cert"),
-            cfg.option("tls_key"),
+            cfg.get(ZkKey::TlsCa),
+            cfg.get(ZkKey::TlsCert),
+            cfg.get(ZkKey::TlsKey),
         );
         if ca.is_none() && cert.is_none() && key.is_none() {
             return Ok(None);
@@ -43,10 +46,9 @@ impl Tls {
             )
         })?;
         let identity = match (cert, key) {
-            (Some(cert), Some(key)) => Some((
-                read(&cert, "tls_cert")?,
-                Secret::new(read(&key, "tls_key")?),
-            )),
+            (Some(cert), Some(key)) => {
+                Some((read(cert, "tls_cert")?, Secret::new(read(key, "tls_key")?)))
+            }
             (None, None) => None,
             _ => {
                 return Err(Error::config(
@@ -55,7 +57,7 @@ impl Tls {
             }
         };
         let tls = Tls {
-            ca: read(&ca, "tls_ca")?,
+            ca: read(ca, "tls_ca")?,
             identity,
         };
         #[cfg(feature = "tls")]

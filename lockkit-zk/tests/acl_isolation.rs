@@ -2,8 +2,8 @@
 //! identity creates carry the `creator_read` ACL, so another identity can see them but cannot
 //! delete our lock node, force the lock open or queue on it.
 
-use lockkit_core::testing::{server_url, unique_name};
-use lockkit_core::{DistLockExt, ErrorKind, LockConfig, ServerUrl};
+use lockkit_core::{ErrorKind, LockConfig, ServerUrl};
+use lockkit_testing::{server_url, unique_name};
 use lockkit_zk::zookeeper_client as zk;
 
 /// Another digest identity on the plain client port. Over TLS the server also authenticates the
@@ -21,7 +21,7 @@ async fn second_identity_cannot_delete_our_lock_node() {
     let Some(url) = server_url("zk_secure") else {
         return;
     };
-    let ours = lockkit_zk::connect_backend(&LockConfig::new(url.clone()))
+    let ours = lockkit_zk::connect_zk(&LockConfig::new(url.clone()))
         .await
         .unwrap();
     let name = unique_name("acl");
@@ -30,7 +30,7 @@ async fn second_identity_cannot_delete_our_lock_node() {
     let mutex = locks.mutex(&name).unwrap();
     let guard = mutex.lock().await.unwrap();
 
-    let theirs = lockkit_zk::connect_backend(&LockConfig::new(intruder_url(&url)))
+    let theirs = lockkit_zk::connect_zk(&LockConfig::new(intruder_url(&url)))
         .await
         .unwrap();
     let raw = theirs.zk_client().unwrap();
@@ -43,10 +43,10 @@ async fn second_identity_cannot_delete_our_lock_node() {
 
     let their_mutex = theirs.clone().into_locks().mutex(&name).unwrap();
     let forced = their_mutex.force_unlock().await.unwrap_err();
-    assert_eq!(forced.kind(), &ErrorKind::Auth, "{forced}");
+    assert_eq!(forced.kind(), ErrorKind::Auth, "{forced}");
     assert!(!forced.is_retryable());
     let queued = their_mutex.try_lock().await.unwrap_err();
-    assert_eq!(queued.kind(), &ErrorKind::Auth, "{queued}");
+    assert_eq!(queued.kind(), ErrorKind::Auth, "{queued}");
 
     assert_eq!(
         guard.state(),

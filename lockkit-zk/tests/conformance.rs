@@ -1,12 +1,7 @@
 //! The conformance suite against a real ZooKeeper (`LOCKKIT_TEST_ZK_URL`).
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("zk")?;
-    Some(
-        lockkit_zk::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("zk").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit_zk::connect);

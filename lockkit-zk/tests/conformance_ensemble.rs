@@ -1,13 +1,8 @@
 //! The conformance suite against a 3-server ZooKeeper ensemble (`LOCKKIT_TEST_ZK_ENSEMBLE_URL`,
 //! a connect string naming every server; started by `scripts/services.sh up --cluster`).
 
-async fn locks() -> Option<lockkit_core::Locks> {
-    let url = lockkit_core::testing::server_url("zk_ensemble")?;
-    Some(
-        lockkit_zk::connect(&lockkit_core::LockConfig::new(url))
-            .await
-            .unwrap(),
-    )
+fn config() -> Option<lockkit_core::LockConfig> {
+    lockkit_testing::server_url("zk_ensemble").map(lockkit_core::LockConfig::new)
 }
 
-lockkit_core::conformance_suite!(locks);
+lockkit_testing::conformance_suite!(config, lockkit_zk::connect);

@@ -8,15 +8,15 @@
 //! at a time) and start them again even if they fail. Also: a 2 s session outlives a hang of the
 //! follower the handle talks to (the client moves to another server); a holder whose only server
 //! hangs is told `lost()` before the ensemble hands the lock to someone else. The fault checks
-//! are those of `lockkit_core::testing::failover`.
+//! are those of `lockkit_testing::failover`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::testing::failover::{outlives_a_pause, serial, Cluster, Outage};
-use lockkit_core::testing::unique_name;
-use lockkit_core::{DistLockExt, LockConfig, Locks};
+use lockkit_core::{LockConfig, Locks};
+use lockkit_testing::failover::{outlives_a_pause, serial, Cluster, Outage};
+use lockkit_testing::unique_name;
 
 const CLUSTER: Cluster = Cluster {
     url_name: "zk_ensemble",
@@ -28,7 +28,7 @@ async fn connect(url: String) -> Locks {
     lockkit_zk::connect(&LockConfig::new(url)).await.unwrap()
 }
 
-lockkit_core::failover_suite!(CLUSTER, connect);
+lockkit_testing::failover_suite!(CLUSTER, connect);
 
 /// The ensemble member whose `cons` output lists session `sid`: the one the client talks to.
 fn member_serving(url: &str, sid: i64) -> Option<&'static str> {
@@ -65,7 +65,7 @@ async fn short_session_survives_a_hung_follower() {
     // The client picks a server at random: keep a handle that talks to a follower.
     let mut found = None;
     for _ in 0..20 {
-        let b = lockkit_zk::connect_backend(&LockConfig::new(&short))
+        let b = lockkit_zk::connect_zk(&LockConfig::new(&short))
             .await
             .unwrap();
         let sid = b.zk_client().unwrap().session_id().0;

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{Backend, DistLockExt, LockConfig, LockState};
+use lockkit_core::{LockConfig, LockState};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -104,7 +104,7 @@ async fn session_expiry_makes_guard_lost_and_handle_recovers() {
     assert!(g2.token() > token);
     assert_eq!(
         guard.release().await.unwrap_err().kind(),
-        &lockkit_core::ErrorKind::NotHeld
+        lockkit_core::ErrorKind::LockLost
     );
 
     // After the partition heals this handle opens a new session and works again.
@@ -153,11 +153,12 @@ async fn create_interrupted_by_connection_loss_leaves_one_node() {
     .await;
     let direct = backend(&url).await;
     let dir = b.mutex_path("interrupted");
+    let locks = b.clone().into_locks();
     // Make the directory first, so the creates below are single requests.
-    drop(b.mutex("interrupted").unwrap().lock().await.unwrap());
+    drop(locks.mutex("interrupted").unwrap().lock().await.unwrap());
     let mut acquired = 0;
     for round in 0..40u64 {
-        let lock = b.mutex("interrupted").unwrap();
+        let lock = locks.mutex("interrupted").unwrap();
         let task = tokio::spawn(async move { lock.lock_for(Duration::from_secs(10)).await });
         // Cut the connection at different moments around the create's round trip.
         tokio::time::sleep(Duration::from_micros(round * 50)).await;

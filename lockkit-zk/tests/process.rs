@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{DistLockExt, LockConfig};
+use lockkit_core::LockConfig;
 
 const CHILD_ENV: &str = "LOCKKIT_ZK_CHILD_URL";
 

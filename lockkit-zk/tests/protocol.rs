@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::{AcquireOptions, Backend, DistLockExt, ErrorKind, LockConfig, Primitive};
+use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, Primitive};
 use zookeeper_client as zk;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -165,9 +165,9 @@ async fn digest_auth_and_acl_keep_other_identities_out() {
         let lock = other.mutex("acl").unwrap();
         assert!(lock.is_locked().await.unwrap(), "{who} can read");
         let e = lock.force_unlock().await.unwrap_err();
-        assert_eq!(e.kind(), &ErrorKind::Auth, "{who}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Auth, "{who}: {e}");
         let e = lock.try_lock().await.unwrap_err();
-        assert_eq!(e.kind(), &ErrorKind::Auth, "{who}: {e}");
+        assert_eq!(e.kind(), ErrorKind::Auth, "{who}: {e}");
     }
     assert_eq!(g.state(), lockkit_core::LockState::Held);
     assert_eq!(children(&alice, &dir).await.len(), 1);
@@ -177,7 +177,7 @@ async fn digest_auth_and_acl_keep_other_identities_out() {
     let e = lockkit_zk::connect(&LockConfig::new(format!("zk://{host}?acl=creator")))
         .await
         .unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Config);
+    assert_eq!(e.kind(), ErrorKind::Config);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,7 +219,6 @@ async fn cancelled_acquires_leave_no_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downgrade_keeps_a_waiting_writer_behind_us() {
-    use lockkit_core::ReadWriteLockExt;
     let Some(url) = url() else { return };
     let url = with_params(&url, &format!("prefix={}", prefix()));
     let b = backend(&url).await;
@@ -269,7 +268,6 @@ async fn downgrade_keeps_a_waiting_writer_behind_us() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_waiters_do_not_herd() {
-    use lockkit_core::SemaphoreExt;
     let Some(url) = url() else { return };
     let url = with_params(&url, &format!("prefix={}", prefix()));
     let holder_backend = backend(&url).await;
@@ -309,7 +307,7 @@ async fn semaphore_waiters_do_not_herd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_of_a_dead_session_come_back() {
-    use lockkit_core::{AcquireOptions as Opts, SemaphoreExt};
+    use lockkit_core::AcquireOptions as Opts;
     let Some(url) = url() else { return };
     let pre = prefix();
     let proxy = Proxy::start(server_addr(&url)).await;
@@ -361,8 +359,7 @@ async fn close_gives_locks_back_and_marks_guards_lost() {
         .await
         .unwrap()
         .is_some());
-    let e = a.mutex("close").unwrap().try_lock().await.unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Closed);
+    assert_eq!(a.mutex("close").unwrap_err().kind(), ErrorKind::Closed);
 }
 
 #[tokio::test]
@@ -371,7 +368,7 @@ async fn unreachable_server_fails_fast() {
     let e = lockkit_zk::connect(&LockConfig::new("zk://127.0.0.1:1?connect_timeout=3s"))
         .await
         .unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Connection, "{e}");
+    assert_eq!(e.kind(), ErrorKind::Connection, "{e}");
     assert!(e.is_retryable());
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -381,5 +378,5 @@ async fn unreachable_server_fails_fast() {
     let e = lockkit_zk::connect(&LockConfig::new("zk://127.0.0.1:1?session_timeout=never"))
         .await
         .unwrap_err();
-    assert_eq!(e.kind(), &ErrorKind::Config);
+    assert_eq!(e.kind(), ErrorKind::Config);
 }

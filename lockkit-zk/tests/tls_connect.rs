@@ -5,7 +5,7 @@
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tls_connect_succeeds() {
-    let Some(url) = lockkit_core::testing::server_url("zk_secure") else {
+    let Some(url) = lockkit_testing::server_url("zk_secure") else {
         return;
     };
     let mut tasks = Vec::new();

@@ -109,8 +109,8 @@ impl Scenario {
         };
         let permits = (clients as u32 / 2).max(1);
         let (kind, primitive_ok) = match self {
-            Scenario::Rw => (HoldKind::Read, s.locks.capabilities().rwlock),
-            Scenario::Semaphore => (HoldKind::Permit, s.locks.capabilities().semaphore),
+            Scenario::Rw => (HoldKind::Read, s.locks.capabilities().rwlock.is_some()),
+            Scenario::Semaphore => (HoldKind::Permit, s.locks.capabilities().semaphore.is_some()),
             _ => (HoldKind::Mutex, true),
         };
         let name = format!(

@@ -14,11 +14,12 @@ use tokio::time::Instant;
 
 use super::oslock::Locked;
 use super::sidecar::{now_ms, Record};
+use crate::clock::LeaseClock;
 use crate::error::{Error, Result};
-use crate::guard::{GuardParts, Held};
 use crate::inspect::HoldMode;
 use crate::options::Lease;
-use crate::state::StateCell;
+use crate::spi::{GuardParts, Held, StateCell};
+use crate::state::LostReason;
 
 /// How often a holder checks that its lock file was not force-unlocked.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(100);
@@ -29,6 +30,9 @@ pub(crate) struct Ownership {
     pub(crate) name: Arc<str>,
     files: Mutex<Option<Vec<Locked>>>,
     pub(crate) state: StateCell,
+    lease: Lease,
+    /// When this process lets go of the OS locks (a fixed lease's end); the guard's own
+    /// deadline, on its clock, comes a margin earlier.
     deadline: Mutex<Option<Instant>>,
     /// Whether a force-unlock can take the files away (checked by inode).
     check_identity: bool,
@@ -51,6 +55,8 @@ pub(crate) struct Parts {
     pub(crate) sidecars: Vec<PathBuf>,
     pub(crate) remove_sidecars: bool,
     pub(crate) record: Record,
+    /// The clock of the ownership this one continues (a downgrade), else a fresh one.
+    pub(crate) clock: Option<Arc<LeaseClock>>,
 }
 
 impl Ownership {
@@ -62,12 +68,11 @@ impl Ownership {
         files.iter().all(Locked::is_current)
     }
 
-    /// Gives the OS locks up and marks the guard Lost.
-    fn lose(&self, files: Option<Vec<Locked>>) {
-        // Let go first, then report: whoever awaits `lost()` finds the lock free already, as
-        // with a server-side lease that expires before its client hears of it.
+    /// Gives the OS locks up and marks the guard Lost (it already reads Lost when its lease
+    /// ran out: its clock's deadline comes first).
+    fn lose(&self, files: Option<Vec<Locked>>, reason: LostReason) {
+        self.state.mark_lost(reason);
         drop(files);
-        self.state.mark_lost();
         self.drop_sidecars();
     }
 
@@ -79,10 +84,10 @@ impl Ownership {
         }
     }
 
-    /// Releases now; `NotHeld` when the lease ran out or a force-unlock took the lock.
+    /// Releases now; `LockLost` when the lease ran out or a force-unlock took the lock.
     pub(crate) fn release_now(&self) -> Result<()> {
         let Some(files) = self.take() else {
-            return Err(Error::not_held(&self.name));
+            return Err(Error::lost(&self.name));
         };
         let ours = !self.check_identity || Self::still_ours(&files);
         self.drop_sidecars();
@@ -92,7 +97,7 @@ impl Ownership {
         if ours {
             Ok(())
         } else {
-            Err(Error::not_held(&self.name))
+            Err(Error::lost(&self.name))
         }
     }
 
@@ -110,9 +115,14 @@ impl Ownership {
                 let next = now + WATCH_EVERY;
                 return Some(deadline.map_or(next, |d| d.min(next)));
             }
-            files.take()
+            let reason = if taken {
+                LostReason::Deleted
+            } else {
+                LostReason::LeaseExpired
+            };
+            (files.take(), reason)
         };
-        self.lose(gone);
+        self.lose(gone.0, gone.1);
         None
     }
 }
@@ -133,17 +143,24 @@ impl Drop for FileHeld {
 impl FileHeld {
     /// Builds the ownership, writes its sidecars and starts its watcher when it needs one.
     pub(crate) fn start(p: Parts) -> FileHeld {
+        let now = Instant::now();
         let deadline = match p.lease {
-            Lease::Fixed(d) => Some(Instant::now() + d),
+            Lease::Fixed(d) => Some(now + d),
             _ => None,
         };
+        let clock = p.clock.unwrap_or_else(|| match p.lease {
+            Lease::Fixed(d) => LeaseClock::starting(now, d),
+            // A watchdog lease lives exactly as long as the holder process: no deadline.
+            Lease::Watchdog(_) => LeaseClock::new(LostReason::LeaseExpired),
+        });
         for s in &p.sidecars {
             p.record.write(s);
         }
         let own = Arc::new(Ownership {
             name: p.name,
             files: Mutex::new(Some(p.files)),
-            state: StateCell::new(),
+            state: StateCell::new(clock),
+            lease: p.lease,
             deadline: Mutex::new(deadline),
             check_identity: p.check_identity,
             sidecars: p.sidecars,
@@ -162,12 +179,11 @@ impl FileHeld {
     }
 
     /// The guard parts for this ownership.
-    pub(crate) fn into_parts(self, token: u64, lease: Lease) -> GuardParts {
+    pub(crate) fn into_parts(self, token: u64) -> GuardParts {
         let own = self.own.clone();
         GuardParts::new(
-            own.name.clone(),
             crate::FencingToken(token),
-            lease,
+            own.lease,
             own.state.clone(),
             Box::new(self),
         )
@@ -176,12 +192,9 @@ impl FileHeld {
     /// Takes the held files away for a downgrade; the old ownership is then finished.
     pub(crate) fn take_for_downgrade(&self) -> Result<(Vec<Locked>, Record)> {
         self.stop_watcher();
-        let files = self
-            .own
-            .take()
-            .ok_or_else(|| Error::not_held(&self.own.name))?;
+        let files = self.own.take().ok_or_else(|| Error::lost(&self.own.name))?;
         if self.own.check_identity && !Ownership::still_ours(&files) {
-            return Err(Error::not_held(&self.own.name));
+            return Err(Error::lost(&self.own.name));
         }
         Ok((files, lock(&self.own.record).clone()))
     }
@@ -192,6 +205,14 @@ impl FileHeld {
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
         *lock(&self.own.deadline)
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        self.own.lease
+    }
+
+    pub(crate) fn clock(&self) -> Arc<LeaseClock> {
+        self.own.state.clock().clone()
     }
 }
 
@@ -215,12 +236,6 @@ impl Held for FileHeld {
         self.own.release_now()
     }
 
-    fn release_in_background(&self) {
-        // Unlocking and closing a file never waits for anyone, so it is done right here.
-        self.stop_watcher();
-        let _ = self.own.release_now();
-    }
-
     async fn extend(&self, lease: Duration) -> Result<()> {
         let mut files = lock(&self.own.files);
         let now = Instant::now();
@@ -232,10 +247,10 @@ impl Held for FileHeld {
                 // Ran out (or was taken) and the watcher has not noticed yet: never revive it.
                 let gone = files.take();
                 drop((deadline, files));
-                self.own.lose(gone);
-                return Err(Error::not_held(&self.own.name));
+                self.own.lose(gone, LostReason::LeaseExpired);
+                return Err(Error::lost(&self.own.name));
             }
-            None => return Err(Error::not_held(&self.own.name)),
+            None => return Err(Error::lost(&self.own.name)),
         }
         *deadline = Some(now + lease);
         drop(deadline);

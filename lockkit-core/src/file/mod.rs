@@ -13,6 +13,7 @@
 //! | watchdog leases | nothing to renew: the lock lives exactly as long as its holder's process (or guard) |
 //! | fixed leases | a timer in the holder's process releases the OS lock at the deadline and marks the guard Lost. A holder process that is frozen (SIGSTOP, a debugger) keeps its lock past the deadline |
 //! | fairness | none: OS file locks are not FIFO, so `fair(true)` answers `Unsupported` |
+//! | `prefix` | the locks live in the subdirectory `DIR/<prefix>` |
 //! | `force_unlock` | unlinks the lock file; new acquirers lock a fresh file, and the old holder sees within 100 ms that the path no longer names its file and turns Lost. The old holder's OS lock lingers on the unlinked file, harming nobody |
 //! | `is_locked`, `available`, `inspect` | try-lock probes (they hold a free lock for an instant) plus the holder sidecar files (owner, pid, token, lease deadline) |
 //!
@@ -27,7 +28,7 @@
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit_core::Result<()> {
-//! use lockkit_core::{DistLockExt, LockConfig};
+//! use lockkit_core::LockConfig;
 //! let dir = std::env::temp_dir().join(format!("lockkit-doc-{}", std::process::id()));
 //! let cfg = LockConfig::new(format!("file://{}", dir.display()));
 //! let locks = lockkit_core::file::connect(&cfg).await?;
@@ -64,33 +65,45 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Backend, BackendKind, Capabilities};
+use crate::capabilities::{Capabilities, Support};
 use crate::error::{Error, ErrorKind, Result};
-use crate::guard::{GuardParts, HoldRegistry, LockGuard};
 use crate::inspect::{HoldMode, HolderInfo, LockInfo, Primitive, WaiterInfo};
-use crate::lock::DistLock;
-use crate::options::{AcquireOptions, Lease};
-use crate::rwlock::ReadWriteLock;
-use crate::semaphore::Semaphore;
+use crate::kind::BackendKind;
+use crate::options::{Lease, DEFAULT_LEASE};
+use crate::settings::Settings;
+use crate::spi::{Backend, GuardParts, RawMutex, RawRwLock, RawSemaphore, Request};
 use crate::{LockConfig, Locks};
 use held::{FileHeld, Parts};
 use oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode, Locked};
 use paths::LockPaths;
 use sidecar::Record;
 
-/// Opens the lock directory named by `cfg`'s `file://` URL, creating it if missing.
+crate::option_keys! {
+    /// The `file://` backend's own options.
+    pub enum FileKey {
+        /// `sync`: `fdatasync` the token counter on every acquire (default true).
+        Sync = "sync",
+    }
+}
+
+/// Opens the lock directory named by `cfg`'s `file://` URL, creating it if missing. With an
+/// explicit `prefix`, the locks live in the subdirectory of that name. `lease` sets the default
+/// lease; `connect_timeout` and `command_timeout` are accepted and have nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
-    let url = cfg.server_url()?;
-    let sync = match cfg.option("sync").as_deref() {
-        None | Some("true") | Some("1") => true,
-        Some("false") | Some("0") => false,
-        Some(v) => {
+    let settings = Settings::<FileKey>::parse(cfg)?;
+    let sync = settings.flag(FileKey::Sync)?.unwrap_or(true);
+    let mut dir = PathBuf::from(&settings.url().path);
+    if let Some(p) = settings.explicit_prefix() {
+        if p.split('/').any(|seg| seg == "..") {
             return Err(Error::config(format!(
-                "option sync={v:?} is not true or false"
-            )))
+                "prefix {p:?} may not leave the lock directory"
+            )));
         }
-    };
-    let backend = FileBackend::open(Path::new(&url.path))?.with_sync(sync);
+        dir.push(p.trim_start_matches('/'));
+    }
+    let backend = FileBackend::open(&dir)?
+        .with_sync(sync)
+        .with_lease(settings.lease());
     Ok(Locks::new(backend))
 }
 
@@ -105,6 +118,7 @@ pub struct FileBackend {
 struct Inner {
     dir: PathBuf,
     sync: bool,
+    lease: Duration,
     id: String,
     seq: AtomicU64,
 }
@@ -126,23 +140,35 @@ impl FileBackend {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 sync: true,
+                lease: DEFAULT_LEASE,
                 id: format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
                 seq: AtomicU64::new(0),
             }),
         })
     }
 
-    /// Whether token counters are synced to disk on every acquire (default true).
-    pub fn with_sync(self, sync: bool) -> Self {
-        let inner = Inner {
+    fn rebuild(self, f: impl FnOnce(&mut Inner)) -> Self {
+        let mut inner = Inner {
             dir: self.inner.dir.clone(),
-            sync,
+            sync: self.inner.sync,
+            lease: self.inner.lease,
             id: self.inner.id.clone(),
             seq: AtomicU64::new(0),
         };
+        f(&mut inner);
         FileBackend {
             inner: Arc::new(inner),
         }
+    }
+
+    /// Whether token counters are synced to disk on every acquire (default true).
+    pub fn with_sync(self, sync: bool) -> Self {
+        self.rebuild(|i| i.sync = sync)
+    }
+
+    /// The default lease (30 s unless set).
+    pub fn with_lease(self, lease: Duration) -> Self {
+        self.rebuild(|i| i.lease = lease)
     }
 
     /// The lock directory.
@@ -189,8 +215,9 @@ impl Inner {
             sidecars: a.sidecars,
             remove_sidecars: a.remove_sidecars,
             record,
+            clock: None,
         });
-        Ok(held.into_parts(token, a.lease))
+        Ok(held.into_parts(token))
     }
 
     /// Finishes an exclusive hold of a mutex or RW lock: one holder sidecar, kept on release.
@@ -215,15 +242,6 @@ impl Inner {
     }
 }
 
-pub(crate) fn no_fair(opts: &AcquireOptions) -> Result<()> {
-    if opts.fair {
-        return Err(Error::unsupported(
-            "file:// locks are not fair: OS file locks have no FIFO order",
-        ));
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl Backend for FileBackend {
     fn kind(&self) -> BackendKind {
@@ -231,35 +249,45 @@ impl Backend for FileBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::all();
-        caps.fair = false;
-        caps
+        // OS file locks keep no FIFO order: no fair mode.
+        let basic = Support::all().fair(false);
+        Capabilities::new(basic)
+            .with_rwlock(basic.remaining_lease(false))
+            .with_semaphore(basic.remaining_lease(false))
     }
 
-    fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
-        Ok(Arc::new(FileMutex {
+    fn default_lease(&self) -> Duration {
+        self.inner.lease
+    }
+
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
+        Ok(Box::new(FileMutex {
             inner: self.inner.clone(),
             name: name.into(),
             paths: self.inner.paths("mutex", name),
-            holds: HoldRegistry::new(),
         }))
     }
 
-    fn rwlock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
-        Ok(Arc::new(rwlock::FileRwLock {
+    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
+        Ok(Box::new(rwlock::FileRwLock {
             inner: self.inner.clone(),
             name: name.into(),
             paths: self.inner.paths("rw", name),
         }))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
-        Ok(Arc::new(semaphore::FileSemaphore {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+        Ok(Box::new(semaphore::FileSemaphore {
             inner: self.inner.clone(),
             name: name.into(),
             paths: self.inner.paths("sem", name),
             permits,
         }))
+    }
+
+    async fn close(&self) -> Result<()> {
+        // Guards were marked Lost by the core; their OS locks go with their files.
+        Ok(())
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
@@ -295,19 +323,13 @@ struct FileMutex {
     inner: Arc<Inner>,
     name: Arc<str>,
     paths: LockPaths,
-    holds: HoldRegistry,
 }
 
 #[async_trait]
-impl DistLock for FileMutex {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        no_fair(opts)?;
+impl RawMutex for FileMutex {
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
         let path = self.paths.lock();
-        let files = poll(opts.wait_budget(), || {
+        let files = poll(req, || {
             Ok(try_lock_path(&path, LockMode::Exclusive)?.map(|l| vec![l]))
         })
         .await?;
@@ -316,19 +338,13 @@ impl DistLock for FileMutex {
         };
         let parts = self
             .inner
-            .finish_exclusive(&self.name, &self.paths, files, opts.lease)
+            .finish_exclusive(&self.name, &self.paths, files, req.lease())
             .await?;
-        let guard = LockGuard::new(parts);
-        self.holds.track(&guard);
-        Ok(Some(guard))
+        Ok(Some(parts))
     }
 
     async fn is_locked(&self) -> Result<bool> {
         is_held(&self.paths.lock(), LockMode::Shared).map_err(io_error)
-    }
-
-    async fn hold_count(&self) -> Result<u32> {
-        Ok(self.holds.hold_count())
     }
 
     async fn force_unlock(&self) -> Result<bool> {

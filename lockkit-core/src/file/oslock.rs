@@ -14,9 +14,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
+use crate::backoff::Backoff;
 use crate::error::{Error, ErrorKind, Result};
+use crate::spi::Request;
 
 /// Exclusive or shared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,30 +122,27 @@ pub(crate) fn remove(path: &Path) -> io::Result<()> {
     }
 }
 
-const FIRST_BACKOFF: Duration = Duration::from_millis(1);
-const MAX_BACKOFF: Duration = Duration::from_millis(20);
+const POLL: Backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(20));
 
-/// Repeats `attempt` with backoff (1 ms doubling to 20 ms) until it yields a value or the budget
-/// (`None` = forever) runs out. `attempt` never blocks; whatever it holds is dropped, and so
+/// Repeats `attempt` with backoff (1 ms doubling to 20 ms, jittered) until it yields a value or
+/// `req`'s wait budget runs out. `attempt` never blocks; whatever it holds is dropped, and so
 /// released, when this future is.
 pub(crate) async fn poll<T>(
-    budget: Option<Duration>,
+    req: &Request,
     mut attempt: impl FnMut() -> io::Result<Option<T>>,
 ) -> Result<Option<T>> {
-    let deadline = budget.map(|d| Instant::now() + d);
-    let mut backoff = FIRST_BACKOFF;
+    let mut retry = POLL.start();
     loop {
         if let Some(v) = attempt().map_err(io_error)? {
             return Ok(Some(v));
         }
-        let now = Instant::now();
-        let nap = match deadline {
-            None => backoff,
-            Some(d) if now >= d => return Ok(None),
-            Some(d) => backoff.min(d - now),
+        let pause = retry.next_pause();
+        let nap = match req.remaining() {
+            None => pause,
+            Some(left) if left.is_zero() => return Ok(None),
+            Some(left) => pause.min(left),
         };
         tokio::time::sleep(nap).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 

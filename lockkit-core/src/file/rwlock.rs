@@ -15,12 +15,10 @@ use super::held::{FileHeld, Parts};
 use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode, Locked};
 use super::paths::LockPaths;
 use super::sidecar::Record;
-use super::{holder_info, no_fair, waiting_writer, Acquired, Inner};
+use super::{holder_info, waiting_writer, Acquired, Inner};
 use crate::error::{Error, ErrorKind, Result};
-use crate::guard::{GuardParts, ReadGuard, WriteGuard};
 use crate::inspect::{HoldMode, LockInfo};
-use crate::options::AcquireOptions;
-use crate::rwlock::ReadWriteLock;
+use crate::spi::{GuardParts, RawRwLock, Request};
 
 #[derive(Debug)]
 pub(super) struct FileRwLock {
@@ -30,15 +28,10 @@ pub(super) struct FileRwLock {
 }
 
 #[async_trait]
-impl ReadWriteLock for FileRwLock {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
-        no_fair(opts)?;
+impl RawRwLock for FileRwLock {
+    async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
         let (gate, main) = (self.paths.gate(), self.paths.lock());
-        let files = poll(opts.wait_budget(), || {
+        let files = poll(req, || {
             let Some(pass) = try_lock_path(&gate, LockMode::Shared)? else {
                 return Ok(None);
             };
@@ -54,7 +47,7 @@ impl ReadWriteLock for FileRwLock {
         let acquired = Acquired {
             name: self.name.clone(),
             files,
-            lease: opts.lease,
+            lease: req.lease(),
             mode: HoldMode::Shared,
             check_identity: true,
             sidecars: vec![self.paths.reader(&owner)],
@@ -62,14 +55,13 @@ impl ReadWriteLock for FileRwLock {
             owner,
         };
         let parts = self.inner.finish(self.paths.counter(), acquired).await?;
-        Ok(Some(ReadGuard::new(parts)))
+        Ok(Some(parts))
     }
 
-    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
-        no_fair(opts)?;
+    async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
         let (gate, main) = (self.paths.gate(), self.paths.lock());
         let mut gate_held: Option<Locked> = None;
-        let files = poll(opts.wait_budget(), move || {
+        let files = poll(req, move || {
             if gate_held.as_ref().is_some_and(|g| !g.is_current()) {
                 gate_held = None;
             }
@@ -90,9 +82,9 @@ impl ReadWriteLock for FileRwLock {
         };
         let parts = self
             .inner
-            .finish_exclusive(&self.name, &self.paths, files, opts.lease)
+            .finish_exclusive(&self.name, &self.paths, files, req.lease())
             .await?;
-        Ok(Some(WriteGuard::new(parts)))
+        Ok(Some(parts))
     }
 
     async fn is_locked(&self) -> Result<bool> {
@@ -128,9 +120,12 @@ pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
     })?;
     gate.unlock();
     let reader_sidecar = reader_path_for(&main.path, &record.owner);
-    let lease = match deadline {
-        Some(d) => crate::Lease::Fixed(d.saturating_duration_since(tokio::time::Instant::now())),
-        None => crate::Lease::Watchdog(crate::DEFAULT_LEASE),
+    // The read ownership keeps the write ownership's lease and deadline.
+    let lease = match (held.lease(), deadline) {
+        (crate::Lease::Fixed(_), Some(d)) => {
+            crate::Lease::Fixed(d.saturating_duration_since(tokio::time::Instant::now()))
+        }
+        (lease, _) => lease,
     };
     let record = Record {
         mode: HoldMode::Shared,
@@ -145,8 +140,9 @@ pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
         sidecars: vec![reader_sidecar],
         remove_sidecars: true,
         record,
+        clock: Some(held.clock()),
     });
-    Ok(held.into_parts(token, lease))
+    Ok(held.into_parts(token))
 }
 
 fn reader_path_for(lock_file: &std::path::Path, owner: &str) -> PathBuf {

@@ -7,12 +7,10 @@ use async_trait::async_trait;
 use super::oslock::{io_error, is_held, poll, try_lock_path, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
-use super::{no_fair, Acquired, Inner};
+use super::{Acquired, Inner};
 use crate::error::Result;
-use crate::guard::Permit;
 use crate::inspect::{HoldMode, LockInfo};
-use crate::options::AcquireOptions;
-use crate::semaphore::Semaphore;
+use crate::spi::{GuardParts, RawSemaphore, Request};
 
 #[derive(Debug)]
 pub(super) struct FileSemaphore {
@@ -23,20 +21,10 @@ pub(super) struct FileSemaphore {
 }
 
 #[async_trait]
-impl Semaphore for FileSemaphore {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        crate::check_permits(n, self.permits)?;
-        no_fair(opts)?;
+impl RawSemaphore for FileSemaphore {
+    async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let paths = &self.paths;
-        let got = poll(opts.wait_budget(), || {
+        let got = poll(req, || {
             let mut got = Vec::new();
             for i in 0..self.permits {
                 if got.len() == n as usize {
@@ -57,7 +45,7 @@ impl Semaphore for FileSemaphore {
         let acquired = Acquired {
             name: self.name.clone(),
             files,
-            lease: opts.lease,
+            lease: req.lease(),
             mode: HoldMode::Permits(n),
             check_identity: false,
             sidecars: slots.iter().map(|&i| paths.slot_holder(i)).collect(),
@@ -65,7 +53,7 @@ impl Semaphore for FileSemaphore {
             owner: self.inner.owner(),
         };
         let parts = self.inner.finish(paths.counter(), acquired).await?;
-        Ok(Some(Permit::new(parts.with_permits(n))))
+        Ok(Some(parts))
     }
 
     async fn available(&self) -> Result<u32> {

@@ -11,11 +11,13 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::clock::LeaseClock;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::inspect::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
-use crate::options::{AcquireOptions, Lease};
-use crate::state::StateCell;
+use crate::options::Lease;
+use crate::spi::{Request, StateCell};
+use crate::state::LostReason;
 
 /// Which primitive a resource is; each has its own name space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -178,10 +180,9 @@ impl Engine {
         key: Key,
         mode: Mode,
         capacity: u32,
-        opts: &AcquireOptions,
+        req: &Request,
     ) -> Result<Option<Grant>> {
-        let may_wait = opts.wait_budget() != Some(Duration::ZERO);
-        let grant = match self.try_or_queue(&key, mode, capacity, opts.lease, may_wait) {
+        let grant = match self.try_or_queue(&key, mode, capacity, req.lease(), req.waits()) {
             Step::Granted(g) => g,
             Step::Busy => return Ok(None),
             Step::Queued(id, rx) => {
@@ -190,9 +191,9 @@ impl Engine {
                     key: &key,
                     id,
                 };
-                let received = match opts.wait_budget() {
+                let received = match req.deadline() {
                     None => Some(rx.await),
-                    Some(d) => tokio::time::timeout(d, rx).await.ok(),
+                    Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
                 };
                 match received {
                     Some(Ok(g)) => {
@@ -266,7 +267,7 @@ impl Engine {
         res.holders.retain(|_, h| {
             let live = h.expires_at > now;
             if !live {
-                h.state.mark_lost();
+                h.state.mark_lost(LostReason::LeaseExpired);
             }
             live
         });
@@ -286,7 +287,7 @@ impl Engine {
         t.next_id += 1;
         t.next_token += 1;
         let (owner, token) = (t.next_id, FencingToken(t.next_token));
-        let state = StateCell::new();
+        let state = StateCell::new(LeaseClock::starting(now, lease.duration()));
         let holder = Holder {
             mode,
             token,
@@ -362,7 +363,7 @@ impl Engine {
             self.drain(&mut t, key, &mut undelivered);
             match removed {
                 Some(_) => Ok(()),
-                None => Err(Error::not_held(&key.1)),
+                None => Err(Error::lost(&key.1)),
             }
         };
         drop(undelivered);
@@ -370,7 +371,7 @@ impl Engine {
     }
 
     /// Moves a holder's expiry to now + `lease`, if it still holds.
-    pub(crate) fn extend(&self, key: &Key, owner: u64, lease: Duration) -> Result<()> {
+    pub(crate) fn extend(self: &Arc<Self>, key: &Key, owner: u64, lease: Duration) -> Result<()> {
         let now = Instant::now();
         let mut t = self.lock();
         match t
@@ -379,11 +380,18 @@ impl Engine {
             .and_then(|r| r.holders.get_mut(&owner))
         {
             Some(h) if h.expires_at > now => {
+                let sooner = now + lease < h.expires_at;
                 h.expires_at = now + lease;
                 h.lease = Lease::Fixed(lease);
+                drop(t);
+                if sooner {
+                    // The holder's lease task sleeps until the old expiry: one more wakes at the
+                    // new one, so waiters get the lock when the shorter lease ends.
+                    tokio::spawn(lease_task(Arc::downgrade(self), key.clone(), owner));
+                }
                 Ok(())
             }
-            _ => Err(Error::not_held(&key.1)),
+            _ => Err(Error::lost(&key.1)),
         }
     }
 
@@ -399,10 +407,11 @@ impl Engine {
             {
                 Some(h) if h.mode == Mode::Exclusive => {
                     h.mode = Mode::Shared;
-                    h.state = StateCell::new();
+                    // The read ownership keeps the write ownership's lease deadline.
+                    h.state = StateCell::new(h.state.clock().clone());
                     Ok(h.state.clone())
                 }
-                _ => Err(Error::not_held(&key.1)),
+                _ => Err(Error::lost(&key.1)),
             };
             self.drain(&mut t, key, &mut undelivered);
             result
@@ -422,7 +431,7 @@ impl Engine {
                 .map(|r| std::mem::take(&mut r.holders))
                 .unwrap_or_default();
             for h in holders.values() {
-                h.state.mark_lost();
+                h.state.mark_lost(LostReason::Deleted);
             }
             self.drain(&mut t, key, &mut undelivered);
             !holders.is_empty()
@@ -500,12 +509,13 @@ impl Engine {
             match h.lease {
                 Lease::Watchdog(d) => {
                     h.expires_at = now + d;
+                    h.state.clock().renewed(now, d);
                     Some(now + d / 3)
                 }
                 _ if h.expires_at > now => Some(h.expires_at),
                 _ => {
                     let h = t.resources.get_mut(key)?.holders.remove(&owner)?;
-                    h.state.mark_lost();
+                    h.state.mark_lost(LostReason::LeaseExpired);
                     self.drain(&mut t, key, &mut undelivered);
                     None
                 }

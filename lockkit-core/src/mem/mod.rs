@@ -4,36 +4,100 @@
 //!
 //! Use it for demos, for your own unit tests (leases follow tokio's clock, so
 //! `tokio::time::pause()` works), and as the conformance suite's reference.
+//!
+//! `connect("mem://")` gives every caller in the process the same table, so the parts of an
+//! application that connect separately exclude each other exactly as they would through a
+//! server; `mem://NAME` names a separate table (a test that wants its own, say).
 
 mod engine;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::backend::{Backend, BackendKind, Capabilities};
-use crate::error::Result;
+use crate::capabilities::{Capabilities, Support};
+use crate::config::LockConfig;
+use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::guard::{GuardParts, Held, HoldRegistry, LockGuard, Permit, ReadGuard, WriteGuard};
 use crate::inspect::{LockInfo, Primitive};
-use crate::lock::DistLock;
-use crate::options::{AcquireOptions, Lease};
-use crate::rwlock::ReadWriteLock;
-use crate::semaphore::Semaphore;
+use crate::kind::BackendKind;
+use crate::locks::Locks;
+use crate::options::{Lease, DEFAULT_LEASE};
+use crate::settings::{NoKey, Settings};
+use crate::spi::{Backend, GuardParts, Held, RawMutex, RawRwLock, RawSemaphore, Request};
 use engine::{Engine, Grant, Key, Mode, Prim};
 
-/// The in-process backend. Every clone of the [`Locks`](crate::Locks) handle made from one
-/// `MemBackend` shares its lock table; two backends share nothing.
-#[derive(Debug, Default)]
+/// Every named table of this process (`mem://` is the one named ""). A table lives as long as
+/// the process, so its fencing tokens keep increasing even when no handle is left for a while.
+fn tables() -> &'static StdMutex<HashMap<String, Arc<Engine>>> {
+    static TABLES: OnceLock<StdMutex<HashMap<String, Arc<Engine>>>> = OnceLock::new();
+    TABLES.get_or_init(Default::default)
+}
+
+fn table(name: &str) -> Arc<Engine> {
+    tables()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(name.to_string())
+        .or_default()
+        .clone()
+}
+
+/// The handle of the process-wide table `name`, with the default lease.
+pub(crate) fn shared(name: &str) -> Locks {
+    Locks::new(MemBackend::on(table(name), DEFAULT_LEASE, None))
+}
+
+/// Connects to the in-process table named by `cfg`'s URL: `mem://` is the process's one shared
+/// table, `mem://NAME` a separate one. Every `connect` to the same URL shares its table, so
+/// parts of an application that connect separately exclude each other, as they would through a
+/// server. Options: `prefix` (names are kept apart from other prefixes in the same table) and
+/// `lease` (the default lease); `connect_timeout` and `command_timeout` are accepted and have
+/// nothing to bound.
+pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
+    let settings = Settings::<NoKey>::parse(cfg)?;
+    let url = settings.url();
+    let name = match (url.hosts.as_slice(), url.path.as_str()) {
+        ([], path) => path.to_string(),
+        ([h], "") => h.host.clone(),
+        _ => {
+            return Err(Error::config(
+                "a mem:// URL names at most one table: mem:// or mem://NAME",
+            ))
+        }
+    };
+    let prefix = settings.explicit_prefix().map(str::to_string);
+    Ok(Locks::new(MemBackend::on(
+        table(&name),
+        settings.lease(),
+        prefix,
+    )))
+}
+
+/// The in-process backend over one lock table.
+#[derive(Debug)]
 pub struct MemBackend {
     engine: Arc<Engine>,
+    lease: Duration,
+    prefix: Option<String>,
 }
 
 impl MemBackend {
-    /// A fresh, empty lock table.
-    pub fn new() -> Self {
-        Self::default()
+    fn on(engine: Arc<Engine>, lease: Duration, prefix: Option<String>) -> Self {
+        MemBackend {
+            engine,
+            lease,
+            prefix,
+        }
+    }
+
+    fn key(&self, prim: Prim, name: &str) -> Key {
+        match &self.prefix {
+            Some(p) => (prim, format!("{p}/{name}")),
+            None => (prim, name.to_string()),
+        }
     }
 }
 
@@ -44,41 +108,49 @@ impl Backend for MemBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let mut caps = Capabilities::all();
-        caps.cross_process = false;
-        caps
+        Capabilities::new(Support::all())
+            .with_rwlock(Support::all().remaining_lease(false))
+            .with_semaphore(Support::all().remaining_lease(false))
+            .cross_process(false)
     }
 
-    fn mutex(&self, name: &str) -> Result<Arc<dyn DistLock>> {
-        Ok(Arc::new(MemMutex {
+    fn default_lease(&self) -> Duration {
+        self.lease
+    }
+
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
+        Ok(Box::new(MemMutex {
             engine: self.engine.clone(),
-            key: (Prim::Mutex, name.to_string()),
-            holds: HoldRegistry::new(),
+            key: self.key(Prim::Mutex, name),
         }))
     }
 
-    fn rwlock(&self, name: &str) -> Result<Arc<dyn ReadWriteLock>> {
-        Ok(Arc::new(MemRwLock {
+    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
+        Ok(Box::new(MemRwLock {
             engine: self.engine.clone(),
-            key: (Prim::RwLock, name.to_string()),
+            key: self.key(Prim::RwLock, name),
         }))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Arc<dyn Semaphore>> {
-        Ok(Arc::new(MemSemaphore {
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+        Ok(Box::new(MemSemaphore {
             engine: self.engine.clone(),
-            key: (Prim::Semaphore, name.to_string()),
+            key: self.key(Prim::Semaphore, name),
             permits,
         }))
+    }
+
+    async fn close(&self) -> Result<()> {
+        Ok(())
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
         let prim = match primitive {
             Primitive::Mutex => Prim::Mutex,
             Primitive::RwLock => Prim::RwLock,
-            _ => Prim::Semaphore,
+            Primitive::Semaphore => Prim::Semaphore,
         };
-        Ok(self.engine.inspect(&(prim, name.to_string())))
+        Ok(self.engine.inspect(&self.key(prim, name)))
     }
 }
 
@@ -97,11 +169,6 @@ impl Held for MemHeld {
         self.engine.release(&self.key, self.owner)
     }
 
-    fn release_in_background(&self) {
-        // The table lock is never held across an await, so releasing inline cannot block.
-        let _ = self.engine.release(&self.key, self.owner);
-    }
-
     async fn extend(&self, lease: Duration) -> Result<()> {
         self.engine.extend(&self.key, self.owner, lease)
     }
@@ -115,7 +182,6 @@ impl Held for MemHeld {
         };
         // The read ownership keeps the write ownership's token: no writer came in between.
         Ok(GuardParts::new(
-            self.key.1.as_str(),
             self.token,
             self.lease,
             state,
@@ -132,13 +198,7 @@ fn parts(engine: &Arc<Engine>, key: &Key, grant: Grant) -> GuardParts {
         token: grant.token(),
         lease: grant.lease(),
     };
-    let p = GuardParts::new(
-        key.1.as_str(),
-        grant.token(),
-        grant.lease(),
-        grant.state(),
-        Box::new(held),
-    );
+    let p = GuardParts::new(grant.token(), grant.lease(), grant.state(), Box::new(held));
     grant.disarm();
     p
 }
@@ -147,34 +207,20 @@ fn parts(engine: &Arc<Engine>, key: &Key, grant: Grant) -> GuardParts {
 struct MemMutex {
     engine: Arc<Engine>,
     key: Key,
-    holds: HoldRegistry,
 }
 
 #[async_trait]
-impl DistLock for MemMutex {
-    fn name(&self) -> &str {
-        &self.key.1
-    }
-
-    async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-        let Some(grant) = self
+impl RawMutex for MemMutex {
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let grant = self
             .engine
-            .acquire(self.key.clone(), Mode::Exclusive, 1, opts)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let guard = LockGuard::new(parts(&self.engine, &self.key, grant));
-        self.holds.track(&guard);
-        Ok(Some(guard))
+            .acquire(self.key.clone(), Mode::Exclusive, 1, req)
+            .await?;
+        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
     }
 
     async fn is_locked(&self) -> Result<bool> {
         Ok(self.engine.is_locked(&self.key))
-    }
-
-    async fn hold_count(&self) -> Result<u32> {
-        Ok(self.holds.hold_count())
     }
 
     async fn force_unlock(&self) -> Result<bool> {
@@ -193,25 +239,21 @@ struct MemRwLock {
 }
 
 #[async_trait]
-impl ReadWriteLock for MemRwLock {
-    fn name(&self) -> &str {
-        &self.key.1
-    }
-
-    async fn read(&self, opts: &AcquireOptions) -> Result<Option<ReadGuard>> {
+impl RawRwLock for MemRwLock {
+    async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
         let grant = self
             .engine
-            .acquire(self.key.clone(), Mode::Shared, 1, opts)
+            .acquire(self.key.clone(), Mode::Shared, 1, req)
             .await?;
-        Ok(grant.map(|g| ReadGuard::new(parts(&self.engine, &self.key, g))))
+        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
     }
 
-    async fn write(&self, opts: &AcquireOptions) -> Result<Option<WriteGuard>> {
+    async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
         let grant = self
             .engine
-            .acquire(self.key.clone(), Mode::Exclusive, 1, opts)
+            .acquire(self.key.clone(), Mode::Exclusive, 1, req)
             .await?;
-        Ok(grant.map(|g| WriteGuard::new(parts(&self.engine, &self.key, g))))
+        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
     }
 
     async fn is_locked(&self) -> Result<bool> {
@@ -231,22 +273,13 @@ struct MemSemaphore {
 }
 
 #[async_trait]
-impl Semaphore for MemSemaphore {
-    fn name(&self) -> &str {
-        &self.key.1
-    }
-
-    fn permits(&self) -> u32 {
-        self.permits
-    }
-
-    async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
-        crate::check_permits(n, self.permits)?;
+impl RawSemaphore for MemSemaphore {
+    async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let grant = self
             .engine
-            .acquire(self.key.clone(), Mode::Permits(n), self.permits, opts)
+            .acquire(self.key.clone(), Mode::Permits(n), self.permits, req)
             .await?;
-        Ok(grant.map(|g| Permit::new(parts(&self.engine, &self.key, g).with_permits(n))))
+        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
     }
 
     async fn available(&self) -> Result<u32> {

@@ -9,7 +9,7 @@ use lockkit_etcd::EtcdLocks;
 
 /// The test server URL, or `None` to skip (only when etcd is not required).
 pub fn url() -> Option<String> {
-    lockkit_core::testing::server_url("etcd")
+    lockkit_testing::server_url("etcd")
 }
 
 /// A handle with options (`lease_ttl=2s` and the like) appended to the URL's query.
@@ -82,5 +82,5 @@ where
 
 /// A unique lock name.
 pub fn name(case: &str) -> String {
-    lockkit_core::testing::unique_name(case)
+    lockkit_testing::unique_name(case)
 }

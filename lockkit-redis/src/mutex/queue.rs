@@ -11,19 +11,19 @@
 
 use std::time::Duration;
 
-use lockkit_core::{AcquireOptions, Error, ErrorKind, LockGuard, Result};
+use lockkit_core::spi::{GuardParts, Request};
+use lockkit_core::{Error, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::{LeaveOnDrop, RedisMutex};
 
 /// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.
-pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
+pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
     let inner = &m.inner;
     let settings = &inner.settings;
-    let lease = opts.lease;
-    let budget = opts.wait_budget();
-    let waits = budget != Some(Duration::ZERO);
-    let give_up_at = budget.map(|d| Instant::now() + d);
+    let lease = req.lease();
+    let waits = req.waits();
+    let give_up_at = req.deadline();
     let owner = inner.new_owner();
     let heartbeat = settings.waiter_heartbeat;
     // A hand-off sets this expiry; the watchdog extends it to the lease. A fixed lease longer
@@ -38,7 +38,7 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
         let mut inv = m.acquire_invocation(&inner.scripts.acquire, &owner, lease.duration());
         inv.key(&m.keys.queue)
             .key(&m.keys.waiters)
-            .arg(match (attempt, opts.fair) {
+            .arg(match (attempt, req.fair()) {
                 (_, false) => attempt,
                 ("0", true) => "0f",
                 ("1", true) => "1f",
@@ -47,7 +47,7 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
             .arg(settings.waiter_timeout().as_millis() as u64);
         inv
     };
-    let mut inv = if waits || opts.fair {
+    let mut inv = if waits || req.fair() {
         invocation(if waits { "1" } else { "0" })
     } else {
         // Neither waits nor defers to waiters: the lock is taken if free, and the queue is
@@ -120,7 +120,7 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
                 )?;
             }
             Err(e) => {
-                leave.armed = e.kind() != &ErrorKind::WrongType;
+                leave.armed = e.kind() != ErrorKind::WrongType;
                 return Err(e);
             }
         }

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use lockkit_core::{AcquireOptions, ErrorKind, LockGuard, Result};
+use lockkit_core::spi::{GuardParts, Request};
+use lockkit_core::{ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::{LeaveOnDrop, RedisMutex};
@@ -66,7 +67,7 @@ async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Re
     let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
         Ok(r) => r,
         Err(e) => {
-            pending.armed = e.kind() != &ErrorKind::WrongType;
+            pending.armed = e.kind() != ErrorKind::WrongType;
             return Err(e);
         }
     };
@@ -84,9 +85,9 @@ async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Re
 }
 
 /// Redisson's RLock: a woken waiter tries again; the lock is not fair.
-pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Option<LockGuard>> {
-    let lease = opts.lease;
-    let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
+    let lease = req.lease();
+    let give_up_at = req.deadline();
     let owner = m.inner.new_owner();
     let mut sub: Option<crate::pubsub::Subscription> = None;
     let mut woken = false;
@@ -133,13 +134,10 @@ pub(super) async fn acquire(m: &RedisMutex, opts: &AcquireOptions) -> Result<Opt
 /// wakes only the first one (by name, over the lock's channel). Waiters refresh a heartbeat
 /// every `waiter_heartbeat`, so a dead waiter is skipped after 3 missed beats and a live one is
 /// never dropped.
-pub(super) async fn acquire_fair(
-    m: &RedisMutex,
-    opts: &AcquireOptions,
-) -> Result<Option<LockGuard>> {
-    let lease = opts.lease;
+pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
+    let lease = req.lease();
     let heartbeat = m.inner.settings.waiter_heartbeat;
-    let give_up_at = opts.wait_budget().map(|d| Instant::now() + d);
+    let give_up_at = req.deadline();
     let owner = m.inner.new_owner();
     let mut queued = LeaveOnDrop {
         mutex: m,

@@ -9,7 +9,7 @@ use lockkit_core::{LockConfig, Locks};
 
 /// The shared test server's URL (`LOCKKIT_TEST_REDIS_URL`), or `None` to skip.
 pub fn shared_url() -> Option<String> {
-    lockkit_core::testing::server_url("redis")
+    lockkit_testing::server_url("redis")
 }
 
 /// Connects to `url` with `options` (query-string keys) set on the config.
@@ -51,7 +51,7 @@ pub async fn foreign_value_survives(
     let _: () = redis::cmd("DEL").arg(key).query_async(admin).await.unwrap();
 }
 
-pub use lockkit_core::testing::free_port;
+pub use lockkit_testing::free_port;
 
 /// A redis-server of the test's own, on a free loopback port, killed on drop.
 pub struct PrivateRedis {
@@ -198,4 +198,20 @@ pub fn key_slot(key: &str) -> u16 {
         }
     }
     crc % 16384
+}
+
+/// Holds `hold` of `name` in a holder process that is then SIGKILLed: a holder that died
+/// without releasing. The test binary needs `lockkit_testing::holder_process!`.
+pub async fn dead_holder(
+    url: &str,
+    options: &[(&str, &str)],
+    name: &str,
+    hold: lockkit_testing::Hold,
+    lease: Duration,
+) {
+    let h = lockkit_testing::Harness::new(config(url, options), |c: LockConfig| async move {
+        lockkit_redis::connect(&c).await
+    });
+    let mut child = h.spawn(name, hold, lease).await;
+    child.kill().await;
 }

@@ -7,7 +7,7 @@ use lockkit_core::{LockConfig, LockGuard, LockState};
 
 /// The test server URL, or `None` to skip.
 pub fn url() -> Option<String> {
-    lockkit_core::testing::server_url("zk")
+    lockkit_testing::server_url("zk")
 }
 
 /// `url` with extra query parameters.
@@ -21,14 +21,12 @@ pub fn with_params(url: &str, params: &str) -> String {
 
 /// A fresh key prefix, so tests never meet each other's nodes.
 pub fn prefix() -> String {
-    let name = lockkit_core::testing::unique_name("zk");
+    let name = lockkit_testing::unique_name("zk");
     name.replace('/', "-")
 }
 
-pub async fn backend(url: &str) -> lockkit_zk::ZkBackend {
-    lockkit_zk::connect_backend(&LockConfig::new(url))
-        .await
-        .unwrap()
+pub async fn backend(url: &str) -> lockkit_zk::ZkLocks {
+    lockkit_zk::connect_zk(&LockConfig::new(url)).await.unwrap()
 }
 
 /// Waits until `guard` reaches `state`, failing after `limit`.
@@ -45,7 +43,7 @@ pub async fn wait_state(guard: &LockGuard, state: LockState, limit: Duration) {
 }
 
 /// The children of `dir` (empty if it does not exist).
-pub async fn children(b: &lockkit_zk::ZkBackend, dir: &str) -> Vec<String> {
+pub async fn children(b: &lockkit_zk::ZkLocks, dir: &str) -> Vec<String> {
     let client = b.zk_client().unwrap();
     match client.list_children(dir).await {
         Ok(c) => c,

@@ -1,13 +1,12 @@
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::{assert_kind, fixed, name, within, SHORT, SOON};
-use crate::testing::OverlapDetector;
-use crate::{AcquireOptions, ErrorKind, Locks, Semaphore, SemaphoreExt};
+use crate::OverlapDetector;
+use lockkit_core::{AcquireOptions, ErrorKind, Locks, Semaphore};
 
-fn sem(locks: &Locks, case: &str, permits: u32) -> Option<(String, Arc<dyn Semaphore>)> {
+fn sem(locks: &Locks, case: &str, permits: u32) -> Option<(String, Semaphore)> {
     let n = name(case);
-    if !locks.capabilities().semaphore {
+    if locks.capabilities().semaphore.is_none() {
         assert_kind(
             locks.semaphore(&n, permits),
             ErrorKind::Unsupported,
@@ -80,7 +79,11 @@ pub async fn semaphore_permits_return_on_lease_expiry(locks: &Locks) {
     let Some((n, s)) = sem(locks, "sem-expiry", 1) else {
         return;
     };
-    if !locks.capabilities().fixed_lease {
+    if !locks
+        .capabilities()
+        .semaphore
+        .is_some_and(|s| s.fixed_lease)
+    {
         assert_kind(
             s.acquire(1, &fixed(SHORT)).await,
             ErrorKind::Unsupported,

@@ -9,7 +9,7 @@
 //! works. [`failover_suite!`] expands the three faults into one `#[tokio::test]` each:
 //!
 //! ```ignore
-//! use lockkit_core::testing::failover::Cluster;
+//! use lockkit_testing::failover::Cluster;
 //!
 //! const CLUSTER: Cluster = Cluster {
 //!     url_name: "etcd_cluster",
@@ -19,7 +19,7 @@
 //! async fn connect(url: String) -> lockkit_core::Locks {
 //!     lockkit_etcd::connect(&lockkit_core::LockConfig::new(url)).await.unwrap()
 //! }
-//! lockkit_core::failover_suite!(CLUSTER, connect);
+//! lockkit_testing::failover_suite!(CLUSTER, connect);
 //! ```
 //!
 //! The checks stop servers of the shared cluster (one at a time, one test at a time: see
@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{unique_name, OverlapDetector};
-use crate::{DistLockExt, LockGuard, LockState, Locks};
+use lockkit_core::{LockGuard, LockState, Locks};
 
 /// The fault injected while the lock is held and waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,10 +336,10 @@ where
 
 /// Expands the failover checks into one `#[tokio::test]` per [`Fault`] for a backend:
 /// `$cluster` is a [`Cluster`], `$connect` an async fn from a URL (`String`) to a
-/// [`Locks`](crate::Locks) handle.
+/// [`Locks`](lockkit_core::Locks) handle.
 ///
-/// [`Fault`]: crate::testing::failover::Fault
-/// [`Cluster`]: crate::testing::failover::Cluster
+/// [`Fault`]: crate::failover::Fault
+/// [`Cluster`]: crate::failover::Cluster
 #[macro_export]
 macro_rules! failover_suite {
     ($cluster:expr, $connect:path) => {
@@ -358,10 +358,10 @@ macro_rules! __failover_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                $crate::testing::failover::held_and_waited_through(
+                $crate::failover::held_and_waited_through(
                     &$cluster,
                     $connect,
-                    $crate::testing::failover::Fault::$fault,
+                    $crate::failover::Fault::$fault,
                 )
                 .await;
             }

@@ -1,13 +1,12 @@
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::{assert_kind, name, within, SOON};
-use crate::{ErrorKind, Locks, ReadWriteLock, ReadWriteLockExt};
+use lockkit_core::{ErrorKind, Locks, RwLock};
 
 /// The rwlock for a case, or `None` after checking that an unsupported backend says so.
-fn rw(locks: &Locks, case: &str) -> Option<(String, Arc<dyn ReadWriteLock>)> {
+fn rw(locks: &Locks, case: &str) -> Option<(String, RwLock)> {
     let n = name(case);
-    if !locks.capabilities().rwlock {
+    if locks.capabilities().rwlock.is_none() {
         assert_kind(locks.rwlock(&n), ErrorKind::Unsupported, "rwlock");
         return None;
     }
@@ -90,7 +89,7 @@ pub async fn rw_downgrade_keeps_readers_out_of_write(locks: &Locks) {
     let w = a.write_lock().await.unwrap();
     let token = w.token();
     let r = w.downgrade().await.unwrap();
-    assert_eq!(r.state(), crate::LockState::Held);
+    assert_eq!(r.state(), lockkit_core::LockState::Held);
     assert!(r.token() >= token);
     let b = locks.rwlock(&n).unwrap();
     assert!(
@@ -120,7 +119,7 @@ pub async fn rw_upgrade_fails_typed(locks: &Locks) {
     assert_kind(r.upgrade(), ErrorKind::UpgradeNotSupported, "upgrade");
     assert_eq!(
         r.state(),
-        crate::LockState::Held,
+        lockkit_core::LockState::Held,
         "a failed upgrade must keep the read lock"
     );
     r.release().await.unwrap();

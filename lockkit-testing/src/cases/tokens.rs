@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::{assert_kind, fixed, mutex, name, within, SHORT, SOON};
-use crate::{DistLockExt, ErrorKind, Locks};
+use lockkit_core::{ErrorKind, Locks};
 
 /// Tokens strictly increase across 100 holders on alternating handles.
 pub async fn tokens_increase_across_100_holders(locks: &Locks) {
@@ -38,7 +38,7 @@ pub async fn tokens_increase_across_drop_release(locks: &Locks) {
 /// A lease that expired, then a new holder: the token still increases.
 pub async fn tokens_increase_across_lease_expiry(locks: &Locks) {
     let n = name("tokens-expiry");
-    if !locks.capabilities().fixed_lease {
+    if !locks.capabilities().mutex.fixed_lease {
         assert_kind(
             mutex(locks, &n).acquire(&fixed(SHORT)).await,
             ErrorKind::Unsupported,
@@ -70,11 +70,10 @@ pub async fn tokens_increase_across_lease_expiry(locks: &Locks) {
 /// Write-lock tokens order writers.
 pub async fn rw_write_tokens_increase(locks: &Locks) {
     let n = name("rw-tokens");
-    if !locks.capabilities().rwlock {
+    if locks.capabilities().rwlock.is_none() {
         assert_kind(locks.rwlock(&n), ErrorKind::Unsupported, "rwlock");
         return;
     }
-    use crate::ReadWriteLockExt;
     let rw = locks.rwlock(&n).unwrap();
     let mut last = None;
     for _ in 0..10 {

@@ -1,7 +1,7 @@
 use std::time::{Duration, Instant};
 
 use super::{mutex, name, within, SOON};
-use crate::{AcquireOptions, DistLockExt, Locks};
+use lockkit_core::{AcquireOptions, Locks};
 
 /// A dropped guard releases its lock in the background.
 pub async fn drop_releases_in_background(locks: &Locks) {
@@ -74,10 +74,10 @@ pub async fn timed_out_acquire_leaves_no_trace(locks: &Locks) {
 pub async fn fifo_order_of_ten_waiters(locks: &Locks) {
     let n = name("fifo");
     let fair = AcquireOptions::new().fair(true);
-    if !locks.capabilities().fair {
+    if !locks.capabilities().mutex.fair {
         super::assert_kind(
             mutex(locks, &n).acquire(&fair).await,
-            crate::ErrorKind::Unsupported,
+            lockkit_core::ErrorKind::Unsupported,
             "fair",
         );
         return;

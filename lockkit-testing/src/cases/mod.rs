@@ -5,6 +5,7 @@
 
 mod cancel;
 mod capability;
+mod config;
 mod lease;
 mod mutex;
 mod rwlock;
@@ -13,6 +14,7 @@ mod tokens;
 
 pub use cancel::*;
 pub use capability::*;
+pub use config::*;
 pub use lease::*;
 pub use mutex::*;
 pub use rwlock::*;
@@ -22,7 +24,7 @@ pub use tokens::*;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{AcquireOptions, DistLock, Error, ErrorKind, Locks, Result};
+use lockkit_core::{AcquireOptions, Error, ErrorKind, Locks, Mutex, Result};
 
 /// Bound for things that must happen "at once" or "soon" on a loaded 2-core machine.
 pub(crate) const SOON: Duration = Duration::from_secs(5);
@@ -33,7 +35,7 @@ pub(crate) fn name(case: &str) -> String {
     super::unique_name(case)
 }
 
-pub(crate) fn mutex(locks: &Locks, name: &str) -> std::sync::Arc<dyn DistLock> {
+pub(crate) fn mutex(locks: &Locks, name: &str) -> Mutex {
     locks.mutex(name).expect("valid name")
 }
 
@@ -49,7 +51,7 @@ pub(crate) fn assert_kind<T: std::fmt::Debug>(r: Result<T>, kind: ErrorKind, wha
     match r {
         Ok(v) => panic!("{what}: expected {kind:?}, got Ok({v:?})"),
         Err(e) => {
-            assert_eq!(e.kind(), &kind, "{what}: wrong error kind: {e}");
+            assert_eq!(e.kind(), kind, "{what}: wrong error kind: {e}");
             e
         }
     }

@@ -9,13 +9,13 @@
 //!
 //! ```ignore
 //! fn secure_url() -> Option<String> {
-//!     lockkit_core::testing::server_url("etcd_secure")
+//!     lockkit_testing::server_url("etcd_secure")
 //! }
 //! async fn refused(url: String, secret: &str) -> lockkit_core::Error {
 //!     let config = lockkit_core::LockConfig::new(url);
-//!     lockkit_core::testing::assert_refused(lockkit_etcd::connect(&config), secret).await
+//!     lockkit_testing::assert_refused(lockkit_etcd::connect(&config), secret).await
 //! }
-//! lockkit_core::bad_credentials_suite!(secure_url, refused);
+//! lockkit_testing::bad_credentials_suite!(secure_url, refused);
 //! ```
 //!
 //! [`bad_credentials_suite!`]: crate::bad_credentials_suite
@@ -24,7 +24,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::{DistLockExt, Error, Locks, ServerUrl};
+use lockkit_core::{Error, Locks, ServerUrl};
 
 /// A hang guard, not a performance bound: a refusal takes less than this (which also rules out
 /// a client that keeps reconnecting until its connect timeout).
@@ -126,7 +126,7 @@ where
 /// Expands the URL-only bad-credential cases into one `#[tokio::test]` each, every one expecting
 /// an `Auth` error: `$url` is a fn returning the secure URL (`Option<String>`, `None` skips),
 /// `$refused` an async fn `(url: String, secret: &str) -> Error`, typically built on
-/// [`assert_refused`](crate::testing::assert_refused).
+/// [`assert_refused`](crate::assert_refused).
 #[macro_export]
 macro_rules! bad_credentials_suite {
     ($url:path, $refused:path) => {
@@ -147,9 +147,9 @@ macro_rules! __bad_credentials_cases {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
                 let Some(url) = $url() else { return };
-                let (bad, secret) = $crate::testing::BadCredential::$bad.apply(&url);
+                let (bad, secret) = $crate::BadCredential::$bad.apply(&url);
                 let e = $refused(bad, &secret).await;
-                assert_eq!(e.kind(), &$crate::ErrorKind::Auth, "{e}");
+                assert_eq!(e.kind(), $crate::__core::ErrorKind::Auth, "{e}");
             }
         )*
     };

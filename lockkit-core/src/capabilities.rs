@@ -1,0 +1,122 @@
+//! What a backend offers, per primitive.
+//!
+//! Like object_store's `Capability`, these are plain facts a caller can check up front; the
+//! core refuses what a backend denies with [`ErrorKind::Unsupported`](crate::ErrorKind)
+//! before the backend is asked, and the conformance suite checks that everything granted works.
+
+use crate::inspect::Primitive;
+
+/// What one primitive (mutex, read-write lock or semaphore) offers on a backend.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Support {
+    /// `AcquireOptions::fair(true)` is honoured: waiters are served first come, first served
+    /// and newcomers do not barge in.
+    pub fair: bool,
+    /// Fixed (non-renewed) leases and `extend()`.
+    pub fixed_lease: bool,
+    /// `Locks::inspect` lists holders and waiters.
+    pub inspect: bool,
+    /// `Mutex::remaining_lease` tells the holder's remaining lease.
+    pub remaining_lease: bool,
+}
+
+impl Support {
+    /// Nothing beyond the primitive itself (waiting, watchdog leases, tokens, lost signal).
+    pub const fn basic() -> Self {
+        Support {
+            fair: false,
+            fixed_lease: false,
+            inspect: false,
+            remaining_lease: false,
+        }
+    }
+
+    /// Everything.
+    pub const fn all() -> Self {
+        Support {
+            fair: true,
+            fixed_lease: true,
+            inspect: true,
+            remaining_lease: true,
+        }
+    }
+
+    /// Sets [`fair`](Self::fair).
+    pub const fn fair(mut self, yes: bool) -> Self {
+        self.fair = yes;
+        self
+    }
+
+    /// Sets [`fixed_lease`](Self::fixed_lease).
+    pub const fn fixed_lease(mut self, yes: bool) -> Self {
+        self.fixed_lease = yes;
+        self
+    }
+
+    /// Sets [`inspect`](Self::inspect).
+    pub const fn inspect(mut self, yes: bool) -> Self {
+        self.inspect = yes;
+        self
+    }
+
+    /// Sets [`remaining_lease`](Self::remaining_lease).
+    pub const fn remaining_lease(mut self, yes: bool) -> Self {
+        self.remaining_lease = yes;
+        self
+    }
+}
+
+/// What a backend offers. Every primitive it has comes with its [`Support`]; `None` means the
+/// primitive itself answers `Unsupported`.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The mutex (every backend has one).
+    pub mutex: Support,
+    /// The read-write lock.
+    pub rwlock: Option<Support>,
+    /// The counting semaphore.
+    pub semaphore: Option<Support>,
+    /// Locks exclude other processes and machines (false only for `mem://`).
+    pub cross_process: bool,
+}
+
+impl Capabilities {
+    /// A backend with only a mutex offering `mutex`, across processes.
+    pub const fn new(mutex: Support) -> Self {
+        Capabilities {
+            mutex,
+            rwlock: None,
+            semaphore: None,
+            cross_process: true,
+        }
+    }
+
+    /// Adds the read-write lock.
+    pub const fn with_rwlock(mut self, support: Support) -> Self {
+        self.rwlock = Some(support);
+        self
+    }
+
+    /// Adds the semaphore.
+    pub const fn with_semaphore(mut self, support: Support) -> Self {
+        self.semaphore = Some(support);
+        self
+    }
+
+    /// Sets [`cross_process`](Self::cross_process).
+    pub const fn cross_process(mut self, yes: bool) -> Self {
+        self.cross_process = yes;
+        self
+    }
+
+    /// What `primitive` offers, or `None` when the backend lacks it.
+    pub fn of(&self, primitive: Primitive) -> Option<Support> {
+        match primitive {
+            Primitive::Mutex => Some(self.mutex),
+            Primitive::RwLock => self.rwlock,
+            Primitive::Semaphore => self.semaphore,
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! `LeaseClock`: the local deadline of a lease, on the monotonic clock.
+//!
+//! A lease is granted (or renewed) by a request sent at `sent_at`; the server starts counting
+//! when it receives the request, so it cannot end the lease before `sent_at + lease` (by its
+//! clock). The clock keeps `sent_at + lease - margin`, the margin covering clock-rate
+//! differences between machines and a replica's wall clock. Every guard's state is derived from
+//! its clock: once the deadline passes the guard reads `Lost`, whether or not the backend's
+//! renewal task ran (a starved runtime, a paused process).
+//!
+//! One clock can be shared by many guards: every lock of an etcd or ZooKeeper session lives and
+//! dies with the session's lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::state::LostReason;
+
+/// The local deadline of one lease (or one session). Backends renew it; guards read it.
+#[derive(Debug)]
+pub struct LeaseClock {
+    deadline: watch::Sender<Option<Instant>>,
+    /// What a guard that outlives the deadline has lost its lock to.
+    expiry: LostReason,
+}
+
+impl LeaseClock {
+    /// A clock with no deadline yet (`expiry`: the reason reported when one passes).
+    pub fn new(expiry: LostReason) -> Arc<Self> {
+        let (deadline, _) = watch::channel(None);
+        Arc::new(LeaseClock { deadline, expiry })
+    }
+
+    /// A lease of `lease` granted by a request sent at `sent_at`.
+    pub fn starting(sent_at: Instant, lease: Duration) -> Arc<Self> {
+        let clock = LeaseClock::new(LostReason::LeaseExpired);
+        clock.renewed(sent_at, lease);
+        clock
+    }
+
+    /// The lease was granted or renewed for `lease` by a request sent at `sent_at`: the deadline
+    /// becomes `sent_at + lease - margin`, shorter or longer than before.
+    pub fn renewed(&self, sent_at: Instant, lease: Duration) {
+        self.set_deadline(Some(sent_at + lease.saturating_sub(margin(lease))));
+    }
+
+    /// Sets the deadline outright (`None`: none, the lease lives as long as its holder).
+    pub fn set_deadline(&self, at: Option<Instant>) {
+        self.deadline.send_if_modified(|d| {
+            let changed = *d != at;
+            *d = at;
+            changed
+        });
+    }
+
+    /// The deadline, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        *self.deadline.borrow()
+    }
+
+    /// Whether the deadline has passed at `now`.
+    pub fn has_passed(&self, now: Instant) -> bool {
+        self.deadline().is_some_and(|d| d <= now)
+    }
+
+    /// The time left before the deadline (`None`: no deadline).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// The reason a guard reports when this clock's deadline passes.
+    pub fn expiry_reason(&self) -> LostReason {
+        self.expiry
+    }
+
+    /// Resolves once the deadline has passed, following every change of it; never while there
+    /// is none.
+    pub async fn passed(&self) {
+        let mut rx = self.deadline.subscribe();
+        loop {
+            let at = *rx.borrow_and_update();
+            match at {
+                Some(at) if at <= Instant::now() => return,
+                Some(at) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = rx.changed() => {}
+                    }
+                }
+                None => {
+                    let _ = rx.changed().await;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<Instant>> {
+        self.deadline.subscribe()
+    }
+}
+
+/// The part of a lease a guard gives up to clock differences: 2 % (at most 500 ms) plus 2 ms.
+pub fn margin(lease: Duration) -> Duration {
+    (lease / 50).min(Duration::from_millis(500)) + Duration::from_millis(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_follows_renewals_shorter_or_longer() {
+        let now = Instant::now();
+        let c = LeaseClock::starting(now, Duration::from_secs(60));
+        assert!(c.deadline().unwrap() > now + Duration::from_secs(58));
+        c.renewed(now, Duration::from_secs(2));
+        let d = c.deadline().unwrap();
+        assert!(d < now + Duration::from_secs(2) && d > now + Duration::from_millis(1900));
+        let passed = c.passed();
+        tokio::time::timeout(Duration::from_secs(3), passed)
+            .await
+            .unwrap();
+        assert!(c.has_passed(Instant::now()));
+    }
+}

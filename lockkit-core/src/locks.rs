@@ -1,0 +1,138 @@
+//! `Locks`: the handle users hold, over one backend client.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::inspect::{LockInfo, Primitive};
+use crate::kernel::Kernel;
+use crate::kind::BackendKind;
+use crate::mutex::Mutex;
+use crate::name::validate_name;
+use crate::rwlock::RwLock;
+use crate::semaphore::Semaphore;
+use crate::spi::Backend;
+
+/// A cheap-to-clone handle to one backend client, returned by `lockkit::connect`.
+///
+/// Every [`Mutex`], [`RwLock`], [`Semaphore`] and guard made from it keeps the backend client
+/// alive, so dropping the `Locks` early changes nothing; the client's background tasks stop when
+/// the last of them is gone. Only [`close`](Self::close) ends it while they live.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit_core::Result<()> {
+/// let locks = lockkit_core::Locks::memory();
+/// let orders = locks.mutex("orders/42")?;
+/// let guard = orders.lock().await?;
+/// println!("token {}", guard.token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    kernel: Arc<Kernel>,
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("backend", &self.kernel.backend)
+            .field("default_lease", &self.kernel.default_lease)
+            .finish()
+    }
+}
+
+impl Locks {
+    /// Wraps a backend client (backends call this from their `connect`).
+    pub fn new(backend: impl Backend) -> Self {
+        Locks {
+            kernel: Kernel::new(Box::new(backend)),
+        }
+    }
+
+    /// The process-wide in-memory lock table, the same one `connect("mem://")` gives.
+    pub fn memory() -> Self {
+        crate::mem::shared("")
+    }
+
+    /// A mutex named `name`. Fails with `InvalidName` for a bad name.
+    pub fn mutex(&self, name: &str) -> Result<Mutex> {
+        validate_name(name)?;
+        self.kernel.check_open()?;
+        let raw = self.kernel.backend.mutex(name)?;
+        Ok(Mutex::new(self.kernel.clone(), name, raw))
+    }
+
+    /// A read-write lock named `name`, or `Unsupported`.
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        validate_name(name)?;
+        self.kernel.check_open()?;
+        self.kernel.support(Primitive::RwLock)?;
+        let raw = self.kernel.backend.rwlock(name)?;
+        Ok(RwLock::new(self.kernel.clone(), name, raw))
+    }
+
+    /// A semaphore named `name` with `permits` permits, or `Unsupported`.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        validate_name(name)?;
+        self.kernel.check_open()?;
+        self.kernel.support(Primitive::Semaphore)?;
+        if permits == 0 {
+            return Err(Error::invalid("a semaphore needs at least one permit"));
+        }
+        let raw = self.kernel.backend.semaphore(name, permits)?;
+        Ok(Semaphore::new(self.kernel.clone(), name, permits, raw))
+    }
+
+    /// What the backend offers.
+    pub fn capabilities(&self) -> Capabilities {
+        self.kernel.caps
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> BackendKind {
+        self.kernel.kind
+    }
+
+    /// The lease an acquire gets when it names none (`LockConfig::lease`, 30 s unless set).
+    pub fn default_lease(&self) -> Duration {
+        self.kernel.default_lease
+    }
+
+    /// The backend as its concrete type, for backend-specific extensions; `None` if it is
+    /// another backend.
+    ///
+    /// ```
+    /// let locks = lockkit_core::Locks::memory();
+    /// assert!(locks.backend_as::<lockkit_core::mem::MemBackend>().is_some());
+    /// ```
+    pub fn backend_as<T: Backend>(&self) -> Option<&T> {
+        let any: &dyn Any = &*self.kernel.backend;
+        any.downcast_ref::<T>()
+    }
+
+    /// Holders and waiters of one lock, for operators (`lockkit inspect`).
+    pub async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
+        validate_name(name)?;
+        self.kernel.check_open()?;
+        if !self.kernel.support(primitive)?.inspect {
+            return Err(Error::unsupported(format!(
+                "the {} backend cannot inspect a {}",
+                self.kernel.kind,
+                primitive.describe()
+            )));
+        }
+        self.kernel.backend.inspect(name, primitive).await
+    }
+
+    /// Closes the handle, with the same meaning on every backend: every guard made from it
+    /// turns Lost (reason `Closed`), later acquires and calls fail with `Closed`, and the
+    /// server-side resources (held keys and nodes, sessions, leases) are given back now rather
+    /// than when they expire. Every clone of the handle is closed.
+    pub async fn close(&self) -> Result<()> {
+        self.kernel.close().await
+    }
+}

@@ -1,0 +1,306 @@
+//! One held ownership as the core keeps it: the backend's [`Held`], the hold count, the state,
+//! and the release on the backend (awaited, or finished in the background).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::fencing::FencingToken;
+use crate::inspect::Primitive;
+use crate::kernel::Kernel;
+use crate::options::Lease;
+use crate::spi::{GuardParts, Held};
+use crate::state::{LockState, LostReason, StateCell};
+
+/// The shared body of every guard of one ownership (reentered guards share it).
+#[derive(Debug)]
+pub(crate) struct Ownership {
+    pub(crate) id: u64,
+    pub(crate) kernel: Arc<Kernel>,
+    pub(crate) name: Arc<str>,
+    pub(crate) primitive: Primitive,
+    pub(crate) token: FencingToken,
+    lease: Mutex<Lease>,
+    pub(crate) state: StateCell,
+    held: Box<dyn Held>,
+    pub(crate) permits: u32,
+    pub(crate) holds: AtomicU32,
+    /// Whether the backend release was started (by the last hold, a drop or `close()`): it
+    /// runs once.
+    released: AtomicBool,
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        self.kernel.forget(self.id);
+    }
+}
+
+impl Ownership {
+    pub(crate) fn new(
+        id: u64,
+        kernel: Arc<Kernel>,
+        name: Arc<str>,
+        primitive: Primitive,
+        parts: GuardParts,
+        permits: u32,
+    ) -> Self {
+        Ownership {
+            id,
+            kernel,
+            name,
+            primitive,
+            token: parts.token,
+            lease: Mutex::new(parts.lease),
+            state: parts.state,
+            held: parts.held,
+            permits,
+            holds: AtomicU32::new(1),
+            released: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.state.get().is_live() {
+            Ok(())
+        } else {
+            Err(lost_error(&self.name, self.state.reason()))
+        }
+    }
+
+    /// Releases on the backend (the last hold is gone), traced; Lost if the backend found the
+    /// lock gone, Released either way.
+    pub(crate) async fn release_on_backend(self: Arc<Self>) -> Result<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            // `close()` released it already.
+            return Err(lost_error(&self.name, self.state.reason()));
+        }
+        let span = tracing::debug_span!(
+            "lockkit.release",
+            backend = self.kernel.kind.as_str(),
+            primitive = self.primitive.as_str(),
+            lock = %self.name,
+            token = self.token.0,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.held.release().instrument(span.clone()).await;
+        span.record(
+            "outcome",
+            match &result {
+                Ok(()) => "released",
+                Err(e) if e.kind() == ErrorKind::LockLost => "lost",
+                Err(_) => "error",
+            },
+        );
+        if matches!(&result, Err(e) if e.kind() == ErrorKind::LockLost) {
+            // The release is how this holder learns that the lock was gone (say, after a pause
+            // the backend had not reported yet): tell `lost()` too.
+            self.state.mark_lost(LostReason::Deleted);
+        }
+        self.state.mark_released();
+        result
+    }
+}
+
+/// The error of an operation on a guard whose lock is gone.
+pub(crate) fn lost_error(name: &str, reason: Option<LostReason>) -> Error {
+    match reason {
+        Some(r) => Error::new(
+            ErrorKind::LockLost,
+            format!("lock {name:?} is no longer held by this guard: {r}"),
+        ),
+        None => Error::lost(name),
+    }
+}
+
+/// One hold of an ownership: what every guard type wraps.
+#[derive(Debug)]
+pub(crate) struct GuardCore {
+    pub(crate) own: Arc<Ownership>,
+    armed: bool,
+}
+
+impl GuardCore {
+    pub(crate) fn new(own: Arc<Ownership>) -> Self {
+        GuardCore { own, armed: true }
+    }
+
+    pub(crate) async fn release(mut self) -> Result<()> {
+        self.armed = false;
+        let own = self.own.clone();
+        let was = own.state.get();
+        if own.holds.fetch_sub(1, Ordering::AcqRel) > 1 {
+            return if was.is_live() {
+                Ok(())
+            } else {
+                Err(lost_error(&own.name, own.state.reason()))
+            };
+        }
+        // If this future is dropped half-way, the rest of the release runs in the background.
+        let result = Finish::new(own.clone().release_on_backend()).await;
+        match result {
+            Ok(()) if was == LockState::Lost => Err(lost_error(&own.name, own.state.reason())),
+            other => other,
+        }
+    }
+
+    pub(crate) async fn reenter(&self) -> Result<GuardCore> {
+        self.own.check_live()?;
+        self.own
+            .held
+            .reenter()
+            .await
+            .inspect_err(|e| self.note_lost(e))?;
+        self.own.holds.fetch_add(1, Ordering::AcqRel);
+        Ok(GuardCore::new(self.own.clone()))
+    }
+
+    pub(crate) async fn extend(&self, lease: Duration) -> Result<()> {
+        let own = &self.own;
+        if own.lease().is_watchdog() {
+            return Err(Error::invalid(
+                "this guard's lease is renewed by the watchdog; extend() is for fixed leases",
+            ));
+        }
+        crate::kernel::check_lease(lease)?;
+        own.check_live()?;
+        let sent_at = Instant::now();
+        own.held
+            .extend(lease)
+            .await
+            .inspect_err(|e| self.note_lost(e))?;
+        // The deadline follows the new lease, shorter or longer: the server counts it from no
+        // earlier than this request.
+        own.state.clock().renewed(sent_at, lease);
+        *own.lease.lock().unwrap_or_else(|e| e.into_inner()) = Lease::Fixed(lease);
+        Ok(())
+    }
+
+    pub(crate) async fn downgrade(mut self) -> Result<GuardCore> {
+        let own = self.own.clone();
+        own.check_live()?;
+        if own.holds.load(Ordering::Acquire) != 1 {
+            return Err(Error::invalid(
+                "downgrade needs the only hold of the write lock; release the reentered holds first",
+            ));
+        }
+        let parts = own
+            .held
+            .downgrade()
+            .await
+            .inspect_err(|e| self.note_lost(e))?;
+        // The write ownership became the read ownership: nothing left to release.
+        self.armed = false;
+        own.holds.store(0, Ordering::Release);
+        own.state.mark_released();
+        let read = own.kernel.adopt(&own.name, own.primitive, parts, 1)?;
+        Ok(GuardCore::new(read))
+    }
+
+    fn note_lost(&self, e: &Error) {
+        if e.kind() == ErrorKind::LockLost {
+            self.own.state.mark_lost(LostReason::Deleted);
+        }
+    }
+}
+
+impl Drop for GuardCore {
+    fn drop(&mut self) {
+        if self.armed && self.own.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let own = self.own.clone();
+            own.state.mark_released();
+            detach(async move {
+                if let Err(e) = own.release_on_backend().await {
+                    tracing::debug!(error = %e, "lockkit: background release failed; the lease ends the lock");
+                }
+            });
+        }
+    }
+}
+
+/// Runs `fut` without waiting for it, from code that cannot wait (`Drop`, a cancelled future):
+/// it is polled once right here, so work that needs no I/O (the embedded backends) is done
+/// before the caller goes on, and spawned on the current runtime if it is not finished. Outside
+/// a runtime nothing runs: the lease is the backstop.
+pub(crate) fn detach(fut: impl Future<Output = ()> + Send + 'static) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut fut = Box::pin(fut);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if fut.as_mut().poll(&mut cx).is_pending() {
+        rt.spawn(fut);
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A future whose remaining work, if it is dropped before it finishes, is [`detach`]ed.
+struct Finish<T: Send + 'static> {
+    fut: Option<BoxFuture<T>>,
+}
+
+impl<T: Send + 'static> Finish<T> {
+    fn new(fut: impl Future<Output = T> + Send + 'static) -> Self {
+        Finish {
+            fut: Some(Box::pin(fut)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Finish<T> {
+    type Output = T;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let Some(fut) = self.fut.as_mut() else {
+            return Poll::Pending;
+        };
+        let out = std::task::ready!(fut.as_mut().poll(cx));
+        self.fut = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for Finish<T> {
+    fn drop(&mut self) {
+        if let Some(fut) = self.fut.take() {
+            detach(async move {
+                let _ = fut.await;
+            });
+        }
+    }
+}
+
+/// The ownerships acquired through one lock handle, for `hold_count()` on the handle.
+#[derive(Debug, Default)]
+pub(crate) struct HoldRegistry {
+    owned: Mutex<Vec<Weak<Ownership>>>,
+}
+
+impl HoldRegistry {
+    pub(crate) fn track(&self, own: &Arc<Ownership>) {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned.retain(|w| w.strong_count() > 0);
+        owned.push(Arc::downgrade(own));
+    }
+
+    pub(crate) fn hold_count(&self) -> u32 {
+        let owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        owned
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|o| o.state.get().is_live())
+            .map(|o| o.holds.load(Ordering::Acquire))
+            .sum()
+    }
+}

@@ -1,0 +1,428 @@
+//! Typed option keys and the settings every backend shares, read once from a [`LockConfig`].
+//!
+//! Each backend names its options in an enum made by [`option_keys!`] (object_store's
+//! `AmazonS3ConfigKey: FromStr` is the model), and reads them through [`Settings::parse`]. A key
+//! that is neither one of the [`CommonKey`]s nor one of the backend's is a
+//! [`Config`](crate::ErrorKind::Config) error naming the key and every known one, so a
+//! misspelt option is never silently ignored.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::config::LockConfig;
+use crate::error::{Error, Result};
+use crate::options::DEFAULT_LEASE;
+use crate::url::ServerUrl;
+
+/// The shortest lease any backend accepts.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// The default connect timeout.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The default command timeout.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Refuses a lease below [`MIN_LEASE`].
+pub(crate) fn check_lease(lease: Duration) -> Result<()> {
+    if lease < MIN_LEASE {
+        return Err(Error::config(format!(
+            "lease {lease:?} is too short (minimum {MIN_LEASE:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// A backend's set of option keys. Implement it with [`option_keys!`].
+pub trait OptionKey: Copy + Eq + fmt::Debug + Send + Sync + 'static {
+    /// Every key, in the order error messages list them.
+    const ALL: &'static [Self];
+
+    /// The key as written in URLs and `LockConfig::options`.
+    fn as_str(self) -> &'static str;
+
+    /// The key named `s`, if any.
+    fn lookup(s: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == s)
+    }
+}
+
+/// Declares an enum of option keys with [`OptionKey`], `FromStr` (unknown keys are
+/// [`Config`](crate::ErrorKind::Config) errors listing the known ones) and `Display`.
+///
+/// ```
+/// lockkit_core::option_keys! {
+///     /// My backend's options.
+///     pub enum MyKey {
+///         /// `depth`: how deep.
+///         Depth = "depth",
+///     }
+/// }
+/// assert_eq!("depth".parse::<MyKey>().unwrap(), MyKey::Depth);
+/// assert!("deep".parse::<MyKey>().is_err());
+/// ```
+#[macro_export]
+macro_rules! option_keys {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $key:literal),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),*
+        }
+
+        impl $crate::settings::OptionKey for $name {
+            const ALL: &'static [Self] = &[$($name::$variant),*];
+            fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $key),*
+                }
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::Error;
+            fn from_str(s: &str) -> $crate::Result<Self> {
+                <Self as $crate::settings::OptionKey>::lookup(s)
+                    .ok_or_else(|| $crate::settings::unknown_key::<Self>(s))
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str($crate::settings::OptionKey::as_str(*self))
+            }
+        }
+    };
+}
+
+option_keys! {
+    /// The options every backend takes.
+    pub enum CommonKey {
+        /// `prefix`: the key prefix (also `LockConfig::key_prefix`).
+        Prefix = "prefix",
+        /// `lease`: the handle's default lease (also `LockConfig::lease`).
+        Lease = "lease",
+        /// `connect_timeout` (also `LockConfig::connect_timeout`).
+        ConnectTimeout = "connect_timeout",
+        /// `command_timeout` (also `LockConfig::command_timeout`).
+        CommandTimeout = "command_timeout",
+    }
+}
+
+/// The [`Config`](crate::ErrorKind::Config) error for an unknown key of a backend with keys
+/// `K` (the common keys are listed too).
+pub fn unknown_key<K: OptionKey>(key: &str) -> Error {
+    let known: Vec<&str> = CommonKey::ALL
+        .iter()
+        .map(|k| k.as_str())
+        .chain(K::ALL.iter().map(|k| k.as_str()))
+        .collect();
+    Error::config(format!(
+        "unknown option {key:?}; known options: {}",
+        known.join(", ")
+    ))
+}
+
+/// A backend without options of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoKey {}
+
+impl OptionKey for NoKey {
+    const ALL: &'static [Self] = &[];
+    fn as_str(self) -> &'static str {
+        match self {}
+    }
+}
+
+/// A backend's settings: the common ones resolved, its own ones checked and typed.
+#[derive(Clone)]
+pub struct Settings<K: OptionKey> {
+    url: ServerUrl,
+    prefix: Option<String>,
+    lease: Option<Duration>,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    /// The backend's own options: `LockConfig::options` first, then the URL's.
+    own: Vec<(K, String)>,
+}
+
+impl<K: OptionKey> fmt::Debug for Settings<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let own: Vec<(&str, &str)> = self
+            .own
+            .iter()
+            .map(|(k, v)| {
+                let shown = if crate::redact::is_secret_param(k.as_str()) {
+                    "***"
+                } else {
+                    v.as_str()
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("Settings")
+            .field("url", &self.url)
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("options", &own)
+            .finish()
+    }
+}
+
+impl<K: OptionKey> Settings<K> {
+    /// Reads `cfg`: its URL (with the config's credentials applied), the common options and the
+    /// backend's own `K`s. Any other key, in the URL or in `cfg.options`, is an error.
+    pub fn parse(cfg: &LockConfig) -> Result<Self> {
+        let url = cfg.server_url()?;
+        let mut common: Vec<(CommonKey, String)> = Vec::new();
+        let mut own: Vec<(K, String)> = Vec::new();
+        // Config options first: they win over the URL's.
+        let pairs = cfg
+            .options
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(
+                url.params
+                    .iter()
+                    .rev()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            );
+        for (k, v) in pairs {
+            if let Some(c) = CommonKey::lookup(k) {
+                common.push((c, v.to_string()));
+            } else if let Some(o) = K::lookup(k) {
+                own.push((o, v.to_string()));
+            } else {
+                return Err(unknown_key::<K>(k));
+            }
+        }
+        let first = |key: CommonKey| common.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
+        let duration = |key: CommonKey| -> Result<Option<Duration>> {
+            first(key)
+                .map(|v| parse_duration(key.as_str(), v))
+                .transpose()
+        };
+        let lease = match cfg.lease {
+            Some(l) => Some(l),
+            None => duration(CommonKey::Lease)?,
+        };
+        if let Some(l) = lease {
+            check_lease(l)?;
+        }
+        let positive = |what: &str, d: Duration| {
+            if d.is_zero() {
+                Err(Error::config(format!("{what} must be longer than zero")))
+            } else {
+                Ok(d)
+            }
+        };
+        let connect_timeout = positive(
+            "connect_timeout",
+            cfg.connect_timeout
+                .or(duration(CommonKey::ConnectTimeout)?)
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+        )?;
+        let command_timeout = positive(
+            "command_timeout",
+            cfg.command_timeout
+                .or(duration(CommonKey::CommandTimeout)?)
+                .unwrap_or(DEFAULT_COMMAND_TIMEOUT),
+        )?;
+        let prefix = cfg
+            .key_prefix
+            .clone()
+            .or_else(|| first(CommonKey::Prefix).cloned());
+        Ok(Settings {
+            url,
+            prefix,
+            lease,
+            connect_timeout,
+            command_timeout,
+            own,
+        })
+    }
+
+    /// The parsed URL.
+    pub fn url(&self) -> &ServerUrl {
+        &self.url
+    }
+
+    /// The key prefix, `lockkit` unless set.
+    pub fn prefix(&self) -> &str {
+        self.prefix.as_deref().unwrap_or("lockkit")
+    }
+
+    /// The key prefix if one was set explicitly.
+    pub fn explicit_prefix(&self) -> Option<&str> {
+        self.prefix.as_deref()
+    }
+
+    /// The handle's default lease: `LockConfig::lease`, else the `lease` option, else 30 s.
+    pub fn lease(&self) -> Duration {
+        self.lease.unwrap_or(DEFAULT_LEASE)
+    }
+
+    /// The handle's default lease where the backend also takes an older name for it
+    /// (`session_timeout` on ZooKeeper, `lease_ttl` on etcd): the two must agree when both
+    /// are given.
+    pub fn lease_or_alias(&self, alias: K) -> Result<Duration> {
+        let aliased = self.duration(alias)?;
+        match (self.lease, aliased) {
+            (Some(a), Some(b)) if a != b => Err(Error::config(format!(
+                "lease {a:?} and {} {b:?} disagree; they are the same setting here: give one",
+                alias.as_str()
+            ))),
+            (Some(l), _) | (None, Some(l)) => {
+                check_lease(l)?;
+                Ok(l)
+            }
+            (None, None) => Ok(DEFAULT_LEASE),
+        }
+    }
+
+    /// How long to wait for a connection.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// How long one server command may take.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
+    /// The raw value of the backend option `key`, if given.
+    pub fn get(&self, key: K) -> Option<&str> {
+        self.own
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the backend option `key` was given.
+    pub fn is_set(&self, key: K) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The backend option `key` as a duration (`10s`, `500ms`).
+    pub fn duration(&self, key: K) -> Result<Option<Duration>> {
+        self.get(key)
+            .map(|v| parse_duration(key.as_str(), v))
+            .transpose()
+    }
+
+    /// The backend option `key` as a flag (`true`/`false`, `1`/`0`, `yes`/`no`).
+    pub fn flag(&self, key: K) -> Result<Option<bool>> {
+        self.get(key)
+            .map(|v| match v {
+                "true" | "1" | "yes" => Ok(true),
+                "false" | "0" | "no" => Ok(false),
+                other => Err(Error::config(format!(
+                    "option {}={other:?} is not true or false",
+                    key.as_str()
+                ))),
+            })
+            .transpose()
+    }
+
+    /// The backend option `key` parsed as a `T` (a number, say).
+    pub fn value<T: FromStr>(&self, key: K, what: &str) -> Result<Option<T>> {
+        self.get(key)
+            .map(|v| {
+                v.parse::<T>().map_err(|_| {
+                    Error::config(format!("option {}={v:?} is not {what}", key.as_str()))
+                })
+            })
+            .transpose()
+    }
+}
+
+fn parse_duration(key: &str, v: &str) -> Result<Duration> {
+    humantime::parse_duration(v)
+        .map_err(|e| Error::config(format!("option {key}={v:?} is not a duration: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    option_keys! {
+        enum TestKey {
+            SessionTimeout = "session_timeout",
+            Acl = "acl",
+        }
+    }
+
+    fn parse(url: &str) -> Result<Settings<TestKey>> {
+        Settings::parse(&LockConfig::new(url))
+    }
+
+    #[test]
+    fn common_and_own_keys() {
+        let s =
+            parse("zk://h/app?session_timeout=3s&prefix=p1&acl=open&command_timeout=2s").unwrap();
+        assert_eq!(s.prefix(), "p1");
+        assert_eq!(
+            s.duration(TestKey::SessionTimeout).unwrap(),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(s.get(TestKey::Acl), Some("open"));
+        assert_eq!(s.command_timeout(), Duration::from_secs(2));
+        assert_eq!(s.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(s.lease(), DEFAULT_LEASE);
+        assert_eq!(
+            s.lease_or_alias(TestKey::SessionTimeout).unwrap(),
+            Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn unknown_keys_name_themselves_and_the_known_ones() {
+        for url in ["zk://h?session_timout=2s", "zk://h?lease_tll=5s"] {
+            let e = parse(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("session_timeout") && msg.contains("prefix"),
+                "{msg}"
+            );
+        }
+        let cfg = LockConfig::new("zk://h").with_option("bogus", "1");
+        let e = Settings::<TestKey>::parse(&cfg).unwrap_err();
+        assert!(e.to_string().contains("\"bogus\""), "{e}");
+        assert!("bogus".parse::<TestKey>().is_err());
+    }
+
+    #[test]
+    fn config_wins_over_url() {
+        let mut cfg = LockConfig::new("zk://h?prefix=url&lease=9s&acl=open");
+        cfg.key_prefix = Some("cfg".into());
+        cfg.lease = Some(Duration::from_secs(4));
+        cfg.options.insert("acl".into(), "creator".into());
+        let s = Settings::<TestKey>::parse(&cfg).unwrap();
+        assert_eq!(s.prefix(), "cfg");
+        assert_eq!(s.lease(), Duration::from_secs(4));
+        assert_eq!(s.get(TestKey::Acl), Some("creator"));
+    }
+
+    #[test]
+    fn lease_and_alias_must_agree() {
+        let s = parse("zk://h?lease=2s&session_timeout=3s").unwrap();
+        assert_eq!(
+            s.lease_or_alias(TestKey::SessionTimeout)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Config
+        );
+        let s = parse("zk://h?lease=3s&session_timeout=3s").unwrap();
+        assert_eq!(
+            s.lease_or_alias(TestKey::SessionTimeout).unwrap(),
+            Duration::from_secs(3)
+        );
+        assert!(parse("zk://h?lease=1ms").is_err());
+        assert!(parse("zk://h?command_timeout=0s").is_err());
+    }
+}

@@ -1,0 +1,114 @@
+//! The traits a backend implements.
+
+use std::any::Any;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::capabilities::Capabilities;
+use crate::error::{Error, Result};
+use crate::inspect::{LockInfo, Primitive};
+use crate::kind::BackendKind;
+use crate::spi::{GuardParts, Request};
+
+/// A backend client. Names arrive validated; options were checked against
+/// [`capabilities`](Backend::capabilities) before any call.
+#[async_trait]
+pub trait Backend: Any + Send + Sync + fmt::Debug {
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+
+    /// What it offers. The core refuses everything denied here with `Unsupported`.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The handle's default lease, from its config (`LockConfig::lease` or the `lease`
+    /// option, parsed by [`Settings`](crate::settings::Settings)).
+    fn default_lease(&self) -> Duration;
+
+    /// A mutex. Creating one talks to no server.
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>>;
+
+    /// A read-write lock (only called when `capabilities().rwlock` is `Some`).
+    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
+        let _ = name;
+        Err(Error::unsupported(format!(
+            "{} has no read-write lock",
+            self.kind()
+        )))
+    }
+
+    /// A semaphore of `permits` permits (only called when `capabilities().semaphore` is
+    /// `Some`).
+    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+        let _ = (name, permits);
+        Err(Error::unsupported(format!(
+            "{} has no semaphore",
+            self.kind()
+        )))
+    }
+
+    /// Gives server-side resources back (sessions, leases, held keys) and stops background
+    /// work. The core has already marked every guard Lost and refuses new acquires.
+    async fn close(&self) -> Result<()>;
+
+    /// Holders and waiters of one lock (only called when the primitive's `inspect` capability
+    /// is granted).
+    async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
+        let _ = (name, primitive);
+        Err(Error::unsupported(format!(
+            "{} cannot inspect locks",
+            self.kind()
+        )))
+    }
+}
+
+/// The protocol of one mutex.
+#[async_trait]
+pub trait RawMutex: Send + Sync + fmt::Debug + 'static {
+    /// Acquires the lock as `req` says; `Ok(None)` when its deadline passed first.
+    ///
+    /// # Cancel safety
+    /// Dropping the future must leave nothing behind: no key, node, queue entry or lease.
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>>;
+
+    /// Whether anyone holds the lock.
+    async fn is_locked(&self) -> Result<bool>;
+
+    /// Admin: releases the lock whoever holds it; whether it was held.
+    async fn force_unlock(&self) -> Result<bool>;
+
+    /// The holder's remaining lease, or `None` when the lock is free (only called when the
+    /// `remaining_lease` capability is granted).
+    async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        Err(Error::unsupported(
+            "remaining_lease is not offered by this backend",
+        ))
+    }
+}
+
+/// The protocol of one read-write lock.
+#[async_trait]
+pub trait RawRwLock: Send + Sync + fmt::Debug + 'static {
+    /// Acquires a read (shared) hold.
+    async fn read(&self, req: &Request) -> Result<Option<GuardParts>>;
+
+    /// Acquires the write (exclusive) hold.
+    async fn write(&self, req: &Request) -> Result<Option<GuardParts>>;
+
+    /// Whether anyone holds the lock, in either mode.
+    async fn is_locked(&self) -> Result<bool>;
+
+    /// Admin: releases every read and write hold; whether anything was held.
+    async fn force_unlock(&self) -> Result<bool>;
+}
+
+/// The protocol of one semaphore.
+#[async_trait]
+pub trait RawSemaphore: Send + Sync + fmt::Debug + 'static {
+    /// Acquires `n` permits at once (`1 <= n <= permits`, checked by the core).
+    async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>>;
+
+    /// Permits free right now.
+    async fn available(&self) -> Result<u32>;
+}

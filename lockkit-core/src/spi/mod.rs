@@ -1,0 +1,20 @@
+//! The backend SPI: what a backend implements to plug into [`Locks`](crate::Locks).
+//!
+//! A backend is a protocol adapter. It implements [`Backend`] (primitive handles, `close`,
+//! `inspect`), [`RawMutex`], [`RawRwLock`] and [`RawSemaphore`] (acquire on its protocol), and
+//! [`Held`] (release, extend, reenter, downgrade of one ownership). Everything cross-cutting
+//! lives in the core and is done once for every backend: name validation, capability and permit
+//! checks, the default lease from the config, wait deadlines, hold counts, guard state derived
+//! from the lease deadline ([`StateCell`], [`LeaseClock`]), background release on drop, `close`
+//! turning guards Lost, and one tracing span per acquire and release.
+
+mod backend;
+mod held;
+mod request;
+
+pub use backend::{Backend, RawMutex, RawRwLock, RawSemaphore};
+pub use held::{GuardParts, Held};
+pub use request::Request;
+
+pub use crate::clock::{margin, LeaseClock};
+pub use crate::state::StateCell;

@@ -1,0 +1,68 @@
+//! `Request`: one acquire as the core hands it to a backend, with every option resolved.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::options::{AcquireOptions, Lease, Wait};
+
+/// One acquire, resolved by the core: the lease is concrete (the handle's default filled in),
+/// the wait budget is a deadline taken once, and the options were checked against the
+/// backend's capabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    lease: Lease,
+    fair: bool,
+    deadline: Option<Instant>,
+    waits: bool,
+}
+
+impl Request {
+    /// Resolves `opts` against the handle's `default_lease`, starting the wait budget now.
+    pub fn new(opts: &AcquireOptions, default_lease: Duration) -> Self {
+        let now = Instant::now();
+        let (deadline, waits) = match opts.wait {
+            Wait::None => (Some(now), false),
+            Wait::For(d) => (Some(now + d), true),
+            Wait::Forever => (None, true),
+        };
+        Request {
+            lease: opts.lease.unwrap_or(Lease::Watchdog(default_lease)),
+            fair: opts.fair,
+            deadline,
+            waits,
+        }
+    }
+
+    /// The lease to take.
+    pub fn lease(&self) -> Lease {
+        self.lease
+    }
+
+    /// Whether the acquire asked for fair (FIFO) order.
+    pub fn fair(&self) -> bool {
+        self.fair
+    }
+
+    /// When the wait budget runs out (`None`: never). A request that may not wait has a
+    /// deadline of its start.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Whether the acquire may wait for a busy lock at all.
+    pub fn waits(&self) -> bool {
+        self.waits
+    }
+
+    /// Whether the wait budget has run out.
+    pub fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| d <= Instant::now())
+    }
+
+    /// The budget left (`None`: forever).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+}

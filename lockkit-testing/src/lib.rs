@@ -1,0 +1,157 @@
+//! lockkit's conformance suite and the real-server helpers of its tests (not published).
+//!
+//! Each case is a plain async fn over a [`Locks`](lockkit_core::Locks) handle or, when it needs
+//! several handles or its own config, over a [`Harness`]. [`conformance_suite!`] expands them
+//! into one `#[tokio::test]` per case for a backend, given a fn that returns the base config
+//! (`None` skips, only allowed when the backend is not required) and the backend's connect:
+//!
+//! ```ignore
+//! fn config() -> Option<lockkit_core::LockConfig> {
+//!     lockkit_testing::server_url("redis").map(lockkit_core::LockConfig::new)
+//! }
+//! lockkit_testing::conformance_suite!(config, lockkit_redis::connect);
+//! ```
+//!
+//! Every case works under a fresh random name prefix, so runs never see each other's locks. A
+//! capability the backend lacks must answer `Unsupported`, and the cases check that instead of
+//! skipping.
+
+pub mod cases;
+mod credentials;
+pub mod failover;
+pub mod harness;
+mod support;
+
+#[doc(hidden)]
+pub use lockkit_core as __core;
+
+pub use harness::{ChildHolder, Harness, Hold};
+
+pub use credentials::{
+    assert_refused, password_of, secure_certs, BadCredential, QUICK, WRONG_PASSWORD,
+};
+pub use support::{
+    free_port, make_client_cert, make_test_certs, server_url, tool_available, unique_name,
+    wait_for_port, ClientCert, OverlapDetector, PrivateServer, TestCerts,
+};
+
+/// Expands the whole conformance suite into one `#[tokio::test]` per case. `$config` is a fn
+/// returning `Option<LockConfig>` (called once per case), `$connect` an async fn
+/// `(&LockConfig) -> Result<Locks>`. It also adds the `__conformance_child` test, which is a
+/// holder process when [`Harness::spawn_holder`] starts the binary and does nothing otherwise.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($config:path, $connect:path) => {
+        $crate::holder_process!($connect);
+
+        $crate::__conformance_harness_cases!($config, $connect;
+            configured_lease_is_the_default_lease,
+            asked_for_lease_is_the_lease_you_get,
+            killed_holder_frees_the_lock_after_its_lease,
+            unknown_options_are_refused,
+            handles_and_guards_outlive_the_locks_handle,
+            close_loses_guards_and_refuses_acquires,
+            separate_connects_exclude_each_other,
+        );
+
+        $crate::__conformance_cases!($config, $connect;
+            mutex_excludes_many_tasks,
+            try_lock_on_held_returns_none_at_once,
+            try_lock_on_free_lock_succeeds,
+            wait_budget_is_honoured,
+            forever_wait_wakes_on_release,
+            timed_wait_wakes_on_release,
+            same_handle_second_acquire_waits,
+            reenter_counts_holds,
+            reenter_release_last_hold_unlocks,
+            handle_hold_count_tracks_guards,
+            tokens_increase_across_100_holders,
+            tokens_increase_across_drop_release,
+            tokens_increase_across_lease_expiry,
+            fixed_lease_expires_and_old_guard_is_lost,
+            watchdog_keeps_lock_past_three_leases,
+            release_after_takeover_is_not_held,
+            release_after_force_unlock_is_not_held,
+            release_of_lost_guard_is_an_error_not_a_panic,
+            drop_releases_in_background,
+            dropped_waiting_acquire_leaves_no_trace,
+            timed_out_acquire_leaves_no_trace,
+            fifo_order_of_ten_waiters,
+            is_locked_reflects_holder,
+            force_unlock_frees_lock_and_marks_holder_lost,
+            extend_pushes_fixed_lease,
+            extend_after_expiry_fails_and_does_not_recreate,
+            extend_on_watchdog_lease_is_invalid,
+            extend_to_a_shorter_lease_moves_the_deadline,
+            independent_names_do_not_block,
+            state_stays_held_while_renewed,
+            invalid_names_are_rejected,
+            unusual_valid_names_work,
+            unsupported_capabilities_say_so,
+            rw_readers_share,
+            rw_writer_is_exclusive,
+            rw_waiting_writer_blocks_new_readers,
+            rw_downgrade_keeps_readers_out_of_write,
+            rw_upgrade_fails_typed,
+            rw_write_tokens_increase,
+            rw_reentrant_reads,
+            semaphore_never_exceeds_permits,
+            semaphore_permits_return_on_drop,
+            semaphore_permits_return_on_lease_expiry,
+            semaphore_available_counts,
+            semaphore_acquire_n_at_once,
+            semaphore_bad_counts_are_invalid,
+            semaphore_dropped_waiter_leaves_no_trace
+        );
+    };
+}
+
+/// Adds the `__conformance_child` test to a test binary, so that [`Harness::spawn`] can start
+/// the binary again as a holder process (connecting with `$connect`, an async fn
+/// `(&LockConfig) -> Result<Locks>`). In a normal test run the test does nothing.
+#[macro_export]
+macro_rules! holder_process {
+    ($connect:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn __conformance_child() {
+            $crate::harness::run_child(|c: $crate::__core::LockConfig| async move {
+                $connect(&c).await
+            })
+            .await;
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($config:path, $connect:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                if let Some(cfg) = $config() {
+                    let locks = $connect(&cfg).await.expect("the backend connects");
+                    $crate::cases::$case(&locks).await;
+                }
+            }
+        )*
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_harness_cases {
+    ($config:path, $connect:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                if let Some(cfg) = $config() {
+                    let h = $crate::Harness::new(cfg, |c: $crate::__core::LockConfig| async move {
+                        $connect(&c).await
+                    });
+                    $crate::cases::$case(&h).await;
+                }
+            }
+        )*
+    };
+}
