@@ -20,7 +20,13 @@ async fn mem_connects_share_one_table_per_name() {
         lockkit::Locks::memory(),
     ] {
         assert!(
-            other.mutex(name).unwrap().try_lock().await.unwrap().is_none(),
+            other
+                .mutex(name)
+                .unwrap()
+                .try_lock()
+                .await
+                .unwrap()
+                .is_none(),
             "a second mem:// handle took a held lock"
         );
     }

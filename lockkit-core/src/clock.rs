@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::state::LostReason;
+use crate::reason::LostReason;
 
 /// The local deadline of one lease (or one session). Backends renew it; guards read it.
 #[derive(Debug)]

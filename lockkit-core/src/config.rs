@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::redact::{is_secret_param, redact};
+use crate::redact::is_secret_param;
 use crate::secret::Secret;
-use crate::url::ServerUrl;
+use crate::url::{redact, ServerUrl};
 
 /// How to connect: a URL plus options. Options given here win over the URL's own query
 /// parameters; a field left `None` falls back to the URL's parameter of the same name, then to
@@ -178,8 +178,8 @@ impl LockConfig {
     }
 
     fn check(&self) -> Result<()> {
-        if let Some(lease) = self.lease {
-            crate::settings::check_lease(lease)?;
+        if let Some(why) = self.lease.and_then(crate::options::lease_problem) {
+            return Err(Error::config(why));
         }
         ServerUrl::parse(&self.url).map(drop)
     }

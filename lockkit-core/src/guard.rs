@@ -7,7 +7,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::{Fencing, FencingToken};
 use crate::options::Lease;
 use crate::ownership::GuardCore;
-use crate::state::{LockState, Lost, LostReason, StateChanges};
+use crate::reason::LostReason;
+use crate::state::{LockState, Lost, StateChanges};
 
 macro_rules! guard_type {
     ($(#[$meta:meta])* $name:ident) => {

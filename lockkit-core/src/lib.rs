@@ -17,6 +17,7 @@ mod mutex;
 mod name;
 mod options;
 mod ownership;
+mod reason;
 mod redact;
 mod rwlock;
 mod scheme;
@@ -41,14 +42,14 @@ pub use kind::BackendKind;
 pub use locks::Locks;
 pub use mutex::Mutex;
 pub use name::{encode_name, validate_name, MAX_NAME_LEN};
-pub use options::{AcquireOptions, Lease, Wait, DEFAULT_LEASE};
-pub use redact::redact;
+pub use options::{AcquireOptions, Lease, Wait, DEFAULT_LEASE, MIN_LEASE};
+pub use reason::LostReason;
 pub use rwlock::RwLock;
 pub use scheme::Scheme;
 pub use secret::Secret;
 pub use semaphore::Semaphore;
-pub use state::{LockState, Lost, LostReason, StateChanges};
-pub use url::{HostPort, ServerUrl};
+pub use state::{LockState, Lost, StateChanges};
+pub use url::{redact, HostPort, ServerUrl};
 
 /// Re-exported so backends implement the SPI traits with the same macro version.
 pub use async_trait::async_trait;

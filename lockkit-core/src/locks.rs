@@ -49,13 +49,8 @@ impl Locks {
     /// Wraps a backend client (backends call this from their `connect`).
     pub fn new(backend: impl Backend) -> Self {
         Locks {
-            kernel: Kernel::new(Box::new(backend)),
+            kernel: Kernel::new(Arc::new(backend)),
         }
-    }
-
-    /// The process-wide in-memory lock table, the same one `connect("mem://")` gives.
-    pub fn memory() -> Self {
-        crate::mem::shared("")
     }
 
     /// A mutex named `name`. Fails with `InvalidName` for a bad name.

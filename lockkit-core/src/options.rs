@@ -6,6 +6,20 @@ use std::time::Duration;
 /// (Redisson's `lockWatchdogTimeout`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
+/// The shortest lease any backend takes.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Why `lease` is no lease lockkit takes, if it is not (too short).
+pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
+    (lease < MIN_LEASE)
+        .then(|| format!("a lease of {lease:?} is too short (minimum {MIN_LEASE:?})"))
+}
+
+/// Refuses a lease asked for (per acquire or `extend`) that is too short: `InvalidArgument`.
+pub(crate) fn check_asked_lease(lease: Duration) -> crate::Result<()> {
+    lease_problem(lease).map_or(Ok(()), |why| Err(crate::Error::invalid(why)))
+}
+
 /// How long an acquire may wait for a busy lock.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

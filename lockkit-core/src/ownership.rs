@@ -1,9 +1,10 @@
 //! One held ownership as the core keeps it: the backend's [`Held`], the hold count, the state,
 //! and the release on the backend (awaited, or finished in the background).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -14,16 +15,98 @@ use tracing::Instrument;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::inspect::Primitive;
-use crate::kernel::Kernel;
-use crate::options::Lease;
-use crate::spi::{GuardParts, Held};
-use crate::state::{LockState, LostReason, StateCell};
+use crate::kind::BackendKind;
+use crate::options::{check_asked_lease, Lease};
+use crate::reason::LostReason;
+use crate::spi::{Backend, GuardParts, Held};
+use crate::state::{LockState, StateCell};
+
+/// The ownerships of one handle that are not dropped yet, and whether the handle was closed.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    closed: AtomicBool,
+    next_id: AtomicU64,
+    live: Mutex<HashMap<u64, Weak<Ownership>>>,
+}
+
+impl Registry {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Turns a backend's fresh ownership into the core's, refusing one that is already lost or
+    /// that arrived after `close()` (the backend gets it back, the caller an error).
+    pub(crate) fn adopt(
+        self: &Arc<Self>,
+        backend: &Arc<dyn Backend>,
+        name: &Arc<str>,
+        primitive: Primitive,
+        parts: GuardParts,
+        permits: u32,
+    ) -> Result<Arc<Ownership>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let own = Arc::new(Ownership {
+            id,
+            registry: self.clone(),
+            backend: backend.clone(),
+            kind: backend.kind(),
+            name: name.clone(),
+            primitive,
+            token: parts.token,
+            lease: Mutex::new(parts.lease),
+            state: parts.state,
+            held: parts.held,
+            permits,
+            holds: AtomicU32::new(1),
+            released: AtomicBool::new(false),
+        });
+        let refusal = if self.is_closed() {
+            own.state.mark_lost(LostReason::Closed);
+            Some(Error::closed())
+        } else if !own.state.get().is_live() {
+            Some(lost_error(name, own.state.reason()))
+        } else {
+            None
+        };
+        if let Some(e) = refusal {
+            // Dropping its only hold releases it on the backend, in the background.
+            drop(GuardCore::new(own));
+            return Err(e);
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Arc::downgrade(&own));
+        Ok(own)
+    }
+
+    /// Marks the handle closed and returns every ownership still alive.
+    pub(crate) fn close(&self) -> Vec<Arc<Ownership>> {
+        self.closed.store(true, Ordering::Release);
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    fn forget(&self, id: u64) {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
+}
 
 /// The shared body of every guard of one ownership (reentered guards share it).
 #[derive(Debug)]
 pub(crate) struct Ownership {
-    pub(crate) id: u64,
-    pub(crate) kernel: Arc<Kernel>,
+    id: u64,
+    registry: Arc<Registry>,
+    /// Kept alive for as long as a guard lives: only `close()` ends a backend early.
+    backend: Arc<dyn Backend>,
+    kind: BackendKind,
     pub(crate) name: Arc<str>,
     pub(crate) primitive: Primitive,
     pub(crate) token: FencingToken,
@@ -39,34 +122,11 @@ pub(crate) struct Ownership {
 
 impl Drop for Ownership {
     fn drop(&mut self) {
-        self.kernel.forget(self.id);
+        self.registry.forget(self.id);
     }
 }
 
 impl Ownership {
-    pub(crate) fn new(
-        id: u64,
-        kernel: Arc<Kernel>,
-        name: Arc<str>,
-        primitive: Primitive,
-        parts: GuardParts,
-        permits: u32,
-    ) -> Self {
-        Ownership {
-            id,
-            kernel,
-            name,
-            primitive,
-            token: parts.token,
-            lease: Mutex::new(parts.lease),
-            state: parts.state,
-            held: parts.held,
-            permits,
-            holds: AtomicU32::new(1),
-            released: AtomicBool::new(false),
-        }
-    }
-
     pub(crate) fn lease(&self) -> Lease {
         *self.lease.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -88,7 +148,7 @@ impl Ownership {
         }
         let span = tracing::debug_span!(
             "lockkit.release",
-            backend = self.kernel.kind.as_str(),
+            backend = self.kind.as_str(),
             primitive = self.primitive.as_str(),
             lock = %self.name,
             token = self.token.0,
@@ -173,7 +233,7 @@ impl GuardCore {
                 "this guard's lease is renewed by the watchdog; extend() is for fixed leases",
             ));
         }
-        crate::kernel::check_lease(lease)?;
+        check_asked_lease(lease)?;
         own.check_live()?;
         let sent_at = Instant::now();
         own.held
@@ -204,7 +264,9 @@ impl GuardCore {
         self.armed = false;
         own.holds.store(0, Ordering::Release);
         own.state.mark_released();
-        let read = own.kernel.adopt(&own.name, own.primitive, parts, 1)?;
+        let read = own
+            .registry
+            .adopt(&own.backend, &own.name, own.primitive, parts, 1)?;
         Ok(GuardCore::new(read))
     }
 

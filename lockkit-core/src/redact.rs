@@ -1,19 +1,9 @@
 //! Hiding secrets in URLs and option lists, for messages and logs.
 
-use crate::url::ServerUrl;
-
 /// Whether an option or query key names a secret (its value is never shown).
 pub(crate) fn is_secret_param(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
     k.contains("password") || k.contains("secret") || k.contains("token") || k.ends_with("key")
-}
-
-/// A URL with any password replaced by `***`, for messages and logs. Works on unparsable input.
-pub fn redact(url: &str) -> String {
-    match ServerUrl::parse(url) {
-        Ok(u) => u.to_string(),
-        Err(_) => redact_raw(url),
-    }
 }
 
 /// Redaction without parsing: hides everything before the last `@`, and any `password=` value.

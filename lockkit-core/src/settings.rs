@@ -12,11 +12,8 @@ use std::time::Duration;
 
 use crate::config::LockConfig;
 use crate::error::{Error, Result};
-use crate::options::DEFAULT_LEASE;
+use crate::options::{lease_problem, DEFAULT_LEASE};
 use crate::url::ServerUrl;
-
-/// The shortest lease any backend accepts.
-pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
 /// The default connect timeout.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -24,14 +21,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default command timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Refuses a lease below [`MIN_LEASE`].
-pub(crate) fn check_lease(lease: Duration) -> Result<()> {
-    if lease < MIN_LEASE {
-        return Err(Error::config(format!(
-            "lease {lease:?} is too short (minimum {MIN_LEASE:?})"
-        )));
-    }
-    Ok(())
+/// Refuses a configured lease that is too short, as a `Config` error.
+fn check_lease(lease: Duration) -> Result<()> {
+    lease_problem(lease).map_or(Ok(()), |why| Err(Error::config(why)))
 }
 
 /// A backend's set of option keys. Implement it with [`option_keys!`].

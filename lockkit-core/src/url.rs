@@ -161,6 +161,14 @@ impl fmt::Display for ServerUrl {
     }
 }
 
+/// A URL with any password replaced by `***`, for messages and logs. Works on unparsable input.
+pub fn redact(url: &str) -> String {
+    match ServerUrl::parse(url) {
+        Ok(u) => u.to_string(),
+        Err(_) => redact_raw(url),
+    }
+}
+
 impl fmt::Debug for ServerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ServerUrl({self})")
@@ -259,7 +267,6 @@ fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>> {
 mod tests {
     use super::*;
     use crate::kind::BackendKind;
-    use crate::redact::redact;
     use crate::ErrorKind;
 
     #[test]

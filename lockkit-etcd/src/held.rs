@@ -10,8 +10,8 @@ use lockkit_core::spi::{GuardParts, Held, StateCell};
 use lockkit_core::{Backoff, Error, LostReason, Result};
 use tokio::task::JoinHandle;
 
-use crate::acquire::{delete_if_ours, revoke, KeyLease};
-use crate::backend::Inner;
+use crate::inner::Inner;
+use crate::ops::{delete_if_ours, revoke, KeyLease};
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 

@@ -4,7 +4,9 @@ mod acquire;
 mod backend;
 mod client;
 mod held;
+mod inner;
 mod mutex;
+mod ops;
 mod rwlock;
 mod semaphore;
 mod session;
@@ -21,7 +23,8 @@ use lockkit_core::{
 
 pub use etcd_client;
 
-use backend::{EtcdBackend, Inner};
+use backend::EtcdBackend;
+use inner::Inner;
 
 lockkit_core::option_keys! {
     /// The etcd backend's own options (URL query or `LockConfig::options`).

@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use lockkit_core::spi::{GuardParts, RawMutex, Request};
 use lockkit_core::Result;
 
-use crate::acquire::{acquire, delete_if_ours, Want};
-use crate::backend::Inner;
+use crate::acquire::{acquire, Want};
+use crate::inner::{watch_of, Inner};
+use crate::ops::delete_if_ours;
 use crate::watch::{Kind, NameWatch, Need};
 
 /// A mutex handle. Creating one talks to no server; the first acquire sets up the name's watch.
@@ -30,19 +31,6 @@ impl EtcdMutex {
             watch: tokio::sync::OnceCell::new(),
         }
     }
-}
-
-/// The name's watch, set up on first use and kept by the handle.
-pub(crate) async fn watch_of(
-    inner: &Inner,
-    cell: &tokio::sync::OnceCell<Arc<NameWatch>>,
-    prefix: &[u8],
-    kind: Kind,
-) -> Result<Arc<NameWatch>> {
-    inner.check_open()?;
-    cell.get_or_try_init(|| inner.name_watch(prefix, kind))
-        .await
-        .cloned()
 }
 
 #[async_trait]

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use lockkit_core::spi::{GuardParts, RawRwLock, Request};
 use lockkit_core::Result;
 
-use crate::acquire::{acquire, delete_if_ours, Want};
-use crate::backend::Inner;
-use crate::mutex::watch_of;
+use crate::acquire::{acquire, Want};
+use crate::inner::{watch_of, Inner};
+use crate::ops::delete_if_ours;
 use crate::watch::{Kind, NameWatch, Need};
 
 /// A read-write lock handle.

@@ -10,8 +10,7 @@ use lockkit_core::spi::{GuardParts, RawSemaphore, Request};
 use lockkit_core::Result;
 
 use crate::acquire::{acquire, Want};
-use crate::backend::Inner;
-use crate::mutex::watch_of;
+use crate::inner::{watch_of, Inner};
 use crate::watch::{Kind, NameWatch, Need};
 
 /// A semaphore handle. Every client of one semaphore must use the same total.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lockkit_core::settings::Settings as Common;
 use lockkit_core::{Error, LockConfig, Result, Scheme};
+use redis::aio::ConnectionManagerConfig;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 lockkit_core::option_keys! {
@@ -236,7 +237,7 @@ impl Settings {
         let base = addr
             .into_connection_info()
             .map_err(|e| Error::config(format!("bad Redis address: {e}")))?
-            .set_tcp_settings(crate::conn::tcp_settings());
+            .set_tcp_settings(tcp_settings());
         let mut redis = base.redis_settings().clone().set_db(db);
         if let Some(u) = &url.username {
             redis = redis.set_username(u);
@@ -336,6 +337,26 @@ fn tls_addr(_: &str, _: u16) -> Result<ConnectionAddr> {
     Err(Error::config(
         "rediss:// needs TLS support: enable the `tls` feature of lockkit-redis",
     ))
+}
+
+/// The sockets' settings: `TCP_NODELAY`, as Redisson, Lettuce and Jedis set it. redis-rs leaves
+/// Nagle's algorithm on, which holds a request back while another is unanswered on the same
+/// connection. Measured with 8 tasks sharing one connection, each running `try_lock`'s and
+/// `release`'s scripts on a lock of its own (6 runs each way, alternating): p50 740-1330 µs per
+/// cycle with Nagle, 590-810 µs without, and 6-77 % more cycles a second. A lone request, as in
+/// `benches/redis.rs`, is not held back either way.
+pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
+/// The reconnect policy of a managed connection.
+pub(crate) fn manager_config(settings: &Settings) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.command_timeout))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
 }
 
 #[cfg(test)]

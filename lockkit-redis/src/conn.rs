@@ -3,16 +3,15 @@
 //! wake-up subscriptions; both are cheap to clone.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use lockkit_core::Result;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, RedisFuture, Value};
 
-use crate::config::{Settings, Topology};
+use crate::config::{manager_config, tcp_settings, Settings, Topology};
 use crate::error;
-use crate::pubsub::Pushes;
+use crate::push::PushSink;
 use crate::sentinel::{self, Switchable};
 
 /// The command connection.
@@ -130,26 +129,6 @@ impl PubSubConn {
     }
 }
 
-/// The sockets' settings: `TCP_NODELAY`, as Redisson, Lettuce and Jedis set it. redis-rs leaves
-/// Nagle's algorithm on, which holds a request back while another is unanswered on the same
-/// connection. Measured with 8 tasks sharing one connection, each running `try_lock`'s and
-/// `release`'s scripts on a lock of its own (6 runs each way, alternating): p50 740-1330 µs per
-/// cycle with Nagle, 590-810 µs without, and 6-77 % more cycles a second. A lone request, as in
-/// `benches/redis.rs`, is not held back either way.
-pub(crate) fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    redis::io::tcp::TcpSettings::default().set_nodelay(true)
-}
-
-/// The reconnect policy of a managed connection.
-pub(crate) fn manager_config(settings: &Settings) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(settings.connect_timeout))
-        .set_response_timeout(Some(settings.command_timeout))
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(500))
-}
-
 /// The connections of one client, and for Sentinel the task that follows the primary.
 pub(crate) struct Connections {
     pub(crate) conn: Conn,
@@ -159,7 +138,7 @@ pub(crate) struct Connections {
 
 /// Opens the command and pub/sub connections `settings` ask for; pub/sub messages go to
 /// `pushes`.
-pub(crate) async fn connect(settings: &Settings, pushes: Pushes) -> Result<Connections> {
+pub(crate) async fn connect(settings: &Settings, pushes: impl PushSink) -> Result<Connections> {
     match &settings.topology {
         Topology::Single => {
             let client = crate::tls::client(settings.info.clone(), &settings.tls)?;

@@ -1,12 +1,14 @@
 #![doc = include_str!("../README.md")]
 
 mod backend;
+mod client;
 mod config;
 mod conn;
 mod error;
 mod keys;
 mod mutex;
 mod pubsub;
+mod push;
 mod script_set;
 mod sentinel;
 mod shared;

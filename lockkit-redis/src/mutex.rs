@@ -11,7 +11,7 @@ use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation, Value};
 use tokio::time::Instant;
 
-use crate::backend::Inner;
+use crate::client::Inner;
 use crate::keys::LockKeys;
 use crate::watchdog::Watched;
 

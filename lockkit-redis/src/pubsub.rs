@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use lockkit_core::Result;
+use lockkit_core::{Backoff, Result};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::Notify;
 
@@ -283,14 +283,6 @@ impl Pushes {
     fn subs(&self) -> Option<Arc<Subscriptions>> {
         self.0.subs.get().and_then(Weak::upgrade)
     }
-
-    /// Wakes every local waiter of every channel (messages may have been missed, as after a
-    /// Sentinel failover).
-    pub(crate) fn wake_everyone(&self) {
-        if let Some(subs) = self.subs() {
-            subs.wake_everyone();
-        }
-    }
 }
 
 /// Brings the pub/sub connection back after it dropped, with its subscriptions, however long
@@ -301,7 +293,7 @@ impl Pushes {
 pub(crate) async fn keep_connected(pushes: Pushes) {
     loop {
         pushes.0.disconnected.notified().await;
-        let mut pause = Duration::from_millis(50);
+        let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).start();
         loop {
             let Some(subs) = pushes.subs() else {
                 return;
@@ -314,10 +306,19 @@ pub(crate) async fn keep_connected(pushes: Pushes) {
                 Err(e) => {
                     drop(subs);
                     tracing::debug!(error = %e, "lockkit: pub/sub connection not back yet");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(1));
+                    retry.wait().await;
                 }
             }
+        }
+    }
+}
+
+impl crate::push::PushSink for Pushes {
+    /// Wakes every local waiter of every channel (messages may have been missed, as after a
+    /// Sentinel failover).
+    fn wake_everyone(&self) {
+        if let Some(subs) = self.subs() {
+            subs.wake_everyone();
         }
     }
 }

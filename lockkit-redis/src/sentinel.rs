@@ -27,16 +27,15 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use lockkit_core::{Error, ErrorKind, Result};
+use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use crate::config::Settings;
-use crate::conn::manager_config;
+use crate::config::{manager_config, Settings};
 use crate::error;
-use crate::pubsub::Pushes;
+use crate::push::PushSink;
 
 /// How often the follower asks the Sentinels where the primary is, failing nothing.
 pub(crate) const POLL: Duration = Duration::from_millis(500);
@@ -265,10 +264,10 @@ impl Resolver {
 }
 
 /// Connections to the primary at `addr`, if it says it is one: (commands, pub/sub).
-async fn open(
+async fn open<P: PushSink>(
     settings: &Settings,
     addr: &(String, u16),
-    pushes: &Pushes,
+    pushes: &P,
 ) -> Result<(ConnectionManager, ConnectionManager)> {
     let info = |template: &ConnectionInfo| -> Result<ConnectionInfo> {
         Ok(ConnectionAddr::Tcp(addr.0.clone(), addr.1)
@@ -311,11 +310,11 @@ async fn open(
 
 /// Resolves the primary, connects to it and starts the follower task. Tries until the connect
 /// timeout passes (a failover may be under way); an unknown master name fails at once.
-pub(crate) async fn connect(
+pub(crate) async fn connect<P: PushSink>(
     settings: &Settings,
     sentinels: &[(String, u16)],
     master: &str,
-    pushes: Pushes,
+    pushes: P,
 ) -> Result<(Arc<Switchable>, Arc<Switchable>, JoinHandle<()>)> {
     let mut resolver = Resolver {
         sentinels: sentinels.to_vec(),
@@ -325,6 +324,7 @@ pub(crate) async fn connect(
         last: None,
     };
     let deadline = tokio::time::Instant::now() + settings.connect_timeout;
+    let mut retry = Backoff::new(MIN_GAP, MIN_GAP * 8).start();
     let (addr, conn, pubsub) = loop {
         let attempt = async {
             let addr = resolver.primary().await?;
@@ -335,7 +335,7 @@ pub(crate) async fn connect(
             Ok(r) => break r,
             Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
                 tracing::debug!(error = %e, "lockkit: no Redis primary yet");
-                tokio::time::sleep(MIN_GAP * 2).await;
+                retry.wait().await;
             }
             Err(e) => return Err(e),
         }
@@ -356,13 +356,13 @@ pub(crate) async fn connect(
 }
 
 /// The follower: re-resolves every [`POLL`] or when woken, and switches when the primary moved.
-async fn run(
+async fn run<P: PushSink>(
     mut resolver: Resolver,
     mut addr: (String, u16),
     settings: Settings,
     conn: Weak<Switchable>,
     pubsub: Weak<Switchable>,
-    pushes: Pushes,
+    pushes: P,
     follow: Arc<Notify>,
 ) {
     loop {

@@ -13,7 +13,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
-use crate::backend::Inner;
+use crate::client::Inner;
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 

@@ -85,28 +85,26 @@ pub struct TestCerts {
     pub key: std::path::PathBuf,
 }
 
-/// Makes a CA and a server certificate with `openssl` in `dir` (valid for two days).
+/// Makes a throwaway CA and a server certificate for 127.0.0.1 signed by it, in `dir`
+/// (`ca.pem`, `ca.key`, `server.pem`, `server.key`), with rcgen.
 pub fn make_test_certs(dir: &std::path::Path) -> TestCerts {
     std::fs::create_dir_all(dir).expect("create the certificate directory");
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("write server.ext");
-    openssl(
-        dir,
-        &[
-            &[
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
-                "ca.pem",
-            ][..],
-            &DAYS,
-            &["-subj", "/CN=lockkit test CA"],
-        ]
-        .concat(),
-    );
-    let (cert, key) = signed_cert(dir, "server", "/CN=127.0.0.1", "server.ext");
+    let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+    let ca = ca_params()
+        .self_signed(&ca_key)
+        .expect("the CA certificate");
+    write(dir, "ca.pem", &ca.pem());
+    write(dir, "ca.key", &ca_key.serialize_pem());
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("server names");
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "127.0.0.1");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let (cert, key) = signed(dir, "server", params, &ca, &ca_key);
     TestCerts {
         ca: dir.join("ca.pem"),
         cert,
@@ -123,76 +121,65 @@ pub struct ClientCert {
     pub key: std::path::PathBuf,
 }
 
-/// Makes a client certificate `NAME.pem` and key `NAME.key` in `dir` with `openssl`, signed by
-/// the CA that [`make_test_certs`] made there (valid for two days).
+/// Makes a client certificate `NAME.pem` and key `NAME.key` in `dir`, signed by the CA that
+/// [`make_test_certs`] made there.
 pub fn make_client_cert(dir: &std::path::Path, name: &str) -> ClientCert {
-    std::fs::write(
-        dir.join("client.ext"),
-        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=clientAuth\n",
-    )
-    .expect("write client.ext");
-    let (cert, key) = signed_cert(dir, name, "/CN=lockkit-client", "client.ext");
+    let pem = std::fs::read_to_string(dir.join("ca.key")).expect("the CA key (make_test_certs)");
+    let ca_key = rcgen::KeyPair::from_pem(&pem).expect("a PEM key");
+    // The same name and key as the CA: what a certificate it signs refers to.
+    let ca = ca_params()
+        .self_signed(&ca_key)
+        .expect("the CA certificate");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "lockkit-client");
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let (cert, key) = signed(dir, name, params, &ca, &ca_key);
     ClientCert { cert, key }
 }
 
-/// How long the test certificates are valid, as `openssl` arguments.
-const DAYS: [&str; 2] = ["-days", "2"];
-
-/// Runs `openssl ARGS...` in `dir`; panics if it fails.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let ok = std::process::Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("openssl runs")
-        .success();
-    assert!(ok, "openssl {args:?}");
+/// The test CA's parameters.
+fn ca_params() -> rcgen::CertificateParams {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "lockkit test CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    params
 }
 
-/// A new key `NAME.key` and certificate `NAME.pem` for `subject` in `dir`, signed by the CA
-/// `ca.pem` / `ca.key` there with the extensions of `ext` (a file in `dir`).
-fn signed_cert(
+/// A new key `NAME.key` and certificate `NAME.pem` for `params` in `dir`, signed by `ca`.
+fn signed(
     dir: &std::path::Path,
     name: &str,
-    subject: &str,
-    ext: &str,
+    mut params: rcgen::CertificateParams,
+    ca: &rcgen::Certificate,
+    ca_key: &rcgen::KeyPair,
 ) -> (std::path::PathBuf, std::path::PathBuf) {
-    let (key, csr, pem) = (
-        format!("{name}.key"),
-        format!("{name}.csr"),
-        format!("{name}.pem"),
-    );
-    openssl(
-        dir,
-        &[
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", &key, "-out", &csr, "-subj", subject,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &pem,
-            ][..],
-            &DAYS,
-            &["-extfile", ext],
-        ]
-        .concat(),
-    );
-    (dir.join(pem), dir.join(key))
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+    ];
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = params
+        .signed_by(&key, ca, ca_key)
+        .expect("a signed certificate");
+    (
+        write(dir, &format!("{name}.pem"), &cert.pem()),
+        write(dir, &format!("{name}.key"), &key.serialize_pem()),
+    )
+}
+
+fn write(dir: &std::path::Path, file: &str, pem: &str) -> std::path::PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, pem).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    path
 }
 
 /// A server process a test started, killed (and its directory, if any, removed) when dropped.

@@ -7,22 +7,7 @@ use lockkit_core::settings::Settings;
 use lockkit_core::{Error, LockConfig, Result, Scheme, Secret};
 use zookeeper_client as zk;
 
-lockkit_core::option_keys! {
-    /// The ZooKeeper backend's own options (URL query or `LockConfig::options`).
-    pub enum ZkKey {
-        /// `session_timeout`: the handle's default lease under its ZooKeeper name: how long
-        /// ZooKeeper keeps our ephemeral nodes after it last heard from us.
-        SessionTimeout = "session_timeout",
-        /// `acl`: `open`, `creator` or `creator_read` (the default with credentials).
-        Acl = "acl",
-        /// `tls_ca`: PEM file of the CA that signed the servers' certificates (turns TLS on).
-        TlsCa = "tls_ca",
-        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
-        TlsCert = "tls_cert",
-        /// `tls_key`: PEM file of the client certificate's private key.
-        TlsKey = "tls_key",
-    }
-}
+use crate::keys::ZkKey;
 
 /// Which ACL the nodes we create carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,8 @@ use lockkit_core::{Error, ErrorKind, FencingToken, Lease, LostReason, Result};
 use zookeeper_client as zk;
 
 use crate::error::map;
-use crate::queue::{delete_node, Node};
+use crate::ops::delete_node;
+use crate::queue::Node;
 use crate::session::Session;
 
 /// For write locks: what a downgrade needs.
@@ -129,6 +130,11 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
             }
         };
         tokio::time::sleep(WATCH_AFTER).await;
+        let mut retry = lockkit_core::Backoff::new(
+            Duration::from_millis(50),
+            Duration::from_millis(500),
+        )
+        .start();
         loop {
             if released.load(Ordering::Acquire) {
                 return;
@@ -167,7 +173,7 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                     }
                     // Connection trouble: the session task reports Suspect; try again.
                     tracing::debug!(error = %e, node = %path, "zookeeper: deletion watch not set yet");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    retry.wait().await;
                 }
             }
         }

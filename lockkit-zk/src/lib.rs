@@ -3,8 +3,10 @@
 mod config;
 mod error;
 mod held;
+mod keys;
 mod mutex;
 pub mod node;
+mod ops;
 mod queue;
 mod rwlock;
 mod semaphore;
@@ -23,7 +25,7 @@ use lockkit_core::{
 };
 
 use crate::config::ZkConfig;
-pub use crate::config::ZkKey;
+pub use crate::keys::ZkKey;
 use crate::sessions::Sessions;
 
 pub use crate::queue::find_by_prefix;

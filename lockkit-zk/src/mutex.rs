@@ -77,7 +77,7 @@ pub(crate) async fn force_delete(
     let client = session.client()?;
     let mut any = false;
     for p in pick(&all) {
-        any |= queue::delete_node(
+        any |= crate::ops::delete_node(
             &client,
             &format!("{dir}/{}", p.name),
             session.cfg.command_timeout,

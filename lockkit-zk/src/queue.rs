@@ -10,6 +10,7 @@ use zookeeper_client as zk;
 
 use crate::error::{is_transient, map};
 use crate::node::{self, Participant};
+use crate::ops::{delete_node, list_or_empty, retry, TRANSIENT};
 use crate::session::Session;
 
 /// What decides that a node holds the lock.
@@ -126,54 +127,6 @@ async fn delete_items(client: &zk::Client, items: Vec<Item>, timeout: Duration) 
     Ok(())
 }
 
-/// Retries `op` while the connection is down (the session lives on), up to `limit`.
-pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
-{
-    let until = Instant::now() + limit;
-    let mut pause = Duration::from_millis(20);
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if is_transient(&e) && Instant::now() + pause < until => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-            Err(e) => return Err(map(e, what)),
-        }
-    }
-}
-
-/// Deletes `path`; `Ok(false)` when it was already gone.
-pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration) -> Result<bool> {
-    let r = retry(limit, "delete", || async {
-        match client.delete(path, None).await {
-            Ok(()) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
-            Err(e) => Err(e),
-        }
-    })
-    .await;
-    r.map_err(|e| Error::new(e.kind(), format!("cannot delete {path}: {e}")))
-}
-
-/// The children of `dir` (retried while the connection is down); none when it does not exist.
-pub(crate) async fn list_or_empty(
-    client: &zk::Client,
-    dir: &str,
-    limit: Duration,
-) -> Result<Vec<String>> {
-    retry(limit, "list", || async {
-        match client.list_children(dir).await {
-            Err(zk::Error::NoNode) => Ok(Vec::new()),
-            other => other,
-        }
-    })
-    .await
-}
-
 /// Finds the node of ours carrying protected prefix `prefix` in `dir`, checking that its
 /// `ephemeralOwner` is our session: after a connection loss the create may have happened.
 pub(crate) async fn find_protected(
@@ -217,6 +170,7 @@ pub(crate) async fn create(
     let until = Instant::now() + limit;
     cleanup.push_prefix(dir, &prefix);
     let mut made_dir = 0;
+    let mut lost_reply = TRANSIENT.start();
     loop {
         let created = client.create(&full, b"lockkit", &options);
         let listed = client.list_children(dir);
@@ -232,7 +186,7 @@ pub(crate) async fn create(
             Err(e) if is_transient(&e) && Instant::now() < until => {
                 drop(listed);
                 session.count_lookup();
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                lost_reply.wait().await;
                 match find_protected(client, dir, &prefix, limit).await? {
                     Some(name) => {
                         let path = format!("{dir}/{name}");
@@ -331,6 +285,7 @@ pub(crate) async fn wait_turn(
     let client = &node.client;
     let ours = node.path.rsplit('/').next().unwrap_or_default().to_string();
     let limit = session.cfg.command_timeout;
+    let mut watch_retry = TRANSIENT.start();
     loop {
         match decide(spec, &children, &ours) {
             Turn::Ours => return Ok(true),
@@ -365,9 +320,7 @@ pub(crate) async fn wait_turn(
                         }
                     }
                     Err(zk::Error::NoNode) => {}
-                    Err(e) if is_transient(&e) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await
-                    }
+                    Err(e) if is_transient(&e) => watch_retry.wait().await,
                     Err(e) => return Err(map(e, "cannot watch the node ahead")),
                 }
                 children = retry(limit, "list", || client.list_children(spec.dir)).await?;

@@ -34,7 +34,7 @@ impl ZkSemaphore {
     }
 
     async fn lease_count(&self, client: &zk::Client) -> Result<usize> {
-        let children = queue::list_or_empty(
+        let children = crate::ops::list_or_empty(
             client,
             &self.leases_dir(),
             self.sessions.default().cfg.command_timeout,
@@ -95,7 +95,7 @@ impl ZkSemaphore {
             leases.push(lease);
         }
         loop {
-            let listed = queue::retry(limit, "watch leases", || {
+            let listed = crate::ops::retry(limit, "watch leases", || {
                 client.list_and_watch_children(&leases_dir)
             })
             .await?;
@@ -127,7 +127,7 @@ impl ZkSemaphore {
             }
         }
         // Our leases fit: let the next acquirer in.
-        if let Err(e) = queue::delete_node(&client, &entry.path, limit).await {
+        if let Err(e) = crate::ops::delete_node(&client, &entry.path, limit).await {
             let _ = cleanup.run().await;
             return Err(e);
         }

@@ -154,7 +154,7 @@ impl Session {
             t.state.mark_lost(LostReason::Closed);
             for path in &t.paths {
                 if let Err(e) =
-                    crate::queue::delete_node(&t.client, path, self.cfg.command_timeout).await
+                    crate::ops::delete_node(&t.client, path, self.cfg.command_timeout).await
                 {
                     first_error.get_or_insert(e);
                 }

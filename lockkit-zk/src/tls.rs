@@ -6,7 +6,7 @@
 use lockkit_core::settings::Settings;
 use lockkit_core::{Error, Result, Secret};
 
-use crate::config::ZkKey;
+use crate::keys::ZkKey;
 
 /// The PEM material read from the option files. The key stays a [`Secret`].
 #[derive(Clone)]

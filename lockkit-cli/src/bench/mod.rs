@@ -1,6 +1,6 @@
 //! `lockkit bench`: the same lock scenarios across several backends, side by side.
 
-#[cfg(feature = "full")]
+mod floor;
 mod raw;
 mod report;
 mod scenario;
@@ -207,7 +207,10 @@ pub(crate) async fn run(target: &Target, args: BenchArgs) -> u8 {
                 hold: args.hold,
                 progress: &pb,
             };
-            let mut row = s.run(&setup).await;
+            let mut row = match s {
+                Scenario::Raw => floor::run(&setup).await,
+                _ => s.run(&setup).await,
+            };
             pb.finish_and_clear();
             row.url = url.clone();
             rows.push(row);

@@ -10,13 +10,23 @@
 //! Plain single-server URLs without credentials only: TLS (`rediss`, `etcds`), credentials and
 //! Redis Sentinel or Cluster URLs get an `n/a` row saying why.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "full")]
+use std::time::Instant;
 
+#[cfg(feature = "full")]
 use indicatif::ProgressBar;
+#[cfg(feature = "full")]
 use lockkit::{BackendKind, LockConfig};
 
-use super::scenario::RawFloor;
+/// The raw floor: the backend's own minimal steps for one lock cycle, without lockkit.
+pub(crate) enum RawFloor {
+    Measured(Vec<u64>, Duration, &'static str),
+    NotMeasured(&'static str),
+    Failed(String),
+}
 
+#[cfg(feature = "full")]
 /// The server URL, or why this module cannot measure it.
 fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, &'static str> {
     let url = cfg.server_url().map_err(|_| "no raw floor for this URL")?;
@@ -26,6 +36,7 @@ fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, &'static str> {
     Ok(url)
 }
 
+#[cfg(feature = "full")]
 /// Measures the raw floor of a server backend.
 pub(super) async fn floor(
     cfg: &LockConfig,
@@ -52,8 +63,10 @@ pub(super) async fn floor(
     }
 }
 
+#[cfg(feature = "full")]
 type Measured = Result<(Vec<u64>, Duration, &'static str), String>;
 
+#[cfg(feature = "full")]
 async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
     let h = url.hosts.first().ok_or("no host")?;
     let db = if url.path.is_empty() {
@@ -93,6 +106,7 @@ async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progres
     Ok((waits, started.elapsed(), "SET NX PX + DEL"))
 }
 
+#[cfg(feature = "full")]
 async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
     use zookeeper_client::{Acls, Client, CreateMode};
     let mut connect = url.host_list();
@@ -121,6 +135,7 @@ async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBa
     Ok((waits, started.elapsed(), "create ephemeral + delete"))
 }
 
+#[cfg(feature = "full")]
 async fn etcd_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
     use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
     let endpoints: Vec<String> = url.hosts.iter().map(|h| format!("http://{h}")).collect();

@@ -2,20 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::scenario::{summarize_raw, RawFloor, Setup};
 use super::{Report, Row};
-
-pub(super) fn finish_raw(backend: &str, _s: &Setup<'_>, r: RawFloor) -> Row {
-    match r {
-        RawFloor::Measured(waits, elapsed, what) => {
-            let mut row = summarize_raw(backend, &waits, elapsed);
-            row.note = Some(what.into());
-            row
-        }
-        RawFloor::NotMeasured(why) => Row::empty(backend, "", "raw-floor", "n/a").with_note(why),
-        RawFloor::Failed(e) => Row::empty(backend, "", "raw-floor", "error").with_note(e),
-    }
-}
 
 fn us(v: f64) -> String {
     if v >= 1_000_000.0 {
@@ -305,7 +292,7 @@ fn latency_svg(report: &Report, scenario: &str) -> String {
     let step = width / (nb.max(2) - 1) as f64;
     for b in 0..nb {
         if b % 2 == 0 {
-            let label = super::report::us((1u64 << b) as f64);
+            let label = us((1u64 << b) as f64);
             let _ = write!(
                 svg,
                 r#"<text x="{:.1}" y="{}" font-size="9" text-anchor="middle">{}</text>"#,

@@ -71,9 +71,9 @@ impl Detector {
 
 /// What one client measured.
 #[derive(Debug, Default)]
-struct ClientResult {
-    waits_ns: Vec<u64>,
-    done: u64,
+pub(crate) struct ClientResult {
+    pub(crate) waits_ns: Vec<u64>,
+    pub(crate) done: u64,
 }
 
 impl Scenario {
@@ -99,9 +99,6 @@ impl Scenario {
 
     pub(crate) async fn run(self, s: &Setup<'_>) -> Row {
         let backend = s.locks.backend().to_string();
-        if self == Scenario::Raw {
-            return super::report::finish_raw(&backend, s, raw_floor(s).await);
-        }
         let clients = if self == Scenario::Uncontended {
             1
         } else {
@@ -298,7 +295,7 @@ pub(crate) fn histogram(waits_ns: &[u64]) -> Vec<u64> {
     h
 }
 
-fn summarize(
+pub(crate) fn summarize(
     backend: &str,
     scenario: &str,
     clients: usize,
@@ -325,72 +322,4 @@ fn summarize(
     row.violations = violations;
     row.histogram = histogram(&waits);
     row
-}
-
-/// The raw floor: the backend's own minimal steps for one lock cycle, without lockkit.
-pub(crate) enum RawFloor {
-    Measured(Vec<u64>, Duration, &'static str),
-    NotMeasured(&'static str),
-    Failed(String),
-}
-
-async fn raw_floor(s: &Setup<'_>) -> RawFloor {
-    match s.locks.backend() {
-        BackendKind::Memory => {
-            // An uncontended in-process mutex cycle: the floor under any mem:// lock.
-            let m = std::sync::Mutex::new(0u64);
-            let mut waits = Vec::with_capacity(s.ops as usize);
-            let started = Instant::now();
-            for _ in 0..s.ops {
-                let t0 = Instant::now();
-                let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-                waits.push(t0.elapsed().as_nanos() as u64);
-                *g += 1;
-                drop(g);
-                s.progress.inc(1);
-            }
-            RawFloor::Measured(waits, started.elapsed(), "std Mutex lock + unlock")
-        }
-        BackendKind::File => match s.cfg.server_url() {
-            Ok(url) => {
-                let dir = std::path::PathBuf::from(url.path);
-                let path = dir.join(format!("raw-floor.{}.lock", std::process::id()));
-                let mut waits = Vec::with_capacity(s.ops as usize);
-                let started = Instant::now();
-                for _ in 0..s.ops {
-                    let t0 = Instant::now();
-                    let r = std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .create(true)
-                        .truncate(false)
-                        .open(&path)
-                        .and_then(|f| f.try_lock().map_err(std::io::Error::from).map(|()| f));
-                    match r {
-                        Ok(f) => {
-                            waits.push(t0.elapsed().as_nanos() as u64);
-                            drop(f);
-                        }
-                        Err(e) => return RawFloor::Failed(format!("{}: {e}", path.display())),
-                    }
-                    s.progress.inc(1);
-                }
-                let _ = std::fs::remove_file(&path);
-                RawFloor::Measured(waits, started.elapsed(), "open + flock + close, no token")
-            }
-            Err(e) => RawFloor::Failed(e.to_string()),
-        },
-        #[cfg(feature = "full")]
-        kind => super::raw::floor(s.cfg, kind, s.ops, s.progress).await,
-        #[cfg(not(feature = "full"))]
-        _ => RawFloor::NotMeasured("the raw floor needs the `full` feature"),
-    }
-}
-
-pub(crate) fn summarize_raw(backend: &str, waits: &[u64], elapsed: Duration) -> Row {
-    let r = ClientResult {
-        waits_ns: waits.to_vec(),
-        done: waits.len() as u64,
-    };
-    summarize(backend, Scenario::Raw.name(), 1, &[r], elapsed, 0)
 }

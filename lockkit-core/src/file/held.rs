@@ -18,8 +18,8 @@ use crate::clock::LeaseClock;
 use crate::error::{Error, Result};
 use crate::inspect::HoldMode;
 use crate::options::Lease;
+use crate::reason::LostReason;
 use crate::spi::{GuardParts, Held, StateCell};
-use crate::state::LostReason;
 
 /// How often a holder checks that its lock file was not force-unlocked.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(100);
@@ -57,7 +57,12 @@ pub(crate) struct Parts {
     pub(crate) record: Record,
     /// The clock of the ownership this one continues (a downgrade), else a fresh one.
     pub(crate) clock: Option<Arc<LeaseClock>>,
+    /// How a write ownership turns into a read one (RW locks only).
+    pub(crate) downgrade: Option<Downgrade>,
 }
+
+/// Turns a write ownership into a read ownership.
+pub(crate) type Downgrade = fn(&FileHeld) -> Result<GuardParts>;
 
 impl Ownership {
     fn take(&self) -> Option<Vec<Locked>> {
@@ -132,6 +137,7 @@ impl Ownership {
 pub(crate) struct FileHeld {
     own: Arc<Ownership>,
     watcher: Option<AbortHandle>,
+    downgrade: Option<Downgrade>,
 }
 
 impl Drop for FileHeld {
@@ -169,7 +175,11 @@ impl FileHeld {
         });
         let watcher = (deadline.is_some() || own.check_identity)
             .then(|| tokio::spawn(watch(Arc::downgrade(&own))).abort_handle());
-        FileHeld { own, watcher }
+        FileHeld {
+            own,
+            watcher,
+            downgrade: p.downgrade,
+        }
     }
 
     fn stop_watcher(&self) {
@@ -263,7 +273,10 @@ impl Held for FileHeld {
     }
 
     async fn downgrade(&self) -> Result<GuardParts> {
-        super::rwlock::downgrade(self)
+        match self.downgrade {
+            Some(downgrade) => downgrade(self),
+            None => Err(Error::unsupported("only a write lock can be downgraded")),
+        }
     }
 }
 

@@ -187,6 +187,7 @@ struct Acquired {
     sidecars: Vec<PathBuf>,
     remove_sidecars: bool,
     owner: String,
+    downgrade: Option<held::Downgrade>,
 }
 
 impl Inner {
@@ -216,6 +217,7 @@ impl Inner {
             remove_sidecars: a.remove_sidecars,
             record,
             clock: None,
+            downgrade: a.downgrade,
         });
         Ok(held.into_parts(token))
     }
@@ -227,6 +229,7 @@ impl Inner {
         paths: &LockPaths,
         files: Vec<Locked>,
         lease: Lease,
+        downgrade: Option<held::Downgrade>,
     ) -> Result<GuardParts> {
         let acquired = Acquired {
             name: name.clone(),
@@ -237,6 +240,7 @@ impl Inner {
             sidecars: vec![paths.holder()],
             remove_sidecars: false,
             owner: self.owner(),
+            downgrade,
         };
         self.finish(paths.counter(), acquired).await
     }
@@ -338,7 +342,7 @@ impl RawMutex for FileMutex {
         };
         let parts = self
             .inner
-            .finish_exclusive(&self.name, &self.paths, files, req.lease())
+            .finish_exclusive(&self.name, &self.paths, files, req.lease(), None)
             .await?;
         Ok(Some(parts))
     }

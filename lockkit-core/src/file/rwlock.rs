@@ -53,6 +53,7 @@ impl RawRwLock for FileRwLock {
             sidecars: vec![self.paths.reader(&owner)],
             remove_sidecars: true,
             owner,
+            downgrade: None,
         };
         let parts = self.inner.finish(self.paths.counter(), acquired).await?;
         Ok(Some(parts))
@@ -82,7 +83,7 @@ impl RawRwLock for FileRwLock {
         };
         let parts = self
             .inner
-            .finish_exclusive(&self.name, &self.paths, files, req.lease())
+            .finish_exclusive(&self.name, &self.paths, files, req.lease(), Some(downgrade))
             .await?;
         Ok(Some(parts))
     }
@@ -103,7 +104,7 @@ impl RawRwLock for FileRwLock {
 }
 
 /// Turns a write ownership (gate + lock file, both exclusive) into a read ownership.
-pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
+fn downgrade(held: &FileHeld) -> Result<GuardParts> {
     let (files, record) = held.take_for_downgrade()?;
     let deadline = held.deadline();
     let mut files = files.into_iter();
@@ -141,6 +142,7 @@ pub(super) fn downgrade(held: &FileHeld) -> Result<GuardParts> {
         remove_sidecars: true,
         record,
         clock: Some(held.clock()),
+        downgrade: None,
     });
     Ok(held.into_parts(token))
 }

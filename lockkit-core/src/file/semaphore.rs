@@ -51,6 +51,7 @@ impl RawSemaphore for FileSemaphore {
             sidecars: slots.iter().map(|&i| paths.slot_holder(i)).collect(),
             remove_sidecars: false,
             owner: self.inner.owner(),
+            downgrade: None,
         };
         let parts = self.inner.finish(paths.counter(), acquired).await?;
         Ok(Some(parts))

@@ -16,8 +16,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::inspect::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
 use crate::options::Lease;
+use crate::reason::LostReason;
 use crate::spi::{Request, StateCell};
-use crate::state::LostReason;
 
 /// Which primitive a resource is; each has its own name space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

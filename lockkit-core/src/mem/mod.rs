@@ -45,9 +45,12 @@ fn table(name: &str) -> Arc<Engine> {
         .clone()
 }
 
-/// The handle of the process-wide table `name`, with the default lease.
-pub(crate) fn shared(name: &str) -> Locks {
-    Locks::new(MemBackend::on(table(name), DEFAULT_LEASE, None))
+impl Locks {
+    /// The process-wide in-memory lock table, the same one `connect("mem://")` gives, with the
+    /// default lease.
+    pub fn memory() -> Self {
+        Locks::new(MemBackend::on(table(""), DEFAULT_LEASE, None))
+    }
 }
 
 /// Connects to the in-process table named by `cfg`'s URL: `mem://` is the process's one shared

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use lockkit_core::spi::{GuardParts, Request};
-use lockkit_core::{Error, ErrorKind, Result};
+use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::{LeaveOnDrop, RedisMutex};
@@ -77,6 +77,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     let mut pttl = -1;
     // Since when attempts of a queued waiter have failed (the server is away, or fails over).
     let mut failing_since: Option<Instant> = None;
+    let mut retry = RETRY_AFTER_FAILURE.start();
     loop {
         // An attempt in flight may queue us or take the lock: a dropped future must undo it.
         leave.armed = true;
@@ -109,6 +110,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
                 busy_sent = sent_at;
                 pttl = holder_pttl;
                 failing_since = None;
+                retry.reset();
             }
             Err(e) if queued && e.is_retryable() => {
                 bear(
@@ -136,7 +138,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
                         settings.waiter_timeout(),
                         pttl,
                     )?;
-                    tokio::time::sleep(RETRY_AFTER_FAILURE).await;
+                    retry.wait().await;
                 }
                 Err(e) => return Err(e),
             }
@@ -148,7 +150,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
         // failed attempt, try again sooner.
         let mut wait = heartbeat;
         if failing_since.is_some() {
-            wait = wait.min(RETRY_AFTER_FAILURE);
+            wait = wait.min(retry.next_pause());
         }
         if pttl > 0 {
             wait = wait.min(Duration::from_millis(pttl as u64));
@@ -188,8 +190,10 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     }
 }
 
-/// How soon a queued waiter tries again after a failed attempt (at most: a heartbeat is sooner).
-const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(200);
+/// How soon a queued waiter tries again after failed attempts (at most: a heartbeat is sooner):
+/// from 50 ms, jittered, up to 400 ms.
+const RETRY_AFTER_FAILURE: Backoff =
+    Backoff::new(Duration::from_millis(50), Duration::from_millis(400));
 
 /// Whether a queued waiter bears the failure `e` of a request sent at `sent_at` (a failover, a
 /// restart): it keeps its place for a heartbeat timeout (`waiter_timeout`), and the holder's

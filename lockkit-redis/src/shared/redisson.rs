@@ -9,7 +9,7 @@ use lockkit_core::Result;
 use redis::ScriptInvocation;
 
 use super::{Core, Mode};
-use crate::backend::Inner;
+use crate::client::Inner;
 use crate::keys::LockKeys;
 
 /// How long an unlock latch answers retries of one release.

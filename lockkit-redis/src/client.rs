@@ -1,0 +1,242 @@
+//! What every handle and guard of one Redis client shares: the connections, the scripts, the
+//! subscriptions, the watchdog, and the operations that several primitives run.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::{Backoff, Error, Result};
+use redis::{FromRedisValue, Script, ScriptInvocation};
+
+use crate::config::Settings;
+use crate::conn::Conn;
+use crate::error;
+use crate::keys::LockKeys;
+use crate::pubsub::Subscriptions;
+use crate::script_set::Scripts;
+use crate::watchdog::Watchdog;
+
+/// Release retries after a lost reply (the unlock latch makes them safe).
+const RELEASE_RETRIES: u32 = 3;
+
+/// What every handle and guard of one client shares.
+pub(crate) struct Inner {
+    pub(crate) conn: Conn,
+    pub(crate) settings: Settings,
+    client_id: String,
+    next_owner: AtomicU64,
+    pub(crate) scripts: Arc<Scripts>,
+    pub(crate) subs: Arc<Subscriptions>,
+    pub(crate) watchdog: Arc<Watchdog>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisClient")
+            .field("client_id", &self.client_id)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Inner {
+    /// The shared state of a client with a fresh client id.
+    pub(crate) fn new(
+        conn: Conn,
+        settings: Settings,
+        scripts: Arc<Scripts>,
+        subs: Arc<Subscriptions>,
+        watchdog: Arc<Watchdog>,
+    ) -> Inner {
+        Inner {
+            conn,
+            settings,
+            client_id: uuid::Uuid::new_v4().to_string(),
+            next_owner: AtomicU64::new(1),
+            scripts,
+            subs,
+            watchdog,
+        }
+    }
+
+    /// This client's id: the `<client-uuid>` part of its owner fields.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// A fresh owner field `<client-uuid>:<n>` for one acquisition.
+    pub(crate) fn new_owner(&self) -> String {
+        let n = self.next_owner.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.client_id)
+    }
+
+    pub(crate) fn keys(&self, name: &str) -> Result<LockKeys> {
+        if self.settings.redisson_compat {
+            LockKeys::redisson_mutex(name)
+        } else {
+            Ok(LockKeys::mutex(&self.settings.prefix, name))
+        }
+    }
+
+    /// Runs a script with the command timeout as an outer bound (reconnects included).
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.settings.command_timeout, inv.invoke_async(&mut conn)).await
+        {
+            Ok(r) => r.map_err(|e| error::map(e, what)),
+            Err(_) => Err(error::timeout(what)),
+        }
+    }
+
+    /// Runs a command with the command timeout as an outer bound.
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, what: &str) -> Result<T> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.settings.command_timeout, cmd.query_async(&mut conn)).await
+        {
+            Ok(r) => r.map_err(|e| error::map(e, what)),
+            Err(_) => Err(error::timeout(what)),
+        }
+    }
+
+    /// The channel on which this client's waiters of a native mutex hear that the lock was
+    /// handed to them.
+    pub(crate) fn grant_channel(&self, keys: &LockKeys) -> String {
+        format!("{}:{}", keys.lock, self.client_id)
+    }
+
+    /// Owner-checked, idempotent release of a mutex: `true` when released, `false` when not
+    /// ours. A native release hands the lock to the first live waiter; a `redisson_compat` one
+    /// publishes Redisson's unlock message (`fair`: the first fair waiter's id). A reply lost
+    /// to a broken connection or a timeout is retried; the ownership's unlock latch makes the
+    /// retry answer like the first attempt did.
+    pub(crate) async fn release_mutex(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        fair: bool,
+    ) -> Result<bool> {
+        let latch = keys.unlock_latch(owner);
+        let latch_ttl = (self.settings.command_timeout * (RELEASE_RETRIES + 1) * 2)
+            .max(Duration::from_secs(10))
+            .as_millis() as u64;
+        let mut inv;
+        if self.settings.redisson_compat {
+            inv = self.scripts.rs_release.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&latch)
+                .key(&keys.queue)
+                .arg(owner)
+                .arg(&keys.channel)
+                .arg(latch_ttl)
+                .arg(if fair { "1" } else { "0" });
+        } else {
+            inv = self.scripts.release.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&latch)
+                .key(&keys.fence)
+                .key(&keys.queue)
+                .key(&keys.waiters)
+                .arg(owner)
+                .arg(latch_ttl)
+                .arg(self.settings.fence_ttl.as_millis() as u64)
+                .arg(self.settings.waiter_timeout().as_millis() as u64);
+        }
+        Ok(self.invoke_retrying(&inv, "release").await? == 1)
+    }
+
+    /// Runs an idempotent script, retrying up to [`RELEASE_RETRIES`] times after a lost reply.
+    pub(crate) async fn invoke_retrying(
+        &self,
+        inv: &ScriptInvocation<'_>,
+        what: &str,
+    ) -> Result<i64> {
+        let mut retry = Backoff::new(Duration::from_millis(25), Duration::from_millis(200)).start();
+        loop {
+            match self.invoke::<i64>(inv, what).await {
+                Ok(r) => return Ok(r),
+                Err(e) if e.is_retryable() && retry.attempts() < RELEASE_RETRIES => {
+                    tracing::debug!(error = %e, attempt = retry.attempts() + 1, "lockkit: retrying {what}");
+                    retry.wait().await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Owner-checked extension of watched ownership `id` (`script`: renew or renew_set).
+    pub(crate) async fn extend(
+        &self,
+        script: &Script,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        id: u64,
+        name: &str,
+    ) -> Result<()> {
+        let mut inv = script.prepare_invoke();
+        inv.key(key).arg(owner).arg(lease.as_millis().max(1) as u64);
+        let sent_at = tokio::time::Instant::now();
+        let r: Vec<i64> = self.invoke(&inv, "extend").await?;
+        if r.first() == Some(&1) {
+            self.watchdog.extended(id, sent_at, lease);
+            Ok(())
+        } else {
+            self.watchdog.lost(id);
+            Err(Error::lost(name))
+        }
+    }
+
+    /// Owner-checked reentry (hold count + 1) of watched ownership `id`.
+    pub(crate) async fn reenter(&self, key: &str, owner: &str, id: u64, name: &str) -> Result<()> {
+        let mut inv = self.scripts.reenter.prepare_invoke();
+        inv.key(key).arg(owner);
+        if self.invoke::<i64>(&inv, "reenter").await? > 0 {
+            Ok(())
+        } else {
+            self.watchdog.lost(id);
+            Err(Error::lost(name))
+        }
+    }
+
+    /// A waiter leaves a mutex's queue; natively this also passes on a lock handed to it (or
+    /// taken by an attempt whose reply was lost), and hands a free lock to the next waiter;
+    /// with `redisson_compat`, it wakes the next fair waiter if the lock is free.
+    pub(crate) async fn leave_queue(&self, keys: &LockKeys, owner: &str) -> Result<()> {
+        let mut inv;
+        if self.settings.redisson_compat {
+            inv = self.scripts.rs_fair_leave.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.queue)
+                .key(&keys.waiters)
+                .arg(owner)
+                .arg(&keys.channel);
+        } else {
+            inv = self.scripts.leave.prepare_invoke();
+            inv.key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.queue)
+                .key(&keys.waiters)
+                .arg(owner)
+                .arg(self.settings.fence_ttl.as_millis() as u64)
+                .arg(self.settings.waiter_timeout().as_millis() as u64);
+        }
+        self.invoke_retrying(&inv, "leave queue").await.map(drop)
+    }
+
+    /// Runs `work` on the current runtime without waiting for it, from a context that cannot
+    /// wait (Drop, cancelled acquires); outside a runtime nothing runs.
+    pub(crate) fn in_background<F, Fut>(self: &Arc<Self>, work: F)
+    where
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(work(self.clone()));
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Single ZooKeeper requests, tried again while only the connection is down (the session lives
+//! on), with the core's backoff.
+
+use std::time::Duration;
+
+use lockkit_core::{Backoff, Error, Result};
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::error::{is_transient, map};
+
+/// How a request that failed only because the connection dropped is tried again.
+pub(crate) const TRANSIENT: Backoff =
+    Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+
+/// Retries `op` while the connection is down (the session lives on), up to `limit`.
+pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
+{
+    let until = Instant::now() + limit;
+    let mut retry = TRANSIENT.start();
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if is_transient(&e) => {
+                let pause = retry.next_pause();
+                if Instant::now() + pause >= until {
+                    return Err(map(e, what));
+                }
+                tokio::time::sleep(pause).await;
+            }
+            Err(e) => return Err(map(e, what)),
+        }
+    }
+}
+
+/// Deletes `path`; `Ok(false)` when it was already gone.
+pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration) -> Result<bool> {
+    let r = retry(limit, "delete", || async {
+        match client.delete(path, None).await {
+            Ok(()) => Ok(true),
+            Err(zk::Error::NoNode) => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    r.map_err(|e| Error::new(e.kind(), format!("cannot delete {path}: {e}")))
+}
+
+/// The children of `dir` (retried while the connection is down); none when it does not exist.
+pub(crate) async fn list_or_empty(
+    client: &zk::Client,
+    dir: &str,
+    limit: Duration,
+) -> Result<Vec<String>> {
+    retry(limit, "list", || async {
+        match client.list_children(dir).await {
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            other => other,
+        }
+    })
+    .await
+}
