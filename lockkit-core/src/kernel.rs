@@ -38,8 +38,8 @@ impl Kernel {
             kind: backend.kind(),
             caps: backend.capabilities(),
             default_lease: backend.default_lease(),
+            registry: Arc::new(Registry::new(backend.reaper())),
             backend,
-            registry: Arc::default(),
         })
     }
 
@@ -160,6 +160,15 @@ impl Kernel {
                 }
                 _ => {}
             }
+        }
+        // Cleanup still being retried (a delete the server did not take yet): give it a lease,
+        // after which the server ends what it was for anyway.
+        let left = self.backend.reaper().drain(self.default_lease).await;
+        if left > 0 {
+            first_error.get_or_insert(Error::new(
+                ErrorKind::Timeout,
+                format!("{left} cleanups were still being retried when close() gave up waiting"),
+            ));
         }
         let closed = self.backend.close().await;
         match first_error {

@@ -17,6 +17,7 @@ mod mutex;
 mod name;
 mod options;
 mod ownership;
+mod reaper;
 mod reason;
 mod redact;
 mod rwlock;

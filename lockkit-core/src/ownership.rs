@@ -17,19 +17,31 @@ use crate::fencing::FencingToken;
 use crate::inspect::Primitive;
 use crate::kind::BackendKind;
 use crate::options::{check_asked_lease, Lease};
+use crate::reaper::Reaper;
 use crate::reason::LostReason;
 use crate::spi::{Backend, GuardParts, Held};
 use crate::state::{LockState, StateCell};
 
-/// The ownerships of one handle that are not dropped yet, and whether the handle was closed.
-#[derive(Debug, Default)]
+/// The ownerships of one handle that are not dropped yet, whether the handle was closed, and
+/// the reaper that runs its background releases.
+#[derive(Debug)]
 pub(crate) struct Registry {
     closed: AtomicBool,
     next_id: AtomicU64,
     live: Mutex<HashMap<u64, Weak<Ownership>>>,
+    reaper: Reaper,
 }
 
 impl Registry {
+    pub(crate) fn new(reaper: Reaper) -> Registry {
+        Registry {
+            closed: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            live: Mutex::new(HashMap::new()),
+            reaper,
+        }
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
@@ -208,7 +220,7 @@ impl GuardCore {
             };
         }
         // If this future is dropped half-way, the rest of the release runs in the background.
-        let result = Finish::new(own.clone().release_on_backend()).await;
+        let result = Finish::new(&own.registry.reaper, own.clone().release_on_backend()).await;
         match result {
             Ok(()) if was == LockState::Lost => Err(lost_error(&own.name, own.state.reason())),
             other => other,
@@ -282,7 +294,8 @@ impl Drop for GuardCore {
         if self.armed && self.own.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
             let own = self.own.clone();
             own.state.mark_released();
-            detach(async move {
+            let reaper = own.registry.reaper.clone();
+            reaper.finish(async move {
                 if let Err(e) = own.release_on_backend().await {
                     tracing::debug!(error = %e, "lockkit: background release failed; the lease ends the lock");
                 }
@@ -291,32 +304,19 @@ impl Drop for GuardCore {
     }
 }
 
-/// Runs `fut` without waiting for it, from code that cannot wait (`Drop`, a cancelled future):
-/// it is polled once right here, so work that needs no I/O (the embedded backends) is done
-/// before the caller goes on, and spawned on the current runtime if it is not finished. Outside
-/// a runtime nothing runs: the lease is the backstop.
-pub(crate) fn detach(fut: impl Future<Output = ()> + Send + 'static) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let mut fut = Box::pin(fut);
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    if fut.as_mut().poll(&mut cx).is_pending() {
-        rt.spawn(fut);
-    }
-}
-
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// A future whose remaining work, if it is dropped before it finishes, is [`detach`]ed.
+/// A future whose remaining work, if it is dropped before it finishes, goes to the reaper.
 struct Finish<T: Send + 'static> {
     fut: Option<BoxFuture<T>>,
+    reaper: Reaper,
 }
 
 impl<T: Send + 'static> Finish<T> {
-    fn new(fut: impl Future<Output = T> + Send + 'static) -> Self {
+    fn new(reaper: &Reaper, fut: impl Future<Output = T> + Send + 'static) -> Self {
         Finish {
             fut: Some(Box::pin(fut)),
+            reaper: reaper.clone(),
         }
     }
 }
@@ -336,7 +336,7 @@ impl<T: Send + 'static> Future for Finish<T> {
 impl<T: Send + 'static> Drop for Finish<T> {
     fn drop(&mut self) {
         if let Some(fut) = self.fut.take() {
-            detach(async move {
+            self.reaper.finish(async move {
                 let _ = fut.await;
             });
         }

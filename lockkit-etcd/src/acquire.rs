@@ -17,9 +17,10 @@ use lockkit_core::spi::{GuardParts, LeaseClock, Request, StateCell};
 use lockkit_core::{Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
+use crate::client::is_lease_not_found;
 use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, remove_key, InFlight, KeyLease};
+use crate::ops::{delete_if_ours, delete_key, reap_key, InFlight, KeyLease};
 use crate::session::grant_exact;
 use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
 
@@ -77,7 +78,7 @@ pub(crate) async fn acquire(
             .await
         {
             Ok(v) => v,
-            Err(e) if lease_not_found(&e) => {
+            Err(e) if is_lease_not_found(&e) => {
                 if let KeyLease::Session(s) = &lease {
                     inner.drop_session(s).await;
                 }
@@ -159,11 +160,6 @@ async fn wait_turn(
             return Standing::Waiting;
         }
     }
-}
-
-fn lease_not_found(e: &Error) -> bool {
-    let s = format!("{e} {e:?}");
-    s.contains("requested lease not found") || s.contains("lease not found")
 }
 
 /// One try at creating our key. Dropping it (a cancelled acquire) deletes the key in the
@@ -263,12 +259,22 @@ impl Attempt {
         ))
     }
 
-    /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours.
+    /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours; a delete
+    /// the server does not take now goes to the reaper.
     async fn cleanup(&mut self) {
         self.armed = false;
-        let inflight = self.inflight.take();
-        let _ = remove_key(&self.inner, &self.key, &self.lease, inflight).await;
-        self.slot = None;
+        if let Some(create) = self.inflight.take() {
+            let _ = create.await;
+        }
+        if delete_key(&self.inner, &self.key, &self.lease)
+            .await
+            .is_ok()
+        {
+            self.slot = None;
+        } else {
+            let key = std::mem::take(&mut self.key);
+            reap_key(&self.inner, key, self.lease.clone(), None, self.slot.take());
+        }
     }
 
     fn into_held(
@@ -300,19 +306,12 @@ impl Drop for Attempt {
         if !self.armed {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (inner, key, lease, inflight, slot) = (
-            self.inner.clone(),
+        reap_key(
+            &self.inner,
             std::mem::take(&mut self.key),
             self.lease.clone(),
             self.inflight.take(),
             self.slot.take(),
         );
-        rt.spawn(async move {
-            let _ = remove_key(&inner, &key, &lease, inflight).await;
-            drop(slot);
-        });
     }
 }

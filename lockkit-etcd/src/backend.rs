@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore};
+use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
     BackendKind, Capabilities, Error, FencingToken, HoldMode, HolderInfo, LockInfo, Primitive,
     Result, Support, WaiterInfo,
@@ -44,6 +44,10 @@ impl Backend for EtcdBackend {
 
     fn default_lease(&self) -> Duration {
         self.inner.lease
+    }
+
+    fn reaper(&self) -> Reaper {
+        self.inner.reaper.clone()
     }
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {

@@ -217,3 +217,9 @@ pub(crate) fn map_err(e: etcd_client::Error, what: &str) -> Error {
         .with_retryable(retryable)
         .with_source(e)
 }
+
+/// Whether `e` is etcd saying that a lease does not exist (expired or revoked).
+pub(crate) fn is_lease_not_found(e: &Error) -> bool {
+    let shown = format!("{e} {e:?}");
+    shown.contains("lease not found")
+}

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lockkit_core::spi::{GuardParts, Held, StateCell};
-use lockkit_core::{Backoff, Error, LostReason, Result};
+use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
+use lockkit_core::{Error, LostReason, Result};
 use tokio::task::JoinHandle;
 
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, revoke, KeyLease};
+use crate::ops::{delete_if_ours, reap_step, revoke, KeyLease};
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 
@@ -38,12 +38,16 @@ impl HeldShared {
         }
     }
 
-    /// Deletes our key if it is still ours. Connection trouble is retried in the background
-    /// (until the lease backstop), so a failed unlock never leaves the lock held for long.
+    fn lease_id(&self) -> i64 {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).id()
+    }
+
+    /// Deletes our key if it is still ours. A delete the server does not take now goes to the
+    /// handle's reaper, which retries it until it succeeds or the key's lease is gone, so a
+    /// failed unlock never leaves the lock held.
     async fn release(self: &Arc<Self>) -> Result<()> {
         self.nw.remove_holder(self.rev);
-        let r = delete_if_ours(&self.inner, &self.key, self.rev).await;
-        match r {
+        match delete_if_ours(&self.inner, &self.key, self.rev).await {
             Ok(deleted) => {
                 self.finish().await;
                 if deleted {
@@ -53,33 +57,33 @@ impl HeldShared {
                 }
             }
             Err(e) => {
-                if e.is_retryable() {
-                    let me = self.clone();
-                    tokio::spawn(async move { me.retry_release().await });
-                }
+                self.reap();
                 Err(e)
             }
         }
     }
 
-    async fn retry_release(self: Arc<Self>) {
-        let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(2)).start();
-        for _ in 0..20 {
-            retry.wait().await;
-            if delete_if_ours(&self.inner, &self.key, self.rev)
-                .await
-                .is_ok()
-            {
-                break;
+    /// Retries the owner-checked delete in the reaper.
+    fn reap(self: &Arc<Self>) {
+        let me = self.clone();
+        self.inner.reaper.retry("release a lock key", move || {
+            let me = me.clone();
+            async move {
+                let work = delete_if_ours(&me.inner, &me.key, me.rev).await.map(drop);
+                let step = reap_step(&me.inner, me.lease_id(), work).await;
+                if !matches!(step, Attempt::Retry(_)) {
+                    me.finish().await;
+                }
+                step
             }
-        }
-        self.finish().await;
+        });
     }
 
-    /// After the key is gone: revoke a fixed lease, free the slot.
+    /// After the key is gone: revoke a fixed lease (nothing is on it any more; if the server
+    /// does not take the revoke, the lease runs out by itself), free the slot.
     async fn finish(&self) {
         if let Some(id) = self.fixed_lease() {
-            revoke(&self.inner, id).await;
+            let _ = revoke(&self.inner, id).await;
         }
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
@@ -124,8 +128,10 @@ async fn expire_at_deadline(shared: std::sync::Weak<HeldShared>) {
     let Some(s) = shared.upgrade() else { return };
     s.state.mark_lost(LostReason::LeaseExpired);
     s.nw.remove_holder(s.rev);
-    let _ = delete_if_ours(&s.inner, &s.key, s.rev).await;
-    s.finish().await;
+    match delete_if_ours(&s.inner, &s.key, s.rev).await {
+        Ok(_) => s.finish().await,
+        Err(_) => s.reap(),
+    }
 }
 
 #[async_trait]
@@ -213,16 +219,19 @@ impl Held for EtcdHeld {
         match resp {
             Ok(r) if r.succeeded() => {
                 *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
-                revoke(&s.inner, old).await;
+                // Nothing is on the old lease any more: if this revoke fails, it runs out.
+                let _ = revoke(&s.inner, old).await;
                 Ok(())
             }
             Ok(_) => {
-                revoke(&s.inner, new).await;
+                let _ = revoke(&s.inner, new).await;
                 s.state.mark_lost(LostReason::Deleted);
                 Err(Error::lost(&s.name))
             }
             Err(e) => {
-                revoke(&s.inner, new).await;
+                // Whether the move happened is unknown: the old lease stays ours to expire, the
+                // new one runs out by itself if the server does not take the revoke.
+                let _ = revoke(&s.inner, new).await;
                 Err(e)
             }
         }

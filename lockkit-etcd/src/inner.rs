@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
+use lockkit_core::spi::Reaper;
 use lockkit_core::{encode_name, Error, ErrorKind, Result};
 
 use crate::client::Pool;
@@ -34,6 +35,8 @@ pub(crate) struct Inner {
     /// Every name's watch, kept for a while after its last use (see `name_watch`).
     names: Mutex<HashMap<Vec<u8>, WatchEntry>>,
     closed: AtomicBool,
+    /// Deletes the server did not take at once, retried until done.
+    pub(crate) reaper: Reaper,
 }
 
 impl Inner {
@@ -45,6 +48,7 @@ impl Inner {
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
+            reaper: Reaper::default(),
         })
     }
 

@@ -187,7 +187,7 @@ impl EtcdLocks {
     ///
     /// ```no_run
     /// # async fn demo(locks: lockkit_etcd::EtcdLocks) -> lockkit_core::Result<()> {
-    ///     /// use lockkit_etcd::etcd_client::{Txn, TxnOp};
+    /// use lockkit_etcd::etcd_client::{Txn, TxnOp};
     /// let guard = locks.mutex("orders/42")?.lock().await?;
     /// let txn = Txn::new()
     ///     .when([locks.is_owner(&guard).await?])

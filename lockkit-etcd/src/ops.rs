@@ -1,12 +1,16 @@
-//! Single operations on our keys and leases: delete (owner-checked or not), revoke.
+//! Single operations on our keys and leases (delete, owner-checked or not; revoke), and the
+//! hand-off of a delete that failed to the handle's reaper.
 
 use std::sync::Arc;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use lockkit_core::spi::Attempt;
 use lockkit_core::Result;
 
+use crate::client::is_lease_not_found;
 use crate::inner::Inner;
 use crate::session::Session;
+use crate::watch::Slot;
 
 /// A create transaction while it runs.
 pub(crate) type InFlight =
@@ -30,39 +34,91 @@ impl KeyLease {
     }
 }
 
-/// Deletes an acquisition's key whatever its revision (the key is ours alone: it embeds our lease
-/// and a slot we reserved), after an in-flight create has finished. A fixed lease is revoked.
-pub(crate) async fn remove_key(
-    inner: &Inner,
-    key: &[u8],
-    lease: &KeyLease,
-    inflight: Option<InFlight>,
-) -> Result<()> {
-    if let Some(f) = inflight {
-        let _ = f.await;
-    }
+/// Deletes an acquisition's key whatever its revision (the key is ours alone: it embeds our
+/// lease and a slot we reserved) and revokes its fixed lease.
+pub(crate) async fn delete_key(inner: &Inner, key: &[u8], lease: &KeyLease) -> Result<()> {
     let k = key.to_vec();
-    let r = inner
+    inner
         .pool
         .run("delete", true, move |mut c| {
             let k = k.clone();
             async move { c.delete(k, None).await }
         })
-        .await
-        .map(drop);
+        .await?;
     if let KeyLease::Fixed(id) = lease {
-        revoke(inner, *id).await;
+        revoke(inner, *id).await?;
     }
-    r
+    Ok(())
 }
 
-pub(crate) async fn revoke(inner: &Inner, id: i64) {
-    let _ = inner
+/// Revokes lease `id`; one already gone counts as revoked.
+pub(crate) async fn revoke(inner: &Inner, id: i64) -> Result<()> {
+    let r = inner
         .pool
         .run("lease revoke", true, move |mut c| async move {
             c.lease_revoke(id).await
         })
         .await;
+    match r {
+        Err(e) if !is_lease_not_found(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Whether lease `id` is certainly gone on the server (expired or revoked): then every key on
+/// it is gone too.
+pub(crate) async fn lease_gone(inner: &Inner, id: i64) -> Result<bool> {
+    let r = inner
+        .pool
+        .run("lease ttl", true, move |mut c| async move {
+            c.lease_time_to_live(id, None).await
+        })
+        .await;
+    match r {
+        Ok(resp) => Ok(resp.ttl() < 0),
+        Err(e) if is_lease_not_found(&e) => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// One try at a cleanup whose work is `work`: done when it succeeds, moot when `lease` is
+/// certainly gone, to be tried again otherwise.
+pub(crate) async fn reap_step(inner: &Inner, lease: i64, work: Result<()>) -> Attempt {
+    match work {
+        Ok(()) => Attempt::Done,
+        Err(e) => match lease_gone(inner, lease).await {
+            Ok(true) => Attempt::Moot,
+            _ => Attempt::Retry(e),
+        },
+    }
+}
+
+/// Hands the delete of our key to the handle's reaper, after `inflight` (a create still
+/// running) has finished: tried until it succeeds or the key's lease is gone. The slot stays
+/// reserved until then.
+pub(crate) fn reap_key(
+    inner: &Arc<Inner>,
+    key: Vec<u8>,
+    lease: KeyLease,
+    inflight: Option<InFlight>,
+    slot: Option<Slot>,
+) {
+    let reaper = inner.reaper.clone();
+    let inner = inner.clone();
+    let inflight = Arc::new(tokio::sync::Mutex::new(inflight));
+    reaper.retry("delete a lock key", move || {
+        // Owned by the job, so the slot is released when the job ends.
+        let _reserved = &slot;
+        let (inner, key, lease, inflight) =
+            (inner.clone(), key.clone(), lease.clone(), inflight.clone());
+        async move {
+            if let Some(create) = inflight.lock().await.take() {
+                let _ = create.await;
+            }
+            let work = delete_key(&inner, &key, &lease).await;
+            reap_step(&inner, lease.id(), work).await
+        }
+    });
 }
 
 /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.

@@ -17,7 +17,7 @@ use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::{map_err, Pool};
+use crate::client::{is_lease_not_found, map_err, Pool};
 
 /// One granted session lease and its keepalive task.
 #[derive(Debug)]
@@ -116,9 +116,7 @@ impl Session {
         .map(drop)
         .or_else(|e| {
             // A lease that already expired is revoked as far as we care.
-            if e.to_string().contains("lease not found")
-                || format!("{:?}", std::error::Error::source(&e)).contains("lease not found")
-            {
+            if is_lease_not_found(&e) {
                 Ok(())
             } else {
                 Err(e)
@@ -289,9 +287,7 @@ async fn renew(pool: &Pool, id: i64, ttl: i64, stream: &mut Option<KeepAlive>) -
             }
             Err(e) => {
                 let err = map_err(e, "lease keepalive");
-                if err.to_string().contains("lease not found")
-                    || format!("{err:?}").contains("lease not found")
-                {
+                if is_lease_not_found(&err) {
                     return Ok(0);
                 }
                 pool.failed(idx);

@@ -269,7 +269,7 @@ mod tests {
                 start,
                 end,
                 lost_at: lost.then_some(end),
-                release: if lost { "NotHeld" } else { "ok" }.into(),
+                release: if lost { "LockLost" } else { "ok" }.into(),
                 released_at: end + 1,
                 write_accepted: true,
             }),

@@ -61,7 +61,7 @@ pub struct HoldRecord {
     pub end: Micros,
     /// When `lost()` resolved, if it did before the release finished.
     pub lost_at: Option<Micros>,
-    /// The release outcome: `ok`, or the error kind (`NotHeld`, `Connection`, ...).
+    /// The release outcome: `ok`, or the error kind (`LockLost`, `Connection`, ...).
     pub release: String,
     /// When the release call returned.
     pub released_at: Micros,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore};
+use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
     async_trait, BackendKind, Capabilities, Error, HoldMode, HolderInfo, LockInfo, Primitive,
     Result, Support, WaiterInfo,
@@ -122,6 +122,10 @@ impl Backend for RedisBackend {
 
     fn default_lease(&self) -> Duration {
         self.inner.settings.lease
+    }
+
+    fn reaper(&self) -> Reaper {
+        self.inner.reaper.clone()
     }
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {

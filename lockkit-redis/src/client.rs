@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockkit_core::spi::{Attempt, Reaper, StateCell};
 use lockkit_core::{Backoff, Error, Result};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
@@ -29,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) scripts: Arc<Scripts>,
     pub(crate) subs: Arc<Subscriptions>,
     pub(crate) watchdog: Arc<Watchdog>,
+    /// Cleanup retried until done (leaves, releases the server did not take at once).
+    pub(crate) reaper: Reaper,
 }
 
 impl std::fmt::Debug for Inner {
@@ -57,6 +60,7 @@ impl Inner {
             scripts,
             subs,
             watchdog,
+            reaper: Reaper::default(),
         }
     }
 
@@ -228,15 +232,31 @@ impl Inner {
         self.invoke_retrying(&inv, "leave queue").await.map(drop)
     }
 
-    /// Runs `work` on the current runtime without waiting for it, from a context that cannot
-    /// wait (Drop, cancelled acquires); outside a runtime nothing runs.
-    pub(crate) fn in_background<F, Fut>(self: &Arc<Self>, work: F)
+    /// Hands cleanup the server did not take (or that a context that cannot wait, such as
+    /// `Drop`, starts) to the reaper: `job` is tried until it succeeds, or until `moot_after`
+    /// has passed, by when what it cleans up has expired on the server anyway.
+    pub(crate) fn reap<F, Fut>(self: &Arc<Self>, what: &'static str, moot_after: Duration, job: F)
     where
-        F: FnOnce(Arc<Inner>) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
+        F: Fn(Arc<Inner>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(work(self.clone()));
-        }
+        let until = tokio::time::Instant::now() + moot_after;
+        let inner = self.clone();
+        self.reaper.retry(what, move || {
+            let work = job(inner.clone());
+            async move {
+                match work.await {
+                    Ok(()) => Attempt::Done,
+                    Err(_) if tokio::time::Instant::now() >= until => Attempt::Moot,
+                    Err(e) => Attempt::Retry(e),
+                }
+            }
+        });
     }
+}
+
+/// How long after a release whose reply never came the released key can still be on the
+/// server: what is left of the guard's lease (its deadline, plus the margin and a second).
+pub(crate) fn expiry_bound(state: &StateCell) -> Duration {
+    state.clock().remaining().unwrap_or_default() + Duration::from_secs(1)
 }

@@ -11,7 +11,7 @@ use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation, Value};
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::client::{expiry_bound, Inner};
 use crate::keys::LockKeys;
 use crate::watchdog::Watched;
 
@@ -31,8 +31,13 @@ impl Drop for LeaveOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
             let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
-            self.mutex.inner.in_background(|inner| async move {
-                let _ = inner.leave_queue(&keys, &owner).await;
+            let inner = &self.mutex.inner;
+            // A waiter that never left is skipped after 3 beats, and a lock handed to it lapses
+            // after as long.
+            let moot = inner.settings.waiter_timeout() * 2;
+            inner.reap("leave a lock queue", moot, move |inner| {
+                let (keys, owner) = (keys.clone(), owner.clone());
+                async move { inner.leave_queue(&keys, &owner).await }
             });
         }
     }
@@ -134,6 +139,7 @@ impl RedisMutex {
             owner,
             id,
             fair,
+            state: state.clone(),
         };
         GuardParts::new(FencingToken(token), lease, state, Box::new(held))
     }
@@ -231,20 +237,31 @@ struct RedisHeld {
     /// Acquired in fair mode with `redisson_compat`: the release wakes the first queued waiter
     /// by name. (A native release always hands the lock to the first queued waiter.)
     fair: bool,
+    state: StateCell,
 }
 
 #[async_trait]
 impl Held for RedisHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
-        if self
+        match self
             .inner
             .release_mutex(&self.keys, &self.owner, self.fair)
-            .await?
+            .await
         {
-            Ok(())
-        } else {
-            Err(Error::lost(&self.name))
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::lost(&self.name)),
+            Err(e) => {
+                // Retried until it succeeds (the unlock latch makes a retry answer like the
+                // first try) or the lock has certainly expired; it then hands the lock on.
+                let (keys, owner, fair) = (self.keys.clone(), self.owner.clone(), self.fair);
+                let moot = expiry_bound(&self.state);
+                self.inner.reap("release a lock", moot, move |inner| {
+                    let (keys, owner) = (keys.clone(), owner.clone());
+                    async move { inner.release_mutex(&keys, &owner, fair).await.map(drop) }
+                });
+                Err(e)
+            }
         }
     }
 

@@ -13,7 +13,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
-use crate::client::Inner;
+use crate::client::{expiry_bound, Inner};
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 
@@ -89,6 +89,8 @@ struct Cleanup<'a> {
     core: &'a Core,
     member: &'a str,
     mode: Mode,
+    /// The lease the acquire asks for: the longest what it took can live.
+    lease: Duration,
     armed: bool,
 }
 
@@ -99,10 +101,17 @@ impl Drop for Cleanup<'_> {
         }
         let (keys, member, mode) = (self.core.keys.clone(), self.member.to_string(), self.mode);
         let layout = self.core.layout;
-        self.core.inner.in_background(|inner| async move {
-            let _ = release(&inner, layout, &keys, &member, mode.release_code()).await;
-            if mode == Mode::Write {
-                let _ = release(&inner, layout, &keys, &member, "i").await;
+        let inner = &self.core.inner;
+        // What this attempt may have taken lives at most a lease; an intent, a heartbeat timeout.
+        let moot = self.lease.max(inner.settings.waiter_timeout()) + Duration::from_secs(1);
+        inner.reap("undo an unanswered acquire", moot, move |inner| {
+            let (keys, member) = (keys.clone(), member.clone());
+            async move {
+                release(&inner, layout, &keys, &member, mode.release_code()).await?;
+                if mode == Mode::Write {
+                    release(&inner, layout, &keys, &member, "i").await?;
+                }
+                Ok(())
             }
         });
     }
@@ -179,6 +188,7 @@ impl Core {
             core: self,
             member: &member,
             mode: Mode::Write,
+            lease,
             armed: false,
         };
         // The same call is sent on every attempt.
@@ -191,6 +201,7 @@ impl Core {
                 core: self,
                 member: &member,
                 mode,
+                lease,
                 armed: true,
             };
             let sent_at = Instant::now();
@@ -273,6 +284,7 @@ impl Core {
             id,
             token: got.token,
             lease,
+            state: state.clone(),
         };
         GuardParts::new(FencingToken(got.token), lease, state, Box::new(held))
     }
@@ -415,6 +427,7 @@ struct SharedHeld {
     id: u64,
     token: u64,
     lease: Lease,
+    state: StateCell,
 }
 
 #[async_trait]
@@ -422,10 +435,23 @@ impl Held for SharedHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
         let code = self.mode.release_code();
-        if release(&self.inner, self.layout, &self.keys, &self.member, code).await? {
-            Ok(())
-        } else {
-            Err(Error::lost(&self.name))
+        match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::lost(&self.name)),
+            Err(e) => {
+                let (keys, member, layout) = (self.keys.clone(), self.member.clone(), self.layout);
+                let moot = expiry_bound(&self.state);
+                self.inner
+                    .reap("release a shared hold", moot, move |inner| {
+                        let (keys, member) = (keys.clone(), member.clone());
+                        async move {
+                            release(&inner, layout, &keys, &member, code)
+                                .await
+                                .map(drop)
+                        }
+                    });
+                Err(e)
+            }
         }
     }
 

@@ -58,7 +58,7 @@ async fn retried_release_is_idempotent_and_never_frees_the_next_owner() {
         b.mutex(&name).unwrap().is_locked().await.unwrap(),
         "retry freed the new owner's lock"
     );
-    // A release by an owner that never released gets 0 (NotHeld), not 1.
+    // A release by an owner that never released gets 0 (LockLost), not 1.
     assert_eq!(raw_release(&mut admin, &k, "someone-else:1").await, 0);
     drop(g);
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{GuardParts, Held, StateCell};
+use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
 use lockkit_core::{Error, ErrorKind, FencingToken, Lease, LostReason, Result};
 use zookeeper_client as zk;
 
@@ -221,20 +221,22 @@ impl Held for ZkHeld {
             }
             Err(e) if !e.is_retryable() => Err(e),
             Err(e) => {
-                // Keep trying in the background: the node must not outlive the guard while the
-                // session lives.
-                let client = self.client.clone();
-                let paths = self.paths.clone();
-                let limit = self
-                    .session
-                    .cfg
-                    .session_timeout
-                    .max(self.session.cfg.command_timeout);
-                tokio::spawn(async move {
-                    if let Err(e) = delete_all(&client, &paths, limit).await {
-                        tracing::warn!(error = %e, "zookeeper: release failed; the session end removes the node");
-                    }
-                });
+                // The node must not outlive the guard while the session lives: the reaper
+                // retries until it is gone or the session has ended.
+                let (client, paths) = (self.client.clone(), Arc::new(self.paths.clone()));
+                let limit = self.session.cfg.command_timeout;
+                self.session
+                    .reaper
+                    .retry("delete a released lock node", move || {
+                        let (client, paths) = (client.clone(), paths.clone());
+                        async move {
+                            match delete_all(&client, &paths, limit).await {
+                                Ok(_) => Attempt::Done,
+                                Err(_) if client.state().is_terminated() => Attempt::Moot,
+                                Err(e) => Attempt::Retry(e),
+                            }
+                        }
+                    });
                 Err(e)
             }
         }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore};
+use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
     encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig, LockInfo, Locks,
     Primitive, Result, Support, WaiterInfo,
@@ -190,6 +190,10 @@ impl Backend for ZkBackend {
 
     fn default_lease(&self) -> Duration {
         self.sessions.default().cfg.session_timeout
+    }
+
+    fn reaper(&self) -> Reaper {
+        self.sessions.reaper()
     }
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockkit_core::spi::{Attempt, Reaper};
 use lockkit_core::{Error, ErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -49,19 +50,23 @@ enum Item {
 }
 
 /// Deletes the nodes of an unfinished acquire when dropped (a cancelled or failed acquire),
-/// in order, in the background. Disarmed once the acquire hands its nodes to a guard.
+/// in order; what the server does not take at once goes to the handle's reaper, which retries
+/// until the nodes are gone or their session has ended (with it, its ephemeral nodes).
+/// Disarmed once the acquire hands its nodes to a guard.
 pub(crate) struct Cleanup {
     client: zk::Client,
     items: Vec<Item>,
     timeout: Duration,
+    reaper: Reaper,
 }
 
 impl Cleanup {
-    pub(crate) fn new(client: zk::Client, timeout: Duration) -> Self {
+    pub(crate) fn new(session: &Session, client: zk::Client) -> Self {
         Cleanup {
             client,
             items: Vec::new(),
-            timeout,
+            timeout: session.cfg.command_timeout,
+            reaper: session.reaper.clone(),
         }
     }
 
@@ -80,10 +85,16 @@ impl Cleanup {
         }
     }
 
-    /// Deletes everything now and disarms.
-    pub(crate) async fn run(mut self) -> Result<()> {
+    /// Deletes everything now (awaited) and disarms; nodes the server does not delete now go
+    /// to the reaper.
+    pub(crate) async fn run(mut self) {
         let items = std::mem::take(&mut self.items);
-        delete_items(&self.client, items, self.timeout).await
+        if delete_items(&self.client, &items, self.timeout)
+            .await
+            .is_err()
+        {
+            reap(&self.reaper, self.client.clone(), items, self.timeout);
+        }
     }
 
     /// Forgets the nodes: they belong to a guard now.
@@ -94,31 +105,41 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if self.items.is_empty() {
-            return;
-        }
-        let items = std::mem::take(&mut self.items);
-        let client = self.client.clone();
-        let timeout = self.timeout;
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Err(e) = delete_items(&client, items, timeout).await {
-                    tracing::warn!(error = %e, "zookeeper: cleanup of a cancelled acquire failed; the session end removes the node");
-                }
-            });
+        if !self.items.is_empty() {
+            let items = std::mem::take(&mut self.items);
+            reap(&self.reaper, self.client.clone(), items, self.timeout);
         }
     }
 }
 
+/// Retries deleting `items` in the reaper until they are gone or the session that made them
+/// has ended.
+fn reap(reaper: &Reaper, client: zk::Client, items: Vec<Item>, timeout: Duration) {
+    let items = Arc::new(items);
+    reaper.retry("delete the nodes of an acquire", move || {
+        let (client, items) = (client.clone(), items.clone());
+        async move {
+            if client.state().is_terminated() {
+                return Attempt::Moot;
+            }
+            match delete_items(&client, &items, timeout).await {
+                Ok(()) => Attempt::Done,
+                Err(_) if client.state().is_terminated() => Attempt::Moot,
+                Err(e) => Attempt::Retry(e),
+            }
+        }
+    });
+}
+
 /// Deletes in reverse order of creation: a semaphore's leases before its entry lock.
-async fn delete_items(client: &zk::Client, items: Vec<Item>, timeout: Duration) -> Result<()> {
-    for item in items.into_iter().rev() {
+async fn delete_items(client: &zk::Client, items: &[Item], timeout: Duration) -> Result<()> {
+    for item in items.iter().rev() {
         match item {
             Item::Path(path) => {
-                delete_node(client, &path, timeout).await?;
+                delete_node(client, path, timeout).await?;
             }
             Item::Prefix { dir, prefix } => {
-                if let Some(name) = find_protected(client, &dir, &prefix, timeout).await? {
+                if let Some(name) = find_protected(client, dir, prefix, timeout).await? {
                     delete_node(client, &format!("{dir}/{name}"), timeout).await?;
                 }
             }
@@ -337,7 +358,7 @@ pub(crate) async fn contend(
     deadline: Option<Instant>,
 ) -> Result<Option<Node>> {
     let client = session.client()?;
-    let mut cleanup = Cleanup::new(client.clone(), session.cfg.command_timeout);
+    let mut cleanup = Cleanup::new(session, client.clone());
     let result = async {
         let (node, children) =
             create(session, &client, &mut cleanup, spec.dir, spec.marker).await?;
@@ -351,12 +372,11 @@ pub(crate) async fn contend(
             Ok(Some(node))
         }
         Ok(None) => {
-            cleanup.run().await?;
+            cleanup.run().await;
             Ok(None)
         }
         Err(e) => {
-            // Best effort now; the session end is the backstop.
-            let _ = cleanup.run().await;
+            cleanup.run().await;
             Err(e)
         }
     }

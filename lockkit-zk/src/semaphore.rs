@@ -81,11 +81,11 @@ impl ZkSemaphore {
             rule: Rule::Exclusive,
         };
         // Every node made below is deleted, leases first, if this future is dropped or fails.
-        let mut cleanup = Cleanup::new(client.clone(), limit);
+        let mut cleanup = Cleanup::new(session, client.clone());
         let (entry, children) =
             queue::create(session, &client, &mut cleanup, &locks_dir, MUTEX_MARKER).await?;
         if !queue::wait_turn(session, &spec, &entry, children, deadline).await? {
-            cleanup.run().await?;
+            cleanup.run().await;
             return Ok(None);
         }
         let mut leases = Vec::with_capacity(n as usize);
@@ -106,20 +106,20 @@ impl ZkSemaphore {
             let event = match deadline {
                 None => watcher.changed().await,
                 Some(d) if d <= Instant::now() => {
-                    cleanup.run().await?;
+                    cleanup.run().await;
                     return Ok(None);
                 }
                 Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
                     Ok(ev) => ev,
                     Err(_) => {
-                        cleanup.run().await?;
+                        cleanup.run().await;
                         return Ok(None);
                     }
                 },
             };
             session.count_wake();
             if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
-                let _ = cleanup.run().await;
+                cleanup.run().await;
                 return Err(map(
                     zk::Error::SessionExpired,
                     "session ended while waiting",
@@ -128,7 +128,7 @@ impl ZkSemaphore {
         }
         // Our leases fit: let the next acquirer in.
         if let Err(e) = crate::ops::delete_node(&client, &entry.path, limit).await {
-            let _ = cleanup.run().await;
+            cleanup.run().await;
             return Err(e);
         }
         cleanup.disarm();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::spi::{LeaseClock, StateCell};
+use lockkit_core::spi::{LeaseClock, Reaper, StateCell};
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -43,6 +43,8 @@ pub(crate) struct Current {
 pub(crate) struct Session {
     pub cfg: ZkConfig,
     pub acls: Vec<zk::Acl>,
+    /// The handle's reaper (shared by its sessions): deletes retried until done.
+    pub reaper: Reaper,
     current: Mutex<Option<Current>>,
     live: Mutex<HashMap<u64, Tracked>>,
     next_id: AtomicU64,
@@ -73,12 +75,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Session {
     /// Opens a session with the timeout `cfg` asks for; a server that negotiates another one
     /// is a `Config` error (the lease would not be the one asked for).
-    pub(crate) async fn open(cfg: ZkConfig) -> Result<Arc<Session>> {
+    pub(crate) async fn open(cfg: ZkConfig, reaper: Reaper) -> Result<Arc<Session>> {
         let current = connect(&cfg).await?;
         let acls = cfg.acl.acls();
         let session = Arc::new(Session {
             cfg,
             acls,
+            reaper,
             current: Mutex::new(Some(current.clone())),
             live: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockkit_core::spi::Reaper;
 use lockkit_core::{Error, ErrorKind, Result};
 
 use crate::config::ZkConfig;
@@ -17,14 +18,17 @@ const MAX_SESSIONS: usize = 8;
 #[derive(Debug)]
 pub(crate) struct Sessions {
     default: Arc<Session>,
+    reaper: Reaper,
     others: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
 }
 
 impl Sessions {
     /// Opens the default session.
     pub(crate) async fn open(cfg: ZkConfig) -> Result<Arc<Sessions>> {
+        let reaper = Reaper::default();
         Ok(Arc::new(Sessions {
-            default: Session::open(cfg).await?,
+            default: Session::open(cfg, reaper.clone()).await?,
+            reaper,
             others: tokio::sync::Mutex::new(HashMap::new()),
         }))
     }
@@ -50,15 +54,23 @@ impl Sessions {
                  asked for); set the lease on the handle (LockConfig::lease) instead"
             )));
         }
-        let session = Session::open(self.default.cfg.with_session_timeout(lease))
-            .await
-            .map_err(|e| match e.kind() {
-                // Here a timeout the server negotiates away is a bad argument, not bad config.
-                ErrorKind::Config => Error::invalid(e.message().to_string()),
-                _ => e,
-            })?;
+        let session = Session::open(
+            self.default.cfg.with_session_timeout(lease),
+            self.reaper.clone(),
+        )
+        .await
+        .map_err(|e| match e.kind() {
+            // Here a timeout the server negotiates away is a bad argument, not bad config.
+            ErrorKind::Config => Error::invalid(e.message().to_string()),
+            _ => e,
+        })?;
         others.insert(lease, session.clone());
         Ok(session)
+    }
+
+    /// The handle's reaper.
+    pub(crate) fn reaper(&self) -> Reaper {
+        self.reaper.clone()
     }
 
     /// Every session open now.

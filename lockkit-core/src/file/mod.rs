@@ -71,7 +71,7 @@ use crate::inspect::{HoldMode, HolderInfo, LockInfo, Primitive, WaiterInfo};
 use crate::kind::BackendKind;
 use crate::options::{Lease, DEFAULT_LEASE};
 use crate::settings::Settings;
-use crate::spi::{Backend, GuardParts, RawMutex, RawRwLock, RawSemaphore, Request};
+use crate::spi::{Backend, GuardParts, RawMutex, RawRwLock, RawSemaphore, Reaper, Request};
 use crate::{LockConfig, Locks};
 use held::{FileHeld, Parts};
 use oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode, Locked};
@@ -119,6 +119,7 @@ struct Inner {
     dir: PathBuf,
     sync: bool,
     lease: Duration,
+    reaper: Reaper,
     id: String,
     seq: AtomicU64,
 }
@@ -141,6 +142,7 @@ impl FileBackend {
                 dir: dir.to_path_buf(),
                 sync: true,
                 lease: DEFAULT_LEASE,
+                reaper: Reaper::default(),
                 id: format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
                 seq: AtomicU64::new(0),
             }),
@@ -152,6 +154,7 @@ impl FileBackend {
             dir: self.inner.dir.clone(),
             sync: self.inner.sync,
             lease: self.inner.lease,
+            reaper: self.inner.reaper.clone(),
             id: self.inner.id.clone(),
             seq: AtomicU64::new(0),
         };
@@ -262,6 +265,10 @@ impl Backend for FileBackend {
 
     fn default_lease(&self) -> Duration {
         self.inner.lease
+    }
+
+    fn reaper(&self) -> Reaper {
+        self.inner.reaper.clone()
     }
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {

@@ -351,7 +351,7 @@ impl Engine {
         drop(undelivered);
     }
 
-    /// Releases one ownership. `NotHeld` if it is gone (expired, or force-unlocked).
+    /// Releases one ownership. `LockLost` if it is gone (expired, or force-unlocked).
     pub(crate) fn release(self: &Arc<Self>, key: &Key, owner: u64) -> Result<()> {
         let mut undelivered = Vec::new();
         let result = {

@@ -26,7 +26,7 @@ use crate::kind::BackendKind;
 use crate::locks::Locks;
 use crate::options::{Lease, DEFAULT_LEASE};
 use crate::settings::{NoKey, Settings};
-use crate::spi::{Backend, GuardParts, Held, RawMutex, RawRwLock, RawSemaphore, Request};
+use crate::spi::{Backend, GuardParts, Held, RawMutex, RawRwLock, RawSemaphore, Reaper, Request};
 use engine::{Engine, Grant, Key, Mode, Prim};
 
 /// Every named table of this process (`mem://` is the one named ""). A table lives as long as
@@ -85,6 +85,7 @@ pub struct MemBackend {
     engine: Arc<Engine>,
     lease: Duration,
     prefix: Option<String>,
+    reaper: Reaper,
 }
 
 impl MemBackend {
@@ -93,6 +94,7 @@ impl MemBackend {
             engine,
             lease,
             prefix,
+            reaper: Reaper::default(),
         }
     }
 
@@ -119,6 +121,10 @@ impl Backend for MemBackend {
 
     fn default_lease(&self) -> Duration {
         self.lease
+    }
+
+    fn reaper(&self) -> Reaper {
+        self.reaper.clone()
     }
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {

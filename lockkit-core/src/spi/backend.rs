@@ -10,6 +10,7 @@ use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::inspect::{LockInfo, Primitive};
 use crate::kind::BackendKind;
+use crate::reaper::Reaper;
 use crate::spi::{GuardParts, Request};
 
 /// A backend client. Names arrive validated; options were checked against
@@ -25,6 +26,10 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// The handle's default lease, from its config (`LockConfig::lease` or the `lease`
     /// option, parsed by [`Settings`](crate::settings::Settings)).
     fn default_lease(&self) -> Duration;
+
+    /// The handle's reaper: where the backend hands every delete that did not succeed at once,
+    /// and where the core runs background releases. `close` waits for it.
+    fn reaper(&self) -> Reaper;
 
     /// A mutex. Creating one talks to no server.
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>>;

@@ -17,4 +17,5 @@ pub use held::{GuardParts, Held};
 pub use request::Request;
 
 pub use crate::clock::{margin, LeaseClock};
+pub use crate::reaper::{Attempt, Reaper};
 pub use crate::state::StateCell;

@@ -25,6 +25,8 @@ struct Pending<'a> {
     mutex: &'a RedisMutex,
     owner: &'a str,
     fair: bool,
+    /// The lease the attempt asks for: the longest what it took can live.
+    lease: Duration,
     armed: bool,
 }
 
@@ -32,10 +34,16 @@ impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if self.armed {
             let (keys, owner, fair) = (self.mutex.keys.clone(), self.owner.to_string(), self.fair);
-            self.mutex.inner.in_background(|inner| async move {
-                let _ = inner.release_mutex(&keys, &owner, fair).await;
-                if fair {
-                    let _ = inner.leave_queue(&keys, &owner).await;
+            let inner = &self.mutex.inner;
+            let moot = self.lease.max(inner.settings.waiter_timeout()) + Duration::from_secs(1);
+            inner.reap("undo an unanswered acquire", moot, move |inner| {
+                let (keys, owner) = (keys.clone(), owner.clone());
+                async move {
+                    inner.release_mutex(&keys, &owner, fair).await?;
+                    if fair {
+                        inner.leave_queue(&keys, &owner).await?;
+                    }
+                    Ok(())
                 }
             });
         }
@@ -61,6 +69,7 @@ async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Re
         mutex: m,
         owner,
         fair,
+        lease,
         armed: true,
     };
     let sent_at = Instant::now();

@@ -133,8 +133,8 @@ pub async fn extend_on_watchdog_lease_is_invalid(locks: &Locks) {
     g.release().await.unwrap();
 }
 
-/// A guard whose lock was taken over gets `NotHeld` on release; the new holder is untouched.
-pub async fn release_after_takeover_is_not_held(locks: &Locks) {
+/// A guard whose lock was taken over gets `LockLost` on release; the new holder is untouched.
+pub async fn release_after_takeover_is_lost(locks: &Locks) {
     let n = name("takeover-release");
     let old = mutex(locks, &n)
         .acquire(&AcquireOptions::new().watchdog_lease(SHORT))
@@ -159,8 +159,8 @@ pub async fn release_after_takeover_is_not_held(locks: &Locks) {
     new.release().await.unwrap();
 }
 
-/// Releasing a guard after a force-unlock reports `NotHeld` and leaves the lock free.
-pub async fn release_after_force_unlock_is_not_held(locks: &Locks) {
+/// Releasing a guard after a force-unlock reports `LockLost` and leaves the lock free.
+pub async fn release_after_force_unlock_is_lost(locks: &Locks) {
     let n = name("force-release");
     let g = mutex(locks, &n).lock().await.unwrap();
     assert!(mutex(locks, &n).force_unlock().await.unwrap());
