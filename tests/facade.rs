@@ -103,7 +103,7 @@ async fn zk_urls_without_the_feature_say_which_feature() {
         .unwrap_err();
     match e.kind() {
         ErrorKind::BackendDisabled { scheme, feature } => {
-            assert_eq!((scheme.as_str(), *feature), ("zk", "zk"));
+            assert_eq!((scheme, feature), ("zk", "zk"));
         }
         other => panic!("{other:?}"),
     }

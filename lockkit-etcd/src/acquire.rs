@@ -20,8 +20,8 @@ use tokio::time::Instant;
 use crate::client::is_lease_not_found;
 use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, delete_key, reap_key, InFlight, KeyLease};
-use crate::session::grant_exact;
+use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, revoke, InFlight, KeyLease};
+use crate::session::{grant_exact, Session};
 use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
 
 /// What one acquire wants on a prefix.
@@ -48,7 +48,7 @@ pub(crate) async fn acquire(
     let prefix = nw.prefix().to_vec();
     loop {
         let d = r.lease().duration();
-        let (lease, clock) = if r.lease().is_watchdog() {
+        let (lease, mut clock) = if r.lease().is_watchdog() {
             let s = inner.session(d).await?;
             let clock = s.clock().clone();
             (KeyLease::Session(s), clock)
@@ -95,7 +95,24 @@ pub(crate) async fn acquire(
                 attempt.cleanup().await;
                 return Ok(None);
             }
-            match wait_turn(nw, rev, req.need, deadline).await {
+            // A fixed lease starts when the lock is taken: while we wait, our key lives on the
+            // handle's session lease instead.
+            let fixed = !r.lease().is_watchdog();
+            let parked = !fixed || attempt.park(rev, inner.session(inner.lease).await?).await?;
+            let standing = if parked {
+                wait_turn(nw, rev, req.need, deadline).await
+            } else {
+                Standing::Gone
+            };
+            match standing {
+                Standing::Owner if fixed => match attempt.unpark(rev, d).await? {
+                    Some(c) => clock = c,
+                    None => {
+                        attempt.cleanup().await;
+                        inner.check_open()?;
+                        continue;
+                    }
+                },
                 Standing::Owner => {}
                 Standing::Gone => {
                     // Our key vanished while we waited (lease lost, force_unlock): start over.
@@ -111,7 +128,7 @@ pub(crate) async fn acquire(
             }
         }
         let state = StateCell::new(clock);
-        if let KeyLease::Session(s) = &lease {
+        if let KeyLease::Session(s) = &attempt.lease {
             s.track(&state);
         }
         nw.add_holder(rev, &state);
@@ -257,6 +274,41 @@ impl Attempt {
             ErrorKind::Backend,
             "could not create the lock key (it kept reappearing)",
         ))
+    }
+
+    /// Moves our key (create revision `rev`) onto the session lease `s`, keeping its value, and
+    /// revokes the fixed lease it was on: a waiter's key then lives as long as we wait. `false`
+    /// when the key is gone.
+    async fn park(&mut self, rev: i64, s: Arc<Session>) -> Result<bool> {
+        let KeyLease::Fixed(fixed) = self.lease else {
+            return Ok(true);
+        };
+        if !move_to_lease(&self.inner, &self.key, rev, s.id()).await? {
+            return Ok(false);
+        }
+        self.lease = KeyLease::Session(s);
+        let _ = revoke(&self.inner, fixed).await;
+        Ok(true)
+    }
+
+    /// Grants the fixed lease of `d` now that we hold, and moves our key onto it: its clock
+    /// starts here. `None` when the key is gone.
+    async fn unpark(
+        &mut self,
+        rev: i64,
+        d: std::time::Duration,
+    ) -> Result<Option<Arc<LeaseClock>>> {
+        let (id, sent) = grant_exact(&self.inner.pool, d).await?;
+        match move_to_lease(&self.inner, &self.key, rev, id).await {
+            Ok(true) => {
+                self.lease = KeyLease::Fixed(id);
+                Ok(Some(LeaseClock::starting(sent, d)))
+            }
+            other => {
+                let _ = revoke(&self.inner, id).await;
+                other.map(|_| None)
+            }
+        }
     }
 
     /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours; a delete

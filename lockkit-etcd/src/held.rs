@@ -11,7 +11,7 @@ use lockkit_core::{Error, LostReason, Result};
 use tokio::task::JoinHandle;
 
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, reap_step, revoke, KeyLease};
+use crate::ops::{delete_if_ours, move_to_lease, reap_step, revoke, KeyLease};
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 
@@ -201,29 +201,15 @@ impl Held for EtcdHeld {
         // A new lease of the requested length; move our key onto it only while it is ours,
         // keeping its value (a semaphore's weight, a reader's `r`).
         let (new, _) = grant_exact(&s.inner.pool, lease).await?;
-        let (k, rev) = (s.key.clone(), s.rev);
-        let resp = s
-            .inner
-            .pool
-            .run("extend", true, move |mut c| {
-                let txn = Txn::new()
-                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
-                    .and_then([TxnOp::put(
-                        k.clone(),
-                        "",
-                        Some(PutOptions::new().with_lease(new).with_ignore_value()),
-                    )]);
-                async move { c.txn(txn).await }
-            })
-            .await;
+        let resp = move_to_lease(&s.inner, &s.key, s.rev, new).await;
         match resp {
-            Ok(r) if r.succeeded() => {
+            Ok(true) => {
                 *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
                 // Nothing is on the old lease any more: if this revoke fails, it runs out.
                 let _ = revoke(&s.inner, old).await;
                 Ok(())
             }
-            Ok(_) => {
+            Ok(false) => {
                 let _ = revoke(&s.inner, new).await;
                 s.state.mark_lost(LostReason::Deleted);
                 Err(Error::lost(&s.name))

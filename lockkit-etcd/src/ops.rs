@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
 use lockkit_core::spi::Attempt;
 use lockkit_core::Result;
 
@@ -119,6 +119,26 @@ pub(crate) fn reap_key(
             reap_step(&inner, lease.id(), work).await
         }
     });
+}
+
+/// Puts `key` on lease `id`, keeping its value, while its create revision is `rev`. Returns
+/// whether it did (the key is gone otherwise).
+pub(crate) async fn move_to_lease(inner: &Inner, key: &[u8], rev: i64, id: i64) -> Result<bool> {
+    let k = key.to_vec();
+    let resp = inner
+        .pool
+        .run("move a key to another lease", true, move |mut c| {
+            let txn = Txn::new()
+                .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(
+                    k.clone(),
+                    "",
+                    Some(PutOptions::new().with_lease(id).with_ignore_value()),
+                )]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(resp.succeeded())
 }
 
 /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.

@@ -170,3 +170,50 @@ async fn short_outage_keeps_the_lock() {
     assert_eq!(g.state(), LockState::Held);
     g.release().await.unwrap();
 }
+
+/// A waiter whose wait runs out while the server is frozen (SIGSTOP) for longer than the command
+/// timeout, but shorter than the lease, must not leave its key on its live session lease (etcd
+/// issue 9715): once the server is back and the holder releases, a third client gets the lock at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_timing_out_during_a_freeze_leaves_no_key() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let (a, b, c) = (
+        connect(&url, "lease=15s").await,
+        connect(&url, "lease=15s").await,
+        connect(&url, "lease=15s").await,
+    );
+    let n = name("frozen-waiter");
+    let held = a.mutex(&n).unwrap().lock().await.unwrap();
+    let waiter = {
+        let m = b.mutex(&n).unwrap();
+        tokio::spawn(async move { m.lock_for(Duration::from_millis(1200)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // its key is in place
+    let frozen = lockkit_testing::failover::Outage::pause("etcd");
+    let r = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter's acquire ends")
+        .unwrap();
+    assert!(!matches!(r, Ok(Some(_))), "the waiter got a held lock");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    frozen.end();
+    held.release().await.unwrap();
+    let started = Instant::now();
+    let g = c
+        .mutex(&n)
+        .unwrap()
+        .lock_for(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("free after the release");
+    // The reaper tries again at most every 2 s; a key left behind would block until b's handle
+    // goes away.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a timed-out waiter's key blocked the lock: {:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
+}

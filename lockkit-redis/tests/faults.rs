@@ -391,3 +391,59 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
     );
     got.release().await.unwrap();
 }
+
+/// A queued waiter whose wait runs out while the server is down leaves the queue once the
+/// server is back (the leave goes to the reaper instead of being tried once): the release then
+/// hands the lock to the next client at once, not to the dead waiter's entry, which with a 5 s
+/// heartbeat would hold everyone off for 15 s. (A frozen server would not show it: it runs the
+/// commands buffered on its sockets when it resumes, the timed-out leave among them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_timing_out_during_an_outage_leaves_the_queue_afterwards() {
+    let mut server = PrivateRedis::start(&["--appendonly", "yes"]);
+    let opts = [("command_timeout", "1s"), ("waiter_heartbeat", "5s")];
+    let (a, b, c) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let n = lockkit_testing::unique_name("waiter-outage");
+    let held = a.mutex(&n).unwrap().lock().await.unwrap();
+    let waiter = {
+        let m = b.mutex(&n).unwrap();
+        tokio::spawn(async move { m.lock_for(Duration::from_millis(1200)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // queued
+    server.stop();
+    let r = tokio::time::timeout(Duration::from_secs(15), waiter)
+        .await
+        .expect("the waiter's acquire ends")
+        .unwrap();
+    assert!(!matches!(r, Ok(Some(_))), "the waiter got a held lock");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.start_again();
+    // The holder's watchdog and the reaper find the server again; the third client's idle
+    // connection learns of the restart at its first command.
+    let probe = c.mutex(&n).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    while probe.is_locked().await.is_err() {
+        assert!(Instant::now() < until, "the third client did not reconnect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    held.release().await.unwrap();
+    let started = Instant::now();
+    let g = c
+        .mutex(&n)
+        .unwrap()
+        .lock_for(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("free after the release");
+    // The reaper tries again at most every 2 s; a dead entry would keep the lock 15 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the lock went to the dead waiter's queue entry: {:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
+}

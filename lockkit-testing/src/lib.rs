@@ -83,6 +83,7 @@ macro_rules! conformance_suite {
             extend_after_expiry_fails_and_does_not_recreate,
             extend_on_watchdog_lease_is_invalid,
             extend_to_a_shorter_lease_moves_the_deadline,
+            fixed_lease_starts_when_the_lock_is_taken,
             independent_names_do_not_block,
             state_stays_held_while_renewed,
             invalid_names_are_rejected,
@@ -95,13 +96,16 @@ macro_rules! conformance_suite {
             rw_upgrade_fails_typed,
             rw_write_tokens_increase,
             rw_reentrant_reads,
+            rw_extend_keeps_a_reader_a_reader,
+            rw_downgrade_does_not_fire_lost,
             semaphore_never_exceeds_permits,
             semaphore_permits_return_on_drop,
             semaphore_permits_return_on_lease_expiry,
             semaphore_available_counts,
             semaphore_acquire_n_at_once,
             semaphore_bad_counts_are_invalid,
-            semaphore_dropped_waiter_leaves_no_trace
+            semaphore_dropped_waiter_leaves_no_trace,
+            semaphore_extend_keeps_the_permits
         );
     };
 }

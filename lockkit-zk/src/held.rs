@@ -181,6 +181,22 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
 }
 
 impl ZkHeld {
+    /// Deletes `paths` in the reaper: retried until they are gone or the session has ended.
+    fn reap_paths(&self, paths: Vec<String>) {
+        let (client, paths) = (self.client.clone(), Arc::new(paths));
+        let limit = self.session.cfg.command_timeout;
+        self.session.reaper.retry("delete a lock node", move || {
+            let (client, paths) = (client.clone(), paths.clone());
+            async move {
+                match delete_all(&client, &paths, limit).await {
+                    Ok(_) => Attempt::Done,
+                    Err(_) if client.state().is_terminated() => Attempt::Moot,
+                    Err(e) => Attempt::Retry(e),
+                }
+            }
+        });
+    }
+
     fn finish(&self) {
         self.released.store(true, Ordering::Release);
         self.session.untrack(self.track_id);
@@ -221,22 +237,8 @@ impl Held for ZkHeld {
             }
             Err(e) if !e.is_retryable() => Err(e),
             Err(e) => {
-                // The node must not outlive the guard while the session lives: the reaper
-                // retries until it is gone or the session has ended.
-                let (client, paths) = (self.client.clone(), Arc::new(self.paths.clone()));
-                let limit = self.session.cfg.command_timeout;
-                self.session
-                    .reaper
-                    .retry("delete a released lock node", move || {
-                        let (client, paths) = (client.clone(), paths.clone());
-                        async move {
-                            match delete_all(&client, &paths, limit).await {
-                                Ok(_) => Attempt::Done,
-                                Err(_) if client.state().is_terminated() => Attempt::Moot,
-                                Err(e) => Attempt::Retry(e),
-                            }
-                        }
-                    });
+                // The node must not outlive the guard while the session lives.
+                self.reap_paths(self.paths.clone());
                 Err(e)
             }
         }
@@ -269,17 +271,33 @@ impl Held for ZkHeld {
             .add_delete(path, None)
             .and_then(|_| multi.add_create(&read_path, b"lockkit", &options))
             .map_err(|e| map(e, "downgrade"))?;
-        match multi.commit().await {
-            Ok(_) => {}
-            Err(e) => {
-                let e: zk::Error = e.into();
-                return Err(match e {
-                    zk::Error::NoNode => {
-                        self.state.mark_lost(LostReason::Deleted);
-                        Error::lost(&self.name)
-                    }
-                    e => map(e, "downgrade"),
-                });
+        // The deletion of our write node is ours: its watch must not report it as a loss (the
+        // notification comes before the multi's reply).
+        self.released.store(true, Ordering::Release);
+        if let Err(e) = multi.commit().await {
+            let e: zk::Error = e.into();
+            if let zk::Error::NoNode = e {
+                self.state.mark_lost(LostReason::Deleted);
+                return Err(Error::lost(&self.name));
+            }
+            // The reply was lost: the multi may have committed. If our read node is there, it
+            // did; if we cannot tell, the reaper deletes the read node should it exist.
+            let limit = self.session.cfg.command_timeout;
+            let lookup = async {
+                crate::ops::retry(limit, "sync", || self.client.sync(&write.dir)).await?;
+                crate::ops::retry(limit, "stat", || self.client.check_stat(&read_path)).await
+            };
+            match lookup.await {
+                Ok(Some(stat)) if stat.ephemeral_owner == self.client.session_id().0 => {}
+                Ok(_) => {
+                    self.released.store(false, Ordering::Release);
+                    return Err(map(e, "downgrade"));
+                }
+                Err(_) => {
+                    self.reap_paths(vec![read_path]);
+                    self.released.store(false, Ordering::Release);
+                    return Err(map(e, "downgrade"));
+                }
             }
         }
         self.finish();

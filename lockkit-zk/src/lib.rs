@@ -36,15 +36,18 @@ pub use crate::queue::find_by_prefix;
 pub use zookeeper_client;
 
 /// Finds the node `client`'s session created in `dir` with the protected prefix `prefix`
-/// (`_c_<uuid>-<marker>`), as an acquire does after a connection loss interrupted its create.
-/// A node with the prefix that another session owns is not ours (its `ephemeralOwner` differs)
-/// and gives `None`: Curator's prefix-only lookup would claim it.
+/// (`_c_<uuid>-<marker>`), as an acquire does after a connection loss interrupted its create
+/// (after a `sync`; the one first in queue order if there are several). A node with the prefix
+/// that another session owns is not ours (its `ephemeralOwner` differs) and gives `None`:
+/// Curator's prefix-only lookup would claim it.
 pub async fn find_own_node(
     client: &zookeeper_client::Client,
     dir: &str,
     prefix: &str,
 ) -> Result<Option<String>> {
-    queue::find_protected(client, dir, prefix, std::time::Duration::from_secs(5)).await
+    let ours =
+        queue::find_protected(client, dir, prefix, std::time::Duration::from_secs(5)).await?;
+    Ok(ours.into_iter().next())
 }
 
 /// Connects to ZooKeeper as described by `cfg` and returns a [`Locks`] handle. The handle owns

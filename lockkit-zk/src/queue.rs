@@ -38,15 +38,13 @@ pub(crate) struct Node {
     pub client: zk::Client,
     pub path: String,
     pub czxid: i64,
+    /// Its protected prefix: any other node carrying it is a duplicate of ours.
+    pub prefix: String,
 }
 
 enum Item {
-    Path(String),
-    /// A create was sent but its answer not seen: whatever node carries this protected prefix.
-    Prefix {
-        dir: String,
-        prefix: String,
-    },
+    /// Whatever node of ours carries this protected prefix.
+    Prefix { dir: String, prefix: String },
 }
 
 /// Deletes the nodes of an unfinished acquire when dropped (a cancelled or failed acquire),
@@ -75,14 +73,6 @@ impl Cleanup {
             dir: dir.to_string(),
             prefix: prefix.to_string(),
         });
-    }
-
-    fn resolve(&mut self, prefix: &str, path: &str) {
-        for item in &mut self.items {
-            if matches!(item, Item::Prefix { prefix: p, .. } if p == prefix) {
-                *item = Item::Path(path.to_string());
-            }
-        }
     }
 
     /// Deletes everything now (awaited) and disarms; nodes the server does not delete now go
@@ -133,39 +123,43 @@ fn reap(reaper: &Reaper, client: zk::Client, items: Vec<Item>, timeout: Duration
 
 /// Deletes in reverse order of creation: a semaphore's leases before its entry lock.
 async fn delete_items(client: &zk::Client, items: &[Item], timeout: Duration) -> Result<()> {
-    for item in items.iter().rev() {
-        match item {
-            Item::Path(path) => {
-                delete_node(client, path, timeout).await?;
-            }
-            Item::Prefix { dir, prefix } => {
-                if let Some(name) = find_protected(client, dir, prefix, timeout).await? {
-                    delete_node(client, &format!("{dir}/{name}"), timeout).await?;
-                }
-            }
+    for Item::Prefix { dir, prefix } in items.iter().rev() {
+        for name in find_protected(client, dir, prefix, timeout).await? {
+            delete_node(client, &format!("{dir}/{name}"), timeout).await?;
         }
     }
     Ok(())
 }
 
-/// Finds the node of ours carrying protected prefix `prefix` in `dir`, checking that its
-/// `ephemeralOwner` is our session: after a connection loss the create may have happened.
+/// The nodes of ours carrying protected prefix `prefix` in `dir`, in queue order, each checked
+/// to be our session's (`ephemeralOwner`): after a connection loss the create may have
+/// happened, once or (a late create of the lost connection besides our retry) twice. The
+/// listing comes after a `sync`, so a server we reconnected to that lags the leader shows every
+/// create that committed.
 pub(crate) async fn find_protected(
     client: &zk::Client,
     dir: &str,
     prefix: &str,
     limit: Duration,
-) -> Result<Option<String>> {
-    let children = list_or_empty(client, dir, limit).await?;
-    let Some(name) = find_by_prefix(&children, prefix) else {
-        return Ok(None);
-    };
-    let path = format!("{dir}/{name}");
-    let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
-    match stat {
-        Some(s) if s.ephemeral_owner == client.session_id().0 => Ok(Some(name)),
-        _ => Ok(None),
+) -> Result<Vec<String>> {
+    match retry(limit, "sync", || client.sync(dir)).await {
+        Ok(()) => {}
+        // No directory: no node of ours either.
+        Err(e) if e.kind() == ErrorKind::Backend => {}
+        Err(e) => return Err(e),
     }
+    let children = list_or_empty(client, dir, limit).await?;
+    let mut ours = Vec::new();
+    for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
+        let path = format!("{dir}/{name}");
+        let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
+        if stat.is_some_and(|s| s.ephemeral_owner == client.session_id().0) {
+            ours.push(name);
+        }
+    }
+    let seq = |n: &String| n[prefix.len()..].parse::<i64>().unwrap_or(i64::MAX);
+    ours.sort_by(|a, b| node::seq_cmp(seq(a), seq(b)));
+    Ok(ours)
 }
 
 /// The child whose name starts with our protected prefix (Curator's `findProtectedNodeInForeground`).
@@ -175,8 +169,9 @@ pub fn find_by_prefix(children: &[String], prefix: &str) -> Option<String> {
 
 /// Creates our node `dir/_c_<uuid>-<marker><seq>` and lists the directory in the same round
 /// trip (ZooKeeper answers one session's requests in order, so the listing includes the node).
-/// A create that fails with a connection loss is looked up by its protected prefix and retried
-/// only if it did not happen.
+/// Our node is the path the create returned. A create that fails with a connection loss is
+/// looked up by its protected prefix (after a `sync`) and retried only if it did not happen; a
+/// second node of ours (a late create of the lost connection) is deleted.
 pub(crate) async fn create(
     session: &Session,
     client: &zk::Client,
@@ -189,14 +184,15 @@ pub(crate) async fn create(
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
     let limit = session.cfg.command_timeout;
     let until = Instant::now() + limit;
+    // Whatever node carries the prefix is deleted if the acquire ends without the lock.
     cleanup.push_prefix(dir, &prefix);
     let mut made_dir = 0;
     let mut lost_reply = TRANSIENT.start();
     loop {
         let created = client.create(&full, b"lockkit", &options);
         let listed = client.list_children(dir);
-        let stat = match created.await {
-            Ok((stat, _)) => Some(stat),
+        let (stat, name) = match created.await {
+            Ok((stat, seq)) => (stat, format!("{prefix}{seq}")),
             // The container may be reaped between our mkdir and create: try a few times.
             Err(zk::Error::NoNode) if made_dir < 3 => {
                 drop(listed);
@@ -208,28 +204,31 @@ pub(crate) async fn create(
                 drop(listed);
                 session.count_lookup();
                 lost_reply.wait().await;
-                match find_protected(client, dir, &prefix, limit).await? {
-                    Some(name) => {
-                        let path = format!("{dir}/{name}");
-                        cleanup.resolve(&prefix, &path);
-                        let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
-                        let Some(stat) = stat else { continue };
-                        let children = retry(limit, "list", || client.list_children(dir)).await?;
-                        return Ok((
-                            Node {
-                                client: client.clone(),
-                                path,
-                                czxid: stat.czxid,
-                            },
-                            children,
-                        ));
-                    }
-                    None => continue,
+                let mut ours = find_protected(client, dir, &prefix, limit)
+                    .await?
+                    .into_iter();
+                let Some(name) = ours.next() else {
+                    continue; // it did not happen: create again
+                };
+                for extra in ours {
+                    delete_node(client, &format!("{dir}/{extra}"), limit).await?;
                 }
+                let path = format!("{dir}/{name}");
+                let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
+                let Some(stat) = stat else { continue };
+                let children = retry(limit, "list", || client.list_children(dir)).await?;
+                return Ok((
+                    Node {
+                        client: client.clone(),
+                        path,
+                        czxid: stat.czxid,
+                        prefix,
+                    },
+                    children,
+                ));
             }
             Err(e) => return Err(map(e, &format!("cannot create a node in {dir}"))),
         };
-        let stat = stat.expect("set above");
         if stat.ephemeral_owner != client.session_id().0 {
             return Err(Error::new(
                 ErrorKind::WrongType,
@@ -240,19 +239,18 @@ pub(crate) async fn create(
             Ok(c) => c,
             Err(_) => retry(limit, "list", || client.list_children(dir)).await?,
         };
-        let Some(name) = find_by_prefix(&children, &prefix) else {
+        if !children.contains(&name) {
             return Err(Error::new(
                 ErrorKind::LockLost,
                 format!("our new node in {dir} vanished at once"),
             ));
-        };
-        let path = format!("{dir}/{name}");
-        cleanup.resolve(&prefix, &path);
+        }
         return Ok((
             Node {
                 client: client.clone(),
-                path,
+                path: format!("{dir}/{name}"),
                 czxid: stat.czxid,
+                prefix,
             },
             children,
         ));
@@ -308,6 +306,16 @@ pub(crate) async fn wait_turn(
     let limit = session.cfg.command_timeout;
     let mut watch_retry = TRANSIENT.start();
     loop {
+        // A late create of a lost connection is a second node of ours: never wait behind it.
+        let extra: Vec<String> = children
+            .iter()
+            .filter(|c| c.starts_with(&node.prefix) && **c != ours)
+            .cloned()
+            .collect();
+        for c in &extra {
+            delete_node(client, &format!("{}/{c}", spec.dir), limit).await?;
+        }
+        children.retain(|c| !extra.contains(c));
         match decide(spec, &children, &ours) {
             Turn::Ours => return Ok(true),
             Turn::Gone => {

@@ -169,17 +169,18 @@ impl Session {
     }
 
     /// Creates the directories of `path` (containers, like Curator's
-    /// `creatingParentContainersIfNeeded`), with our ACL on the last one.
+    /// `creatingParentContainersIfNeeded`), each with our ACL.
     pub(crate) async fn ensure_dir(&self, client: &zk::Client, path: &str) -> Result<()> {
         let (parent, _) = path.rsplit_once('/').unwrap_or(("", path));
-        let open = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        // Every directory we create carries our ACL: with `acl=creator`, a world-writable
+        // parent would let another identity pre-create a lock directory and shut us out.
         let ours = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
         let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).start();
         let until = Instant::now() + self.cfg.command_timeout;
         loop {
             let mut result = Ok(());
             if !parent.is_empty() {
-                result = client.mkdir(parent, &open).await;
+                result = client.mkdir(parent, &ours).await;
             }
             if result.is_ok() {
                 result = match client.create(path, &[], &ours).await {

@@ -56,3 +56,32 @@ async fn second_identity_cannot_delete_our_lock_node() {
     assert_eq!(raw.get_children(&dir).await.unwrap().0, children);
     guard.release().await.unwrap();
 }
+
+/// The directories above our lock nodes carry our ACL too, not the world's: another identity
+/// cannot create a lock directory beside ours (say, to pre-create `…/mutex/<name>` with an ACL
+/// that shuts everyone out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_identity_cannot_create_directories_under_ours() {
+    let Some(url) = server_url("zk_secure") else {
+        return;
+    };
+    // A fresh prefix, so every directory above the lock is created by this test.
+    let prefix = unique_name("acl-dirs").replace('/', "-");
+    let ours = lockkit_zk::connect_zk(&LockConfig::new(url.clone()).with_option("prefix", &prefix))
+        .await
+        .unwrap();
+    let guard = ours.mutex("a").unwrap().lock().await.unwrap();
+    let dir_a = ours.mutex_path("a");
+    let parent = dir_a.rsplit_once('/').unwrap().0.to_string();
+    let theirs = lockkit_zk::connect_zk(&LockConfig::new(intruder_url(&url)))
+        .await
+        .unwrap();
+    let raw = theirs.zk_client().unwrap();
+    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let created = raw.create(&format!("{parent}/b"), b"", &options).await;
+    assert!(
+        matches!(created, Err(zk::Error::NoAuth)),
+        "another identity created a lock directory under ours: {created:?}"
+    );
+    guard.release().await.unwrap();
+}

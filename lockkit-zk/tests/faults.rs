@@ -200,3 +200,51 @@ async fn create_interrupted_by_connection_loss_leaves_one_node() {
         "no cut hit a create: the protected lookup was not exercised"
     );
 }
+
+/// A waiter whose wait runs out while the server is frozen (SIGSTOP) for longer than the command
+/// timeout, but shorter than the session timeout, must not leave its node on its live session:
+/// once the server is back and the holder releases, a third client gets the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_timing_out_during_a_freeze_leaves_no_node() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let url = with_params(
+        &url,
+        &format!("lease=15s&command_timeout=1s&prefix={}", prefix()),
+    );
+    let (a, b, c) = (
+        backend(&url).await.into_locks(),
+        backend(&url).await.into_locks(),
+        backend(&url).await.into_locks(),
+    );
+    let held = a.mutex("frozen-waiter").unwrap().lock().await.unwrap();
+    let waiter = {
+        let m = b.mutex("frozen-waiter").unwrap();
+        tokio::spawn(async move { m.lock_for(Duration::from_millis(1200)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // its node is in place
+    let frozen = lockkit_testing::failover::Outage::pause("zk");
+    let r = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter's acquire ends")
+        .unwrap();
+    assert!(!matches!(r, Ok(Some(_))), "the waiter got a held lock");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    frozen.end();
+    wait_state(&held, LockState::Held, Duration::from_secs(10)).await;
+    held.release().await.unwrap();
+    let started = Instant::now();
+    let g = c
+        .mutex("frozen-waiter")
+        .unwrap()
+        .lock_for(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("free after the release");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a timed-out waiter's node blocked the lock: {:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
+}

@@ -26,11 +26,11 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     let give_up_at = req.deadline();
     let owner = inner.new_owner();
     let heartbeat = settings.waiter_heartbeat;
-    // A hand-off sets this expiry; the watchdog extends it to the lease. A fixed lease longer
-    // than it, or a hand-off that must reach replicas first, is taken up by an attempt instead.
+    // A hand-off sets this expiry; the watchdog extends it to the lease. A fixed lease is taken
+    // up by an attempt instead, which starts the whole lease then (the hand-off's expiry runs
+    // from a moment the waiter cannot know), as is a hand-off that must reach replicas first.
     let grant_expiry = lease.duration().min(settings.waiter_timeout());
-    let take_grants =
-        settings.wait_replicas == 0 && (lease.is_watchdog() || grant_expiry == lease.duration());
+    let take_grants = settings.wait_replicas == 0 && lease.is_watchdog();
 
     // The first attempt queues us if the lock is busy; later ones refresh our place and take up
     // a hand-off whose message we missed.

@@ -230,3 +230,43 @@ pub async fn extend_to_a_shorter_lease_moves_the_deadline(locks: &Locks) {
     assert!(other.token() > g.token());
     other.release().await.unwrap();
 }
+
+/// A fixed lease starts when the lock is taken, not when the wait for it began: a waiter with a
+/// 2 s fixed lease that waits 3 s still holds for 2 s once it gets the lock.
+pub async fn fixed_lease_starts_when_the_lock_is_taken(locks: &Locks) {
+    if !locks.capabilities().mutex.fixed_lease {
+        return; // Unsupported: checked by fixed_lease_expires_and_old_guard_is_lost
+    }
+    let n = name("fixed-after-wait");
+    let holder = mutex(locks, &n).lock().await.unwrap();
+    let waiter = {
+        let m = mutex(locks, &n);
+        tokio::spawn(async move {
+            let opts = fixed(SHORT * 2).wait(Duration::from_secs(20));
+            m.acquire(&opts).await
+        })
+    };
+    tokio::time::sleep(SHORT * 3).await;
+    holder.release().await.unwrap();
+    let g = within(SOON, "the waiter's acquire", waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the waiter gets the lock");
+    assert_eq!(g.state(), LockState::Held);
+    if let Some(left) = g.remaining() {
+        assert!(
+            left > SHORT,
+            "the fixed lease ran while waiting: {left:?} left of {:?}",
+            SHORT * 2
+        );
+    }
+    tokio::time::sleep(SHORT).await;
+    assert_eq!(
+        g.state(),
+        LockState::Held,
+        "the fixed lease ran while waiting"
+    );
+    assert!(mutex(locks, &n).try_lock().await.unwrap().is_none());
+    g.release().await.unwrap();
+}

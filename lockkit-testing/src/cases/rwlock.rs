@@ -145,3 +145,47 @@ pub async fn rw_reentrant_reads(locks: &Locks) {
         .unwrap();
     w.release().await.unwrap();
 }
+
+/// `extend` keeps the mode: an extended read lock is still a read lock, which other readers
+/// share.
+pub async fn rw_extend_keeps_a_reader_a_reader(locks: &Locks) {
+    let Some((_, rw)) = rw(locks, "rw-extend") else {
+        return;
+    };
+    if !locks.capabilities().rwlock.is_some_and(|c| c.fixed_lease) {
+        return; // Unsupported: checked by unsupported_capabilities_say_so
+    }
+    let opts = lockkit_core::AcquireOptions::new()
+        .fixed_lease(Duration::from_secs(5))
+        .no_wait();
+    let r = rw.read(&opts).await.unwrap().expect("free");
+    r.extend(Duration::from_secs(6)).await.unwrap();
+    let other = within(SOON, "a second reader", rw.try_read())
+        .await
+        .unwrap()
+        .expect("an extended read lock keeps other readers out");
+    assert!(rw.try_write().await.unwrap().is_none());
+    other.release().await.unwrap();
+    r.release().await.unwrap();
+}
+
+/// A downgrade gives the write lock up on purpose: the write guard's `lost()` must not fire
+/// (ZooKeeper reports the write node's deletion before the downgrade's reply).
+pub async fn rw_downgrade_does_not_fire_lost(locks: &Locks) {
+    let Some((_, rw)) = rw(locks, "rw-downgrade-lost") else {
+        return;
+    };
+    let w = rw.write_lock().await.unwrap();
+    // Long enough for a backend to watch the write lock for deletion.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let lost = w.lost();
+    let r = w.downgrade().await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), lost)
+            .await
+            .is_err(),
+        "the downgraded write guard's lost() fired"
+    );
+    assert_eq!(r.state(), lockkit_core::LockState::Held);
+    r.release().await.unwrap();
+}

@@ -186,3 +186,27 @@ pub async fn semaphore_dropped_waiter_leaves_no_trace(locks: &Locks) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(s.available().await.unwrap(), 2);
 }
+
+/// `extend` keeps what a permit holds: a holder of all permits that extends still holds all of
+/// them (an extend that forgot the weight would let others in).
+pub async fn semaphore_extend_keeps_the_permits(locks: &Locks) {
+    let Some((_, s)) = sem(locks, "sem-extend", 3) else {
+        return;
+    };
+    if !locks
+        .capabilities()
+        .semaphore
+        .is_some_and(|c| c.fixed_lease)
+    {
+        return; // Unsupported: checked by unsupported_capabilities_say_so
+    }
+    let p = s.acquire(3, &fixed(SHORT * 5)).await.unwrap().unwrap();
+    p.extend(SHORT * 6).await.unwrap();
+    assert!(
+        s.try_acquire(1).await.unwrap().is_none(),
+        "an extended holder of 3 of 3 permits left room for more"
+    );
+    assert_eq!(s.available().await.unwrap(), 0);
+    assert_eq!(p.permits(), 3);
+    p.release().await.unwrap();
+}
