@@ -71,6 +71,7 @@ impl Registry {
             permits,
             holds: AtomicU32::new(1),
             released: AtomicBool::new(false),
+            expiry: Mutex::new(None),
         });
         let refusal = if self.is_closed() {
             own.state.mark_lost(LostReason::Closed);
@@ -89,6 +90,7 @@ impl Registry {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, Arc::downgrade(&own));
+        own.arm_expiry();
         Ok(own)
     }
 
@@ -127,9 +129,11 @@ pub(crate) struct Ownership {
     held: Box<dyn Held>,
     pub(crate) permits: u32,
     pub(crate) holds: AtomicU32,
-    /// Whether the backend release was started (by the last hold, a drop or `close()`): it
-    /// runs once.
+    /// Whether the backend release was started (by the last hold, a drop, `close()` or the end
+    /// of a fixed lease): it runs once.
     released: AtomicBool,
+    /// A fixed lease's end: the task that releases the ownership on the backend then.
+    expiry: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Drop for Ownership {
@@ -151,12 +155,46 @@ impl Ownership {
         }
     }
 
+    /// A fixed lease ends at the guard's deadline (which `extend` moves): the ownership is
+    /// released on the backend then, the same release a guard's own would send (so a backend
+    /// that hands locks over hands this one to its next waiter). The guard reads Lost already.
+    fn arm_expiry(self: &Arc<Self>) {
+        if self.lease().is_watchdog() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (me, clock) = (Arc::downgrade(self), self.state.clock().clone());
+        let task = rt.spawn(async move {
+            clock.passed().await;
+            let Some(own) = me.upgrade() else { return };
+            // This task is the expiry: the release below must not abort it.
+            own.expiry.lock().unwrap_or_else(|e| e.into_inner()).take();
+            own.state.mark_lost(LostReason::LeaseExpired);
+            let _ = own.release_on_backend().await;
+        });
+        *self.expiry.lock().unwrap_or_else(|e| e.into_inner()) = Some(task.abort_handle());
+    }
+
+    /// The backend ownership ended without a release (it became another one): nothing may
+    /// release it any more.
+    fn retire(&self) {
+        self.released.store(true, Ordering::Release);
+        if let Some(expiry) = self.expiry.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            expiry.abort();
+        }
+    }
+
     /// Releases on the backend (the last hold is gone), traced; Lost if the backend found the
     /// lock gone, Released either way.
     pub(crate) async fn release_on_backend(self: Arc<Self>) -> Result<()> {
         if self.released.swap(true, Ordering::AcqRel) {
-            // `close()` released it already.
+            // `close()` or the lease's end released it already.
             return Err(lost_error(&self.name, self.state.reason()));
+        }
+        if let Some(expiry) = self.expiry.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            expiry.abort();
         }
         let span = tracing::debug_span!(
             "lockkit.release",
@@ -256,7 +294,9 @@ impl GuardCore {
         // earlier than this request.
         own.state.clock().renewed(sent_at, lease);
         *own.lease.lock().unwrap_or_else(|e| e.into_inner()) = Lease::Fixed(lease);
-        Ok(())
+        // The old deadline may have passed while the extend was in flight: the expiry released
+        // the lock then, and the extend cannot bring it back.
+        own.check_live()
     }
 
     pub(crate) async fn downgrade(mut self) -> Result<GuardCore> {
@@ -275,6 +315,7 @@ impl GuardCore {
         // The write ownership became the read ownership: nothing left to release.
         self.armed = false;
         own.holds.store(0, Ordering::Release);
+        own.retire();
         own.state.mark_released();
         let read = own
             .registry

@@ -1,4 +1,4 @@
-//! A held key: release (owner-checked, etcd issue 22082), fixed-lease expiry and extend,
+//! A held key: release (owner-checked, etcd issue 22082), extend,
 //! write-to-read downgrade.
 
 use std::sync::{Arc, Mutex};
@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
 use lockkit_core::{Error, LostReason, Result};
-use tokio::task::JoinHandle;
 
 use crate::inner::Inner;
 use crate::ops::{delete_if_ours, move_to_lease, reap_step, revoke, KeyLease};
@@ -89,55 +88,22 @@ impl HeldShared {
     }
 }
 
-/// A held key, from the backend's side.
+/// A held key, from the backend's side. A fixed lease's end is released by the core (this
+/// same release, at the guard's deadline).
 #[derive(Debug)]
 pub(crate) struct EtcdHeld {
     shared: Arc<HeldShared>,
-    /// For fixed leases: the task that removes our key when the guard's deadline passes.
-    expiry: Option<JoinHandle<()>>,
 }
 
 impl EtcdHeld {
     pub(crate) fn new(shared: Arc<HeldShared>) -> EtcdHeld {
-        let expiry = (!shared.guard_lease.is_watchdog())
-            .then(|| tokio::spawn(expire_at_deadline(Arc::downgrade(&shared))));
-        EtcdHeld { shared, expiry }
-    }
-
-    fn stop_expiry(&self) {
-        if let Some(t) = &self.expiry {
-            t.abort();
-        }
-    }
-}
-
-impl Drop for EtcdHeld {
-    fn drop(&mut self) {
-        self.stop_expiry();
-    }
-}
-
-/// A fixed lease's end: once the guard's deadline (which `extend` moves) passes, the lock is
-/// ours no longer. The guard reads Lost already; delete the key (if still ours) and revoke the
-/// lease so that the next acquirer need not wait for etcd's own expiry.
-async fn expire_at_deadline(shared: std::sync::Weak<HeldShared>) {
-    let Some(clock) = shared.upgrade().map(|s| s.state.clock().clone()) else {
-        return;
-    };
-    clock.passed().await;
-    let Some(s) = shared.upgrade() else { return };
-    s.state.mark_lost(LostReason::LeaseExpired);
-    s.nw.remove_holder(s.rev);
-    match delete_if_ours(&s.inner, &s.key, s.rev).await {
-        Ok(_) => s.finish().await,
-        Err(_) => s.reap(),
+        EtcdHeld { shared }
     }
 }
 
 #[async_trait]
 impl Held for EtcdHeld {
     async fn release(&self) -> Result<()> {
-        self.stop_expiry();
         self.shared.release().await
     }
 
@@ -164,7 +130,6 @@ impl Held for EtcdHeld {
             s.state.mark_lost(LostReason::Deleted);
             return Err(Error::lost(&s.name));
         }
-        self.stop_expiry();
         // The read ownership keeps the write ownership's deadline.
         let state = StateCell::new(s.state.clock().clone());
         let lease = s.lease.lock().unwrap_or_else(|e| e.into_inner()).clone();

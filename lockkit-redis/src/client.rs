@@ -125,9 +125,7 @@ impl Inner {
         fair: bool,
     ) -> Result<bool> {
         let latch = keys.unlock_latch(owner);
-        let latch_ttl = (self.settings.command_timeout * (RELEASE_RETRIES + 1) * 2)
-            .max(Duration::from_secs(10))
-            .as_millis() as u64;
+        let latch_ttl = self.latch_ttl_ms();
         let mut inv;
         if self.settings.redisson_compat {
             inv = self.scripts.rs_release.prepare_invoke();
@@ -147,10 +145,17 @@ impl Inner {
                 .key(&keys.waiters)
                 .arg(owner)
                 .arg(latch_ttl)
-                .arg(self.settings.fence_ttl.as_millis() as u64)
-                .arg(self.settings.waiter_timeout().as_millis() as u64);
+                .arg(self.settings.fence_ttl.as_millis() as u64);
         }
         Ok(self.invoke_retrying(&inv, "release").await? == 1)
+    }
+
+    /// How long an unlock latch answers retries of its release: every retry of
+    /// [`invoke_retrying`](Self::invoke_retrying), and then some (at least 10 s).
+    pub(crate) fn latch_ttl_ms(&self) -> u64 {
+        (self.settings.command_timeout * (RELEASE_RETRIES + 1) * 2)
+            .max(Duration::from_secs(10))
+            .as_millis() as u64
     }
 
     /// Runs an idempotent script, retrying up to [`RELEASE_RETRIES`] times after a lost reply.
@@ -226,8 +231,7 @@ impl Inner {
                 .key(&keys.queue)
                 .key(&keys.waiters)
                 .arg(owner)
-                .arg(self.settings.fence_ttl.as_millis() as u64)
-                .arg(self.settings.waiter_timeout().as_millis() as u64);
+                .arg(self.settings.fence_ttl.as_millis() as u64);
         }
         self.invoke_retrying(&inv, "leave queue").await.map(drop)
     }

@@ -178,8 +178,7 @@ impl RawMutex for RedisMutex {
                 .key(&self.keys.fence)
                 .key(&self.keys.queue)
                 .key(&self.keys.waiters)
-                .arg(settings.fence_ttl.as_millis() as u64)
-                .arg(settings.waiter_timeout().as_millis() as u64);
+                .arg(settings.fence_ttl.as_millis() as u64);
         }
         let r: i64 = self.inner.invoke(&inv, "force_unlock").await?;
         Ok(r == 1)

@@ -4,7 +4,9 @@ use redis::Script;
 
 /// The Lua sources, for operators who want to read exactly what runs on their server. Every
 /// script that issues a fencing token starts with `scripts/fence.lua` (server time and the token
-/// rule); the native mutex's also with `scripts/handoff.lua` (its queue and hand-off).
+/// rule); the native mutex's also with `scripts/handoff.lua` (its queue and hand-off); every
+/// script that removes one of our hash fields with `scripts/owned.lua` (which hides only
+/// `WRONGTYPE`).
 pub mod source {
     /// The text of `scripts/<file>`s, one after the other.
     macro_rules! lua {
@@ -19,9 +21,9 @@ pub mod source {
     /// layout (`redisson_compat`), and natively a `try_lock` that is not fair.
     pub const TRY_ACQUIRE: &str = lua!("fence.lua", "try_acquire.lua");
     /// Owner-checked, idempotent release that hands the lock to the first live waiter.
-    pub const RELEASE: &str = lua!("fence.lua", "handoff.lua", "release.lua");
+    pub const RELEASE: &str = lua!("owned.lua", "fence.lua", "handoff.lua", "release.lua");
     /// A waiter gives up: leaves the queue and passes on a lock handed to it.
-    pub const LEAVE: &str = lua!("fence.lua", "handoff.lua", "leave.lua");
+    pub const LEAVE: &str = lua!("owned.lua", "fence.lua", "handoff.lua", "leave.lua");
     /// Admin force-unlock (hands the lock to the first live waiter).
     pub const FORCE_UNLOCK: &str = lua!("fence.lua", "handoff.lua", "force_unlock.lua");
     /// Batched, owner-checked renewal (also used by `extend`).
@@ -31,7 +33,7 @@ pub mod source {
     /// Read-only probe (remaining lease and holders).
     pub const PROBE: &str = lua!("probe.lua");
     /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
-    pub const RS_RELEASE: &str = lua!("rs_release.lua");
+    pub const RS_RELEASE: &str = lua!("owned.lua", "rs_release.lua");
     /// Admin force-unlock on Redisson's layout.
     pub const RS_FORCE_UNLOCK: &str = lua!("rs_force_unlock.lua");
     /// Fair (FIFO) acquire with waiter heartbeats on Redisson's layout.
@@ -43,17 +45,15 @@ pub mod source {
     /// Write lock acquire with writer intent.
     pub const RW_WRITE: &str = lua!("fence.lua", "rw_write.lua");
     /// Release of a write lock, read lock or permits; withdrawal of a writer's intent.
-    pub const SHARED_RELEASE: &str = lua!("shared_release.lua");
+    pub const SHARED_RELEASE: &str = lua!("owned.lua", "shared_release.lua");
     /// Batched renewal of shared leases.
     pub const RENEW_SET: &str = lua!("renew_set.lua");
     /// Write -> read downgrade.
-    pub const RW_DOWNGRADE: &str = lua!("rw_downgrade.lua");
+    pub const RW_DOWNGRADE: &str = lua!("owned.lua", "rw_downgrade.lua");
     /// Read-only probe of a read-write lock or semaphore.
     pub const RW_PROBE: &str = lua!("rw_probe.lua");
     /// Admin force-unlock of a read-write lock or semaphore.
     pub const SHARED_FORCE: &str = lua!("shared_force.lua");
-    /// Removal of a fixed lease that reached its local deadline.
-    pub const DROP_OWNED: &str = lua!("drop_owned.lua");
     /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
     pub const RS_RW_ACQUIRE: &str = lua!("fence.lua", "rs_rw_acquire.lua");
     /// Release of a read or write hold, or a writer's intent, on Redisson's layout.
@@ -92,7 +92,6 @@ pub(crate) struct Scripts {
     pub(crate) rw_downgrade: Script,
     pub(crate) rw_probe: Script,
     pub(crate) shared_force: Script,
-    pub(crate) drop_owned: Script,
     pub(crate) rs_rw_acquire: Script,
     pub(crate) rs_rw_release: Script,
     pub(crate) rs_rw_downgrade: Script,
@@ -124,7 +123,6 @@ impl Scripts {
             rw_downgrade: Script::new(source::RW_DOWNGRADE),
             rw_probe: Script::new(source::RW_PROBE),
             shared_force: Script::new(source::SHARED_FORCE),
-            drop_owned: Script::new(source::DROP_OWNED),
             rs_rw_acquire: Script::new(source::RS_RW_ACQUIRE),
             rs_rw_release: Script::new(source::RS_RW_RELEASE),
             rs_rw_downgrade: Script::new(source::RS_RW_DOWNGRADE),

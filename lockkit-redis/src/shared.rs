@@ -136,7 +136,7 @@ async fn release(
         .key(&keys.waiters)
         .arg(member)
         .arg(&keys.channel)
-        .arg(20_000)
+        .arg(inner.latch_ttl_ms())
         .arg(mode);
     Ok(inner.invoke_retrying(&inv, "release").await? == 1)
 }

@@ -1,6 +1,6 @@
 //! The watchdog: one background task per client that renews every watchdog-leased lock every
-//! third of its lease (up to 100 locks per script call) and turns guards Suspect or Lost; it also
-//! marks fixed leases Lost at their local deadline.
+//! third of its lease (up to 100 locks per script call) and turns guards Suspect or Lost. Fixed
+//! leases are watched only for their deadline (the core releases them then).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -26,15 +26,6 @@ pub(crate) const BATCH: usize = 100;
 /// One lock due for renewal: watchdog id, lock key, owner field, lease.
 type Due = (u64, String, String, Duration);
 
-/// A fixed lease past its local deadline, to be removed on the server before its guard turns
-/// Lost.
-struct Expired {
-    kind: RenewKind,
-    key: String,
-    owner: String,
-    state: StateCell,
-}
-
 /// How a watched ownership is renewed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RenewKind {
@@ -42,16 +33,6 @@ pub(crate) enum RenewKind {
     Hash,
     /// A member of a sorted set scored by its deadline (read lock, semaphore permits).
     Set,
-}
-
-impl RenewKind {
-    /// The kind's argument to the drop_owned script.
-    pub(crate) fn code(self) -> &'static str {
-        match self {
-            RenewKind::Hash => "h",
-            RenewKind::Set => "s",
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -169,11 +150,10 @@ impl Watchdog {
         }
     }
 
-    /// Expires what passed its deadline, takes what is due for renewal, and says when to look
+    /// Forgets what passed its deadline, takes what is due for renewal, and says when to look
     /// again.
-    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Vec<Expired>, Instant) {
+    fn step(&self, now: Instant) -> (Vec<(RenewKind, Due)>, Instant) {
         let mut due = Vec::new();
-        let mut expired = Vec::new();
         // An idle task still looks again after IDLE_LOOK, so registering a lock that is not due
         // before then needs no wake-up: a short acquire-release cycle costs no task switch.
         let mut wake = now + IDLE_LOOK;
@@ -186,16 +166,9 @@ impl Watchdog {
             if now < deadline && e.state.get().is_live() {
                 return true;
             }
-            if !e.renew {
-                // A fixed lease that ran its course: the server expires it a moment later (by
-                // the guard's margin). Remove it there now, so the next holder need not wait.
-                expired.push(Expired {
-                    kind: e.kind,
-                    key: e.key.clone(),
-                    owner: e.owner.clone(),
-                    state: e.state.clone(),
-                });
-            } else if e.state.mark_lost(LostReason::LeaseExpired) {
+            // The guard reads Lost from its deadline on; a fixed lease's end is released on the
+            // server by the core (the guard's own release, which hands the lock over).
+            if e.renew && e.state.mark_lost(LostReason::LeaseExpired) {
                 tracing::warn!(lock = %e.key, "lockkit: lease deadline passed without renewal");
             }
             false
@@ -213,7 +186,7 @@ impl Watchdog {
             wake = wake.min(at);
         }
         *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
-        (due, expired, wake)
+        (due, wake)
     }
 
     fn apply(&self, sent_at: Instant, batch: &[Due], result: Option<Vec<i64>>) {
@@ -277,17 +250,7 @@ pub(crate) async fn run(
     let mut renewals = JoinSet::new();
     loop {
         while renewals.try_join_next().is_some() {}
-        let (due, expired, wake) = wd.step(Instant::now());
-        for e in expired {
-            let (mut conn, scripts) = (conn.clone(), scripts.clone());
-            let limit = command_timeout.min(Duration::from_millis(200));
-            renewals.spawn(async move {
-                let mut call = scripts.drop_owned.prepare_invoke();
-                call.key(&e.key).arg(&e.owner).arg(e.kind.code());
-                let _ = tokio::time::timeout(limit, call.invoke_async::<i64>(&mut conn)).await;
-                e.state.mark_lost(LostReason::LeaseExpired);
-            });
-        }
+        let (due, wake) = wd.step(Instant::now());
         let (hashes, sets): (Vec<_>, Vec<_>) =
             due.into_iter().partition(|(k, _)| *k == RenewKind::Hash);
         let groups = [(RenewKind::Hash, hashes), (RenewKind::Set, sets)];

@@ -1,8 +1,8 @@
 //! One held ownership of lock files, and the task that watches it.
 //!
-//! The watcher turns the guard Lost when a fixed lease's deadline passes (it releases the OS
-//! locks itself: the lease is kept by the holder's process, which is the only one that can let
-//! go of an OS lock) or when a force-unlock unlinked the lock file under us.
+//! The watcher turns the guard Lost when a force-unlock unlinked the lock file under us. A fixed
+//! lease's end is this process's to enforce (only it can let go of its OS locks): the core
+//! releases the ownership at the guard's deadline.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -31,9 +31,6 @@ pub(crate) struct Ownership {
     files: Mutex<Option<Vec<Locked>>>,
     pub(crate) state: StateCell,
     lease: Lease,
-    /// When this process lets go of the OS locks (a fixed lease's end); the guard's own
-    /// deadline, on its clock, comes a margin earlier.
-    deadline: Mutex<Option<Instant>>,
     /// Whether a force-unlock can take the files away (checked by inode).
     check_identity: bool,
     /// Sidecars: where each was written, and whether to delete it on release.
@@ -112,22 +109,13 @@ impl Ownership {
         // Decide and take under the files lock, so an `extend` cannot slip in between.
         let gone = {
             let mut files = lock(&self.files);
-            let deadline = *lock(&self.deadline);
             let held = files.as_ref()?;
-            let expired = deadline.is_some_and(|d| d <= now);
-            let taken = self.check_identity && !Self::still_ours(held);
-            if !(expired || taken) {
-                let next = now + WATCH_EVERY;
-                return Some(deadline.map_or(next, |d| d.min(next)));
+            if Self::still_ours(held) {
+                return Some(now + WATCH_EVERY);
             }
-            let reason = if taken {
-                LostReason::Deleted
-            } else {
-                LostReason::LeaseExpired
-            };
-            (files.take(), reason)
+            files.take()
         };
-        self.lose(gone.0, gone.1);
+        self.lose(gone, LostReason::Deleted);
         None
     }
 }
@@ -150,10 +138,6 @@ impl FileHeld {
     /// Builds the ownership, writes its sidecars and starts its watcher when it needs one.
     pub(crate) fn start(p: Parts) -> FileHeld {
         let now = Instant::now();
-        let deadline = match p.lease {
-            Lease::Fixed(d) => Some(now + d),
-            _ => None,
-        };
         let clock = p.clock.unwrap_or_else(|| match p.lease {
             Lease::Fixed(d) => LeaseClock::starting(now, d),
             // A watchdog lease lives exactly as long as the holder process: no deadline.
@@ -167,13 +151,13 @@ impl FileHeld {
             files: Mutex::new(Some(p.files)),
             state: StateCell::new(clock),
             lease: p.lease,
-            deadline: Mutex::new(deadline),
             check_identity: p.check_identity,
             sidecars: p.sidecars,
             remove_sidecars: p.remove_sidecars,
             record: Mutex::new(p.record),
         });
-        let watcher = (deadline.is_some() || own.check_identity)
+        let watcher = own
+            .check_identity
             .then(|| tokio::spawn(watch(Arc::downgrade(&own))).abort_handle());
         FileHeld {
             own,
@@ -213,10 +197,6 @@ impl FileHeld {
         self.own.name.clone()
     }
 
-    pub(crate) fn deadline(&self) -> Option<Instant> {
-        *lock(&self.own.deadline)
-    }
-
     pub(crate) fn lease(&self) -> Lease {
         self.own.lease
     }
@@ -249,21 +229,19 @@ impl Held for FileHeld {
     async fn extend(&self, lease: Duration) -> Result<()> {
         let mut files = lock(&self.own.files);
         let now = Instant::now();
-        let mut deadline = lock(&self.own.deadline);
-        let expired = deadline.is_some_and(|d| d <= now);
+        let expired = self.own.state.clock().has_passed(now);
         match files.as_ref() {
             Some(f) if !expired && (!self.own.check_identity || Ownership::still_ours(f)) => {}
             Some(_) => {
                 // Ran out (or was taken) and the watcher has not noticed yet: never revive it.
                 let gone = files.take();
-                drop((deadline, files));
+                drop(files);
                 self.own.lose(gone, LostReason::LeaseExpired);
                 return Err(Error::lost(&self.own.name));
             }
             None => return Err(Error::lost(&self.own.name)),
         }
-        *deadline = Some(now + lease);
-        drop(deadline);
+        drop(files);
         let mut record = lock(&self.own.record);
         record.deadline_ms = Some(now_ms() + lease.as_millis() as u64);
         for s in &self.own.sidecars {

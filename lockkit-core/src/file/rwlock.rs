@@ -106,7 +106,6 @@ impl RawRwLock for FileRwLock {
 /// Turns a write ownership (gate + lock file, both exclusive) into a read ownership.
 fn downgrade(held: &FileHeld) -> Result<GuardParts> {
     let (files, record) = held.take_for_downgrade()?;
-    let deadline = held.deadline();
     let mut files = files.into_iter();
     let (Some(gate), Some(main)) = (files.next(), files.next()) else {
         return Err(Error::unsupported("only a write lock can be downgraded"));
@@ -122,10 +121,8 @@ fn downgrade(held: &FileHeld) -> Result<GuardParts> {
     gate.unlock();
     let reader_sidecar = reader_path_for(&main.path, &record.owner);
     // The read ownership keeps the write ownership's lease and deadline.
-    let lease = match (held.lease(), deadline) {
-        (crate::Lease::Fixed(_), Some(d)) => {
-            crate::Lease::Fixed(d.saturating_duration_since(tokio::time::Instant::now()))
-        }
+    let lease = match (held.lease(), held.clock().remaining()) {
+        (crate::Lease::Fixed(_), Some(left)) => crate::Lease::Fixed(left),
         (lease, _) => lease,
     };
     let record = Record {

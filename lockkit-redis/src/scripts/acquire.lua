@@ -20,12 +20,16 @@ end
 
 local function enqueue(now)
   -- A later attempt finds its place unless it was dropped as dead (it was stopped for longer
-  -- than the heartbeat timeout): then it queues again, at the back.
-  if mode == '1' or redis.call('hexists', KEYS[4], owner) == 0 then
+  -- than the heartbeat timeout): then it queues again, at the back. A resent first attempt
+  -- finds its place too: an owner is never queued twice.
+  if redis.call('hexists', KEYS[4], owner) == 0 then
     redis.call('rpush', KEYS[3], owner)
   end
   local timeout = tonumber(ARGV[5])
-  redis.call('hset', KEYS[4], owner, string.format('%.0f', now + timeout) .. ' ' .. ARGV[2])
+  -- A hand-off to us lasts our lease or our heartbeat timeout, whichever is shorter: the
+  -- expiry our guard counts on, whatever the releaser's settings.
+  local grant = math.min(tonumber(ARGV[2]), timeout)
+  redis.call('hset', KEYS[4], owner, string.format('%.0f', now + timeout) .. ' ' .. string.format('%.0f', grant))
   -- The queue keys expire when no waiter refreshes them. A waiter's deadline is at most a
   -- timeout ahead, so keys kept 1.5 to 2 timeouts ahead outlive every live waiter; the expiry is
   -- set only when less than 1.5 are left (reading it costs a fraction of setting it).
@@ -42,9 +46,10 @@ local function take(t)
 end
 
 if held > 0 then
-  if mode == '2' and redis.call('hexists', KEYS[1], owner) == 1 then
-    -- A hand-off made us the owner and its message has not reached us: take it up with our own
-    -- lease from now, and a new token (the handed-over one was never used).
+  if redis.call('hexists', KEYS[1], owner) == 1 then
+    -- We are the owner already: a hand-off whose message has not reached us, or a resent
+    -- request (redis-rs resends after a dropped connection) whose first run took the lock.
+    -- Take it up with our own lease from now, and a new token (the first one was never seen).
     return take(redis.call('time'))
   end
   if mode ~= '0' then
@@ -57,7 +62,7 @@ local t = redis.call('time')
 local first = first_waiter(KEYS[3], KEYS[4], now_ms(t))
 if first and first ~= owner and fair then
   -- Free, but a live waiter is first (its holder's lease ran out, or a hand-off lapsed): its turn.
-  local _, err = hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[5], t)
+  local _, err = hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], t)
   if err then
     return err
   end

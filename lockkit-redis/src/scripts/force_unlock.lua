@@ -1,11 +1,11 @@
 -- Admin: release a native mutex whoever holds it and hand it to the first live waiter.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiters
--- ARGV[1] fencing counter TTL ms, ARGV[2] grant TTL ms
+-- ARGV[1] fencing counter TTL ms
 -- Returns 1 when it was held, 0 when free.
 local kind = redis.call('type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
 end
 redis.call('del', KEYS[1])
-hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1])
 return kind == 'hash' and 1 or 0

@@ -1,6 +1,8 @@
 -- Prepended (after fence.lua) to the native mutex scripts: the waiter queue and the hand-off.
 -- The queue (a list) holds waiting owners in arrival order; the waiters hash maps each one to
--- '<heartbeat deadline, server ms> <lease ms>'. A waiter refreshes its deadline while it waits;
+-- '<heartbeat deadline, server ms> <grant ms>', the grant being how long a lock handed to it
+-- lasts until it takes it up (its lease or its heartbeat timeout, whichever is shorter: the
+-- waiter's own, so its guard and the server agree whoever hands the lock over). A waiter refreshes its deadline while it waits;
 -- one whose deadline passed has stopped (its process died) and is dropped when it reaches the
 -- front. A live waiter is never dropped, however long it waits.
 
@@ -20,12 +22,12 @@ local function first_waiter(queue, waiters, now)
 end
 
 -- Hands a free lock to the first live waiter: the waiter becomes the owner at once, with a fresh
--- token and an expiry of its lease or grant_ttl ms, whichever is shorter (it extends that once
--- it holds the guard; a waiter that died meanwhile so blocks the lock for grant_ttl at most), and
+-- token and the expiry of its grant (it extends that once it holds the guard; a waiter that died
+-- meanwhile so blocks the lock for its grant at most), and
 -- learns of it from '<owner> <token>' on its client's channel, '<lock key>:<client-uuid>'.
 -- `t` is a TIME reply or nil. Returns the new owner or nil (no live waiter), or nil and an
 -- error reply.
-local function hand_off(lock, fence, queue, waiters, fence_ttl, grant_ttl, t)
+local function hand_off(lock, fence, queue, waiters, fence_ttl, t)
   local first = redis.call('lpop', queue)
   if not first then
     return nil
@@ -50,7 +52,7 @@ local function hand_off(lock, fence, queue, waiters, fence_ttl, grant_ttl, t)
   end
   redis.call('hdel', waiters, first)
   redis.call('hset', lock, first, 1)
-  redis.call('pexpire', lock, math.min(tonumber(string.match(entry, ' (%d+)$')), tonumber(grant_ttl)))
+  redis.call('pexpire', lock, tonumber(string.match(entry, ' (%d+)$')))
   redis.call('publish', lock .. ':' .. string.match(first, '^(.*):'), first .. ' ' .. token)
   return first
 end

@@ -2,11 +2,11 @@
 -- queue; drop the lock if a hand-off (or an attempt whose reply was lost) made us its owner; and
 -- hand a free lock on to the next waiter.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] waiters
--- ARGV[1] owner, ARGV[2] fencing counter TTL ms, ARGV[3] grant TTL ms
+-- ARGV[1] owner, ARGV[2] fencing counter TTL ms
 redis.call('lrem', KEYS[3], 1, ARGV[1])
 redis.call('hdel', KEYS[4], ARGV[1])
-redis.pcall('hdel', KEYS[1], ARGV[1])
+hdel_ours(KEYS[1], ARGV[1])
 if redis.call('exists', KEYS[1]) == 0 then
-  hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+  hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2])
 end
 return 1

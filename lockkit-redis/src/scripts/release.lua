@@ -2,15 +2,15 @@
 -- idempotent under retries.
 -- KEYS[1] lock hash, KEYS[2] unlock latch of this ownership, KEYS[3] fencing counter,
 -- KEYS[4] queue, KEYS[5] waiters
--- ARGV[1] owner, ARGV[2] latch TTL ms, ARGV[3] fencing counter TTL ms, ARGV[4] grant TTL ms
+-- ARGV[1] owner, ARGV[2] latch TTL ms, ARGV[3] fencing counter TTL ms
 -- Returns 1 when released (now or by an earlier attempt of the same release), 0 when not ours.
--- A key of another type is not ours (pcall).
-if redis.pcall('hdel', KEYS[1], ARGV[1]) == 1 then
+-- A key of another type is not ours; any other error is the caller's to see.
+if hdel_ours(KEYS[1], ARGV[1]) == 1 then
   -- Owner fields are never reused, so the latch only has to answer retries of this release.
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
   -- Our field was the hash's only one, so the lock is free. A counter of another type fails the
   -- hand-off, not the release; the next waiter's own attempt reports it.
-  hand_off(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[3], ARGV[4])
+  hand_off(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[3])
   return 1
 end
 return redis.call('exists', KEYS[2])

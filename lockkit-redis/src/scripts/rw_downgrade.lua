@@ -1,6 +1,6 @@
 -- Turn a held write lock into a read lock atomically: no writer can come in between.
 -- KEYS[1] write hash, KEYS[2] readers zset; ARGV[1] owner, ARGV[2] lease ms, ARGV[3] channel
-if redis.pcall('hdel', KEYS[1], ARGV[1]) ~= 1 then
+if hdel_ours(KEYS[1], ARGV[1]) ~= 1 then
   return 0
 end
 local t = redis.call('time')

@@ -4,7 +4,7 @@
 -- ARGV[1] member, ARGV[2] channel, ARGV[3] latch TTL ms, ARGV[4] mode
 local gone
 if ARGV[4] == 'w' then
-  gone = redis.pcall('hdel', KEYS[1], ARGV[1]) == 1
+  gone = hdel_ours(KEYS[1], ARGV[1]) == 1
 elseif ARGV[4] == 's' then
   gone = redis.call('zrem', KEYS[2], ARGV[1]) == 1
 else

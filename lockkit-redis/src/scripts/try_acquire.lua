@@ -9,7 +9,9 @@ local held, wrong_type = lock_fields(KEYS[1])
 if not held then
   return wrong_type
 end
-if held > 0 then
+if held > 0 and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return {0, redis.call('pttl', KEYS[1])}
 end
+-- Free, or ours already: a resent request (redis-rs resends after a dropped connection) whose
+-- first run took the lock takes it up again, with a new token (the first one was never seen).
 return take_hash(KEYS[1], ARGV[1], ARGV[2], KEYS[2], ARGV[3], redis.call('time'))
