@@ -25,7 +25,6 @@ async fn raw_release(
         .arg(owner)
         .arg(10_000)
         .arg(3_600_000)
-        .arg(3_000)
         .invoke_async(admin)
         .await
         .unwrap()

@@ -2,9 +2,10 @@
 -- The queue (a list) holds waiting owners in arrival order; the waiters hash maps each one to
 -- '<heartbeat deadline, server ms> <grant ms>', the grant being how long a lock handed to it
 -- lasts until it takes it up (its lease or its heartbeat timeout, whichever is shorter: the
--- waiter's own, so its guard and the server agree whoever hands the lock over). A waiter refreshes its deadline while it waits;
--- one whose deadline passed has stopped (its process died) and is dropped when it reaches the
--- front. A live waiter is never dropped, however long it waits.
+-- waiter's own, so its guard and the server agree whoever hands the lock over). A waiter
+-- refreshes its deadline while it waits; one whose deadline passed has stopped (its process
+-- died) and is dropped when it reaches the front. A live waiter is never dropped, however long
+-- it waits.
 
 -- The first live waiter (nil when none), dropping dead ones; it stays in the queue.
 local function first_waiter(queue, waiters, now)
@@ -52,7 +53,8 @@ local function hand_off(lock, fence, queue, waiters, fence_ttl, t)
   end
   redis.call('hdel', waiters, first)
   redis.call('hset', lock, first, 1)
-  redis.call('pexpire', lock, tonumber(string.match(entry, ' (%d+)$')))
+  -- An entry without a grant (an older lockkit's) gets the default lease: longer is safe.
+  redis.call('pexpire', lock, tonumber(string.match(entry, ' (%d+)$')) or 30000)
   redis.call('publish', lock .. ':' .. string.match(first, '^(.*):'), first .. ' ' .. token)
   return first
 end

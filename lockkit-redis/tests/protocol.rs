@@ -1,0 +1,362 @@
+//! Issue 17, Redis: the protocol bugs found in review, each on a real server.
+//!
+//! - an acquire resent after a dropped connection (redis-rs does so in cluster mode) takes its
+//!   own hold up again and never queues behind itself;
+//! - a hand-off lasts the waiter's own grant, whatever the releaser's settings;
+//! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
+//! - a release on a just-demoted primary fails (and is retried) instead of reading "not ours";
+//! - a shared lock's unlock latch follows the command timeout, as the mutex's does.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_core::{AcquireOptions, LockState, Primitive};
+use lockkit_redis::LockKeys;
+use lockkit_testing::unique_name;
+
+async fn raw_try_acquire(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    owner: &str,
+) -> (i64, i64) {
+    redis::Script::new(lockkit_redis::scripts::TRY_ACQUIRE)
+        .key(&k.lock)
+        .key(&k.fence)
+        .arg(owner)
+        .arg(30_000)
+        .arg(3_600_000)
+        .invoke_async(admin)
+        .await
+        .unwrap()
+}
+
+/// The first attempt of a waiting acquire (`'1'`: queue when busy).
+async fn raw_queue(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    owner: &str,
+    heartbeat_timeout_ms: u64,
+) -> (i64, i64) {
+    redis::Script::new(lockkit_redis::scripts::ACQUIRE)
+        .key(&k.lock)
+        .key(&k.fence)
+        .key(&k.queue)
+        .key(&k.waiters)
+        .arg(owner)
+        .arg(30_000)
+        .arg(3_600_000)
+        .arg("1")
+        .arg(heartbeat_timeout_ms)
+        .invoke_async(admin)
+        .await
+        .unwrap()
+}
+
+async fn hold_count(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    owner: &str,
+) -> i64 {
+    redis::cmd("HGET")
+        .arg(&k.lock)
+        .arg(owner)
+        .query_async::<Option<i64>>(admin)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+async fn queue(admin: &mut redis::aio::MultiplexedConnection, k: &LockKeys) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(&k.queue)
+        .arg(0)
+        .arg(-1)
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_resent_try_lock_takes_its_own_hold_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-try");
+    let k = LockKeys::mutex("lockkit", &name);
+    let owner = "resend-client:1";
+    let (took, first) = raw_try_acquire(&mut admin, &k, owner).await;
+    assert_eq!(took, 1);
+    // The reply was lost; redis-rs sends the same script again.
+    let (took, second) = raw_try_acquire(&mut admin, &k, owner).await;
+    assert_eq!(took, 1, "a resent try_lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(
+        hold_count(&mut admin, &k, owner).await,
+        1,
+        "one hold, not two"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_queued_attempt_never_queues_behind_itself() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-queue");
+    let k = LockKeys::mutex("lockkit", &name);
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let owner = "resend-client:2";
+    assert_eq!(raw_queue(&mut admin, &k, owner, 10_000).await.0, 0);
+    assert_eq!(raw_queue(&mut admin, &k, owner, 10_000).await.0, 0);
+    assert_eq!(queue(&mut admin, &k).await, vec![owner.to_string()]);
+    // The resent owner's attempt that took the lock (a hand-off) is taken up, not refused.
+    g.release().await.unwrap();
+    assert_eq!(
+        hold_count(&mut admin, &k, owner).await,
+        1,
+        "handed to the waiter"
+    );
+    assert_eq!(raw_queue(&mut admin, &k, owner, 10_000).await.0, 1);
+    assert!(queue(&mut admin, &k).await.is_empty());
+    let _: () = redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+async fn pttl(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_hand_off_expires_after_the_waiters_grant() {
+    let Some(url) = shared_url() else { return };
+    // The releaser's waiters would get 0.9 s hand-offs; this waiter asked for 15 s.
+    let releaser = connect(&url, &[("waiter_heartbeat", "300ms")]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("grant-raw");
+    let k = LockKeys::mutex("lockkit", &name);
+    let held = releaser.mutex(&name).unwrap().lock().await.unwrap();
+    let owner = "grant-client:1";
+    assert_eq!(raw_queue(&mut admin, &k, owner, 15_000).await.0, 0);
+    held.release().await.unwrap();
+    assert_eq!(
+        hold_count(&mut admin, &k, owner).await,
+        1,
+        "handed to the waiter"
+    );
+    let left = pttl(&mut admin, &k.lock).await;
+    assert!(
+        left > 10_000,
+        "the hand-off lasts {left} ms, the releaser's grant"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_fixed_lease_that_ends_hands_the_lock_to_the_next_waiter() {
+    let Some(url) = shared_url() else { return };
+    let holder = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("expiry-handoff");
+    let k = LockKeys::mutex("lockkit", &name);
+    let g = holder
+        .mutex(&name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_millis(500)))
+        .await
+        .unwrap()
+        .unwrap();
+    // A waiter that only listens: it is the owner only if the lease's end handed it the lock.
+    let owner = "expiry-client:1";
+    assert_eq!(raw_queue(&mut admin, &k, owner, 15_000).await.0, 0);
+    g.lost().await;
+    let mut handed = false;
+    for _ in 0..50 {
+        if hold_count(&mut admin, &k, owner).await == 1 {
+            handed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        handed,
+        "the lease's end left the lock to expire, not to the waiter"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_off_lasts_the_waiters_grant_not_the_releasers() {
+    let Some(url) = shared_url() else { return };
+    // The releaser beats fast (its waiters' hand-offs would last 0.9 s), the waiter slowly (its
+    // guard counts on a 15 s hand-off until its watchdog renews it).
+    let releaser = connect(&url, &[("waiter_heartbeat", "300ms")]).await;
+    let waiter = connect(&url, &[("waiter_heartbeat", "5s")]).await;
+    let third = connect(&url, &[]).await;
+    let name = unique_name("grant");
+    let held = releaser.mutex(&name).unwrap().lock().await.unwrap();
+    let waiting = {
+        let m = waiter.mutex(&name).unwrap();
+        tokio::spawn(async move { m.lock().await })
+    };
+    let k = LockKeys::mutex("lockkit", &name);
+    let mut admin = admin(&url).await;
+    while queue(&mut admin, &k).await.is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    held.release().await.unwrap();
+    let g = waiting.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(g.state(), LockState::Held);
+    assert!(
+        third
+            .mutex(&name)
+            .unwrap()
+            .try_lock()
+            .await
+            .unwrap()
+            .is_none(),
+        "another client took the lock while the waiter's guard read Held"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn close_hands_a_held_lock_to_the_next_waiter() {
+    let Some(url) = shared_url() else { return };
+    let holder = connect(&url, &[]).await;
+    // A slow heartbeat: without a hand-off, the waiter would look again only 5 s later.
+    let waiter = connect(&url, &[("waiter_heartbeat", "5s")]).await;
+    let name = unique_name("close-handoff");
+    let _held = holder.mutex(&name).unwrap().lock().await.unwrap();
+    let k = LockKeys::mutex("lockkit", &name);
+    let mut admin = admin(&url).await;
+    let waiting = {
+        let m = waiter.mutex(&name).unwrap();
+        tokio::spawn(async move { m.lock().await })
+    };
+    while queue(&mut admin, &k).await.is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let closed = Instant::now();
+    holder.close().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(2), waiting)
+        .await
+        .expect("the waiter was not handed the lock by close()")
+        .unwrap()
+        .unwrap();
+    assert!(closed.elapsed() < Duration::from_secs(2));
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_demoted_primary_is_retried_not_read_as_not_ours() {
+    let server = PrivateRedis::start(&[]);
+    let url = server.url();
+    let holder = connect(&url, &[("command_timeout", "500ms")]).await;
+    let other = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("readonly");
+    let g = holder.mutex(&name).unwrap().lock().await.unwrap();
+    // Demoted: a replica of a primary that is not there keeps its data and refuses writes.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(free_port())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let err = g
+        .release()
+        .await
+        .expect_err("a release on a replica cannot succeed");
+    assert_ne!(
+        err.kind(),
+        lockkit_core::ErrorKind::LockLost,
+        "READONLY was read as 'not ours': {err}"
+    );
+    // Promoted again: the retried release frees the lock long before its 30 s lease ends.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let g2 = other
+        .mutex(&name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the release was never retried");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        other
+            .inspect(&name, Primitive::Mutex)
+            .await
+            .unwrap()
+            .holders
+            .len()
+            == 1
+    );
+    g2.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_shared_unlock_latch_follows_the_command_timeout() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("command_timeout", "4s")]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("latch");
+    let read = locks.rwlock(&name).unwrap().read_lock().await.unwrap();
+    read.release().await.unwrap();
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("*{name}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        keys.extend(found);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let latch = keys
+        .iter()
+        .find(|k| k.contains("unlock"))
+        .unwrap_or_else(|| panic!("no unlock latch among {keys:?}"));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(latch)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    // 4 retries of a 4 s command, twice over: 32 s, not a fixed 20 s.
+    assert!(pttl > 25_000, "latch TTL {pttl} ms");
+}
