@@ -177,3 +177,103 @@ impl Kernel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The kernel's own checks, on a backend whose acquire answers with a guard that is lost
+    //! already (as a backend can when its session lapsed while it waited).
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::spi::{Backend, GuardParts, Held, LeaseClock, RawMutex, Reaper, Request, StateCell};
+    use crate::{
+        async_trait, BackendKind, Backoff, Capabilities, ErrorKind, FencingToken, Locks,
+        LostReason, Result, Support,
+    };
+
+    #[derive(Debug, Default)]
+    struct LateBackend {
+        releases: Arc<AtomicU32>,
+    }
+
+    #[derive(Debug)]
+    struct LateMutex {
+        releases: Arc<AtomicU32>,
+    }
+
+    #[derive(Debug)]
+    struct Counted(Arc<AtomicU32>);
+
+    #[async_trait]
+    impl Held for Counted {
+        async fn release(&self) -> Result<()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl Backend for LateBackend {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Memory
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::new(Support::basic())
+        }
+        fn default_lease(&self) -> Duration {
+            Duration::from_secs(30)
+        }
+        fn reaper(&self) -> Reaper {
+            Reaper::new(Backoff::new(
+                Duration::from_millis(1),
+                Duration::from_millis(10),
+            ))
+        }
+        fn mutex(&self, _name: &str) -> Result<Box<dyn RawMutex>> {
+            Ok(Box::new(LateMutex {
+                releases: self.releases.clone(),
+            }))
+        }
+        async fn close(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl RawMutex for LateMutex {
+        async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+            let state = StateCell::new(LeaseClock::new(LostReason::SessionExpired));
+            state.mark_lost(LostReason::SessionExpired);
+            let held = Box::new(Counted(self.releases.clone()));
+            Ok(Some(GuardParts::new(
+                FencingToken(1),
+                req.lease(),
+                state,
+                held,
+            )))
+        }
+        async fn is_locked(&self) -> Result<bool> {
+            Ok(false)
+        }
+        async fn force_unlock(&self) -> Result<bool> {
+            Ok(false)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_acquire_that_returns_a_lost_guard_fails_and_releases_it() {
+        let backend = LateBackend::default();
+        let releases = backend.releases.clone();
+        let locks = Locks::new(backend);
+        let err = locks.mutex("late").unwrap().lock().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+        for _ in 0..100 {
+            if releases.load(Ordering::SeqCst) == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the refused ownership was never released on the backend");
+    }
+}
