@@ -9,6 +9,8 @@
 #   scripts/services.sh env [--P]               print the export lines of a running profile
 #   scripts/services.sh stop|start MEMBER       stop one server (keeps its port and data dir) / start it again
 #   scripts/services.sh pause|resume MEMBER     SIGSTOP / SIGCONT one server (by its recorded PID)
+#   scripts/services.sh isolate|heal MEMBER     cut one etcd or ZooKeeper member off from the rest of
+#                                               its group (nftables), clients still reach it / undo
 #   scripts/services.sh leader GROUP            print the member that currently leads GROUP
 #   scripts/services.sh members                 list every member and group name of every profile
 #
@@ -54,6 +56,8 @@
 #     P_start MEMBER    start one stopped member again (same port, same data)
 #     P_stop MEMBER     stop one member (by PID; keeps its data)
 #     P_pid MEMBER      print the recorded PID of a running member (non-zero if none)
+#     P_peer_ports MEMBER  print "OWN|OTHERS": the member's replication ports and the rest of its
+#                       group's, space-separated (for `isolate`; non-zero if it has none)
 #     P_groups          print P's replicated group names (for `leader`), one per line
 #     P_leader GROUP    print the member currently leading GROUP (non-zero if none)
 #   Helpers P may use: log, die, as_root, cmd_install (packages: add to PACKAGES before it runs),
@@ -73,7 +77,7 @@ READY_TIMEOUT=${LOCKKIT_SERVICES_TIMEOUT:-30}
 STOP_TIMEOUT=10
 
 SERVERS=(redis etcd zk)
-PACKAGES=(redis-server etcd-server etcd-client zookeeper protobuf-compiler)
+PACKAGES=(redis-server etcd-server etcd-client zookeeper protobuf-compiler nftables)
 
 # etcd / etcdctl refuse to run when an ETCD_* / ETCDCTL_* variable conflicts with a flag; we pass
 # everything as flags, so drop any inherited ones.
@@ -828,6 +832,69 @@ cmd_member() {
     esac
 }
 
+# The cgroup v2 hierarchy, and the nftables table and cgroup of an isolated member.
+cgroup2_root() { findmnt -t cgroup2 -n -o TARGET | head -1; }
+iso_table() { echo "lockkit_iso_${1//-/_}"; }
+
+# cmd_isolate MEMBER: drops every packet between the member and the rest of its group, while its
+# clients still reach it (a member cut off from the quorum). Its open replication connections
+# are matched by port; new ones it dials, by its cgroup (the sockets it creates from now on).
+cmd_isolate() {
+    local m=${1:-} profile pid ports own others cg root rel eph
+    [ -n "$m" ] || die "isolate: which member?"
+    profile=$(member_profile "$m")
+    declare -F "${profile}_peer_ports" >/dev/null || die "isolate: $m has no peers"
+    pid=$("${profile}_pid" "$m") || die "isolate: $m is not running"
+    ports=$("${profile}_peer_ports" "$m") || die "isolate: $m has no peers"
+    own=${ports%%|*}
+    others=${ports#*|}
+    command -v nft >/dev/null || cmd_install
+    root=$(cgroup2_root)
+    [ -n "$root" ] || die "isolate: no cgroup v2 hierarchy is mounted"
+    cg=$root/lockkit-iso-$m
+    mkdir -p "$cg"
+    echo "$pid" >"$cg/cgroup.procs"
+    # nft names a cgroup by its path below /sys/fs/cgroup.
+    rel=${cg#/sys/fs/cgroup/}
+    eph=$(ss -tnpH state established | awk -v pid="pid=$pid," -v peers=" $others " '
+        index($0, pid) { n = split($4, r, ":"); if (index(peers, " " r[n] " ")) { split($3, l, ":"); print l[length(l)] } }' |
+        sort -u | paste -sd, -)
+    local set_own set_others
+    set_own="{ ${own// /, } }"
+    set_others="{ ${others// /, } }"
+    {
+        echo "table inet $(iso_table "$m") {"
+        echo "  chain out {"
+        echo "    type filter hook output priority 0; policy accept;"
+        echo "    tcp dport $set_own drop"
+        echo "    tcp sport $set_own drop"
+        echo "    socket cgroupv2 level 1 \"$rel\" tcp dport $set_others drop"
+        if [ -n "$eph" ]; then
+            echo "    tcp sport { $eph } tcp dport $set_others drop"
+            echo "    tcp dport { $eph } tcp sport $set_others drop"
+        fi
+        echo "  }"
+        echo "}"
+    } | nft -f - || die "isolate: nft refused the rules for $m"
+    log "isolated $m (pid $pid) from ports $others"
+}
+
+# cmd_heal MEMBER: undoes `isolate`.
+cmd_heal() {
+    local m=${1:-} root cg pid
+    [ -n "$m" ] || die "heal: which member?"
+    nft delete table inet "$(iso_table "$m")" 2>/dev/null || true
+    root=$(cgroup2_root)
+    cg=$root/lockkit-iso-$m
+    if [ -d "$cg" ]; then
+        while read -r pid; do
+            echo "$pid" >"$root/cgroup.procs" || true
+        done <"$cg/cgroup.procs"
+        rmdir "$cg" || true
+    fi
+    log "healed $m"
+}
+
 cmd_leader() {
     local group=${1:-} p
     [ -n "$group" ] || die "leader: which group? (run '$0 members' for the list)"
@@ -864,6 +931,8 @@ main() {
         status) cmd_status "$@" ;;
         env) cmd_env "$@" ;;
         start | stop | pause | resume) cmd_member "$sub" "$@" ;;
+        isolate) cmd_isolate "$@" ;;
+        heal) cmd_heal "$@" ;;
         leader) cmd_leader "$@" ;;
         members) cmd_members ;;
         -h | --help | help) usage ;;

@@ -18,6 +18,8 @@ use lockkit_core::{Error, ErrorKind, Result};
 pub(crate) struct Pool {
     clients: Vec<(String, Client)>,
     current: AtomicUsize,
+    /// Counts failovers, so that long-lived streams (the lock watches) follow them.
+    moves: tokio::sync::watch::Sender<u64>,
     timeout: Duration,
 }
 
@@ -46,7 +48,10 @@ impl Pool {
         let mut clients = Vec::new();
         let mut last_err = None;
         for ep in endpoints {
+            // Require a leader: a member cut off from the quorum refuses requests and ends its
+            // watch streams instead of keeping them open and silent.
             let mut opts = ConnectOptions::new()
+                .with_require_leader(true)
                 .with_connect_timeout(connect_timeout)
                 .with_keep_alive(Duration::from_secs(5), timeout)
                 .with_tcp_keepalive(Duration::from_secs(10));
@@ -82,6 +87,7 @@ impl Pool {
         Ok(Pool {
             clients,
             current: AtomicUsize::new(0),
+            moves: tokio::sync::watch::channel(0).0,
             timeout,
         })
     }
@@ -111,8 +117,14 @@ impl Pool {
                     to = %self.clients[next].0,
                     "etcd endpoint failed; failing over"
                 );
+                self.moves.send_modify(|n| *n += 1);
             }
         }
+    }
+
+    /// Changes whenever the pool fails over to another endpoint.
+    pub(crate) fn moves(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.moves.subscribe()
     }
 
     /// Runs one request on the current endpoint with the request timeout. A connection error or

@@ -15,6 +15,12 @@
 //! own key vanished (etcd issue 11456) and tells a holder that its key was deleted by someone
 //! else (`force_unlock`, lease expiry), which makes the guard Lost at once. Each waiter is woken
 //! only when it became the owner or lost its key, so there is no herd.
+//!
+//! A watch must never go silent unnoticed, or waiters would never wake. Its stream requires a
+//! leader (a member cut off from the quorum ends it), a stream that says nothing for a command
+//! timeout is asked for a progress report and is given up (and the pool fails over) when none
+//! comes within another, and a failover of the pool, which other requests notice first, moves
+//! the watch to the new endpoint too. Each new life of the watch rebuilds the mirror.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +31,7 @@ use lockkit_core::spi::StateCell;
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::client::Pool;
 use crate::session::abort_task;
@@ -446,12 +453,45 @@ async fn session_of_watch(
         drop(m);
         n.ready.send_replace(Readiness::Ready);
     }
+    let mut moves = pool.moves();
+    moves.mark_unchanged();
+    // When the stream last said something, and whether a progress report was asked for since.
+    let mut heard = Instant::now();
+    let mut asked = false;
     loop {
-        let msg = stream
-            .message()
-            .await
-            .map_err(|e| crate::client::map_err(e, "watch"))?;
+        let quiet_until = heard + limit * if asked { 2 } else { 1 };
+        let msg = tokio::select! {
+            msg = stream.message() => msg,
+            _ = tokio::time::sleep_until(quiet_until) => {
+                if asked {
+                    pool.failed(idx);
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("the etcd watch stayed silent for {:?}", limit * 2),
+                    ));
+                }
+                stream
+                    .request_progress()
+                    .await
+                    .map_err(|e| crate::client::map_err(e, "watch progress"))?;
+                asked = true;
+                continue;
+            }
+            _ = moves.changed() => {
+                // Others found this endpoint failing: follow them.
+                return Ok(());
+            }
+        };
+        heard = Instant::now();
+        asked = false;
+        // A stream that broke or ended (a member that lost its leader ends it) is resumed on the
+        // next endpoint.
+        let msg = msg.map_err(|e| {
+            pool.failed(idx);
+            crate::client::map_err(e, "watch")
+        })?;
         let Some(r) = msg else {
+            pool.failed(idx);
             return Err(Error::new(ErrorKind::Connection, "etcd watch stream ended"));
         };
         let Some(n) = nw.upgrade() else { return Ok(()) };
@@ -459,6 +499,12 @@ async fn session_of_watch(
             return Err(cancelled(r.cancel_reason()));
         }
         let mut m = n.mirror();
+        if r.events().is_empty() {
+            // A progress report: every event up to its revision has been sent.
+            if let Some(rev) = r.header().map(|h| h.revision()) {
+                m.seen_rev = m.seen_rev.max(rev);
+            }
+        }
         for ev in r.events() {
             let Some(kv) = ev.kv() else { continue };
             if kv.mod_revision() <= base {

@@ -136,8 +136,8 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
-/// A member taken out with `services.sh stop` or `services.sh pause` (SIGSTOP); brought back
-/// (`start` / `resume`) by [`Outage::end`] or, if the test fails first, on drop.
+/// A member taken out with `services.sh stop`, `pause` (SIGSTOP) or `isolate`; brought back
+/// (`start`, `resume`, `heal`) by [`Outage::end`] or, if the test fails first, on drop.
 #[derive(Debug)]
 pub struct Outage {
     member: Option<String>,
@@ -153,6 +153,12 @@ impl Outage {
     /// Pauses `member` (panics if that fails).
     pub fn pause(member: &str) -> Self {
         Self::begin(member, "pause", "resume")
+    }
+
+    /// Cuts `member` off from the rest of its group while its clients still reach it
+    /// (`services.sh isolate`; panics if that fails).
+    pub fn isolate(member: &str) -> Self {
+        Self::begin(member, "isolate", "heal")
     }
 
     fn begin(member: &str, action: &str, undo: &'static str) -> Self {

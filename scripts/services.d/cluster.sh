@@ -671,6 +671,31 @@ cluster_pid() {
     echo "$pid"
 }
 
+# cluster_peer_ports MEMBER: "OWN|OTHERS", the member's own replication ports and those of the
+# rest of its group (for `isolate`); fails for members that have none.
+cluster_peer_ports() {
+    cl_init
+    cl_state_exists || return 1
+    cl_load
+    local key i own="" others=""
+    case $1 in
+        etcd-c[1-3]) key=ETCD_PEER_PORTS ;;
+        zk-e[1-3]) key="ZK_QUORUM_PORTS ZK_ELECTION_PORTS" ;;
+        *) return 1 ;;
+    esac
+    local idx=${1##*[!0-9]} k
+    for k in $key; do
+        for i in 1 2 3; do
+            if [ "$i" = "$idx" ]; then
+                own="$own $(cl_port "$k" "$i")"
+            else
+                others="$others $(cl_port "$k" "$i")"
+            fi
+        done
+    done
+    echo "${own# }|${others# }"
+}
+
 cluster_leader() {
     cl_init
     cl_state_exists || die "the cluster profile is not up; run '$0 up --cluster'"
