@@ -5,6 +5,10 @@
 //! `ITER` times each while a Java program using Redisson does the same (`interop/redisson`):
 //!
 //! * `mutex`: the mutex (Redisson's `RFencedLock`/`RLock` on the Java side);
+//! * `fair`: the mutex in fair mode (Redisson's `RFairLock`: one queue for both sides);
+//! * `fairorder`: while Redisson holds the fair lock, a lockkit waiter, a Redisson waiter and a
+//!   lockkit waiter queue in turn; they must get the lock in that order (the turns are logged
+//!   to `{NAME}:interop-turns`, which this side checks);
 //! * `rw`: the read-write lock, every third hold a write (`RReadWriteLock`);
 //! * `sem`: a semaphore of `PERMITS` permits, one per hold (`RSemaphore`).
 //!
@@ -41,11 +45,13 @@ struct Run {
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, mode, url, name, workers, iter, permits, dir] = &args[..] else {
-        eprintln!("usage: interop_peer mutex|rw|sem REDIS_URL NAME WORKERS ITER PERMITS DIR");
+        eprintln!(
+            "usage: interop_peer mutex|fair|fairorder|rw|sem REDIS_URL NAME WORKERS ITER PERMITS DIR"
+        );
         std::process::exit(2);
     };
     assert!(
-        ["mutex", "rw", "sem"].contains(&mode.as_str()),
+        ["mutex", "fair", "fairorder", "rw", "sem"].contains(&mode.as_str()),
         "unknown mode {mode}"
     );
     let order = std::fs::OpenOptions::new()
@@ -63,6 +69,11 @@ async fn main() {
     });
     let mut raw = raw(url).await;
     start_together(&mut raw, name).await;
+    if mode == "fairorder" {
+        fair_order(&run, &mut raw).await;
+        expire_extras(&mut raw, name).await;
+        return;
+    }
     let workers: usize = workers.parse().unwrap();
     let tasks: Vec<_> = (0..workers)
         .map(|_| tokio::spawn(work(run.clone())))
@@ -70,12 +81,16 @@ async fn main() {
     for t in tasks {
         t.await.unwrap();
     }
-    // Leave nothing behind on the test server for long.
-    for key in ["inside", "ready"] {
+    expire_extras(&mut raw, name).await;
+}
+
+/// Leaves nothing of the test behind on the server for long.
+async fn expire_extras(raw: &mut redis::aio::MultiplexedConnection, name: &str) {
+    for key in ["inside", "ready", "step", "turns"] {
         let _: i64 = redis::cmd("EXPIRE")
             .arg(format!("{{{name}}}:interop-{key}"))
             .arg(60)
-            .query_async(&mut raw)
+            .query_async(raw)
             .await
             .unwrap();
     }
@@ -116,9 +131,7 @@ async fn start_together(raw: &mut redis::aio::MultiplexedConnection, name: &str)
 }
 
 async fn work(run: Arc<Run>) {
-    let mut cfg = LockConfig::new(run.url.as_str());
-    cfg.options.insert("redisson_compat".into(), "true".into());
-    let locks = lockkit_redis::connect(&cfg).await.unwrap();
+    let locks = compat(&run.url).await;
     let mut raw = raw(&run.url).await;
     let inside = format!("{{{}}}:interop-inside", run.name);
     for i in 0..run.iter {
@@ -126,6 +139,11 @@ async fn work(run: Arc<Run>) {
             "mutex" => {
                 let g = locks.mutex(&run.name).unwrap().lock().await.unwrap();
                 ("x", EXCLUSIVE, Guard::Lock(g))
+            }
+            "fair" => {
+                let fair = lockkit_core::AcquireOptions::new().fair(true);
+                let g = locks.mutex(&run.name).unwrap().acquire(&fair).await;
+                ("x", EXCLUSIVE, Guard::Lock(g.unwrap().unwrap()))
             }
             "rw" if i % 3 == 0 => {
                 let g = locks.rwlock(&run.name).unwrap().write_lock().await;
@@ -173,6 +191,91 @@ async fn work(run: Arc<Run>) {
         guard.release().await;
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+}
+
+async fn compat(url: &str) -> lockkit_core::Locks {
+    let mut cfg = LockConfig::new(url);
+    cfg.options.insert("redisson_compat".into(), "true".into());
+    lockkit_redis::connect(&cfg).await.unwrap()
+}
+
+/// Waits (30 s at most) until the integer at `key` (`GET`, or `LLEN` with `list`) reaches `n`.
+async fn until(conn: &mut redis::aio::MultiplexedConnection, key: &str, list: bool, n: i64) {
+    let started = std::time::Instant::now();
+    loop {
+        let cmd = if list { "LLEN" } else { "GET" };
+        let v: Option<i64> = redis::cmd(cmd).arg(key).query_async(conn).await.unwrap();
+        if v.unwrap_or(0) >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{key} never reached {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The lockkit side of `fairorder` (see the module docs; the steps go through
+/// `{NAME}:interop-step`).
+async fn fair_order(run: &Run, conn: &mut redis::aio::MultiplexedConnection) {
+    let step = format!("{{{}}}:interop-step", run.name);
+    let turns = format!("{{{}}}:interop-turns", run.name);
+    let queue = lockkit_redis::LockKeys::redisson_mutex(&run.name)
+        .unwrap()
+        .queue;
+    let waiter = |label: &'static str| {
+        let (name, url, turns) = (run.name.clone(), run.url.clone(), turns.clone());
+        tokio::spawn(async move {
+            let locks = compat(&url).await;
+            let fair = lockkit_core::AcquireOptions::new().fair(true);
+            let g = locks.mutex(&name).unwrap().acquire(&fair).await;
+            let g = g.unwrap().unwrap();
+            let mut conn = raw(&url).await;
+            let _: i64 = redis::cmd("RPUSH")
+                .arg(&turns)
+                .arg(label)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            g.release().await.unwrap();
+        })
+    };
+    // Redisson holds the lock; then lockkit, Redisson and lockkit queue, in turn.
+    until(conn, &step, false, 1).await;
+    let first = waiter("lockkit-1");
+    until(conn, &queue, true, 1).await;
+    let _: () = redis::cmd("SET")
+        .arg(&step)
+        .arg(2)
+        .query_async(conn)
+        .await
+        .unwrap();
+    until(conn, &step, false, 3).await;
+    let second = waiter("lockkit-2");
+    until(conn, &queue, true, 3).await;
+    let _: () = redis::cmd("SET")
+        .arg(&step)
+        .arg(4)
+        .query_async(conn)
+        .await
+        .unwrap();
+    first.await.unwrap();
+    second.await.unwrap();
+    let order: Vec<String> = redis::cmd("LRANGE")
+        .arg(&turns)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        order,
+        ["lockkit-1", "redisson", "lockkit-2"],
+        "Redisson's and lockkit's fair waiters were not served in the order they queued"
+    );
+    println!("fairorder: {}", order.join(" -> "));
 }
 
 enum Guard {

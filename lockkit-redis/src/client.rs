@@ -115,7 +115,8 @@ impl Inner {
 
     /// Owner-checked, idempotent release of a mutex: `true` when released, `false` when not
     /// ours. A native release hands the lock to the first live waiter; a `redisson_compat` one
-    /// publishes Redisson's unlock message (`fair`: the first fair waiter's id). A reply lost
+    /// wakes the first fair waiter on its own channel and (unless `fair`) sends Redisson's
+    /// unlock message `0` on the lock's. A reply lost
     /// to a broken connection or a timeout is retried; the ownership's unlock latch makes the
     /// retry answer like the first attempt did.
     pub(crate) async fn release_mutex(
@@ -132,10 +133,12 @@ impl Inner {
             inv.key(&keys.lock)
                 .key(&latch)
                 .key(&keys.queue)
+                .key(&keys.waiters)
                 .arg(owner)
                 .arg(&keys.channel)
                 .arg(latch_ttl)
-                .arg(if fair { "1" } else { "0" });
+                .arg(if fair { "1" } else { "0" })
+                .arg(wall_ms());
         } else {
             inv = self.scripts.release.prepare_invoke();
             inv.key(&keys.lock)
@@ -215,7 +218,14 @@ impl Inner {
     /// A waiter leaves a mutex's queue; natively this also passes on a lock handed to it (or
     /// taken by an attempt whose reply was lost), and hands a free lock to the next waiter;
     /// with `redisson_compat`, it wakes the next fair waiter if the lock is free.
-    pub(crate) async fn leave_queue(&self, keys: &LockKeys, owner: &str) -> Result<()> {
+    /// `wait`: with `redisson_compat`, the wait the waiter queued with (the waiters behind it
+    /// move up by as much, as in Redisson).
+    pub(crate) async fn leave_queue(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        wait: Duration,
+    ) -> Result<()> {
         let mut inv;
         if self.settings.redisson_compat {
             inv = self.scripts.rs_fair_leave.prepare_invoke();
@@ -223,7 +233,9 @@ impl Inner {
                 .key(&keys.queue)
                 .key(&keys.waiters)
                 .arg(owner)
-                .arg(&keys.channel);
+                .arg(&keys.channel)
+                .arg(wait.as_millis() as u64)
+                .arg(wall_ms());
         } else {
             inv = self.scripts.leave.prepare_invoke();
             inv.key(&keys.lock)
@@ -257,6 +269,14 @@ impl Inner {
             }
         });
     }
+}
+
+/// The wall clock in ms since the Unix epoch: the time base of Redisson's fair-lock deadlines,
+/// which its clients compute (not the server).
+pub(crate) fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How long after a release whose reply never came the released key can still be on the

@@ -23,6 +23,10 @@ lockkit_core::option_keys! {
         FairHeartbeat = "fair_heartbeat",
         /// `redisson_compat`: Redisson's key layouts and channels.
         RedissonCompat = "redisson_compat",
+        /// `fair_lock_wait_timeout`: with `redisson_compat`, how long a fair waiter keeps its
+        /// place in Redisson's fair queue after the one before it (Redisson's
+        /// `fairLockWaitTimeout`).
+        FairLockWaitTimeout = "fair_lock_wait_timeout",
         /// `tls_ca`: PEM file of the CA to trust (`rediss://`).
         TlsCa = "tls_ca",
         /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
@@ -35,6 +39,9 @@ lockkit_core::option_keys! {
         SentinelPassword = "sentinel_password",
     }
 }
+
+/// Redisson's default `fairLockWaitTimeout`: 5 minutes.
+const REDISSON_FAIR_LOCK_WAIT: Duration = Duration::from_secs(300);
 
 /// Which Redis deployment the URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +143,9 @@ pub(crate) struct Settings {
     pub(crate) waiter_heartbeat: Duration,
     /// Mutexes use Redisson's `RLock` key layout and channel.
     pub(crate) redisson_compat: bool,
+    /// With `redisson_compat`: how long a fair waiter that waits without a deadline keeps its
+    /// place after the one before it (one with a deadline: its wait), as Redisson's are.
+    pub(crate) fair_lock_wait: Duration,
     /// For rediss://: the CA to trust and the client certificate to present.
     pub(crate) tls: TlsFiles,
     /// redis+sentinel://: credentials for the Sentinels themselves (`requirepass` / ACL in
@@ -306,13 +316,23 @@ impl Settings {
             },
             tls: TlsFiles::from_settings(&common, url.scheme == Scheme::Rediss)?,
             redisson_compat: common.flag(RedisKey::RedissonCompat)?.unwrap_or(false),
+            fair_lock_wait: common
+                .duration(RedisKey::FairLockWaitTimeout)?
+                .unwrap_or(REDISSON_FAIR_LOCK_WAIT),
         };
+        if !settings.redisson_compat && common.get(RedisKey::FairLockWaitTimeout).is_some() {
+            return Err(Error::config(
+                "option fair_lock_wait_timeout is for Redisson's fair queue: it needs \
+                 redisson_compat=true (native fair waiters keep their place by waiter_heartbeat)",
+            ));
+        }
         for (what, d) in [
             ("lease", settings.lease),
             ("command_timeout", settings.command_timeout),
             ("connect_timeout", settings.connect_timeout),
             ("fence_ttl", settings.fence_ttl),
             ("waiter_heartbeat", settings.waiter_heartbeat),
+            ("fair_lock_wait_timeout", settings.fair_lock_wait),
         ] {
             if d < Duration::from_millis(1) {
                 return Err(Error::config(format!("option {what} must be at least 1ms")));

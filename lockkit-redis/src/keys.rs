@@ -27,9 +27,9 @@ pub struct LockKeys {
     /// The mutex's waiter queue: a list of waiting owners, first in line first (with
     /// `redisson_compat`, fair waiters only).
     pub queue: String,
-    /// The mutex waiters' heartbeats (hash owner -> `<deadline, server ms> <lease ms>`; with
-    /// `redisson_compat`, owner -> deadline); for read-write locks, the waiting writers (sorted
-    /// set owner -> deadline).
+    /// The mutex waiters' heartbeats (hash owner -> `<deadline, server ms> <grant ms>`; with
+    /// `redisson_compat`, Redisson's sorted set owner -> deadline, client ms); for read-write
+    /// locks, the waiting writers (sorted set owner -> deadline).
     pub waiters: String,
     /// Shared holders (read locks, semaphore permits): a sorted set member -> lease deadline
     /// (server ms). Unused for mutexes. In Redisson's read-write layout, the base of the
@@ -75,9 +75,10 @@ impl LockKeys {
     }
 
     /// The keys of mutex `name` in Redisson's layout (`redisson_compat`): the lock hash is the
-    /// name itself, the channel `redisson_lock__channel:{name}` and the fencing counter
-    /// `redisson_lock_token:{name}`, as Redisson's `RLock` and `RFencedLock` write them;
-    /// lockkit's own extras (latches, fair queue) sit next to it in the same hash slot.
+    /// name itself, the channel `redisson_lock__channel:{name}`, the fencing counter
+    /// `redisson_lock_token:{name}` and the fair queue `redisson_lock_queue:{name}` with its
+    /// deadlines `redisson_lock_timeout:{name}`, as Redisson's `RLock`, `RFencedLock` and
+    /// `RFairLock` write them; lockkit's unlock latches sit next to it in the same hash slot.
     ///
     /// A name whose cluster slot cannot be shared by other keys (it holds a `}` but no
     /// `{tag}`) is an `InvalidName` error.
@@ -87,6 +88,8 @@ impl LockKeys {
     /// assert_eq!(k.lock, "orders");
     /// assert_eq!(k.channel, "redisson_lock__channel:{orders}");
     /// assert_eq!(k.fence, "redisson_lock_token:{orders}");
+    /// assert_eq!(k.queue, "redisson_lock_queue:{orders}");
+    /// assert_eq!(k.waiters, "redisson_lock_timeout:{orders}");
     /// assert!(lockkit_redis::LockKeys::redisson_mutex("a}b").is_err());
     /// ```
     pub fn redisson_mutex(name: &str) -> lockkit_core::Result<LockKeys> {
@@ -97,8 +100,8 @@ impl LockKeys {
             fence: prefix_name("redisson_lock_token", name),
             channel: prefix_name("redisson_lock__channel", name),
             unlock: extra("unlock"),
-            queue: extra("queue"),
-            waiters: extra("waiters"),
+            queue: prefix_name("redisson_lock_queue", name),
+            waiters: prefix_name("redisson_lock_timeout", name),
             holders: extra("holders"),
         })
     }
@@ -108,13 +111,15 @@ impl LockKeys {
     /// `<uuid>:<id>` and writer field `<uuid>:<id>:write` → hold count), `channel` is
     /// `redisson_rwlock:{name}`, and `holders` is the base of each reader hold's expiry key
     /// `<holders>:<field>:rwlock_timeout:<n>`. lockkit's extras: `waiters` (waiting lockkit
-    /// writers), `fence` and the latches.
+    /// writers, `{tag}:lockkit-rw-writers:<name>`: one per lock, even where locks share a tag),
+    /// `fence` and the latches.
     ///
     /// ```
     /// let k = lockkit_redis::LockKeys::redisson_rwlock("doc").unwrap();
     /// assert_eq!(k.lock, "doc");
     /// assert_eq!(k.channel, "redisson_rwlock:{doc}");
     /// assert_eq!(k.holders, "{doc}");
+    /// assert_eq!(k.waiters, "{doc}:lockkit-rw-writers:doc");
     /// ```
     pub fn redisson_rwlock(name: &str) -> lockkit_core::Result<LockKeys> {
         let tag = redisson_tag(name)?;
@@ -124,8 +129,8 @@ impl LockKeys {
             fence: extra("fence"),
             channel: prefix_name("redisson_rwlock", name),
             unlock: extra("unlock"),
-            queue: extra("queue"),
-            waiters: extra("writers"),
+            queue: format!("{}:{name}", extra("queue")),
+            waiters: format!("{}:{name}", extra("writers")),
             holders: suffix_base(name),
         })
     }
@@ -150,8 +155,8 @@ impl LockKeys {
             fence: extra("fence"),
             channel: prefix_name("redisson_sc", name),
             unlock: extra("unlock"),
-            queue: extra("queue"),
-            waiters: extra("waiters"),
+            queue: format!("{}:{name}", extra("queue")),
+            waiters: format!("{}:{name}", extra("waiters")),
             holders: format!("{{{tag}}}:lockkit-permits:{name}"),
         })
     }

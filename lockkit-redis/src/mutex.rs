@@ -24,20 +24,22 @@ mod redisson;
 struct LeaveOnDrop<'a> {
     mutex: &'a RedisMutex,
     owner: &'a str,
+    /// How long the waiter's place lasts once it stops renewing it (natively its heartbeat
+    /// timeout; in Redisson's fair queue, its wait).
+    wait: Duration,
     armed: bool,
 }
 
 impl Drop for LeaveOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let (keys, owner) = (self.mutex.keys.clone(), self.owner.to_string());
+            let (keys, owner, wait) = (self.mutex.keys.clone(), self.owner.to_string(), self.wait);
             let inner = &self.mutex.inner;
-            // A waiter that never left is skipped after 3 beats, and a lock handed to it lapses
-            // after as long.
-            let moot = inner.settings.waiter_timeout() * 2;
-            inner.reap("leave a lock queue", moot, move |inner| {
+            // A waiter that never left is skipped once its place lapses, and natively a lock
+            // handed to it lapses after as long.
+            inner.reap("leave a lock queue", wait * 2, move |inner| {
                 let (keys, owner) = (keys.clone(), owner.clone());
-                async move { inner.leave_queue(&keys, &owner).await }
+                async move { inner.leave_queue(&keys, &owner, wait).await }
             });
         }
     }
@@ -171,7 +173,9 @@ impl RawMutex for RedisMutex {
             inv = scripts.rs_force_unlock.prepare_invoke();
             inv.key(&self.keys.lock)
                 .key(&self.keys.queue)
-                .arg(&self.keys.channel);
+                .key(&self.keys.waiters)
+                .arg(&self.keys.channel)
+                .arg(crate::client::wall_ms());
         } else {
             inv = scripts.force_unlock.prepare_invoke();
             inv.key(&self.keys.lock)

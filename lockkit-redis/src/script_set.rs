@@ -6,7 +6,8 @@ use redis::Script;
 /// script that issues a fencing token starts with `scripts/fence.lua` (server time and the token
 /// rule); the native mutex's also with `scripts/handoff.lua` (its queue and hand-off); every
 /// script that removes one of our hash fields with `scripts/owned.lua` (which hides only
-/// `WRONGTYPE`).
+/// `WRONGTYPE`); the `redisson_compat` mutex's with `scripts/rs_fair_queue.lua` (Redisson's
+/// fair-lock queue).
 pub mod source {
     /// The text of `scripts/<file>`s, one after the other.
     macro_rules! lua {
@@ -33,13 +34,13 @@ pub mod source {
     /// Read-only probe (remaining lease and holders).
     pub const PROBE: &str = lua!("probe.lua");
     /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
-    pub const RS_RELEASE: &str = lua!("owned.lua", "rs_release.lua");
+    pub const RS_RELEASE: &str = lua!("owned.lua", "rs_fair_queue.lua", "rs_release.lua");
     /// Admin force-unlock on Redisson's layout.
-    pub const RS_FORCE_UNLOCK: &str = lua!("rs_force_unlock.lua");
-    /// Fair (FIFO) acquire with waiter heartbeats on Redisson's layout.
-    pub const RS_FAIR_ACQUIRE: &str = lua!("fence.lua", "rs_fair_acquire.lua");
-    /// A fair waiter leaves the queue, on Redisson's layout.
-    pub const RS_FAIR_LEAVE: &str = lua!("rs_fair_leave.lua");
+    pub const RS_FORCE_UNLOCK: &str = lua!("rs_fair_queue.lua", "rs_force_unlock.lua");
+    /// Fair (FIFO) acquire in Redisson's `RFairLock` queue, with waiter heartbeats.
+    pub const RS_FAIR_ACQUIRE: &str = lua!("fence.lua", "rs_fair_queue.lua", "rs_fair_acquire.lua");
+    /// A fair waiter leaves Redisson's `RFairLock` queue.
+    pub const RS_FAIR_LEAVE: &str = lua!("rs_fair_queue.lua", "rs_fair_leave.lua");
     /// Read lock / semaphore acquire (leases in a sorted set).
     pub const LEASE_SET: &str = lua!("fence.lua", "lease_set.lua");
     /// Write lock acquire with writer intent.

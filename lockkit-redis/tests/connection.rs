@@ -100,6 +100,7 @@ async fn bad_urls_and_options_are_config_errors() {
         "redis://127.0.0.1:1?nope=1",
         "redis://127.0.0.1:1?prefix=%7Bx%7D",
         "redis://127.0.0.1:1?wait_replicas=-1",
+        "redis://127.0.0.1:1?fair_lock_wait_timeout=10s",
     ] {
         let e = lockkit_redis::connect(&LockConfig::new(bad))
             .await

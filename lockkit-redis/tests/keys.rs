@@ -74,3 +74,32 @@ async fn keys_written_follow_the_layout() {
         assert_eq!(key_slot(&key), slot, "{key}");
     }
 }
+
+/// Issue 17: locks that share a hash tag (`a{eu}`, `b{eu}`, `eu`) share a slot, never a queue:
+/// with `redisson_compat`, the fair queue is Redisson's, named by the lock.
+#[test]
+fn locks_sharing_a_tag_never_share_a_queue() {
+    let names = ["a{eu}", "b{eu}", "eu"];
+    let mutexes: Vec<LockKeys> = names
+        .iter()
+        .map(|n| LockKeys::redisson_mutex(n).unwrap())
+        .collect();
+    let rwlocks: Vec<LockKeys> = names
+        .iter()
+        .map(|n| LockKeys::redisson_rwlock(n).unwrap())
+        .collect();
+    let semaphores: Vec<LockKeys> = names
+        .iter()
+        .map(|n| LockKeys::redisson_semaphore(n).unwrap())
+        .collect();
+    for keys in [&mutexes, &rwlocks, &semaphores] {
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a.queue, b.queue);
+                assert_ne!(a.waiters, b.waiters);
+            }
+        }
+    }
+    assert_eq!(mutexes[0].queue, "redisson_lock_queue:a{eu}");
+    assert_eq!(mutexes[2].waiters, "redisson_lock_timeout:{eu}");
+}

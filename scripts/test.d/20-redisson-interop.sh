@@ -2,13 +2,15 @@
 # Redisson interop: a Java program using real Redisson (from Maven Central, interop/redisson) and
 # lockkit in `redisson_compat` mode (examples/interop_peer.rs) contend for the same names:
 #   mutex  RFencedLock (RLock's layout + token counter) vs the lockkit mutex,
+#   fair   RFairLock vs the lockkit mutex in fair mode (one queue for both sides),
 #   rw     RReadWriteLock vs the lockkit read-write lock, readers and writers on both sides,
 #   sem    RSemaphore vs the lockkit semaphore (PERMITS permits).
 # Passes when no hold ever overlaps a conflicting one (a shared counter in Redis: no writer with
 # anyone else, never more than PERMITS permit holders), every hold completes, mutex tokens strictly
 # increase across both sides, and each side wakes quickly when the other releases (pub/sub, not
 # the 30 s lease or the 1 s waiter heartbeat): per direction, hand-off p50 and p90 <= 100 ms and
-# max <= 1000 ms.
+# max <= 1000 ms. And fairorder: while Redisson holds a fair lock, a lockkit, a Redisson and a
+# lockkit waiter queue in turn, and must get the lock in that order.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -103,6 +105,25 @@ run() {
     return "$ok"
 }
 
+# fair_order: both sides step through one FIFO scenario (see examples/interop_peer.rs).
+fair_order() {
+    local name="lockkit-interop-fairorder-$$-$RANDOM" dir="$WORK/fairorder" rc=0 jpid
+    mkdir -p "$dir"
+    timeout 120 java -cp "$CP" lockkit.interop.Main fairorder "$URL" "$name" 1 1 0 "$dir" \
+        >"$dir/java.out" 2>&1 &
+    jpid=$!
+    timeout 120 "$PEER" fairorder "$URL" "$name" 1 1 0 "$dir" >"$dir/rust.out" 2>&1 || rc=$?
+    wait "$jpid" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "redisson-interop[fairorder]: FAILED (rc=$rc)" >&2
+        cat "$dir/java.out" "$dir/rust.out" >&2
+        return 1
+    fi
+    echo "redisson-interop[fairorder]: Redisson $VERSION vs lockkit, $(cat "$dir/rust.out")"
+}
+
 run mutex 1 "$ITER" 0
+run fair 2 "$ITER" 0
+fair_order
 run rw 2 "$ITER" 0
 run sem 2 "$ITER" 2

@@ -69,6 +69,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     let mut leave = LeaveOnDrop {
         mutex: m,
         owner: &owner,
+        wait: settings.waiter_timeout(),
         armed: false,
     };
     // When the last attempt that found the lock busy was sent: a hand-off came after it.
@@ -183,7 +184,9 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
         if give_up_at.is_some_and(|at| Instant::now() >= at) {
             // Out of time. Leaving also passes on a lock handed to us that we have not seen;
             // if it fails (or this future is dropped meanwhile), the guard tries once more.
-            inner.leave_queue(&m.keys, &owner).await?;
+            inner
+                .leave_queue(&m.keys, &owner, settings.waiter_timeout())
+                .await?;
             leave.armed = false;
             return Ok(None);
         }

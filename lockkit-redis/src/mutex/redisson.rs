@@ -24,7 +24,8 @@ enum Attempt {
 struct Pending<'a> {
     mutex: &'a RedisMutex,
     owner: &'a str,
-    fair: bool,
+    /// A fair attempt's wait in Redisson's queue.
+    fair: Option<Duration>,
     /// The lease the attempt asks for: the longest what it took can live.
     lease: Duration,
     armed: bool,
@@ -35,13 +36,13 @@ impl Drop for Pending<'_> {
         if self.armed {
             let (keys, owner, fair) = (self.mutex.keys.clone(), self.owner.to_string(), self.fair);
             let inner = &self.mutex.inner;
-            let moot = self.lease.max(inner.settings.waiter_timeout()) + Duration::from_secs(1);
+            let moot = self.lease.max(fair.unwrap_or_default()) + Duration::from_secs(1);
             inner.reap("undo an unanswered acquire", moot, move |inner| {
                 let (keys, owner) = (keys.clone(), owner.clone());
                 async move {
-                    inner.release_mutex(&keys, &owner, fair).await?;
-                    if fair {
-                        inner.leave_queue(&keys, &owner).await?;
+                    inner.release_mutex(&keys, &owner, fair.is_some()).await?;
+                    if let Some(wait) = fair {
+                        inner.leave_queue(&keys, &owner, wait).await?;
                     }
                     Ok(())
                 }
@@ -50,19 +51,25 @@ impl Drop for Pending<'_> {
     }
 }
 
-async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Result<Attempt> {
-    let settings = &m.inner.settings;
+/// One attempt; `fair`: queue in Redisson's fair queue with this wait when busy.
+async fn attempt(
+    m: &RedisMutex,
+    owner: &str,
+    lease: Duration,
+    fair: Option<Duration>,
+) -> Result<Attempt> {
     let scripts = &m.inner.scripts;
-    let script = if fair {
+    let script = if fair.is_some() {
         &scripts.rs_fair_acquire
     } else {
         &scripts.try_acquire
     };
     let mut inv = m.acquire_invocation(script, owner, lease);
-    if fair {
+    if let Some(wait) = fair {
         inv.key(&m.keys.queue)
             .key(&m.keys.waiters)
-            .arg(settings.waiter_timeout().as_millis() as u64)
+            .arg(wait.as_millis().max(1) as u64)
+            .arg(crate::client::wall_ms())
             .arg(&m.keys.channel);
     }
     let mut pending = Pending {
@@ -85,7 +92,7 @@ async fn attempt(m: &RedisMutex, owner: &str, lease: Duration, fair: bool) -> Re
         return Ok(Attempt::Busy { pttl: value });
     }
     // Still armed: if the replicas fail us, or the future is dropped, we let go.
-    m.confirm_replicas(owner, fair).await?;
+    m.confirm_replicas(owner, fair.is_some()).await?;
     pending.armed = false;
     Ok(Attempt::Acquired {
         token: value as u64,
@@ -101,7 +108,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     let mut sub: Option<crate::pubsub::Subscription> = None;
     let mut woken = false;
     loop {
-        let pttl = match attempt(m, &owner, lease.duration(), false).await? {
+        let pttl = match attempt(m, &owner, lease.duration(), None).await? {
             Attempt::Acquired { token, sent_at } => {
                 let expiry = lease.duration();
                 return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, false)));
@@ -139,23 +146,26 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     }
 }
 
-/// FIFO over Redisson's lock hash: queued waiters are served in arrival order; each release
-/// wakes only the first one (by name, over the lock's channel). Waiters refresh a heartbeat
-/// every `waiter_heartbeat`, so a dead waiter is skipped after 3 missed beats and a live one is
-/// never dropped.
+/// Redisson's RFairLock: waiters, Redisson's and lockkit's, are served in arrival order from one
+/// queue, each keeping its place for its wait after the one before it (an acquire's deadline,
+/// else `fair_lock_wait_timeout`); each release wakes only the first one, by `0` on
+/// `<lock channel>:<owner>`. A waiter that gives up leaves the queue; one whose process died is
+/// skipped once its place lapses, as Redisson's are.
 pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
     let lease = req.lease();
-    let heartbeat = m.inner.settings.waiter_heartbeat;
+    let settings = &m.inner.settings;
     let give_up_at = req.deadline();
+    let wait = req.remaining().unwrap_or(settings.fair_lock_wait);
     let owner = m.inner.new_owner();
     let mut queued = LeaveOnDrop {
         mutex: m,
         owner: &owner,
+        wait,
         armed: false,
     };
     let mut sub: Option<crate::pubsub::Subscription> = None;
     loop {
-        let pttl = match attempt(m, &owner, lease.duration(), true).await {
+        let pttl = match attempt(m, &owner, lease.duration(), Some(wait)).await {
             Ok(Attempt::Acquired { token, sent_at }) => {
                 queued.armed = false;
                 drop(queued);
@@ -172,20 +182,17 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
         let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             queued.armed = false;
-            let _ = m.inner.leave_queue(&m.keys, &owner).await;
+            let _ = m.inner.leave_queue(&m.keys, &owner, wait).await;
             return Ok(None);
         }
         let Some(s) = sub.as_ref() else {
-            sub = Some(
-                m.inner
-                    .subs
-                    .subscribe_as(&m.keys.channel, Some(&owner))
-                    .await?,
-            );
+            let channel = format!("{}:{owner}", m.keys.channel);
+            sub = Some(m.inner.subs.subscribe(&channel).await?);
+            // A release between the attempt and the subscription sent no message we saw.
             continue;
         };
-        // Come back within one heartbeat to keep our place, and at the holder's expiry.
-        let mut wait = heartbeat;
+        // A missed message costs at most a heartbeat (or the holder's remaining lease).
+        let mut wait = settings.waiter_heartbeat;
         if pttl > 0 {
             wait = wait.min(Duration::from_millis(pttl as u64));
         }

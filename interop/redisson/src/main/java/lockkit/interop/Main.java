@@ -22,6 +22,9 @@ import org.redisson.config.Config;
  *
  * <ul>
  *   <li>mutex: RFencedLock (RLock's layout plus the token counter), lockAndGetToken();
+ *   <li>fair: RFairLock, lock();
+ *   <li>fairorder: one RFairLock holder and waiters of both sides queued in turn (lockkit, then
+ *       Redisson, then lockkit): each logs its turn, and they must get the lock in that order;
  *   <li>rw: RReadWriteLock, every third hold of a worker a write, the others reads;
  *   <li>sem: RSemaphore with PERMITS permits (trySetPermits), one permit per hold.
  * </ul>
@@ -42,7 +45,7 @@ public final class Main {
         int iter = Integer.parseInt(args[4]);
         int permits = Integer.parseInt(args[5]);
         String dir = args[6];
-        if (!List.of("mutex", "rw", "sem").contains(mode)) {
+        if (!List.of("mutex", "fair", "fairorder", "rw", "sem").contains(mode)) {
             throw new IllegalArgumentException("unknown mode " + mode);
         }
         Config cfg = new Config();
@@ -50,6 +53,10 @@ public final class Main {
         RedissonClient client = Redisson.create(cfg);
         try {
             startTogether(client, name);
+            if (mode.equals("fairorder")) {
+                fairOrder(client, name);
+                return;
+            }
             RAtomicLong inside = client.getAtomicLong("{" + name + "}:interop-inside");
             if (mode.equals("sem")) {
                 client.getSemaphore(name).trySetPermits(permits);
@@ -97,6 +104,7 @@ public final class Main {
     private static void work(RedissonClient client, String mode, String name, int iter, int permits,
             RAtomicLong inside, String dir) throws Exception {
         RFencedLock fenced = client.getFencedLock(name);
+        RLock fair = client.getFairLock(name);
         RReadWriteLock rw = client.getReadWriteLock(name);
         RSemaphore sem = client.getSemaphore(name);
         for (int i = 0; i < iter; i++) {
@@ -108,6 +116,12 @@ public final class Main {
                 case "mutex":
                     token = fenced.lockAndGetToken();
                     held = fenced;
+                    kind = "x";
+                    weight = EXCLUSIVE;
+                    break;
+                case "fair":
+                    fair.lock();
+                    held = fair;
                     kind = "x";
                     weight = EXCLUSIVE;
                     break;
@@ -144,6 +158,64 @@ public final class Main {
             }
             // Give the other side a chance to be waiting before we try again.
             Thread.sleep(2);
+        }
+    }
+
+    /**
+     * The Redisson side of "fairorder": steps are taken in turn through the counter
+     * {NAME}:interop-step; waiters record their turn in the list {NAME}:interop-turns.
+     */
+    private static void fairOrder(RedissonClient client, String name) throws Exception {
+        RAtomicLong step = client.getAtomicLong("{" + name + "}:interop-step");
+        RLock holder = client.getFairLock(name);
+        holder.lock();
+        step.set(1);
+        awaitStep(step, 2);
+        Thread waiter = new Thread(() -> {
+            RLock mine = client.getFairLock(name);
+            mine.lock();
+            client.getList("{" + name + "}:interop-turns", org.redisson.client.codec.StringCodec.INSTANCE)
+                    .add("redisson");
+            sleep(50);
+            mine.unlock();
+        });
+        waiter.start();
+        awaitQueued(client, name, 2);
+        step.set(3);
+        awaitStep(step, 4);
+        holder.unlock();
+        waiter.join(30_000);
+        if (waiter.isAlive()) {
+            throw new IllegalStateException("the Redisson waiter never got the lock");
+        }
+    }
+
+    private static void awaitStep(RAtomicLong step, long n) throws InterruptedException {
+        long until = System.currentTimeMillis() + 30_000;
+        while (step.get() < n) {
+            if (System.currentTimeMillis() > until) {
+                throw new IllegalStateException("the lockkit peer never took step " + n);
+            }
+            Thread.sleep(5);
+        }
+    }
+
+    private static void awaitQueued(RedissonClient client, String name, int n) throws InterruptedException {
+        String queue = name.contains("{") ? "redisson_lock_queue:" + name : "redisson_lock_queue:{" + name + "}";
+        long until = System.currentTimeMillis() + 30_000;
+        while (client.getList(queue, org.redisson.client.codec.StringCodec.INSTANCE).size() < n) {
+            if (System.currentTimeMillis() > until) {
+                throw new IllegalStateException("the Redisson waiter never queued");
+            }
+            Thread.sleep(5);
+        }
+    }
+
+    private static void sleep(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
