@@ -15,6 +15,7 @@ use crate::config::Settings;
 use crate::keys::LockKeys;
 use crate::mutex::RedisMutex;
 use crate::pubsub::Subscriptions;
+use crate::replicas::{Replicas, Target};
 use crate::script_set::Scripts;
 use crate::watchdog::{self, Watchdog};
 
@@ -52,14 +53,27 @@ impl RedisBackend {
 
         let scripts = Arc::new(Scripts::new());
         let wd = Arc::new(Watchdog::default());
+        let target = match &conn {
+            crate::conn::Conn::Sentinel(primary) => Target::Primary(primary.clone()),
+            _ => Target::Fixed(Box::new(settings.info.clone())),
+        };
+        let replicas = Arc::new(Replicas::start(&settings, conn.clone(), target).await);
+        let inner = Arc::new(Inner::new(
+            conn,
+            settings,
+            scripts,
+            subs,
+            wd.clone(),
+            replicas,
+        ));
         let watchdog_task = tokio::spawn(watchdog::run(
             wd.clone(),
-            conn.clone(),
-            scripts.clone(),
-            settings.command_timeout,
-            settings.topology.is_cluster(),
+            inner.conn.clone(),
+            inner.scripts.clone(),
+            inner.replicas.clone(),
+            inner.settings.command_timeout,
+            inner.settings.topology.is_cluster(),
         ));
-        let inner = Arc::new(Inner::new(conn, settings, scripts, subs, wd));
         let mut tasks = vec![watchdog_task, keeper_task];
         tasks.extend(follower);
         Ok(RedisBackend {

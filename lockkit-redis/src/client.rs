@@ -15,6 +15,7 @@ use crate::conn::Conn;
 use crate::error;
 use crate::keys::LockKeys;
 use crate::pubsub::Subscriptions;
+use crate::replicas::Replicas;
 use crate::script_set::Scripts;
 use crate::watchdog::Watchdog;
 
@@ -32,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) watchdog: Arc<Watchdog>,
     /// Cleanup retried until done (leaves, releases the server did not take at once).
     pub(crate) reaper: Reaper,
+    /// The replica waits after acquires, renewals and releases (`wait_replicas`).
+    pub(crate) replicas: Arc<Replicas>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -51,6 +54,7 @@ impl Inner {
         scripts: Arc<Scripts>,
         subs: Arc<Subscriptions>,
         watchdog: Arc<Watchdog>,
+        replicas: Arc<Replicas>,
     ) -> Inner {
         Inner {
             conn,
@@ -61,6 +65,7 @@ impl Inner {
             subs,
             watchdog,
             reaper: Reaper::default(),
+            replicas,
         }
     }
 

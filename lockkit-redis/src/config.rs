@@ -11,7 +11,8 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion}
 lockkit_core::option_keys! {
     /// The Redis backend's own options (URL query or `LockConfig::options`).
     pub enum RedisKey {
-        /// `wait_replicas`: replicas that must acknowledge an acquire (`WAIT`).
+        /// `wait_replicas`: `auto` (the replicas connected now), a count, or `0`: replicas that
+        /// must acknowledge an acquire, a renewal or a release (`WAIT`).
         WaitReplicas = "wait_replicas",
         /// `wait_timeout`: how long an acquire waits for them.
         WaitTimeout = "wait_timeout",
@@ -38,6 +39,17 @@ lockkit_core::option_keys! {
         /// `sentinel_password`: the Sentinels' own password.
         SentinelPassword = "sentinel_password",
     }
+}
+
+/// How many replicas a write must reach (`wait_replicas`; see `replicas.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitReplicas {
+    /// Never wait (`0`).
+    Off,
+    /// The replicas connected now; at least one of them (`auto`, the default).
+    Auto,
+    /// At least this many.
+    AtLeast(u32),
 }
 
 /// Redisson's default `fairLockWaitTimeout`: 5 minutes.
@@ -134,7 +146,7 @@ pub(crate) struct Settings {
     pub(crate) lease: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) command_timeout: Duration,
-    pub(crate) wait_replicas: u32,
+    pub(crate) wait_replicas: WaitReplicas,
     pub(crate) wait_timeout: Duration,
     pub(crate) fence_ttl: Duration,
     /// How often a waiter refreshes its place in a queue (mutex waiters, waiting writers,
@@ -266,10 +278,20 @@ impl Settings {
             )));
         }
         let lease = common.lease();
-        let wait_replicas = common
-            .value(RedisKey::WaitReplicas, "a replica count")?
-            .unwrap_or(0);
-        if wait_replicas > 0 && matches!(topology, Topology::Cluster { .. }) {
+        let cluster = matches!(topology, Topology::Cluster { .. });
+        let wait_replicas = match common.get(RedisKey::WaitReplicas) {
+            // A cluster's replicas are per slot: WAIT would have to reach the node that owns
+            // each lock's slot.
+            None if cluster => WaitReplicas::Off,
+            None | Some("auto") => WaitReplicas::Auto,
+            Some(_) => {
+                match common.value::<u32>(RedisKey::WaitReplicas, "auto or a replica count")? {
+                    Some(0) | None => WaitReplicas::Off,
+                    Some(n) => WaitReplicas::AtLeast(n),
+                }
+            }
+        };
+        if wait_replicas != WaitReplicas::Off && cluster {
             return Err(Error::config(
                 "option wait_replicas is not supported with redis+cluster:// (WAIT would have \
                  to reach the node that owns each lock's slot)",
@@ -404,11 +426,17 @@ mod tests {
         assert_eq!(s.prefix, "app");
         assert_eq!(s.lease, Duration::from_secs(10));
         assert_eq!(s.command_timeout, Duration::from_secs(2));
-        assert_eq!(s.wait_replicas, 0);
+        assert_eq!(s.wait_replicas, WaitReplicas::Auto);
         assert!(!format!("{s:?}").contains("pw"));
+        let s = parse("redis+cluster://h1").unwrap();
+        assert_eq!(s.wait_replicas, WaitReplicas::Off);
+        let s = parse("redis://h1?wait_replicas=0").unwrap();
+        assert_eq!(s.wait_replicas, WaitReplicas::Off);
+        let s = parse("redis://h1?wait_replicas=auto").unwrap();
+        assert_eq!(s.wait_replicas, WaitReplicas::Auto);
 
         let s = parse("redis://127.0.0.1?wait_replicas=2&wait_timeout=50ms&fence_ttl=1m").unwrap();
-        assert_eq!(s.wait_replicas, 2);
+        assert_eq!(s.wait_replicas, WaitReplicas::AtLeast(2));
         assert_eq!(s.wait_timeout, Duration::from_millis(50));
         assert_eq!(s.fence_ttl, Duration::from_secs(60));
         assert_eq!(s.prefix, "lockkit");
@@ -425,6 +453,7 @@ mod tests {
             "redis+sentinel://s1/lockkit/x",
             "redis+cluster://h1,h2/1",
             "redis+cluster://h1?wait_replicas=1",
+            "redis+cluster://h1?wait_replicas=auto",
             "redis://h1?sentinel_password=x",
             "redis+sentinel://s1/m?sentinel_username=u",
         ] {
@@ -486,6 +515,6 @@ mod tests {
         cfg.options.insert("wait_replicas".into(), "1".into());
         let s = Settings::from_config(&cfg).unwrap();
         assert_eq!(s.prefix, "cfg");
-        assert_eq!(s.wait_replicas, 1);
+        assert_eq!(s.wait_replicas, WaitReplicas::AtLeast(1));
     }
 }

@@ -9,6 +9,7 @@ mod keys;
 mod mutex;
 mod pubsub;
 mod push;
+mod replicas;
 mod script_set;
 mod sentinel;
 mod shared;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{GuardParts, Held, LeaseClock, RawMutex, Request, StateCell};
-use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
+use lockkit_core::{async_trait, Error, FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation, Value};
 use tokio::time::Instant;
 
@@ -81,35 +81,19 @@ impl RedisMutex {
         inv
     }
 
-    /// With `wait_replicas`, waits until that many replicas have our acquire (Redis `WAIT`);
-    /// when they do not, releases it again and fails with `ReplicaSync`.
+    /// Waits until the replicas have our acquire (`wait_replicas`); when they do not, releases
+    /// it again and fails with `ReplicaSync`.
     async fn confirm_replicas(&self, owner: &str, fair: bool) -> Result<()> {
-        let settings = &self.inner.settings;
-        if settings.wait_replicas == 0 {
-            return Ok(());
-        }
-        let acked: Result<i64> = self
-            .inner
-            .query(
-                redis::cmd("WAIT")
-                    .arg(settings.wait_replicas)
-                    .arg(settings.wait_timeout.as_millis() as u64),
-                "WAIT",
+        let synced = self.inner.replicas.acquired().await;
+        if let Err(e) = synced {
+            let _ = self.inner.release_mutex(&self.keys, owner, fair).await;
+            return Err(Error::new(
+                e.kind(),
+                format!("lock {:?}: {e}; the acquire was rolled back", self.name),
             )
-            .await;
-        if matches!(acked, Ok(n) if n >= i64::from(settings.wait_replicas)) {
-            return Ok(());
+            .with_retryable(true));
         }
-        let _ = self.inner.release_mutex(&self.keys, owner, fair).await;
-        let acked = acked?;
-        Err(Error::new(
-            ErrorKind::ReplicaSync,
-            format!(
-                "lock {:?}: {acked} of {} replicas acknowledged the acquire within {:?}; \
-                 rolled back",
-                self.name, settings.wait_replicas, settings.wait_timeout
-            ),
-        ))
+        Ok(())
     }
 
     /// The guard parts of a new ownership whose server expiry, `expiry`, was set no earlier
@@ -252,7 +236,14 @@ impl Held for RedisHeld {
             .release_mutex(&self.keys, &self.owner, self.fair)
             .await
         {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                // Best effort: a release the replicas missed comes back after a failover, until
+                // its lease ends.
+                if let Err(e) = self.inner.replicas.kept("release").await {
+                    tracing::debug!(error = %e, "lockkit: release not on the replicas");
+                }
+                Ok(())
+            }
             Ok(false) => Err(Error::lost(&self.name)),
             Err(e) => {
                 // Retried until it succeeds (the unlock latch makes a retry answer like the

@@ -59,6 +59,8 @@ struct Rounds {
 /// A managed connection to the current primary, replaced when the primary changes.
 pub(crate) struct Switchable {
     current: RwLock<ConnectionManager>,
+    /// How to reach the primary `current` talks to (for connections of one's own to it).
+    info: RwLock<ConnectionInfo>,
     rounds: watch::Sender<Rounds>,
     /// Pub/sub only: the channels to subscribe again on a new primary.
     channels: Mutex<HashSet<String>>,
@@ -67,9 +69,10 @@ pub(crate) struct Switchable {
 }
 
 impl Switchable {
-    fn new(conn: ConnectionManager, follow: Arc<Notify>) -> Arc<Switchable> {
+    fn new(conn: ConnectionManager, info: ConnectionInfo, follow: Arc<Notify>) -> Arc<Switchable> {
         Arc::new(Switchable {
             current: RwLock::new(conn),
+            info: RwLock::new(info),
             rounds: watch::Sender::new(Rounds::default()),
             channels: Mutex::new(HashSet::new()),
             follow,
@@ -82,6 +85,13 @@ impl Switchable {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// How to reach the current primary, and how many switches it has seen.
+    pub(crate) fn primary(&self) -> (u64, ConnectionInfo) {
+        let seen = self.rounds.borrow().switched;
+        let info = self.info.read().unwrap_or_else(|e| e.into_inner()).clone();
+        (seen, info)
     }
 
     /// [`current`](Self::current) and how many switches it has seen (for
@@ -159,8 +169,9 @@ impl Switchable {
     }
 
     /// Swaps in a connection to the new primary (and resubscribes there).
-    async fn replace(&self, conn: ConnectionManager) {
+    async fn replace(&self, conn: ConnectionManager, info: ConnectionInfo) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
+        *self.info.write().unwrap_or_else(|e| e.into_inner()) = info;
         self.rounds.send_modify(|r| r.switched += 1);
         let channels: Vec<String> = self.channels().iter().cloned().collect();
         for ch in channels {
@@ -263,12 +274,13 @@ impl Resolver {
     }
 }
 
-/// Connections to the primary at `addr`, if it says it is one: (commands, pub/sub).
+/// Connections to the primary at `addr`, if it says it is one: (commands, pub/sub), each with
+/// the connection info it was opened with.
 async fn open<P: PushSink>(
     settings: &Settings,
     addr: &(String, u16),
     pushes: &P,
-) -> Result<(ConnectionManager, ConnectionManager)> {
+) -> Result<(Opened, Opened)> {
     let info = |template: &ConnectionInfo| -> Result<ConnectionInfo> {
         Ok(ConnectionAddr::Tcp(addr.0.clone(), addr.1)
             .into_connection_info()
@@ -276,7 +288,8 @@ async fn open<P: PushSink>(
             .set_redis_settings(template.redis_settings().clone())
             .set_tcp_settings(template.tcp_settings().clone()))
     };
-    let client = crate::tls::client(info(&settings.info)?, &settings.tls)?;
+    let conn_info = info(&settings.info)?;
+    let client = crate::tls::client(conn_info.clone(), &settings.tls)?;
     let mut conn = client
         .get_connection_manager_with_config(manager_config(settings))
         .await
@@ -296,7 +309,8 @@ async fn open<P: PushSink>(
         )
         .with_retryable(true));
     }
-    let pubsub_client = crate::tls::client(info(&settings.pubsub_info)?, &settings.tls)?;
+    let pubsub_info = info(&settings.pubsub_info)?;
+    let pubsub_client = crate::tls::client(pubsub_info.clone(), &settings.tls)?;
     let pubsub = pubsub_client
         .get_connection_manager_with_config(
             manager_config(settings)
@@ -305,8 +319,11 @@ async fn open<P: PushSink>(
         )
         .await
         .map_err(|e| error::map(e, "pub/sub connect to the primary"))?;
-    Ok((conn, pubsub))
+    Ok(((conn, conn_info), (pubsub, pubsub_info)))
 }
+
+/// A connection to the primary and the info it was opened with.
+type Opened = (ConnectionManager, ConnectionInfo);
 
 /// Resolves the primary, connects to it and starts the follower task. Tries until the connect
 /// timeout passes (a failover may be under way); an unknown master name fails at once.
@@ -341,8 +358,8 @@ pub(crate) async fn connect<P: PushSink>(
         }
     };
     let follow = Arc::new(Notify::new());
-    let conn = Switchable::new(conn, follow.clone());
-    let pubsub = Switchable::new(pubsub, follow.clone());
+    let conn = Switchable::new(conn.0, conn.1, follow.clone());
+    let pubsub = Switchable::new(pubsub.0, pubsub.1, follow.clone());
     let task = tokio::spawn(run(
         resolver,
         addr,
@@ -391,8 +408,8 @@ async fn run<P: PushSink>(
                         to = %format_args!("{}:{}", found.0, found.1),
                         "lockkit: Redis primary changed"
                     );
-                    conn.replace(c).await;
-                    pubsub.replace(p).await;
+                    conn.replace(c.0, c.1).await;
+                    pubsub.replace(p.0, p.1).await;
                     // A release (or a hand-off) may have been published on the new primary
                     // before we subscribed there: every local waiter tries again.
                     pushes.wake_everyone();

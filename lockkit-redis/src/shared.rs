@@ -213,6 +213,19 @@ impl Core {
                 }
                 Err(e) => return Err(e),
             };
+            if ok == 1 {
+                // Still armed: if the replicas fail us, or the future is dropped, we let go.
+                if let Err(e) = self.inner.replicas.acquired().await {
+                    pending.armed = false;
+                    let code = mode.release_code();
+                    let _ = release(&self.inner, self.layout, &self.keys, &member, code).await;
+                    return Err(Error::new(
+                        e.kind(),
+                        format!("{}: {e}; the acquire was rolled back", self.keys.lock),
+                    )
+                    .with_retryable(true));
+                }
+            }
             pending.armed = false;
             if ok == 1 {
                 intent.armed = false;
@@ -436,7 +449,13 @@ impl Held for SharedHeld {
         self.inner.watchdog.unregister(self.id);
         let code = self.mode.release_code();
         match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
-            Ok(true) => Ok(()),
+            Ok(true) => {
+                // Best effort, as for a mutex.
+                if let Err(e) = self.inner.replicas.kept("release").await {
+                    tracing::debug!(error = %e, "lockkit: release not on the replicas");
+                }
+                Ok(())
+            }
             Ok(false) => Err(Error::lost(&self.name)),
             Err(e) => {
                 let (keys, member, layout) = (self.keys.clone(), self.member.clone(), self.layout);

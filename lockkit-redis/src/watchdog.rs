@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use redis::cluster_routing::Slot;
 
 use crate::conn::Conn;
+use crate::replicas::Replicas;
 use crate::script_set::Scripts;
 
 /// The longest the watchdog task sleeps without being woken.
@@ -244,6 +245,7 @@ pub(crate) async fn run(
     wd: Arc<Watchdog>,
     conn: Conn,
     scripts: Arc<Scripts>,
+    replicas: Arc<Replicas>,
     command_timeout: Duration,
     cluster: bool,
 ) {
@@ -258,6 +260,7 @@ pub(crate) async fn run(
             let group: Vec<Due> = group.into_iter().map(|(_, d)| d).collect();
             for chunk in batches(group, cluster) {
                 let (wd, mut conn, scripts) = (wd.clone(), conn.clone(), scripts.clone());
+                let replicas = replicas.clone();
                 let min_lease = chunk.iter().map(|c| c.3).min().unwrap_or(command_timeout);
                 let limit = command_timeout
                     .min(min_lease / 3)
@@ -280,6 +283,18 @@ pub(crate) async fn run(
                             None
                         }
                         Err(_) => None,
+                    };
+                    // A renewal counts once the replicas have it: a failover to a replica that
+                    // missed it would end the lease early.
+                    let result = match result {
+                        Some(r) => match replicas.kept("renewal").await {
+                            Ok(()) => Some(r),
+                            Err(e) => {
+                                tracing::debug!(error = %e, "lockkit: renewal not on the replicas");
+                                None
+                            }
+                        },
+                        None => None,
                     };
                     wd.apply(sent_at, &chunk, result);
                 });

@@ -1,12 +1,57 @@
-//! Issue 3, point 7: `wait_replicas` runs WAIT after the acquire; when too few replicas
-//! acknowledge, the acquire is rolled back and fails with `ReplicaSync`.
+//! Replica safety (`wait_replicas`): acquires, renewals and releases are followed by `WAIT` on
+//! a connection of the handle's own; `auto` (the default) waits for the replicas connected now
+//! and costs nothing without replicas; an acquire the replicas did not get is rolled back with
+//! `ReplicaSync`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::ErrorKind;
+use lockkit_core::{AcquireOptions, ErrorKind, LockState};
+use lockkit_testing::unique_name;
+
+/// A primary and one replica that has synced with it and that the primary lists as online.
+async fn primary_and_replica() -> (PrivateRedis, PrivateRedis) {
+    // A disk-based sync: after a diskless one, Redis 7 streams writes to the new replica only
+    // once it has acknowledged the data it loaded, which takes it up to ~10 s.
+    let primary = PrivateRedis::start(&["--repl-diskless-sync", "no"]);
+    let replica_of = primary.port.to_string();
+    let replica = PrivateRedis::start(&["--replicaof", "127.0.0.1", &replica_of]);
+    let mut admin = admin(&primary.url()).await;
+    let started = Instant::now();
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        // The primary counts it (ROLE lists it) once it is online.
+        if info.contains("state=online") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "replica did not sync"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (primary, replica)
+}
+
+/// How many `WAIT` commands the server at `url` ran.
+async fn waits_run(url: &str) -> u64 {
+    let mut admin = admin(url).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_replica_ack_rolls_back_with_a_typed_error() {
@@ -27,45 +72,133 @@ async fn no_replica_ack_rolls_back_with_a_typed_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_synced_replica_lets_the_acquire_through() {
-    let primary = PrivateRedis::start(&["--repl-diskless-sync-delay", "0"]);
-    let replica_of = primary.port.to_string();
-    let replica = PrivateRedis::start(&["--replicaof", "127.0.0.1", &replica_of]);
-    let mut admin = admin(&replica.url()).await;
-    let started = Instant::now();
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if info.contains("master_link_status:up") {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "replica did not sync"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+async fn without_replicas_auto_runs_no_wait() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    for _ in 0..3 {
+        let g = locks.mutex("no-replicas").unwrap().lock().await.unwrap();
+        g.release().await.unwrap();
     }
-    let locks = connect(
-        &primary.url(),
-        &[("wait_replicas", "1"), ("wait_timeout", "2s")],
-    )
-    .await;
-    let g = locks
-        .mutex("synced")
+    let r = locks
+        .rwlock("no-replicas-rw")
         .unwrap()
-        .try_lock()
+        .read_lock()
+        .await
+        .unwrap();
+    r.release().await.unwrap();
+    assert_eq!(waits_run(&server.url()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_waits_for_the_connected_replica_on_acquire_renewal_and_release() {
+    let (primary, replica) = primary_and_replica().await;
+    // The default: auto.
+    let locks = connect(&primary.url(), &[]).await;
+    let name = unique_name("synced");
+    let before = waits_run(&primary.url()).await;
+    let g = locks
+        .mutex(&name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(Duration::from_millis(600)))
         .await
         .unwrap()
-        .expect("acquired");
-    // The replica has the lock too.
+        .unwrap();
+    // The replica has the lock as soon as the acquire returns.
+    let mut on_replica = admin(&replica.url()).await;
     let exists: bool = redis::cmd("EXISTS")
-        .arg(lockkit_redis::LockKeys::mutex("lockkit", "synced").lock)
-        .query_async(&mut admin)
+        .arg(lockkit_redis::LockKeys::mutex("lockkit", &name).lock)
+        .query_async(&mut on_replica)
         .await
         .unwrap();
     assert!(exists, "the replica did not see the acquire");
+    let after_acquire = waits_run(&primary.url()).await;
+    assert!(after_acquire > before, "no WAIT after the acquire");
+    // Renewals (every 200 ms here) wait too.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let after_renewals = waits_run(&primary.url()).await;
+    assert!(after_renewals > after_acquire, "no WAIT after a renewal");
+    assert_eq!(g.state(), LockState::Held);
     g.release().await.unwrap();
+    assert!(
+        waits_run(&primary.url()).await > after_renewals,
+        "no WAIT after the release"
+    );
+    let shared = locks.rwlock(&name).unwrap().read_lock().await.unwrap();
+    shared.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_rolls_back_an_acquire_no_replica_acknowledged() {
+    let (primary, replica) = primary_and_replica().await;
+    let locks = connect(&primary.url(), &[("wait_timeout", "200ms")]).await;
+    let plain = connect(&primary.url(), &[("wait_replicas", "0")]).await;
+    let name = unique_name("unsynced");
+    // Paused, the replica stays connected and acknowledges nothing.
+    replica.pause();
+    let e = locks.mutex(&name).unwrap().try_lock().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ReplicaSync, "{e}");
+    assert!(
+        !plain.mutex(&name).unwrap().is_locked().await.unwrap(),
+        "not rolled back"
+    );
+    let e = locks.rwlock(&name).unwrap().try_read().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ReplicaSync, "{e}");
+    assert!(!plain.rwlock(&name).unwrap().is_locked().await.unwrap());
+    replica.resume();
+    let g = locks.mutex(&name).unwrap().try_lock().await.unwrap();
+    g.expect("free").release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_the_replicas_miss_makes_the_guard_suspect() {
+    let (primary, replica) = primary_and_replica().await;
+    let locks = connect(&primary.url(), &[("wait_timeout", "500ms")]).await;
+    let g = locks
+        .mutex(&unique_name("renewal"))
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(Duration::from_secs(3)))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut changes = g.state_changes();
+    replica.pause();
+    let suspect = tokio::time::timeout(Duration::from_secs(3), async {
+        while changes.next().await != Some(LockState::Suspect) {}
+    })
+    .await;
+    replica.resume();
+    assert!(
+        suspect.is_ok(),
+        "a renewal the replica missed still counted"
+    );
+    let held = tokio::time::timeout(Duration::from_secs(3), async {
+        while changes.next().await != Some(LockState::Held) {}
+    })
+    .await;
+    assert!(
+        held.is_ok(),
+        "the guard did not recover once the replica was back"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_never_holds_up_the_handles_other_commands() {
+    let (primary, replica) = primary_and_replica().await;
+    let locks = connect(&primary.url(), &[("wait_timeout", "3s")]).await;
+    replica.pause();
+    let waiting = {
+        let m = locks.mutex(&unique_name("slow-wait")).unwrap();
+        tokio::spawn(async move { m.try_lock().await.map(|g| g.is_some()) })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Other commands of the same handle run while that WAIT blocks its own connection.
+    let other = locks.mutex(&unique_name("other")).unwrap();
+    assert!(!other.is_locked().await.unwrap());
+    assert!(
+        !waiting.is_finished(),
+        "the other command waited for the WAIT to end"
+    );
+    replica.resume();
+    assert!(waiting.await.unwrap().unwrap());
 }

@@ -30,7 +30,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     // up by an attempt instead, which starts the whole lease then (the hand-off's expiry runs
     // from a moment the waiter cannot know), as is a hand-off that must reach replicas first.
     let grant_expiry = lease.duration().min(settings.waiter_timeout());
-    let take_grants = settings.wait_replicas == 0 && lease.is_watchdog();
+    let take_grants = !inner.replicas.waits() && lease.is_watchdog();
 
     // The first attempt queues us if the lock is busy; later ones refresh our place and take up
     // a hand-off whose message we missed.

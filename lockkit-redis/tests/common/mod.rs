@@ -152,6 +152,27 @@ impl PrivateRedis {
     pub fn start_again(&mut self) {
         self.spawn();
     }
+
+    /// SIGSTOP: the server keeps its connections and answers nothing.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    }
 }
 
 impl Drop for PrivateRedis {
