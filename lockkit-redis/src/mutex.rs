@@ -237,11 +237,7 @@ impl Held for RedisHeld {
             .await
         {
             Ok(true) => {
-                // Best effort: a release the replicas missed comes back after a failover, until
-                // its lease ends.
-                if let Err(e) = self.inner.replicas.kept("release").await {
-                    tracing::debug!(error = %e, "lockkit: release not on the replicas");
-                }
+                self.inner.replicas.released();
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

@@ -139,6 +139,21 @@ impl Replicas {
         self.sync(what, None).await
     }
 
+    /// After a release: asks for the next round without waiting for it (the caller learns
+    /// nothing from it: the lock is released on the primary either way; a release the replicas
+    /// miss comes back after a failover until its lease ends).
+    pub(crate) fn released(self: &Arc<Self>) {
+        if self.want == WaitReplicas::Off || self.connected.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = me.kept("release").await {
+                tracing::debug!(error = %e, "lockkit: release not on the replicas");
+            }
+        });
+    }
+
     async fn sync(&self, what: &str, need: Option<u32>) -> Result<()> {
         let no_replicas = self.connected.load(Ordering::Acquire) == 0;
         if self.want == WaitReplicas::Off || (need.is_none() && no_replicas) {

@@ -450,10 +450,7 @@ impl Held for SharedHeld {
         let code = self.mode.release_code();
         match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
             Ok(true) => {
-                // Best effort, as for a mutex.
-                if let Err(e) = self.inner.replicas.kept("release").await {
-                    tracing::debug!(error = %e, "lockkit: release not on the replicas");
-                }
+                self.inner.replicas.released();
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

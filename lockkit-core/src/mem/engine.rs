@@ -52,8 +52,24 @@ struct Holder {
     mode: Mode,
     token: FencingToken,
     lease: Lease,
-    expires_at: Instant,
+    /// A fixed lease's end (the core releases the holder then; this is the backstop). A watchdog
+    /// lease has none: holder and table live in one process and die together.
+    expires_at: Option<Instant>,
     state: StateCell,
+}
+
+impl Holder {
+    fn live(&self, now: Instant) -> bool {
+        self.expires_at.is_none_or(|at| at > now)
+    }
+
+    /// What is left of its lease: a watchdog lease is always whole.
+    fn remaining(&self, now: Instant) -> Duration {
+        match self.expires_at {
+            Some(at) => at.saturating_duration_since(now),
+            None => self.lease.duration(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -207,7 +223,6 @@ impl Engine {
                 }
             }
         };
-        tokio::spawn(lease_task(Arc::downgrade(self), key, grant.owner));
         Ok(Some(grant))
     }
 
@@ -265,7 +280,7 @@ impl Engine {
         };
         let before = res.holders.len();
         res.holders.retain(|_, h| {
-            let live = h.expires_at > now;
+            let live = h.live(now);
             if !live {
                 h.state.mark_lost(LostReason::LeaseExpired);
             }
@@ -287,12 +302,16 @@ impl Engine {
         t.next_id += 1;
         t.next_token += 1;
         let (owner, token) = (t.next_id, FencingToken(t.next_token));
-        let state = StateCell::new(LeaseClock::starting(now, lease.duration()));
+        let (clock, expires_at) = match lease {
+            Lease::Fixed(d) => (LeaseClock::starting(now, d), Some(now + d)),
+            Lease::Watchdog(_) => (LeaseClock::new(LostReason::LeaseExpired), None),
+        };
+        let state = StateCell::new(clock);
         let holder = Holder {
             mode,
             token,
             lease,
-            expires_at: now + lease.duration(),
+            expires_at,
             state: state.clone(),
         };
         t.resources
@@ -379,16 +398,9 @@ impl Engine {
             .get_mut(key)
             .and_then(|r| r.holders.get_mut(&owner))
         {
-            Some(h) if h.expires_at > now => {
-                let sooner = now + lease < h.expires_at;
-                h.expires_at = now + lease;
+            Some(h) if h.live(now) => {
+                h.expires_at = Some(now + lease);
                 h.lease = Lease::Fixed(lease);
-                drop(t);
-                if sooner {
-                    // The holder's lease task sleeps until the old expiry: one more wakes at the
-                    // new one, so waiters get the lock when the shorter lease ends.
-                    tokio::spawn(lease_task(Arc::downgrade(self), key.clone(), owner));
-                }
                 Ok(())
             }
             _ => Err(Error::lost(&key.1)),
@@ -460,7 +472,7 @@ impl Engine {
             .get(key)?
             .holders
             .values()
-            .map(|h| h.expires_at.saturating_duration_since(now))
+            .map(|h| h.remaining(now))
             .filter(|d| !d.is_zero())
             .max()
     }
@@ -475,11 +487,11 @@ impl Engine {
         let holders = res
             .holders
             .iter()
-            .filter(|(_, h)| h.expires_at > now)
+            .filter(|(_, h)| h.live(now))
             .map(|(id, h)| {
                 HolderInfo::new(format!("mem:{id}"), h.mode.into())
                     .with_token(h.token)
-                    .with_remaining_lease(h.expires_at - now)
+                    .with_remaining_lease(h.remaining(now))
             })
             .collect();
         let waiters = res
@@ -497,52 +509,11 @@ impl Engine {
         let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
         capacity.saturating_sub(used)
     }
-
-    /// One step of a holder's lease: renews a watchdog lease, expires a fixed one that ran out.
-    /// Returns when to look again, or `None` when the holder is gone.
-    fn lease_step(self: &Arc<Self>, key: &Key, owner: u64) -> Option<Instant> {
-        let now = Instant::now();
-        let mut undelivered = Vec::new();
-        let next = {
-            let mut t = self.lock();
-            let h = t.resources.get_mut(key)?.holders.get_mut(&owner)?;
-            match h.lease {
-                Lease::Watchdog(d) => {
-                    h.expires_at = now + d;
-                    h.state.clock().renewed(now, d);
-                    Some(now + d / 3)
-                }
-                _ if h.expires_at > now => Some(h.expires_at),
-                _ => {
-                    let h = t.resources.get_mut(key)?.holders.remove(&owner)?;
-                    h.state.mark_lost(LostReason::LeaseExpired);
-                    self.drain(&mut t, key, &mut undelivered);
-                    None
-                }
-            }
-        };
-        drop(undelivered);
-        next
-    }
 }
 
 fn drop_if_idle(t: &mut Table, key: &Key) {
     if t.resources.get(key).is_some_and(Resource::is_idle) {
         t.resources.remove(key);
         t.capacities.remove(key);
-    }
-}
-
-/// Keeps one holder's lease: renews a watchdog lease every third of it, expires a fixed one.
-async fn lease_task(engine: Weak<Engine>, key: Key, owner: u64) {
-    loop {
-        let next = match engine.upgrade() {
-            Some(e) => e.lease_step(&key, owner),
-            None => return,
-        };
-        match next {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => return,
-        }
     }
 }

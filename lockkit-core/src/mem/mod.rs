@@ -1,6 +1,8 @@
 //! The `mem://` backend: in-process locks with the full semantics of the distributed ones
-//! (FIFO fairness, leases on the tokio clock, watchdog renewal, lost signal, fencing tokens, RW
-//! locks where a waiting writer blocks new readers, leased semaphore permits).
+//! (FIFO fairness, fixed leases on the tokio clock, lost signal, fencing tokens, RW locks where
+//! a waiting writer blocks new readers, semaphore permits). A watchdog lease needs no renewal
+//! here: the holder and the table live and die in one process; a fixed lease ends at its
+//! deadline (the core releases it then).
 //!
 //! Use it for demos, for your own unit tests (leases follow tokio's clock, so
 //! `tokio::time::pause()` works), and as the conformance suite's reference.
