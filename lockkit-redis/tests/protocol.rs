@@ -96,11 +96,7 @@ async fn a_resent_try_lock_takes_its_own_hold_up_again() {
         1,
         "one hold, not two"
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&k.lock)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    del(&mut admin, &k.lock).await;
 }
 
 #[tokio::test]
@@ -124,11 +120,11 @@ async fn a_resent_queued_attempt_never_queues_behind_itself() {
     );
     assert_eq!(raw_queue(&mut admin, &k, owner, 10_000).await.0, 1);
     assert!(queue(&mut admin, &k).await.is_empty());
-    let _: () = redis::cmd("DEL")
-        .arg(&k.lock)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    del(&mut admin, &k.lock).await;
+}
+
+async fn del(admin: &mut redis::aio::MultiplexedConnection, key: &str) {
+    let _: () = redis::cmd("DEL").arg(key).query_async(admin).await.unwrap();
 }
 
 async fn pttl(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
@@ -161,11 +157,7 @@ async fn a_hand_off_expires_after_the_waiters_grant() {
         left > 10_000,
         "the hand-off lasts {left} ms, the releaser's grant"
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&k.lock)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    del(&mut admin, &k.lock).await;
 }
 
 #[tokio::test]
@@ -198,11 +190,7 @@ async fn a_fixed_lease_that_ends_hands_the_lock_to_the_next_waiter() {
         handed,
         "the lease's end left the lock to expire, not to the waiter"
     );
-    let _: () = redis::cmd("DEL")
-        .arg(&k.lock)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    del(&mut admin, &k.lock).await;
 }
 
 #[tokio::test]

@@ -374,3 +374,20 @@ macro_rules! __failover_cases {
         )*
     };
 }
+
+/// After the faults: `mutex` is free again within 5 s (the reaper retries at most every 2 s), so
+/// nothing a failed or timed-out acquire left behind (`what`) blocks it. Returns the guard.
+pub async fn free_soon_after(mutex: &lockkit_core::Mutex, what: &str) -> LockGuard {
+    let started = Instant::now();
+    let g = mutex
+        .lock_for(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("free after the release");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{what} blocked the lock: {:?}",
+        started.elapsed()
+    );
+    g
+}
