@@ -10,6 +10,7 @@
 #       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (5s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
+#       --wait-ms N (each acquire's wait budget, 3000)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own cluster servers (own state dir and ports; single servers if the cluster
@@ -149,6 +150,7 @@ cmd_run() {
             --wait-replicas) wait=$2 && shift ;;
             --hold-ms) extra+=(--hold-ms "$2") && shift ;;
             --faults) extra+=(--faults "$2") && shift ;;
+            --wait-ms) extra+=(--wait-ms "$2") && shift ;;
             --label) label=$2 && shift ;;
             --strict) strict+=(--strict) ;;
             --require-pause) strict+=(--require-pause) ;;
@@ -249,6 +251,6 @@ case ${1:-} in
     ctl) shift && cmd_ctl "$@" ;;
     run) shift && cmd_run "$@" ;;
     suite) shift && cmd_suite "$@" ;;
-    -h | --help | help | '') sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' ;;
+    -h | --help | help | '') sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command '$1' (see --help)" ;;
 esac

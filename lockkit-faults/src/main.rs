@@ -60,6 +60,8 @@ enum Cmd {
         #[arg(long)]
         lease_ms: u64,
         #[arg(long)]
+        wait_ms: u64,
+        #[arg(long)]
         until: u64,
         #[arg(long)]
         seed: u64,
@@ -102,6 +104,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             name,
             register,
             lease_ms,
+            wait_ms,
             until,
             seed,
             hold_ms,
@@ -112,6 +115,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 name,
                 register,
                 lease: Duration::from_millis(lease_ms),
+                wait: Duration::from_millis(wait_ms),
                 until,
                 seed,
                 hold_ms,

@@ -128,6 +128,8 @@ pub struct RunInfo {
     pub workers: u32,
     /// Lease in milliseconds.
     pub lease_ms: u64,
+    /// Each worker acquire's wait budget in milliseconds.
+    pub wait_ms: u64,
     /// Run length in milliseconds.
     pub duration_ms: u64,
     /// The lock name.

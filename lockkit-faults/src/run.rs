@@ -37,6 +37,9 @@ pub struct RunArgs {
     /// Watchdog lease.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub lease: Duration,
+    /// Each worker acquire's wait budget, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub wait_ms: u64,
     /// How long the workers run.
     #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
     pub duration: Duration,
@@ -98,6 +101,7 @@ impl Workers {
             .args(["--name", &self.name])
             .args(["--register", &self.register])
             .args(["--lease-ms", &self.args.lease.as_millis().to_string()])
+            .args(["--wait-ms", &self.args.wait_ms.to_string()])
             .args(["--until", &self.until.to_string()])
             .args([
                 "--seed",
@@ -135,6 +139,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         seed: args.seed,
         workers: args.workers,
         lease_ms: args.lease.as_millis() as u64,
+        wait_ms: args.wait_ms,
         duration_ms: args.duration.as_millis() as u64,
         name: name.clone(),
         start,

@@ -26,6 +26,8 @@ pub struct WorkerArgs {
     pub register: String,
     /// Watchdog lease.
     pub lease: Duration,
+    /// Each acquire's wait budget.
+    pub wait: Duration,
     /// Stop acquiring at this instant (shared monotonic clock).
     pub until: Micros,
     /// Seed of the hold times.
@@ -82,7 +84,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
         .mutex(&args.name)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let opts = AcquireOptions::new()
-        .wait(Duration::from_secs(3))
+        .wait(args.wait)
         .watchdog_lease(args.lease);
     while now() < args.until {
         let acquired = tokio::time::timeout(
