@@ -10,7 +10,7 @@
 #       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (5s)
 #       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
-#       --wait-ms N (each acquire's wait budget, 3000)
+#       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own cluster servers (own state dir and ports; single servers if the cluster
@@ -26,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SERVICES=scripts/services.sh
-BIN=target/debug/lockkit-faults
+BIN=${CARGO_TARGET_DIR:-target}/debug/lockkit-faults
 JOBS=${LOCKKIT_CARGO_JOBS:-2}
 
 die() {
@@ -109,9 +109,14 @@ build() {
     cargo build -p lockkit-faults -j "$JOBS" >&2
 }
 
-# url_for BACKEND TOPOLOGY WAIT_REPLICAS -> URL and GROUP on stdout (two lines)
+# with_query URL K=V[&K=V...] -> URL with the options added to its query
+with_query() {
+    case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac
+}
+
+# url_for BACKEND TOPOLOGY WAIT_REPLICAS URL_OPTS -> URL and GROUP on stdout (two lines)
 url_for() {
-    local backend=$1 topology=$2 wait=$3 env_lines url group
+    local backend=$1 topology=$2 wait=$3 opts=$4 env_lines url group
     if [ "$topology" = single ]; then
         env_lines=$("$SERVICES" env) || die "single servers are not up in ${LOCKKIT_SERVICES_STATE:-/tmp/lockkit-services}"
     else
@@ -129,8 +134,9 @@ url_for() {
     esac
     if [ "$wait" != 0 ]; then
         [ "$backend" = redis ] || die "--wait-replicas is a Redis option"
-        case $url in *\?*) url="$url&wait_replicas=$wait" ;; *) url="$url?wait_replicas=$wait" ;; esac
+        url=$(with_query "$url" "wait_replicas=$wait")
     fi
+    [ -z "$opts" ] || url=$(with_query "$url" "$opts")
     echo "$url"
     echo "$group"
 }
@@ -139,7 +145,7 @@ cmd_run() {
     local backend=${1:-} topology=${2:-}
     if [ -z "$backend" ] || [ -z "$topology" ]; then die "run: BACKEND TOPOLOGY needed (see --help)"; fi
     shift 2
-    local seed=1 duration=40s workers=3 lease=2s every=5s wait=0 strict=() out='' extra=() label=
+    local seed=1 duration=40s workers=3 lease=2s every=5s wait=0 opts='' strict=() out='' extra=() label=
     while [ $# -gt 0 ]; do
         case $1 in
             --seed) seed=$2 && shift ;;
@@ -148,6 +154,7 @@ cmd_run() {
             --lease) lease=$2 && shift ;;
             --every) every=$2 && shift ;;
             --wait-replicas) wait=$2 && shift ;;
+            --url-opts) opts=$2 && shift ;;
             --hold-ms) extra+=(--hold-ms "$2") && shift ;;
             --faults) extra+=(--faults "$2") && shift ;;
             --wait-ms) extra+=(--wait-ms "$2") && shift ;;
@@ -165,7 +172,7 @@ cmd_run() {
         [ "$backend:$topology" = redis:cluster ] && label=sentinel
         [ "$wait" != 0 ] && label="$label+wait$wait"
     fi
-    target=$(url_for "$backend" "$topology" "$wait")
+    target=$(url_for "$backend" "$topology" "$wait" "$opts")
     url=$(sed -n 1p <<<"$target")
     group=$(sed -n 2p <<<"$target")
     out=${out:-target/faults/$backend-$label-seed$seed}
