@@ -1,11 +1,12 @@
 //! The checker: reads the run log and reports overlaps, unsignalled overlaps, stale writes the
-//! register accepted, lost-signal latency, recovery after each fault.
+//! register accepted, lost-signal latency, recovery after each fault, blocked hand-offs.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::clock::Micros;
+use crate::handoff::{self, Handoffs};
 use crate::proto::{FaultRecord, HoldRecord, LogLine, Msg, RunInfo};
 
 /// A paused holder must see `lost()` within this long after SIGCONT.
@@ -92,6 +93,8 @@ pub struct Report {
     pub recovery_ms: Stats,
     /// Per fault.
     pub faults: Vec<FaultOutcome>,
+    /// Free gaps after a hold and the blocked hand-offs among them (see [`handoff`]).
+    pub handoffs: Handoffs,
     /// Acquire / connect errors by kind.
     pub errors: BTreeMap<String, usize>,
     /// Release outcomes by kind.
@@ -212,6 +215,10 @@ pub fn check(lines: &[LogLine]) -> Report {
         })
         .collect();
     let recovery = Stats::of(outcomes.iter().filter_map(|o| o.recovery_ms).collect());
+    let handoffs = run
+        .as_ref()
+        .map(|run| handoff::check(run, &acquires, &holds, &faults))
+        .unwrap_or_default();
 
     Report {
         run,
@@ -227,6 +234,7 @@ pub fn check(lines: &[LogLine]) -> Report {
         lost_latency_ms: Stats::of(lost_latency),
         recovery_ms: recovery,
         faults: outcomes,
+        handoffs,
         errors,
         releases,
     }

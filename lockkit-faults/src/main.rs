@@ -1,7 +1,7 @@
 //! The lockkit fault harness: K worker processes contend for one lock through a lockkit URL and
 //! write `(token, worker, start, end)` to a fenced register while holders and servers are killed,
 //! paused and restarted on a seeded schedule; a checker then reports overlaps, unsignalled
-//! overlaps, stale writes, lost-signal latency, recovery time and leftovers.
+//! overlaps, stale writes, lost-signal latency, recovery time, blocked hand-offs and leftovers.
 //!
 //! ```text
 //! lockkit-faults run --url etcd://127.0.0.1:2379?lease_ttl=2s --group etcd-cluster --seed 1
@@ -12,7 +12,9 @@
 mod check;
 mod clock;
 mod faults;
+mod handoff;
 mod leftovers;
+mod probe;
 mod proto;
 mod register;
 mod run;
@@ -39,7 +41,8 @@ enum Cmd {
         #[command(flatten)]
         args: run::RunArgs,
         /// Also fail on unsignalled overlaps, a paused holder told later than 1 s after resuming,
-        /// and leftovers (the etcd and ZooKeeper targets). Stale writes accepted always fail.
+        /// blocked hand-offs and leftovers (the etcd and ZooKeeper targets). Stale writes
+        /// accepted always fail.
         #[arg(long)]
         strict: bool,
         /// With --strict: fail unless a pause-holder fault landed in the middle of a hold (so
@@ -190,6 +193,14 @@ fn fmt_stats(s: &check::Stats) -> String {
     }
 }
 
+fn fmt_probe(p: &probe::Probe) -> String {
+    match (p.ms, &p.error) {
+        (Some(ms), None) => format!("{ms:.0} ms"),
+        (Some(ms), Some(e)) => format!("{ms:.0} ms, then {e}"),
+        (None, e) => e.clone().unwrap_or_default(),
+    }
+}
+
 /// Prints the summary row and decides the exit code.
 fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: bool) -> ExitCode {
     let r = &o.report;
@@ -202,6 +213,7 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
         "RESULT url={} topology={} seed={} holds={} faults={} overlapping_holds={} (signalled {}, pairs {}) \
          unsignalled={} stale_accepted={} rejected={} token_regressions={} \
          lost_latency_ms(p50/max)={} lost_after_resume_ms(p50/max)={} recovery_ms(p50/max)={} \
+         blocked_handoffs={} (longest free gap outside faults {} ms, bound {:.0}; final probe {}) \
          leftovers={} errors={:?} releases={:?}",
         args.url,
         args.topology,
@@ -218,6 +230,12 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
         fmt_stats(&r.lost_latency_ms),
         fmt_stats(&r.resume_stats()),
         fmt_stats(&r.recovery_ms),
+        o.blocked_handoffs,
+        r.handoffs
+            .longest_free_ms
+            .map_or("-".into(), |v| format!("{v:.0}")),
+        r.handoffs.bound_ms,
+        fmt_probe(&o.final_probe),
         leftovers,
         r.errors,
         r.releases,
@@ -238,6 +256,9 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
     }
     for ov in r.overlaps.iter().filter(|o| !o.signalled) {
         println!("  unsignalled overlap: {ov:?}");
+    }
+    for b in &r.handoffs.blocked {
+        println!("  blocked hand-off: {b:?}");
     }
     let mut failures = Vec::new();
     if r.stale_writes_accepted > 0 {
@@ -271,6 +292,13 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
         if slow > 0 {
             failures.push(format!(
                 "{slow} paused holders not told within 1 s of resuming"
+            ));
+        }
+        if o.blocked_handoffs > 0 {
+            failures.push(format!(
+                "{} blocked hand-offs (final probe {})",
+                o.blocked_handoffs,
+                fmt_probe(&o.final_probe)
             ));
         }
         if o.leftovers.error.is_some() || o.leftovers.count() > 0 {

@@ -130,6 +130,8 @@ pub struct RunInfo {
     pub lease_ms: u64,
     /// Each worker acquire's wait budget in milliseconds.
     pub wait_ms: u64,
+    /// The URL's `command_timeout` (lockkit's default when it sets none), in milliseconds.
+    pub command_timeout_ms: u64,
     /// Run length in milliseconds.
     pub duration_ms: u64,
     /// The lock name.

@@ -13,6 +13,7 @@ use crate::check::{check, Report};
 use crate::clock::{micros, now, Micros};
 use crate::faults::{pick, schedule, signal, Ctl, FaultKind};
 use crate::leftovers::{scan, Leftovers};
+use crate::probe::{self, Probe};
 use crate::proto::{FaultRecord, LogLine, RunInfo};
 use crate::register::Register;
 
@@ -67,11 +68,15 @@ pub struct RunArgs {
     pub hold_ms: (u64, u64),
 }
 
-/// A run's findings: the checker's report plus leftovers.
+/// A run's findings: the checker's report, the final probe and leftovers.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
     /// The checker's report.
     pub report: Report,
+    /// Blocked hand-offs: the checker's, plus one if the final probe got no lock in time.
+    pub blocked_handoffs: usize,
+    /// A fresh client's acquire once the workers had stopped.
+    pub final_probe: Probe,
     /// What the run left on the servers.
     pub leftovers: Leftovers,
     /// Workers still running at the end that had to be killed.
@@ -140,6 +145,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         workers: args.workers,
         lease_ms: args.lease.as_millis() as u64,
         wait_ms: args.wait_ms,
+        command_timeout_ms: command_timeout(&args.url)?.as_millis() as u64,
         duration_ms: args.duration.as_millis() as u64,
         name: name.clone(),
         start,
@@ -205,11 +211,14 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
     }
     stragglers.sort();
     failed_workers.sort();
+    let final_probe = probe::run(&args.url, &name, args.lease).await;
     tokio::time::sleep(args.grace).await;
     let leftovers = scan(&args.url, &name).await;
     let report = check(&reg.lines());
     let outcome = Outcome {
+        blocked_handoffs: report.handoffs.blocked.len() + usize::from(final_probe.blocked()),
         report,
+        final_probe,
         leftovers,
         stragglers,
         failed_workers,
@@ -219,6 +228,15 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         serde_json::to_string_pretty(&outcome).map_err(std::io::Error::other)?,
     )?;
     Ok(outcome)
+}
+
+/// The URL's `command_timeout`, or lockkit's default.
+fn command_timeout(url: &str) -> std::io::Result<Duration> {
+    let url = lockkit::ServerUrl::parse(url).map_err(std::io::Error::other)?;
+    url.param("command_timeout")
+        .map_or(Ok(lockkit::settings::DEFAULT_COMMAND_TIMEOUT), |v| {
+            humantime::parse_duration(v).map_err(std::io::Error::other)
+        })
 }
 
 /// Waits up to 8 s for a holder whose acquire is at most 40 ms old (so the fault lands mid-hold).

@@ -11,15 +11,28 @@ fn stats(v: &Value) -> String {
     }
 }
 
+/// `N (probe ms)`; `-` for a report from before blocked hand-offs were counted.
+fn handoffs(o: &Value) -> String {
+    let Some(n) = o["blocked_handoffs"].as_u64() else {
+        return "-".into();
+    };
+    let probe = &o["final_probe"];
+    match (probe["ms"].as_f64(), probe["error"].as_str()) {
+        (Some(ms), _) => format!("{n} ({ms:.0})"),
+        (None, Some(e)) => format!("{n} (probe: {e})"),
+        (None, None) => format!("{n} (probe: -)"),
+    }
+}
+
 /// Prints one Markdown row per report.
 pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
     println!(
         "| backend | topology | holds | faults | overlapping holds | unsignalled overlaps | \
          stale writes accepted | stale writes rejected | token regressions | \
          lost-signal latency p50 / max (ms) | paused holder: lost() after resume, max (ms) | \
-         recovery p50 / max (ms) | leftovers |"
+         recovery p50 / max (ms) | blocked hand-offs (final probe, ms) | leftovers |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for path in reports {
         let text = std::fs::read_to_string(path)?;
         let o: Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
@@ -42,7 +55,7 @@ pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
             }
         };
         println!(
-            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r["run"]["topology"].as_str().unwrap_or("?"),
             r["holds"],
             r["faults"].as_array().map_or(0, Vec::len),
@@ -54,6 +67,7 @@ pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
             stats(&r["lost_latency_ms"]),
             resume.map_or("-".into(), |v| format!("{v:.0}")),
             stats(&r["recovery_ms"]),
+            handoffs(&o),
             leftovers,
         );
     }
