@@ -60,6 +60,9 @@ pub struct FaultOutcome {
     pub lost_after_resume_ms: Option<f64>,
     /// For a paused holder: whether it still held the lock when it was stopped.
     pub paused_mid_hold: Option<bool>,
+    /// Acquires that timed out (see [`Report::acquire_timeouts`]) and were under way while the
+    /// fault was in effect.
+    pub acquire_timeouts: usize,
 }
 
 /// The checker's findings.
@@ -95,6 +98,11 @@ pub struct Report {
     pub faults: Vec<FaultOutcome>,
     /// Free gaps after a hold and the blocked hand-offs among them (see [`handoff`]).
     pub handoffs: Handoffs,
+    /// Acquires that timed out: the wait budget ran out, or a `Timeout` error.
+    pub acquire_timeouts: usize,
+    /// How long each timed-out acquire took, from the call to its return (compare with the wait
+    /// budget).
+    pub acquire_timeout_ms: Stats,
     /// Acquire / connect errors by kind.
     pub errors: BTreeMap<String, usize>,
     /// Release outcomes by kind.
@@ -112,6 +120,8 @@ pub fn check(lines: &[LogLine]) -> Report {
     let mut acquires: Vec<(Micros, u32, u64)> = Vec::new();
     let mut faults = Vec::new();
     let mut errors = BTreeMap::new();
+    // Timed-out acquires: (called, returned).
+    let mut timeouts: Vec<(Micros, Micros)> = Vec::new();
     let mut releases = BTreeMap::new();
     let (mut accepted, mut rejected, mut stale) = (0, 0, 0);
     let mut max_accepted: Option<u64> = None;
@@ -138,7 +148,13 @@ pub fn check(lines: &[LogLine]) -> Report {
                     *releases.entry(h.release.clone()).or_insert(0) += 1;
                     holds.push(h.clone());
                 }
-                Msg::Error { kind, .. } => *errors.entry(kind.clone()).or_insert(0) += 1,
+                Msg::Error { kind, sent, at, .. } => {
+                    if kind == "Timeout" {
+                        timeouts.push((*sent, *at));
+                    }
+                    *errors.entry(kind.clone()).or_insert(0) += 1;
+                }
+                Msg::NotGranted { sent, at, .. } => timeouts.push((*sent, *at)),
                 Msg::Hello { .. } => {}
             },
         }
@@ -211,6 +227,10 @@ pub fn check(lines: &[LogLine]) -> Report {
                 recovery_ms: recovery,
                 lost_after_resume_ms: lost_after,
                 paused_mid_hold: mid_hold,
+                acquire_timeouts: timeouts
+                    .iter()
+                    .filter(|(sent, at)| *sent <= f.end && *at >= f.start)
+                    .count(),
             }
         })
         .collect();
@@ -235,6 +255,13 @@ pub fn check(lines: &[LogLine]) -> Report {
         recovery_ms: recovery,
         faults: outcomes,
         handoffs,
+        acquire_timeouts: timeouts.len(),
+        acquire_timeout_ms: Stats::of(
+            timeouts
+                .iter()
+                .map(|(sent, at)| ms(*at as i64 - *sent as i64))
+                .collect(),
+        ),
         errors,
         releases,
     }
@@ -323,6 +350,53 @@ mod tests {
         assert_eq!(r.token_regressions, 0);
         // Holder 1 was told at 100, 50 µs after holder 2 got the lock.
         assert_eq!(r.lost_latency_ms.max, Some(0.05));
+    }
+
+    #[test]
+    fn timed_out_acquires_count_against_the_faults_they_spanned() {
+        let msg = |msg| LogLine::Msg {
+            at: 0,
+            msg,
+            accepted: None,
+        };
+        let lines = vec![
+            LogLine::Fault(FaultRecord {
+                kind: "pause-server".into(),
+                target: "redis".into(),
+                worker: None,
+                start: 1000,
+                end: 5000,
+            }),
+            // Called before the pause, returned after it: spans it.
+            msg(Msg::NotGranted {
+                worker: 1,
+                sent: 500,
+                at: 5200,
+            }),
+            msg(Msg::Error {
+                worker: 2,
+                sent: 2000,
+                at: 3000,
+                kind: "Timeout".into(),
+            }),
+            // Not a timeout, and a timeout after the pause.
+            msg(Msg::Error {
+                worker: 2,
+                sent: 3000,
+                at: 3100,
+                kind: "Connection".into(),
+            }),
+            msg(Msg::NotGranted {
+                worker: 3,
+                sent: 6000,
+                at: 7000,
+            }),
+        ];
+        let r = check(&lines);
+        assert_eq!(r.acquire_timeouts, 3);
+        assert_eq!(r.faults[0].acquire_timeouts, 2);
+        assert_eq!(r.acquire_timeout_ms.max, Some(4.7));
+        assert_eq!(r.errors.get("Connection"), Some(&1));
     }
 
     #[test]

@@ -214,7 +214,7 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
          unsignalled={} stale_accepted={} rejected={} token_regressions={} \
          lost_latency_ms(p50/max)={} lost_after_resume_ms(p50/max)={} recovery_ms(p50/max)={} \
          blocked_handoffs={} (longest free gap outside faults {} ms, bound {:.0}; final probe {}) \
-         leftovers={} errors={:?} releases={:?}",
+         leftovers={} acquire_timeouts={} (took ms p50/max {}) errors={:?} releases={:?}",
         args.url,
         args.topology,
         args.seed,
@@ -237,15 +237,18 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
         r.handoffs.bound_ms,
         fmt_probe(&o.final_probe),
         leftovers,
+        r.acquire_timeouts,
+        fmt_stats(&r.acquire_timeout_ms),
         r.errors,
         r.releases,
     );
     for f in &r.faults {
         println!(
-            "  fault {:<15} {:<10} recovery {:>7} ms{}",
+            "  fault {:<15} {:<10} recovery {:>7} ms, {} acquires timed out across it{}",
             f.fault.kind,
             f.fault.target,
             f.recovery_ms.map_or("-".into(), |v| format!("{v:.0}")),
+            f.acquire_timeouts,
             match (f.paused_mid_hold, f.lost_after_resume_ms) {
                 (Some(true), Some(l)) => format!(", lost() {l:.0} ms after resume"),
                 (Some(true), None) => ", lost() NEVER resolved".into(),

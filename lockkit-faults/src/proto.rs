@@ -35,13 +35,24 @@ pub enum Msg {
         /// When the holder stopped using the lock (work done, or `lost()` resolved).
         end: Micros,
     },
+    /// An acquire's wait budget ran out (no guard, no error).
+    NotGranted {
+        /// Worker id.
+        worker: u32,
+        /// When the acquire was called.
+        sent: Micros,
+        /// When it returned.
+        at: Micros,
+    },
     /// A finished hold, reported after its release.
     Hold(HoldRecord),
     /// An acquire or connect failed.
     Error {
         /// Worker id.
         worker: u32,
-        /// When.
+        /// When the call was made.
+        sent: Micros,
+        /// When it failed.
         at: Micros,
         /// The error kind.
         kind: String,

@@ -89,7 +89,7 @@ impl Register {
             Msg::Hold(h) => {
                 s.holding.remove(&h.worker);
             }
-            Msg::Error { .. } => {}
+            Msg::Error { .. } | Msg::NotGranted { .. } => {}
         }
         s.append(LogLine::Msg { at, msg, accepted });
         reply

@@ -69,10 +69,11 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
     .await?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let locks = loop {
+        let sent = now();
         match lockkit::connect(&args.url).await {
             Ok(locks) => break locks,
             Err(e) => {
-                report_error(&mut reg, args.id, &e).await?;
+                report_error(&mut reg, args.id, sent, &e).await?;
                 if now() >= args.until {
                     return Ok(());
                 }
@@ -87,6 +88,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
         .wait(args.wait)
         .watchdog_lease(args.lease);
     while now() < args.until {
+        let sent = now();
         let acquired = tokio::time::timeout(
             until(args.until) + Duration::from_secs(1),
             lock.acquire(&opts),
@@ -94,9 +96,16 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
         .await;
         match acquired {
             Err(_) => break,
-            Ok(Ok(None)) => continue,
+            Ok(Ok(None)) => {
+                reg.send(&Msg::NotGranted {
+                    worker: args.id,
+                    sent,
+                    at: now(),
+                })
+                .await?;
+            }
             Ok(Err(e)) => {
-                report_error(&mut reg, args.id, &e).await?;
+                report_error(&mut reg, args.id, sent, &e).await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Ok(Ok(Some(guard))) => {
@@ -115,9 +124,15 @@ async fn locks_close(locks: &Locks) {
     let _ = locks.close().await;
 }
 
-async fn report_error(reg: &mut Client, worker: u32, e: &lockkit::Error) -> std::io::Result<()> {
+async fn report_error(
+    reg: &mut Client,
+    worker: u32,
+    sent: Micros,
+    e: &lockkit::Error,
+) -> std::io::Result<()> {
     reg.send(&Msg::Error {
         worker,
+        sent,
         at: now(),
         kind: format!("{:?}", e.kind()),
     })
