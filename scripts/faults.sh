@@ -221,7 +221,12 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 # Every run: 3 workers, 2 s watchdog lease, seed 1, a fault every 5 s (each kind once: SIGKILL
 # and SIGSTOP of the holder, SIGKILL and graceful stop of the leader, SIGSTOP of the leader,
 # restart of a member),
-# then a run of long holds (5-6 s) so that a paused holder is still holding when it resumes.
+# then a run of long holds (5-6 s) so that a paused holder is still holding when it resumes,
+# then a run in which acquires time out: the leader is paused for 4 s (twice the lease), four
+# times the 1 s command timeout and over three times the 1.2 s wait budget. Its faults come
+# every 12 s so that 5 s between a fault's window (its end plus lease plus command timeout) and
+# the next fault is more than the 4.2 s bound on a hand-off; all three backends must show 0
+# blocked hand-offs and 0 leftovers.
 # Cluster topologies when the cluster profile starts; single servers otherwise.
 cmd_suite() {
     suite_env
@@ -230,6 +235,9 @@ cmd_suite() {
     trap '"$SERVICES" down >&2 || true' EXIT
     local run=(--seed 1 --duration 40s --every 5s)
     local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000 --require-pause)
+    local timeouts=(--seed 1 --duration 22s --every 12s --faults pause-server --wait-ms 1200
+        --url-opts command_timeout=1s --strict)
+    local t
     if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict
         suite_one zk cluster "${run[@]}" --strict
@@ -237,6 +245,7 @@ cmd_suite() {
         suite_one zk cluster "${long[@]}" --strict --label cluster-longhold
         suite_one redis cluster "${run[@]}"
         suite_one redis cluster "${run[@]}" --wait-replicas 1
+        t=cluster
     else
         echo "faults: the cluster profile did not start; single servers only" >&2
         "$SERVICES" down --cluster >&2 || true
@@ -246,7 +255,11 @@ cmd_suite() {
         suite_one etcd single "${long[@]}" --strict --label single-longhold
         suite_one zk single "${long[@]}" --strict --label single-longhold
         suite_one redis single "${run[@]}"
+        t=single
     fi
+    suite_one etcd $t "${timeouts[@]}" --label $t-timeouts
+    suite_one zk $t "${timeouts[@]}" --label $t-timeouts
+    suite_one redis $t "${timeouts[@]}" --label $t-timeouts
     if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
         printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
         return 1
