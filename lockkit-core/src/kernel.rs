@@ -2,7 +2,8 @@
 //! the same way, done once.
 //!
 //! It resolves and checks options (the default lease, capabilities, lease bounds), takes the
-//! wait deadline once, traces every acquire with one fixed field set, refuses a guard that is
+//! wait deadline once and keeps it (an acquire returns within its wait budget plus 100 ms),
+//! traces every acquire with one fixed field set, refuses a guard that is
 //! already lost, registers live ownerships so that `close()` turns every guard Lost, and keeps
 //! the backend alive for as long as a handle or guard of it lives.
 
@@ -21,6 +22,9 @@ use crate::options::{check_asked_lease, AcquireOptions, Lease};
 use crate::ownership::{Ownership, Registry};
 use crate::reason::LostReason;
 use crate::spi::{Backend, GuardParts, Request};
+
+/// How long past its wait budget an acquire may take to finish what it started.
+const BUDGET_GRACE: Duration = Duration::from_millis(100);
 
 /// The state one handle's primitives and guards share.
 #[derive(Debug)]
@@ -116,7 +120,17 @@ impl Kernel {
             waited_ms = tracing::field::Empty,
         );
         let started = Instant::now();
-        let result = attempt(req).instrument(span.clone()).await;
+        let attempt = attempt(req).instrument(span.clone());
+        let result = match req.deadline() {
+            // The wait budget is kept whatever the server does: an acquire still under way
+            // (an attempt or a cleanup round trip to a server that does not answer) is dropped,
+            // and its cleanup goes on in the backend's reaper (every backend's acquire is cancel
+            // safe). The grace lets a healthy server's cleanup finish in line.
+            Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
+                .await
+                .unwrap_or(Ok(None)),
+            _ => attempt.await,
+        };
         span.record("waited_ms", started.elapsed().as_millis() as u64);
         let outcome = match result {
             Ok(Some(parts)) => self

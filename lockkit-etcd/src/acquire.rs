@@ -312,16 +312,16 @@ impl Attempt {
     }
 
     /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours; a delete
-    /// the server does not take now goes to the reaper.
+    /// the server does not take now goes to the reaper. Armed until done: if this future is
+    /// dropped half-way (the core keeps the wait budget), the drop hands the rest to the reaper.
     async fn cleanup(&mut self) {
-        self.armed = false;
-        if let Some(create) = self.inflight.take() {
+        if let Some(create) = self.inflight.as_mut() {
             let _ = create.await;
+            self.inflight = None;
         }
-        if delete_key(&self.inner, &self.key, &self.lease)
-            .await
-            .is_ok()
-        {
+        let deleted = delete_key(&self.inner, &self.key, &self.lease).await;
+        self.armed = false;
+        if deleted.is_ok() {
             self.slot = None;
         } else {
             let key = std::mem::take(&mut self.key);

@@ -216,9 +216,9 @@ impl Core {
             if ok == 1 {
                 // Still armed: if the replicas fail us, or the future is dropped, we let go.
                 if let Err(e) = self.inner.replicas.acquired().await {
-                    pending.armed = false;
                     let code = mode.release_code();
                     let _ = release(&self.inner, self.layout, &self.keys, &member, code).await;
+                    pending.armed = false;
                     return Err(Error::new(
                         e.kind(),
                         format!("{}: {e}; the acquire was rolled back", self.keys.lock),
@@ -253,8 +253,9 @@ impl Core {
                     }
                 }
                 if intent.armed {
-                    intent.armed = false;
+                    // Still armed while it runs: a drop half-way hands it to the reaper.
                     let _ = release(&self.inner, self.layout, &self.keys, &member, "i").await;
+                    intent.armed = false;
                 }
                 return Ok(None);
             }

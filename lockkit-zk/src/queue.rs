@@ -76,13 +76,12 @@ impl Cleanup {
     }
 
     /// Deletes everything now (awaited) and disarms; nodes the server does not delete now go
-    /// to the reaper.
+    /// to the reaper. Armed until done: if this future is dropped half-way (the core keeps the
+    /// wait budget), the drop hands the nodes to the reaper.
     pub(crate) async fn run(mut self) {
+        let deleted = delete_items(&self.client, &self.items, self.timeout).await;
         let items = std::mem::take(&mut self.items);
-        if delete_items(&self.client, &items, self.timeout)
-            .await
-            .is_err()
-        {
+        if deleted.is_err() {
             reap(&self.reaper, self.client.clone(), items, self.timeout);
         }
     }

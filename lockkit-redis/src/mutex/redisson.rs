@@ -181,8 +181,9 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
         queued.armed = true;
         let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
-            queued.armed = false;
-            let _ = m.inner.leave_queue(&m.keys, &owner, wait).await;
+            // Still armed while it runs: a drop half-way hands the leave to the reaper.
+            let left_queue = m.inner.leave_queue(&m.keys, &owner, wait).await;
+            queued.armed = left_queue.is_err();
             return Ok(None);
         }
         let Some(s) = sub.as_ref() else {
