@@ -8,7 +8,8 @@
 #       BACKEND: etcd | zk | redis     TOPOLOGY: single | cluster (etcd 3 nodes, ZK ensemble,
 #       Redis primary + 2 replicas + 3 Sentinels)
 #       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (5s)
-#       --wait-replicas N (Redis: the wait_replicas option, 0 = off)  --strict  --out DIR
+#       --wait-replicas auto|N|0 (Redis: the wait_replicas option; unset: its default, auto)
+#       --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
 #       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
@@ -132,7 +133,7 @@ url_for() {
         redis:cluster) url="$LOCKKIT_TEST_REDIS_SENTINEL_URL" group=redis-sentinel ;;
         *) die "unknown backend/topology '$backend $topology'" ;;
     esac
-    if [ "$wait" != 0 ]; then
+    if [ -n "$wait" ]; then
         [ "$backend" = redis ] || die "--wait-replicas is a Redis option"
         url=$(with_query "$url" "wait_replicas=$wait")
     fi
@@ -145,7 +146,7 @@ cmd_run() {
     local backend=${1:-} topology=${2:-}
     if [ -z "$backend" ] || [ -z "$topology" ]; then die "run: BACKEND TOPOLOGY needed (see --help)"; fi
     shift 2
-    local seed=1 duration=40s workers=3 lease=2s every=5s wait=0 opts='' strict=() out='' extra=() label=
+    local seed=1 duration=40s workers=3 lease=2s every=5s wait='' opts='' strict=() out='' extra=() label=
     while [ $# -gt 0 ]; do
         case $1 in
             --seed) seed=$2 && shift ;;
@@ -170,7 +171,11 @@ cmd_run() {
     if [ -z "$label" ]; then
         label=$topology
         [ "$backend:$topology" = redis:cluster ] && label=sentinel
-        [ "$wait" != 0 ] && label="$label+wait$wait"
+        case $wait in
+            '') ;;
+            0) label="$label+nowait" ;;
+            *) label="$label+wait$wait" ;;
+        esac
     fi
     target=$(url_for "$backend" "$topology" "$wait" "$opts")
     url=$(sed -n 1p <<<"$target")
@@ -244,7 +249,7 @@ cmd_suite() {
         suite_one etcd cluster "${long[@]}" --strict --label cluster-longhold
         suite_one zk cluster "${long[@]}" --strict --label cluster-longhold
         suite_one redis cluster "${run[@]}"
-        suite_one redis cluster "${run[@]}" --wait-replicas 1
+        suite_one redis cluster "${run[@]}" --wait-replicas 0
         t=cluster
     else
         echo "faults: the cluster profile did not start; single servers only" >&2

@@ -782,6 +782,7 @@ single_pid() {
 cmd_down() {
     local profile p
     profile=$(parse_profile down "$@")
+    heal_all
     if [ $# -gt 0 ]; then
         "${profile}_down"
         return
@@ -848,14 +849,21 @@ cmd_isolate() {
     ports=$("${profile}_peer_ports" "$m") || die "isolate: $m has no peers"
     own=${ports%%|*}
     others=${ports#*|}
+    [ -n "$own" ] && [ -n "$others" ] || die "isolate: no replication ports known for $m"
     command -v nft >/dev/null || cmd_install
     root=$(cgroup2_root)
     [ -n "$root" ] || die "isolate: no cgroup v2 hierarchy is mounted"
+    # nft names a cgroup by its path below /sys/fs/cgroup, at its depth in the v2 hierarchy (1).
+    case $root/ in
+        /sys/fs/cgroup/*) ;;
+        *) die "isolate: the cgroup v2 hierarchy is at $root, not under /sys/fs/cgroup" ;;
+    esac
     cg=$root/lockkit-iso-$m
-    mkdir -p "$cg"
-    echo "$pid" >"$cg/cgroup.procs"
-    # nft names a cgroup by its path below /sys/fs/cgroup.
+    as_root mkdir -p "$cg"
+    echo "$pid" | as_root tee "$cg/cgroup.procs" >/dev/null
     rel=${cg#/sys/fs/cgroup/}
+    # Isolating twice replaces the rules.
+    as_root nft delete table inet "$(iso_table "$m")" 2>/dev/null || true
     eph=$(ss -tnpH state established | awk -v pid="pid=$pid," -v peers=" $others " '
         index($0, pid) { n = split($4, r, ":"); if (index(peers, " " r[n] " ")) { split($3, l, ":"); print l[length(l)] } }' |
         sort -u | paste -sd, -)
@@ -875,22 +883,32 @@ cmd_isolate() {
         fi
         echo "  }"
         echo "}"
-    } | nft -f - || die "isolate: nft refused the rules for $m"
+    } | as_root nft -f - || die "isolate: nft refused the rules for $m"
     log "isolated $m (pid $pid) from ports $others"
+}
+
+# heal_all: undoes every `isolate` still in place (a test that died mid-way), before a `down`.
+heal_all() {
+    local t m
+    command -v nft >/dev/null || return 0
+    for t in $(as_root nft list tables 2>/dev/null | awk '$3 ~ /^lockkit_iso_/ { print $3 }'); do
+        m=${t#lockkit_iso_}
+        cmd_heal "${m//_/-}" 2>/dev/null || true
+    done
 }
 
 # cmd_heal MEMBER: undoes `isolate`.
 cmd_heal() {
     local m=${1:-} root cg pid
     [ -n "$m" ] || die "heal: which member?"
-    nft delete table inet "$(iso_table "$m")" 2>/dev/null || true
+    as_root nft delete table inet "$(iso_table "$m")" 2>/dev/null || true
     root=$(cgroup2_root)
     cg=$root/lockkit-iso-$m
     if [ -d "$cg" ]; then
         while read -r pid; do
-            echo "$pid" >"$root/cgroup.procs" || true
+            echo "$pid" | as_root tee "$root/cgroup.procs" >/dev/null || true
         done <"$cg/cgroup.procs"
-        rmdir "$cg" || true
+        as_root rmdir "$cg" || true
     fi
     log "healed $m"
 }

@@ -166,6 +166,10 @@ impl Ownership {
             return;
         };
         let (me, clock) = (Arc::downgrade(self), self.state.clock().clone());
+        // Spawned and stored under the lock, so the task (which takes its handle out first,
+        // under the same lock) never finds the slot empty and is never aborted by its own
+        // release.
+        let mut slot = self.expiry.lock().unwrap_or_else(|e| e.into_inner());
         let task = rt.spawn(async move {
             clock.passed().await;
             let Some(own) = me.upgrade() else { return };
@@ -174,7 +178,7 @@ impl Ownership {
             own.state.mark_lost(LostReason::LeaseExpired);
             let _ = own.release_on_backend().await;
         });
-        *self.expiry.lock().unwrap_or_else(|e| e.into_inner()) = Some(task.abort_handle());
+        *slot = Some(task.abort_handle());
     }
 
     /// The backend ownership ended without a release (it became another one): nothing may

@@ -17,6 +17,12 @@ use lockkit_core::{Error, ErrorKind, Result};
 /// One client per endpoint, a current index and the per-request timeout.
 pub(crate) struct Pool {
     clients: Vec<(String, Client)>,
+    /// Per endpoint, a client whose requests require a leader, for the watch streams only
+    /// (opened on first use): a member cut off from the quorum ends them instead of keeping
+    /// them open and silent. Other requests keep working through an election.
+    watchers: Vec<tokio::sync::OnceCell<Client>>,
+    options: ConnectOptions,
+    connect_timeout: Duration,
     current: AtomicUsize,
     /// Counts failovers, so that long-lived streams (the lock watches) follow them.
     moves: tokio::sync::watch::Sender<u64>,
@@ -47,20 +53,18 @@ impl Pool {
     ) -> Result<Pool> {
         let mut clients = Vec::new();
         let mut last_err = None;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_keep_alive(Duration::from_secs(5), timeout)
+            .with_tcp_keepalive(Duration::from_secs(10));
+        if let Some((u, p)) = &user {
+            options = options.with_user(u.clone(), p.clone());
+        }
+        if let Some(tls) = &tls {
+            options = options.with_tls(tls.clone());
+        }
         for ep in endpoints {
-            // Require a leader: a member cut off from the quorum refuses requests and ends its
-            // watch streams instead of keeping them open and silent.
-            let mut opts = ConnectOptions::new()
-                .with_require_leader(true)
-                .with_connect_timeout(connect_timeout)
-                .with_keep_alive(Duration::from_secs(5), timeout)
-                .with_tcp_keepalive(Duration::from_secs(10));
-            if let Some((u, p)) = &user {
-                opts = opts.with_user(u.clone(), p.clone());
-            }
-            if let Some(tls) = &tls {
-                opts = opts.with_tls(tls.clone());
-            }
+            let opts = options.clone();
             match tokio::time::timeout(connect_timeout, Client::connect([ep.as_str()], Some(opts)))
                 .await
             {
@@ -85,7 +89,13 @@ impl Pool {
                 .unwrap_or_else(|| Error::config("an etcd URL needs at least one endpoint")));
         }
         Ok(Pool {
+            watchers: clients
+                .iter()
+                .map(|_| tokio::sync::OnceCell::new())
+                .collect(),
             clients,
+            options,
+            connect_timeout,
             current: AtomicUsize::new(0),
             moves: tokio::sync::watch::channel(0).0,
             timeout,
@@ -101,6 +111,30 @@ impl Pool {
     pub(crate) fn current(&self) -> (usize, Client) {
         let i = self.current.load(Ordering::Acquire) % self.clients.len();
         (i, self.clients[i].1.clone())
+    }
+
+    /// The current endpoint's client for watch streams (it requires a leader), and its index.
+    pub(crate) async fn current_watcher(&self) -> Result<(usize, Client)> {
+        let i = self.current.load(Ordering::Acquire) % self.clients.len();
+        let endpoint = self.clients[i].0.as_str();
+        let opts = self.options.clone().with_require_leader(true);
+        let client = self.watchers[i]
+            .get_or_try_init(|| async {
+                match tokio::time::timeout(
+                    self.connect_timeout,
+                    Client::connect([endpoint], Some(opts)),
+                )
+                .await
+                {
+                    Ok(r) => r.map_err(|e| map_err(e, "connect for watches")),
+                    Err(_) => Err(Error::new(
+                        ErrorKind::Connection,
+                        format!("connecting to etcd at {endpoint} timed out"),
+                    )),
+                }
+            })
+            .await?;
+        Ok((i, client.clone()))
     }
 
     /// Moves to the next endpoint if `failed` is still the current one.

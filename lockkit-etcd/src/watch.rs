@@ -17,7 +17,8 @@
 //! only when it became the owner or lost its key, so there is no herd.
 //!
 //! A watch must never go silent unnoticed, or waiters would never wake. Its stream requires a
-//! leader (a member cut off from the quorum ends it), a stream that says nothing for a command
+//! leader (a member cut off from the quorum ends it; only the watch streams do, through clients
+//! of their own, so that other requests keep working through an election), a stream that says nothing for a command
 //! timeout is asked for a progress report and is given up (and the pool fails over) when none
 //! comes within another, and a failover of the pool, which other requests notice first, moves
 //! the watch to the new endpoint too. Each new life of the watch rebuilds the mirror.
@@ -406,7 +407,16 @@ async fn session_of_watch(
     prefix: Vec<u8>,
 ) -> Result<()> {
     let limit = pool.timeout();
-    let (idx, mut client) = pool.current();
+    // Subscribed first, so a failover during the setup is seen too.
+    let mut moves = pool.moves();
+    moves.mark_unchanged();
+    let (idx, mut client) = match pool.current_watcher().await {
+        Ok(c) => c,
+        Err(e) => {
+            pool.failed(pool.current().0);
+            return Err(e);
+        }
+    };
     let opened = tokio::time::timeout(
         limit,
         client.watch(prefix.clone(), Some(WatchOptions::new().with_prefix())),
@@ -453,8 +463,6 @@ async fn session_of_watch(
         drop(m);
         n.ready.send_replace(Readiness::Ready);
     }
-    let mut moves = pool.moves();
-    moves.mark_unchanged();
     // When the stream last said something, and whether a progress report was asked for since.
     let mut heard = Instant::now();
     let mut asked = false;
@@ -478,8 +486,11 @@ async fn session_of_watch(
                 continue;
             }
             _ = moves.changed() => {
-                // Others found this endpoint failing: follow them.
-                return Ok(());
+                // Others found an endpoint failing: follow them if it was ours.
+                if pool.current().0 != idx {
+                    return Ok(());
+                }
+                continue;
             }
         };
         heard = Instant::now();

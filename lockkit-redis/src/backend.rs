@@ -57,7 +57,7 @@ impl RedisBackend {
             crate::conn::Conn::Sentinel(primary) => Target::Primary(primary.clone()),
             _ => Target::Fixed(Box::new(settings.info.clone())),
         };
-        let replicas = Arc::new(Replicas::start(&settings, conn.clone(), target).await);
+        let replicas = Arc::new(Replicas::start(&settings, conn.clone(), target).await?);
         let inner = Arc::new(Inner::new(
             conn,
             settings,
@@ -93,6 +93,7 @@ impl RedisBackend {
             t.abort();
         }
         self.inner.watchdog.abandon_all();
+        self.inner.replicas.stop();
     }
 
     /// This client's id: the `<client-uuid>` part of its owner fields.

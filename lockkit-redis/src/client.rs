@@ -198,8 +198,12 @@ impl Inner {
         let mut inv = script.prepare_invoke();
         inv.key(key).arg(owner).arg(lease.as_millis().max(1) as u64);
         let sent_at = tokio::time::Instant::now();
+        let epoch = self.replicas.epoch();
         let r: Vec<i64> = self.invoke(&inv, "extend").await?;
         if r.first() == Some(&1) {
+            // The new deadline counts once the replicas have it: a failover to one that missed
+            // it would end the lease at the old one.
+            self.replicas.kept("extend", epoch).await?;
             self.watchdog.extended(id, sent_at, lease);
             Ok(())
         } else {

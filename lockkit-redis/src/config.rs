@@ -14,7 +14,7 @@ lockkit_core::option_keys! {
         /// `wait_replicas`: `auto` (the replicas connected now), a count, or `0`: replicas that
         /// must acknowledge an acquire, a renewal or a release (`WAIT`).
         WaitReplicas = "wait_replicas",
-        /// `wait_timeout`: how long an acquire waits for them.
+        /// `wait_timeout`: how long a write waits for them.
         WaitTimeout = "wait_timeout",
         /// `fence_ttl`: how long an idle lock's fencing counter is kept.
         FenceTtl = "fence_ttl",
@@ -342,6 +342,19 @@ impl Settings {
                 .duration(RedisKey::FairLockWaitTimeout)?
                 .unwrap_or(REDISSON_FAIR_LOCK_WAIT),
         };
+        if settings.wait_replicas == WaitReplicas::Off
+            && common.get(RedisKey::WaitTimeout).is_some()
+        {
+            return Err(Error::config(
+                "option wait_timeout bounds the WAIT for replicas: it needs wait_replicas \
+                 (auto or a count), which is off here",
+            ));
+        }
+        if settings.wait_timeout.is_zero() {
+            return Err(Error::config(
+                "option wait_timeout must be positive (WAIT 0 would wait forever)",
+            ));
+        }
         if !settings.redisson_compat && common.get(RedisKey::FairLockWaitTimeout).is_some() {
             return Err(Error::config(
                 "option fair_lock_wait_timeout is for Redisson's fair queue: it needs \

@@ -91,6 +91,7 @@ impl LockKeys {
     /// assert_eq!(k.queue, "redisson_lock_queue:{orders}");
     /// assert_eq!(k.waiters, "redisson_lock_timeout:{orders}");
     /// assert!(lockkit_redis::LockKeys::redisson_mutex("a}b").is_err());
+    /// assert!(lockkit_redis::LockKeys::redisson_mutex("a{b").is_err());
     /// ```
     pub fn redisson_mutex(name: &str) -> lockkit_core::Result<LockKeys> {
         let tag = redisson_tag(name)?;
@@ -195,12 +196,14 @@ fn redisson_tag(name: &str) -> lockkit_core::Result<&str> {
     });
     match own_tag {
         Some(t) => Ok(t),
-        None if !name.contains('}') => Ok(name),
+        // Without a `{`, Redisson's `prefixName` adds the braces, so `{name}` keys share the
+        // name's slot. With one but no `{tag}`, its keys and the name hash differently.
+        None if !name.contains(['{', '}']) => Ok(name),
         None => Err(lockkit_core::Error::new(
             lockkit_core::ErrorKind::InvalidName,
             format!(
-                "lock name {name:?} cannot be used with redisson_compat: it holds a '}}' but no \
-                 {{tag}}, so no other key can share its cluster slot"
+                "lock name {name:?} cannot be used with redisson_compat: it holds a brace but \
+                 no {{tag}}, so Redisson's keys of it would not share its cluster slot"
             ),
         )),
     }

@@ -83,15 +83,13 @@ impl RedisMutex {
 
     /// Waits until the replicas have our acquire (`wait_replicas`); when they do not, releases
     /// it again and fails with `ReplicaSync`.
-    async fn confirm_replicas(&self, owner: &str, fair: bool) -> Result<()> {
-        let synced = self.inner.replicas.acquired().await;
+    /// (`epoch`: the Sentinel epoch the acquire was sent in.) The callers keep their cleanup
+    /// armed while this runs, so a rollback that fails is retried by the reaper.
+    async fn confirm_replicas(&self, owner: &str, fair: bool, epoch: u64) -> Result<()> {
+        let synced = self.inner.replicas.acquired(epoch).await;
         if let Err(e) = synced {
-            let _ = self.inner.release_mutex(&self.keys, owner, fair).await;
-            return Err(Error::new(
-                e.kind(),
-                format!("lock {:?}: {e}; the acquire was rolled back", self.name),
-            )
-            .with_retryable(true));
+            self.inner.release_mutex(&self.keys, owner, fair).await?;
+            return Err(rolled_back(&self.name, e));
         }
         Ok(())
     }
@@ -213,6 +211,25 @@ pub(crate) async fn probe(inner: &Inner, keys: &LockKeys) -> Result<Probe> {
     })
 }
 
+/// The error of an acquire the replicas did not acknowledge, which was rolled back.
+pub(crate) fn rolled_back(name: &str, e: Error) -> Error {
+    Error::new(
+        e.kind(),
+        format!("lock {name:?}: the acquire was rolled back: {e}"),
+    )
+    .with_retryable(true)
+    .with_source(e)
+}
+
+/// Waits until the replicas have a release (sent in `epoch`), as Redisson does; the lock is
+/// released on the primary either way, so a release they miss is only logged (after a failover
+/// it comes back until its lease ends).
+pub(crate) async fn released_on_replicas(inner: &Inner, epoch: u64) {
+    if let Err(e) = inner.replicas.kept("release", epoch).await {
+        tracing::warn!(error = %e, "lockkit: a release did not reach the replicas");
+    }
+}
+
 /// One held ownership of a mutex.
 #[derive(Debug)]
 struct RedisHeld {
@@ -231,13 +248,14 @@ struct RedisHeld {
 impl Held for RedisHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
+        let epoch = self.inner.replicas.epoch();
         match self
             .inner
             .release_mutex(&self.keys, &self.owner, self.fair)
             .await
         {
             Ok(true) => {
-                self.inner.replicas.released();
+                released_on_replicas(&self.inner, epoch).await;
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

@@ -1,29 +1,33 @@
-//! Replica safety: a write that must outlive a failover (an acquire, a renewal, a release) is
-//! followed by Redis `WAIT`, so the lock is on the replicas before its holder relies on it, as
-//! Redisson does by default (`checkLockSyncedSlaves`).
+//! Replica safety: a write that must outlive a failover (an acquire, a renewal, an extend, a
+//! release) is followed by Redis `WAIT`, so the lock is on the replicas before its holder relies
+//! on it, as Redisson does by default (`checkLockSyncedSlaves`).
 //!
 //! `WAIT` blocks the connection it runs on, so it never runs on the handle's shared command
 //! connection: each handle keeps one connection of its own to the primary for it, opened when
 //! first needed. `WAIT` waits for the replication offset of its connection's last write, so
-//! each round sends a `PUBLISH` (propagated to replicas, and it writes no key) before it: the
-//! round then covers every write whose reply came before it, on any connection. Writes that ask
-//! while a round is under way share the next one (a group commit), so a burst of acquires costs
-//! one round trip to the replicas, not one each.
+//! each round sends a `PUBLISH` (propagated to replicas outside cluster mode, and it writes no
+//! key) before it: the round then covers every write whose reply came before it, on any
+//! connection. Writes that ask while a round is under way share the next one (a group commit),
+//! so a burst of acquires costs one round trip to the replicas, not one each. Each request
+//! carries the Sentinel epoch its write was sent in: a round on a primary of a later epoch cannot
+//! vouch for it, and fails it.
 //!
 //! `wait_replicas=auto` (the default): wait for the replicas connected now (`ROLE`, refreshed
 //! every round and every second); it fails (`ReplicaSync`) only when replicas are connected and
 //! none acknowledged within `wait_timeout`, as Redisson's check does. With no replica connected
-//! nothing waits and nothing is sent. `wait_replicas=N`: an acquire needs N acknowledgements;
-//! renewals and releases follow the `auto` rule (after a failover fewer replicas may be left,
-//! and a held lock must not turn Lost for it). `0`: off.
+//! nothing waits and nothing is sent, and a user that may not run `ROLE` or `WAIT` turns `auto`
+//! off (with a warning). `wait_replicas=N`: an acquire needs N acknowledgements (and a user that
+//! may not run them is a `Config` error at connect); renewals, extends and releases follow the
+//! `auto` rule (after a failover fewer replicas may be left, and a held lock must not turn Lost
+//! for it). `0`: off. Never in cluster mode, where `PUBLISH` does not go through replication.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::{Error, ErrorKind, Result};
 use redis::aio::MultiplexedConnection;
-use redis::{ConnectionInfo, Value};
+use redis::{ConnectionInfo, RedisError, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
@@ -39,11 +43,23 @@ const REFRESH: Duration = Duration::from_secs(1);
 const MARKER: &str = "lockkit:replica-sync";
 
 /// Where the handle's own connection for `WAIT` goes.
+#[derive(Clone)]
 pub(crate) enum Target {
     /// One server.
     Fixed(Box<ConnectionInfo>),
     /// Whatever primary the Sentinels name now.
     Primary(Arc<Switchable>),
+}
+
+impl Target {
+    /// The Sentinel epoch (switches so far; always 0 for one server) and how to reach the
+    /// primary of it.
+    fn primary(&self) -> (u64, ConnectionInfo) {
+        match self {
+            Target::Fixed(info) => (0, (**info).clone()),
+            Target::Primary(s) => s.primary(),
+        }
+    }
 }
 
 /// What one round found: replicas that acknowledged, and replicas connected.
@@ -53,11 +69,36 @@ struct Round {
     connected: i64,
 }
 
-type Reply = oneshot::Sender<std::result::Result<Round, (ErrorKind, String)>>;
+/// Why a round could not vouch for a write (an [`Error`] is not `Clone`).
+#[derive(Clone, Debug)]
+struct Failure {
+    kind: ErrorKind,
+    message: String,
+    retryable: bool,
+}
 
-/// One request for a round: the replicas it waits for (`None`: those connected), and where the
-/// answer goes.
-type Request = (Option<u32>, Reply);
+impl Failure {
+    fn of(e: &Error) -> Self {
+        Failure {
+            kind: e.kind(),
+            message: e.to_string(),
+            retryable: e.is_retryable(),
+        }
+    }
+
+    fn into_error(self) -> Error {
+        Error::new(self.kind, self.message).with_retryable(self.retryable)
+    }
+}
+
+/// One request for a round.
+struct Request {
+    /// The replicas it needs (`None`: one of those connected).
+    need: Option<u32>,
+    /// The Sentinel epoch its write was sent in.
+    epoch: u64,
+    reply: oneshot::Sender<std::result::Result<Round, Failure>>,
+}
 
 /// The replica waits of one handle.
 pub(crate) struct Replicas {
@@ -65,6 +106,9 @@ pub(crate) struct Replicas {
     timeout: Duration,
     /// Replicas connected at the last look (-1: not known yet).
     connected: Arc<AtomicI64>,
+    /// `auto` found that this user may not run `ROLE` or `WAIT`, and turned itself off.
+    refused: Arc<AtomicBool>,
+    epochs: Target,
     requests: mpsc::UnboundedSender<Request>,
     task: AbortHandle,
 }
@@ -74,100 +118,137 @@ impl std::fmt::Debug for Replicas {
         f.debug_struct("Replicas")
             .field("want", &self.want)
             .field("connected", &self.connected.load(Ordering::Relaxed))
+            .field("refused", &self.refused.load(Ordering::Relaxed))
             .finish()
     }
 }
 
 impl Drop for Replicas {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }
 
+/// Whether the server refused a command to this user, or does not know it.
+fn is_refusal(e: &RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
+}
+
 impl Replicas {
-    /// Starts the rounds of a handle (`shared`: its command connection, for `ROLE`), and looks
-    /// up the connected replicas once.
-    pub(crate) async fn start(settings: &Settings, shared: Conn, target: Target) -> Replicas {
+    /// Starts the rounds of a handle (`shared`: its command connection, for `ROLE`), after one
+    /// look at the connected replicas and at whether this user may run `ROLE` and `WAIT`.
+    pub(crate) async fn start(
+        settings: &Settings,
+        shared: Conn,
+        target: Target,
+    ) -> Result<Replicas> {
+        let epochs = target.clone();
         let connected = Arc::new(AtomicI64::new(-1));
+        let refused = Arc::new(AtomicBool::new(false));
+        let want = settings.wait_replicas;
+        if want != WaitReplicas::Off {
+            let mut conn = shared.clone();
+            let mut probe = redis::pipe();
+            probe.cmd("ROLE").cmd("WAIT").arg(0).arg(0).ignore();
+            let looked = tokio::time::timeout(
+                settings.command_timeout,
+                probe.query_async::<(Value,)>(&mut conn),
+            )
+            .await;
+            match looked {
+                Ok(Ok((role,))) => {
+                    if let Some(n) = replicas_of(&role) {
+                        connected.store(n, Ordering::Release);
+                    }
+                }
+                Ok(Err(e)) if is_refusal(&e) => {
+                    if let WaitReplicas::AtLeast(n) = want {
+                        return Err(Error::config(format!(
+                            "wait_replicas={n} needs the commands ROLE and WAIT, which this \
+                             server refuses to this user ({e}); grant them or set \
+                             wait_replicas=0"
+                        )));
+                    }
+                    tracing::warn!(error = %e, "lockkit: this user may not run ROLE or WAIT; \
+                        wait_replicas=auto is off for this handle");
+                    refused.store(true, Ordering::Release);
+                }
+                // The server is away: the rounds find out later.
+                _ => {}
+            }
+        }
         let (requests, rx) = mpsc::unbounded_channel();
         let worker = Worker {
-            want: settings.wait_replicas,
+            want,
             timeout: settings.wait_timeout,
             command_timeout: settings.command_timeout,
             connect_timeout: settings.connect_timeout,
             tls: settings.tls.clone(),
             connected: connected.clone(),
+            refused: refused.clone(),
             shared,
             target,
             own: None,
         };
-        if settings.wait_replicas != WaitReplicas::Off {
-            worker.refresh().await;
-        }
         let task = tokio::spawn(worker.run(rx)).abort_handle();
-        Replicas {
-            want: settings.wait_replicas,
+        Ok(Replicas {
+            want,
             timeout: settings.wait_timeout,
             connected,
+            refused,
+            epochs,
             requests,
             task,
-        }
+        })
+    }
+
+    /// Stops the rounds (the handle is closed); later waits fail with `Closed`.
+    pub(crate) fn stop(&self) {
+        self.task.abort();
+    }
+
+    /// The Sentinel epoch now: take it before sending a write that will be waited for.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epochs.primary().0
     }
 
     /// Whether writes wait for replicas now.
     pub(crate) fn waits(&self) -> bool {
         match self.want {
             WaitReplicas::Off => false,
+            _ if self.refused.load(Ordering::Acquire) => false,
             WaitReplicas::AtLeast(_) => true,
             WaitReplicas::Auto => self.connected.load(Ordering::Acquire) != 0,
         }
     }
 
-    /// Waits until the replicas have the acquire whose reply came before this call:
-    /// `ReplicaSync` when too few acknowledged in time (`wait_replicas`).
-    pub(crate) async fn acquired(&self) -> Result<()> {
+    /// Waits until the replicas have the acquire sent in `epoch` whose reply came before this
+    /// call: `ReplicaSync` when too few acknowledged in time (`wait_replicas`).
+    pub(crate) async fn acquired(&self, epoch: u64) -> Result<()> {
         let need = match self.want {
             WaitReplicas::AtLeast(n) => Some(n),
             _ => None,
         };
-        self.sync("acquire", need).await
+        self.sync("acquire", need, epoch).await
     }
 
-    /// Waits until the replicas have the renewal or release (`what`) whose reply came before
-    /// this call: `ReplicaSync` when replicas are connected and none acknowledged in time.
-    pub(crate) async fn kept(&self, what: &str) -> Result<()> {
-        self.sync(what, None).await
+    /// Waits until the replicas have the renewal, extend or release (`what`) sent in `epoch`:
+    /// `ReplicaSync` when replicas are connected and none acknowledged in time.
+    pub(crate) async fn kept(&self, what: &str, epoch: u64) -> Result<()> {
+        self.sync(what, None, epoch).await
     }
 
-    /// After a release: asks for the next round without waiting for it (the caller learns
-    /// nothing from it: the lock is released on the primary either way; a release the replicas
-    /// miss comes back after a failover until its lease ends).
-    pub(crate) fn released(self: &Arc<Self>) {
-        if self.want == WaitReplicas::Off || self.connected.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let me = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = me.kept("release").await {
-                tracing::debug!(error = %e, "lockkit: release not on the replicas");
-            }
-        });
-    }
-
-    async fn sync(&self, what: &str, need: Option<u32>) -> Result<()> {
+    async fn sync(&self, what: &str, need: Option<u32>, epoch: u64) -> Result<()> {
         let no_replicas = self.connected.load(Ordering::Acquire) == 0;
-        if self.want == WaitReplicas::Off || (need.is_none() && no_replicas) {
+        if !self.waits() || (need.is_none() && no_replicas) {
             return Ok(());
         }
-        let (tx, rx) = oneshot::channel();
-        self.requests
-            .send((need, tx))
-            .map_err(|_| Error::closed())?;
+        let (reply, rx) = oneshot::channel();
+        let request = Request { need, epoch, reply };
+        self.requests.send(request).map_err(|_| Error::closed())?;
         let round = match rx.await {
             Ok(Ok(round)) => round,
-            Ok(Err((kind, message))) => {
-                return Err(Error::new(kind, message).with_retryable(true));
-            }
+            Ok(Err(failure)) => return Err(failure.into_error()),
             Err(_) => return Err(Error::closed()),
         };
         let enough = match need {
@@ -199,9 +280,10 @@ struct Worker {
     connect_timeout: Duration,
     tls: TlsFiles,
     connected: Arc<AtomicI64>,
+    refused: Arc<AtomicBool>,
     shared: Conn,
     target: Target,
-    /// The connection for `WAIT`, and the Sentinel switches it was opened after.
+    /// The connection for `WAIT`, and the Sentinel epoch of the primary it goes to.
     own: Option<(u64, MultiplexedConnection)>,
 }
 
@@ -217,24 +299,42 @@ impl Worker {
                     while let Ok(more) = rx.try_recv() {
                         batch.push(more);
                     }
-                    // WAIT for the most any request of the round needs.
-                    let connected = self.connected.load(Ordering::Acquire).max(1);
-                    let wanted = batch
-                        .iter()
-                        .map(|(need, _)| need.map_or(connected, i64::from))
-                        .max()
-                        .unwrap_or(connected);
-                    let round = self.round(wanted).await.map_err(|e| (e.kind(), e.to_string()));
-                    if round.is_err() {
-                        self.own = None;
-                    }
-                    for (_, reply) in batch {
-                        let _ = reply.send(round.clone());
-                    }
+                    self.serve(batch).await;
                     refresh.reset();
                 }
                 _ = refresh.tick(), if self.want == WaitReplicas::Auto => self.refresh().await,
             }
+        }
+    }
+
+    /// One round for `batch`: `WAIT` for the most any request needs, then each request's
+    /// answer (a request of an earlier epoch than the primary the round ran on gets an error).
+    async fn serve(&mut self, batch: Vec<Request>) {
+        let connected = self.connected.load(Ordering::Acquire).max(1);
+        let wanted = batch
+            .iter()
+            .map(|r| r.need.map_or(connected, i64::from))
+            .max()
+            .unwrap_or(connected);
+        let round = self.round(wanted).await;
+        if let Err(e) = &round {
+            if self.want == WaitReplicas::Auto && e.kind() == ErrorKind::Auth {
+                tracing::warn!(error = %e, "lockkit: WAIT refused; wait_replicas=auto is off");
+                self.refused.store(true, Ordering::Release);
+            }
+        }
+        let answer = round.map_err(|e| Failure::of(&e));
+        for r in batch {
+            let a = match &answer {
+                Ok((epoch, _)) if *epoch != r.epoch => Err(Failure {
+                    kind: ErrorKind::ReplicaSync,
+                    message: "the Redis primary changed after the write: it may be lost".into(),
+                    retryable: true,
+                }),
+                Ok((_, round)) => Ok(*round),
+                Err(f) => Err(f.clone()),
+            };
+            let _ = r.reply.send(a);
         }
     }
 
@@ -253,10 +353,22 @@ impl Worker {
         }
     }
 
-    /// One round on the handle's own connection: `ROLE`, the marker, `WAIT` for `wanted`.
-    async fn round(&mut self, wanted: i64) -> Result<Round> {
+    /// One round on the handle's own connection: `ROLE`, the marker, `WAIT` for `wanted`; the
+    /// epoch of the primary it ran on. A connection found broken is opened again once.
+    async fn round(&mut self, wanted: i64) -> Result<(u64, Round)> {
+        let reused = self.own.is_some();
+        match self.round_once(wanted).await {
+            Err(e) if reused && e.kind() == ErrorKind::Connection => {
+                self.own = None;
+                self.round_once(wanted).await
+            }
+            other => other,
+        }
+    }
+
+    async fn round_once(&mut self, wanted: i64) -> Result<(u64, Round)> {
         let (timeout, limit) = (self.timeout, self.timeout + self.command_timeout);
-        let conn = self.connection().await?;
+        let (epoch, conn) = self.connection().await?;
         let mut pipe = redis::pipe();
         pipe.cmd("ROLE")
             .cmd("PUBLISH")
@@ -266,29 +378,35 @@ impl Worker {
             .cmd("WAIT")
             .arg(wanted)
             .arg(timeout.as_millis().max(1) as u64);
-        let (role, acked): (Value, i64) =
-            match tokio::time::timeout(limit, pipe.query_async(conn)).await {
-                Ok(r) => r.map_err(|e| error::map(e, "WAIT"))?,
-                Err(_) => return Err(error::timeout("WAIT")),
-            };
-        let connected = replicas_of(&role).ok_or_else(|| {
-            Error::new(
+        let replied = tokio::time::timeout(limit, pipe.query_async(conn)).await;
+        let (role, acked): (Value, i64) = match replied {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                self.own = None;
+                return Err(error::map(e, "WAIT"));
+            }
+            Err(_) => {
+                self.own = None;
+                return Err(error::timeout("WAIT"));
+            }
+        };
+        let Some(connected) = replicas_of(&role) else {
+            self.own = None;
+            return Err(Error::new(
                 ErrorKind::Connection,
                 "the server WAIT ran on is no longer the primary",
             )
-            .with_retryable(true)
-        })?;
+            .with_retryable(true));
+        };
         self.connected.store(connected, Ordering::Release);
-        Ok(Round { acked, connected })
+        Ok((epoch, Round { acked, connected }))
     }
 
-    /// The handle's own connection to the primary, opened (again) when needed.
-    async fn connection(&mut self) -> Result<&mut MultiplexedConnection> {
-        let (switches, info) = match &self.target {
-            Target::Fixed(info) => (0, (**info).clone()),
-            Target::Primary(s) => s.primary(),
-        };
-        if self.own.as_ref().is_some_and(|(seen, _)| *seen != switches) {
+    /// The handle's own connection to the primary, opened (again) when needed, with the epoch
+    /// of that primary.
+    async fn connection(&mut self) -> Result<(u64, &mut MultiplexedConnection)> {
+        let (epoch, info) = self.target.primary();
+        if self.own.as_ref().is_some_and(|(seen, _)| *seen != epoch) {
             self.own = None;
         }
         if self.own.is_none() {
@@ -300,9 +418,10 @@ impl Worker {
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(|e| error::map(e, "connect for WAIT"))?;
-            self.own = Some((switches, conn));
+            self.own = Some((epoch, conn));
         }
-        Ok(&mut self.own.as_mut().expect("just set").1)
+        let (epoch, conn) = self.own.as_mut().expect("just set");
+        Ok((*epoch, conn))
     }
 }
 

@@ -205,6 +205,7 @@ impl Core {
                 armed: true,
             };
             let sent_at = Instant::now();
+            let epoch = self.inner.replicas.epoch();
             let (ok, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
                 Ok(r) => r,
                 Err(e) if e.kind() == ErrorKind::WrongType => {
@@ -215,15 +216,12 @@ impl Core {
             };
             if ok == 1 {
                 // Still armed: if the replicas fail us, or the future is dropped, we let go.
-                if let Err(e) = self.inner.replicas.acquired().await {
+                if let Err(e) = self.inner.replicas.acquired(epoch).await {
                     let code = mode.release_code();
-                    let _ = release(&self.inner, self.layout, &self.keys, &member, code).await;
-                    pending.armed = false;
-                    return Err(Error::new(
-                        e.kind(),
-                        format!("{}: {e}; the acquire was rolled back", self.keys.lock),
-                    )
-                    .with_retryable(true));
+                    let undone = release(&self.inner, self.layout, &self.keys, &member, code).await;
+                    // A rollback the server did not take stays armed: the reaper retries it.
+                    pending.armed = undone.is_err();
+                    return Err(crate::mutex::rolled_back(&self.keys.lock, e));
                 }
             }
             pending.armed = false;
@@ -253,9 +251,9 @@ impl Core {
                     }
                 }
                 if intent.armed {
-                    // Still armed while it runs: a drop half-way hands it to the reaper.
-                    let _ = release(&self.inner, self.layout, &self.keys, &member, "i").await;
-                    intent.armed = false;
+                    // Still armed while it runs and when it fails: the reaper takes it over.
+                    let undone = release(&self.inner, self.layout, &self.keys, &member, "i").await;
+                    intent.armed = undone.is_err();
                 }
                 return Ok(None);
             }
@@ -449,9 +447,10 @@ impl Held for SharedHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
         let code = self.mode.release_code();
+        let epoch = self.inner.replicas.epoch();
         match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
             Ok(true) => {
-                self.inner.replicas.released();
+                crate::mutex::released_on_replicas(&self.inner, epoch).await;
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

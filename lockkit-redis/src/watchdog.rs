@@ -21,6 +21,10 @@ use crate::script_set::Scripts;
 /// The longest the watchdog task sleeps without being woken.
 const IDLE_LOOK: Duration = Duration::from_secs(1);
 
+/// A renewal result that the primary took but the replicas did not acknowledge: like a failed
+/// renewal, it makes the guard Suspect and is tried again soon.
+const UNSURE: i64 = -1;
+
 /// Locks per renewal script call.
 pub(crate) const BATCH: usize = 100;
 
@@ -205,16 +209,17 @@ impl Watchdog {
                     e.next_due = sent_at + *lease / 3;
                     e.state.mark_held();
                 }
-                Some(_) => {
-                    e.state.mark_lost(LostReason::Deleted);
-                    tracing::warn!(lock = %e.key, "lockkit: lock gone or taken over at renewal");
-                    entries.remove(id);
-                }
-                None => {
+                // Renewed on the primary, not known on the replicas: as a failed renewal.
+                None | Some(UNSURE) => {
                     e.state.mark_suspect();
                     let retry =
                         (*lease / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
                     e.next_due = now + retry;
+                }
+                Some(_) => {
+                    e.state.mark_lost(LostReason::Deleted);
+                    tracing::warn!(lock = %e.key, "lockkit: lock gone or taken over at renewal");
+                    entries.remove(id);
                 }
             }
         }
@@ -274,6 +279,7 @@ pub(crate) async fn run(
                         call.key(key).arg(owner).arg(lease.as_millis() as u64);
                     }
                     let sent_at = Instant::now();
+                    let epoch = replicas.epoch();
                     let result =
                         tokio::time::timeout(limit, call.invoke_async::<Vec<i64>>(&mut conn)).await;
                     let result = match result {
@@ -284,17 +290,28 @@ pub(crate) async fn run(
                         }
                         Err(_) => None,
                     };
-                    // A renewal counts once the replicas have it: a failover to a replica that
-                    // missed it would end the lease early.
+                    // A renewal counts once the replicas have it (a failover to a replica that
+                    // missed it would end the lease early), within the renewal's own bound; a
+                    // lock found gone is Lost at once either way.
                     let result = match result {
-                        Some(r) => match replicas.kept("renewal").await {
-                            Ok(()) => Some(r),
-                            Err(e) => {
-                                tracing::debug!(error = %e, "lockkit: renewal not on the replicas");
-                                None
+                        Some(r) if r.contains(&1) => {
+                            let left = limit.saturating_sub(sent_at.elapsed());
+                            let kept = tokio::time::timeout(left, replicas.kept("renewal", epoch));
+                            match kept.await {
+                                Ok(Ok(())) => Some(r),
+                                _ => {
+                                    tracing::debug!(
+                                        "lockkit: a renewal did not reach the replicas"
+                                    );
+                                    Some(
+                                        r.into_iter()
+                                            .map(|v| if v == 1 { UNSURE } else { v })
+                                            .collect(),
+                                    )
+                                }
                             }
-                        },
-                        None => None,
+                        }
+                        other => other,
                     };
                     wd.apply(sent_at, &chunk, result);
                 });

@@ -348,3 +348,29 @@ async fn a_shared_unlock_latch_follows_the_command_timeout() {
     // 4 retries of a 4 s command, twice over: 32 s, not a fixed 20 s.
     assert!(pttl > 25_000, "latch TTL {pttl} ms");
 }
+
+#[tokio::test]
+async fn a_resent_first_attempt_that_takes_a_free_lock_leaves_the_queue() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-free");
+    let k = LockKeys::mutex("lockkit", &name);
+    let owner = "resend-client:3";
+    // Someone holds it: the first run of our first attempt queues us.
+    let _: () = redis::cmd("HSET")
+        .arg(&k.lock)
+        .arg("someone:1")
+        .arg(1)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(raw_queue(&mut admin, &k, owner, 10_000).await.0, 0);
+    // The holder's lease ends (no hand-off); the resent first attempt finds the lock free.
+    del(&mut admin, &k.lock).await;
+    assert_eq!(raw_queue(&mut admin, &k, owner, 10_000).await.0, 1);
+    assert!(
+        queue(&mut admin, &k).await.is_empty(),
+        "our entry stayed, to be handed the lock again"
+    );
+    del(&mut admin, &k.lock).await;
+}

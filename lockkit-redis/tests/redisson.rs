@@ -91,8 +91,10 @@ async fn compat_mutex_speaks_redissons_layout_and_messages() {
 async fn compat_rejects_names_without_a_shareable_slot() {
     let Some(url) = shared_url() else { return };
     let locks = connect(&url, &[("redisson_compat", "true")]).await;
-    let e = locks.mutex("a}b").unwrap_err();
-    assert_eq!(e.kind(), lockkit_core::ErrorKind::InvalidName);
+    for bad in ["a}b", "a{b", "{}b"] {
+        let e = locks.mutex(bad).unwrap_err();
+        assert_eq!(e.kind(), lockkit_core::ErrorKind::InvalidName, "{bad}");
+    }
     assert!(locks.mutex("{a}b").is_ok());
 }
 
@@ -367,4 +369,31 @@ async fn compat_live_holders_renewal_returns_a_dead_holders_permits() {
     live.release().await.unwrap();
     assert_eq!(raw::<String>(&mut admin, &["GET", &name]).await, "2");
     let _: i64 = raw(&mut admin, &["DEL", &name]).await;
+}
+
+/// A fair `try_lock` in compat mode never queues (as Redisson's `tryLock()` does not): one
+/// script call, no queue entry to take out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_try_lock_never_queues() {
+    let server = PrivateRedis::start(&[]);
+    let url = server.url();
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let mut admin = admin(&url).await;
+    let name = lockkit_testing::unique_name("fair-try");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let fair = lockkit_core::AcquireOptions::new().fair(true).no_wait();
+    let scripts = |info: String| -> u64 {
+        info.lines()
+            .filter_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let m = locks.mutex(&name).unwrap();
+    // Once, so that the server has the script (a first EVALSHA fails and is sent again).
+    assert!(m.acquire(&fair).await.unwrap().is_none());
+    let before = scripts(raw(&mut admin, &["INFO", "commandstats"]).await);
+    assert!(m.acquire(&fair).await.unwrap().is_none());
+    let after = scripts(raw(&mut admin, &["INFO", "commandstats"]).await);
+    assert_eq!(after - before, 1, "a try queued and left again");
+    g.release().await.unwrap();
 }

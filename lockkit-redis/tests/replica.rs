@@ -75,6 +75,8 @@ async fn no_replica_ack_rolls_back_with_a_typed_error() {
 async fn without_replicas_auto_runs_no_wait() {
     let server = PrivateRedis::start(&[]);
     let locks = connect(&server.url(), &[]).await;
+    // (The connect checks once, with `WAIT 0 0`, that this user may run WAIT.)
+    let after_connect = waits_run(&server.url()).await;
     for _ in 0..3 {
         let g = locks.mutex("no-replicas").unwrap().lock().await.unwrap();
         g.release().await.unwrap();
@@ -86,7 +88,7 @@ async fn without_replicas_auto_runs_no_wait() {
         .await
         .unwrap();
     r.release().await.unwrap();
-    assert_eq!(waits_run(&server.url()).await, 0);
+    assert_eq!(waits_run(&server.url()).await, after_connect);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,4 +208,30 @@ async fn a_wait_never_holds_up_the_handles_other_commands() {
     );
     replica.resume();
     assert!(waiting.await.unwrap().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_not_run_role_turns_auto_off_and_a_count_into_a_config_error() {
+    let (primary, _replica) = primary_and_replica().await;
+    let mut admin = admin(&primary.url()).await;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("plain")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .arg("-role")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://plain:pw@127.0.0.1:{}", primary.port);
+    let locks = connect(&url, &[]).await;
+    let g = locks.mutex("no-role").unwrap().try_lock().await.unwrap();
+    g.expect("free").release().await.unwrap();
+    let e = lockkit_redis::connect(&config(&url, &[("wait_replicas", "1")]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
 }

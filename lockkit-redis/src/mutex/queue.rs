@@ -83,10 +83,11 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
         // An attempt in flight may queue us or take the lock: a dropped future must undo it.
         leave.armed = true;
         let sent_at = Instant::now();
+        let epoch = inner.replicas.epoch();
         match inner.invoke::<(i64, i64)>(&inv, "acquire").await {
             Ok((1, token)) => {
                 // Still armed: if the replicas fail us, or the future is dropped, we let go.
-                m.confirm_replicas(&owner, false).await?;
+                m.confirm_replicas(&owner, false, epoch).await?;
                 leave.armed = false;
                 drop(leave);
                 let token = token as u64;

@@ -1,7 +1,8 @@
 //! Waiting on a mutex in Redisson's layout (`redisson_compat`): Redisson's own protocol, so
-//! Java clients wake lockkit waiters and the other way round. Every release publishes `0`; each
-//! client wakes one local waiter per message, and the waiter tries again. Fair mode adds
-//! lockkit's own queue (Redisson's fair waiters are not queued with it).
+//! Java clients wake lockkit waiters and the other way round. `RLock`: a release publishes `0`
+//! on the lock's channel; each client wakes one local waiter per message, and the waiter tries
+//! again. Fair mode is `RFairLock`: one queue for both libraries' waiters (see
+//! `scripts/rs_fair_queue.lua`), each woken on a channel of its own.
 
 use std::time::Duration;
 
@@ -51,12 +52,19 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// One attempt; `fair`: queue in Redisson's fair queue with this wait when busy.
+/// A fair attempt: the wait it queues with, and whether it queues at all (not a try).
+#[derive(Clone, Copy)]
+struct Fair {
+    wait: Duration,
+    queue: bool,
+}
+
+/// One attempt; `fair`: in Redisson's fair queue.
 async fn attempt(
     m: &RedisMutex,
     owner: &str,
     lease: Duration,
-    fair: Option<Duration>,
+    fair: Option<Fair>,
 ) -> Result<Attempt> {
     let scripts = &m.inner.scripts;
     let script = if fair.is_some() {
@@ -65,21 +73,23 @@ async fn attempt(
         &scripts.try_acquire
     };
     let mut inv = m.acquire_invocation(script, owner, lease);
-    if let Some(wait) = fair {
+    if let Some(f) = fair {
         inv.key(&m.keys.queue)
             .key(&m.keys.waiters)
-            .arg(wait.as_millis().max(1) as u64)
+            .arg(f.wait.as_millis().max(1) as u64)
             .arg(crate::client::wall_ms())
-            .arg(&m.keys.channel);
+            .arg(&m.keys.channel)
+            .arg(if f.queue { "1" } else { "0" });
     }
     let mut pending = Pending {
         mutex: m,
         owner,
-        fair,
+        fair: fair.map(|f| f.wait),
         lease,
         armed: true,
     };
     let sent_at = Instant::now();
+    let epoch = m.inner.replicas.epoch();
     let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
         Ok(r) => r,
         Err(e) => {
@@ -92,7 +102,7 @@ async fn attempt(
         return Ok(Attempt::Busy { pttl: value });
     }
     // Still armed: if the replicas fail us, or the future is dropped, we let go.
-    m.confirm_replicas(owner, fair.is_some()).await?;
+    m.confirm_replicas(owner, fair.is_some(), epoch).await?;
     pending.armed = false;
     Ok(Attempt::Acquired {
         token: value as u64,
@@ -156,6 +166,10 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
     let settings = &m.inner.settings;
     let give_up_at = req.deadline();
     let wait = req.remaining().unwrap_or(settings.fair_lock_wait);
+    let fair = Fair {
+        wait,
+        queue: req.waits(),
+    };
     let owner = m.inner.new_owner();
     let mut queued = LeaveOnDrop {
         mutex: m,
@@ -165,13 +179,15 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
     };
     let mut sub: Option<crate::pubsub::Subscription> = None;
     loop {
-        let pttl = match attempt(m, &owner, lease.duration(), Some(wait)).await {
+        let pttl = match attempt(m, &owner, lease.duration(), Some(fair)).await {
             Ok(Attempt::Acquired { token, sent_at }) => {
                 queued.armed = false;
                 drop(queued);
                 let expiry = lease.duration();
                 return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, true)));
             }
+            // A try never queued.
+            Ok(Attempt::Busy { .. }) if !fair.queue => return Ok(None),
             Ok(Attempt::Busy { pttl }) => pttl,
             Err(e) => {
                 queued.armed = true;

@@ -13,9 +13,19 @@ end
 local owner = ARGV[1]
 local mode = string.sub(ARGV[4], 1, 1)
 local fair = #ARGV[4] == 2
+
+-- Takes the lock for us; a waiting acquire also leaves the queue (a resent first attempt may
+-- have queued us in its first run), so no entry of ours is ever left to be handed the lock.
+local function take(t)
+  if mode ~= '0' and redis.call('hdel', KEYS[4], owner) == 1 then
+    redis.call('lrem', KEYS[3], 1, owner)
+  end
+  return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], t)
+end
+
 if held == 0 and mode ~= '2' and not fair then
   -- Free, and a newcomer that is not fair: it may go ahead of any waiters.
-  return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], redis.call('time'))
+  return take(redis.call('time'))
 end
 
 local function enqueue(now)
@@ -39,10 +49,6 @@ local function enqueue(now)
   if redis.call('pttl', KEYS[4]) < timeout * 1.5 then
     redis.call('pexpire', KEYS[4], timeout * 2)
   end
-end
-
-local function take(t)
-  return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], t)
 end
 
 if held > 0 then
@@ -70,8 +76,5 @@ if first and first ~= owner and fair then
     enqueue(now_ms(t))
   end
   return {0, redis.call('pttl', KEYS[1])}
-end
-if mode == '2' and redis.call('hdel', KEYS[4], owner) == 1 then
-  redis.call('lrem', KEYS[3], 1, owner)
 end
 return take(t)

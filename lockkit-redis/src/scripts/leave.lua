@@ -5,7 +5,10 @@
 -- ARGV[1] owner, ARGV[2] fencing counter TTL ms
 redis.call('lrem', KEYS[3], 1, ARGV[1])
 redis.call('hdel', KEYS[4], ARGV[1])
-hdel_ours(KEYS[1], ARGV[1])
+local _, err = hdel_ours(KEYS[1], ARGV[1])
+if err then
+  return err
+end
 if redis.call('exists', KEYS[1]) == 0 then
   hand_off(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2])
 end

@@ -5,7 +5,11 @@
 -- ARGV[1] owner, ARGV[2] latch TTL ms, ARGV[3] fencing counter TTL ms
 -- Returns 1 when released (now or by an earlier attempt of the same release), 0 when not ours.
 -- A key of another type is not ours; any other error is the caller's to see.
-if hdel_ours(KEYS[1], ARGV[1]) == 1 then
+local removed, err = hdel_ours(KEYS[1], ARGV[1])
+if err then
+  return err
+end
+if removed == 1 then
   -- Owner fields are never reused, so the latch only has to answer retries of this release.
   redis.call('set', KEYS[2], '1', 'px', ARGV[2])
   -- Our field was the hash's only one, so the lock is free. A counter of another type fails the

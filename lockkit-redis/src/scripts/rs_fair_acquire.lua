@@ -1,10 +1,12 @@
 -- Fair (FIFO) acquire in Redisson's RFairLock protocol (redisson_compat; see rs_fair_queue.lua),
 -- with a fencing token: take the lock only when it is free and we are first in the queue (or it
 -- is empty); otherwise queue once, behind the last waiter, with a deadline of the one before it
--- (or the holder's expiry) plus its wait, as Redisson's waiters do.
+-- (or the holder's expiry) plus its wait, as Redisson's waiters do. A try (no wait) never
+-- queues, as Redisson's tryLock() does not.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] deadlines
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms, ARGV[4] wait ms (how long
--- the waiter keeps its place after the one before it), ARGV[5] now (client ms), ARGV[6] channel
+-- the waiter keeps its place after the one before it), ARGV[5] now (client ms), ARGV[6] channel,
+-- ARGV[7] '1' to queue when it cannot take the lock, '0' for a try
 -- Returns {1, token} when acquired, {0, ms to wait at most} when queued.
 local held, wrong_type = lock_fields(KEYS[1])
 if not held then
@@ -28,7 +30,7 @@ if mine or (held == 0 and (not first or first == owner)) then
   return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], redis.call('time'))
 end
 local pttl = redis.call('pttl', KEYS[1])
-if not redis.call('zscore', KEYS[4], owner) then
+if ARGV[7] == '1' and not redis.call('zscore', KEYS[4], owner) then
   local last = redis.call('lindex', KEYS[3], -1)
   local last_deadline = last and redis.call('zscore', KEYS[4], last)
   local ahead = last_deadline and (tonumber(last_deadline) - now) or pttl

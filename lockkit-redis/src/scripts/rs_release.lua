@@ -6,7 +6,11 @@
 -- holder, ARGV[5] now (client ms)
 -- Returns 1 when released (now or by an earlier attempt of the same release), 0 when not ours.
 -- Removing the only field deletes the hash; a key of another type is not ours.
-if hdel_ours(KEYS[1], ARGV[1]) == 1 then
+local removed, err = hdel_ours(KEYS[1], ARGV[1])
+if err then
+  return err
+end
+if removed == 1 then
   -- The first live fair waiter is woken by name; a fair holder wakes only it (as RFairLock
   -- does), any other also sends RLock's '0' to every client.
   drop_stale(KEYS[3], KEYS[4], tonumber(ARGV[5]))

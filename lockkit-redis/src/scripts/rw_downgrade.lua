@@ -1,6 +1,10 @@
 -- Turn a held write lock into a read lock atomically: no writer can come in between.
 -- KEYS[1] write hash, KEYS[2] readers zset; ARGV[1] owner, ARGV[2] lease ms, ARGV[3] channel
-if hdel_ours(KEYS[1], ARGV[1]) ~= 1 then
+local removed, err = hdel_ours(KEYS[1], ARGV[1])
+if err then
+  return err
+end
+if removed ~= 1 then
   return 0
 end
 local t = redis.call('time')

@@ -4,7 +4,11 @@
 -- ARGV[1] member, ARGV[2] channel, ARGV[3] latch TTL ms, ARGV[4] mode
 local gone
 if ARGV[4] == 'w' then
-  gone = hdel_ours(KEYS[1], ARGV[1]) == 1
+  local removed, err = hdel_ours(KEYS[1], ARGV[1])
+  if err then
+    return err
+  end
+  gone = removed == 1
 elseif ARGV[4] == 's' then
   gone = redis.call('zrem', KEYS[2], ARGV[1]) == 1
 else
