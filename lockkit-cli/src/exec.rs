@@ -149,12 +149,14 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
         }
     };
 
-    let mut cmd = tokio::process::Command::new(&args.command[0]);
-    cmd.args(&args.command[1..])
-        .env("LOCKKIT_FENCING_TOKEN", guard.token().0.to_string())
-        .env("LOCKKIT_LOCK_NAME", &args.name)
-        .kill_on_drop(false);
-    let mut child = match cmd.spawn() {
+    // Started so that it dies with us (see `child.rs`): it never runs without the lock.
+    let spawned = crate::child::command(&args.command).and_then(|mut cmd| {
+        cmd.env("LOCKKIT_FENCING_TOKEN", guard.token().0.to_string())
+            .env("LOCKKIT_LOCK_NAME", &args.name)
+            .kill_on_drop(false)
+            .spawn()
+    });
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let _ = guard.release().await;

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod bench;
+mod child;
 mod exec;
 mod guard;
 mod inspect;
@@ -143,6 +144,10 @@ pub(crate) fn error_code(e: &lockkit::Error) -> u8 {
 }
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == child::ARG) {
+        child::run(&args[2..]);
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

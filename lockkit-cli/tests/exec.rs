@@ -42,6 +42,12 @@ fn file_lost_lock_terminates_command() {
 }
 
 #[test]
+fn file_killed_lockkit_takes_its_command_along() {
+    let d = TempDir::new("pdeathsig");
+    suite::killed_lockkit_takes_its_command_along(&d.url(), "2s");
+}
+
+#[test]
 fn file_fixed_lease_runs_out() {
     let d = TempDir::new("fixed");
     suite::fixed_lease_runs_out(&d.url());

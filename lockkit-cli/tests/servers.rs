@@ -37,6 +37,7 @@ async fn exec_on(backend: &str) {
         suite::crash_releases_and_busy_code(&url);
         suite::sigint_is_forwarded(&url);
         suite::lost_lock_terminates_command(&url, "3s");
+        suite::killed_lockkit_takes_its_command_along(&url, "2s");
         if caps.mutex.fixed_lease {
             suite::fixed_lease_runs_out(&url);
         }

@@ -22,6 +22,7 @@ use crate::options::{check_asked_lease, AcquireOptions, Lease};
 use crate::ownership::{Ownership, Registry};
 use crate::reason::LostReason;
 use crate::spi::{Backend, GuardParts, Request};
+use crate::telemetry::{Identity, Outcome, Waiting};
 
 /// How long past its wait budget an acquire may take to finish what it started.
 const BUDGET_GRACE: Duration = Duration::from_millis(100);
@@ -119,6 +120,12 @@ impl Kernel {
             outcome = tracing::field::Empty,
             waited_ms = tracing::field::Empty,
         );
+        let id = Arc::new(Identity {
+            backend: self.kind.as_str(),
+            primitive: primitive.as_str(),
+            lock: name.clone(),
+        });
+        let waiting = Waiting::start(&id);
         let started = Instant::now();
         let attempt = attempt(req).instrument(span.clone());
         let result = match req.deadline() {
@@ -135,24 +142,24 @@ impl Kernel {
         let outcome = match result {
             Ok(Some(parts)) => self
                 .registry
-                .adopt(&self.backend, name, primitive, parts, permits)
+                .adopt(&self.backend, id.clone(), primitive, parts, permits)
                 .map(Some),
             Ok(None) => Ok(None),
             Err(e) => Err(e),
         };
-        match &outcome {
+        let result = match &outcome {
             Ok(Some(own)) => {
                 span.record("token", own.token.0);
-                span.record("outcome", "acquired");
+                Outcome::Acquired
             }
-            Ok(None) => {
-                span.record("outcome", "timed_out");
-            }
+            Ok(None) => Outcome::TimedOut,
             Err(e) => {
-                span.record("outcome", "error");
                 tracing::debug!(parent: &span, error = %e, "lockkit: acquire failed");
+                Outcome::Error
             }
-        }
+        };
+        span.record("outcome", result.as_str());
+        waiting.finish(result, started.elapsed());
         outcome
     }
 

@@ -27,6 +27,7 @@ mod semaphore;
 pub mod settings;
 pub mod spi;
 mod state;
+pub mod telemetry;
 mod url;
 
 #[cfg(feature = "tls-probe")]

@@ -127,13 +127,12 @@ impl Mutex {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.inner.kernel.check_open()?;
         let done = self.inner.raw.force_unlock().await?;
-        tracing::info!(
-            backend = self.inner.kernel.kind.as_str(),
-            primitive = "mutex",
-            lock = %self.inner.name,
-            was_held = done,
-            "lockkit: force_unlock"
-        );
+        let id = crate::telemetry::Identity {
+            backend: self.inner.kernel.kind.as_str(),
+            primitive: crate::Primitive::Mutex.as_str(),
+            lock: self.inner.name.clone(),
+        };
+        crate::telemetry::force_unlocked(&id, done);
         Ok(done)
     }
 

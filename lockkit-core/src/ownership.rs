@@ -21,6 +21,7 @@ use crate::reaper::Reaper;
 use crate::reason::LostReason;
 use crate::spi::{Backend, GuardParts, Held};
 use crate::state::{LockState, StateCell};
+use crate::telemetry::{self, Identity};
 
 /// The ownerships of one handle that are not dropped yet, whether the handle was closed, and
 /// the reaper that runs its background releases.
@@ -51,18 +52,23 @@ impl Registry {
     pub(crate) fn adopt(
         self: &Arc<Self>,
         backend: &Arc<dyn Backend>,
-        name: &Arc<str>,
+        identity: Arc<Identity>,
         primitive: Primitive,
         parts: GuardParts,
         permits: u32,
     ) -> Result<Arc<Ownership>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let name = identity.lock.clone();
+        parts.state.identify(identity.clone(), parts.token.0);
+        telemetry::held(&identity);
         let own = Arc::new(Ownership {
             id,
             registry: self.clone(),
             backend: backend.clone(),
             kind: backend.kind(),
             name: name.clone(),
+            identity,
+            acquired_at: Instant::now(),
             primitive,
             token: parts.token,
             lease: Mutex::new(parts.lease),
@@ -77,7 +83,7 @@ impl Registry {
             own.state.mark_lost(LostReason::Closed);
             Some(Error::closed())
         } else if !own.state.get().is_live() {
-            Some(lost_error(name, own.state.reason()))
+            Some(lost_error(&name, own.state.reason()))
         } else {
             None
         };
@@ -122,6 +128,10 @@ pub(crate) struct Ownership {
     backend: Arc<dyn Backend>,
     kind: BackendKind,
     pub(crate) name: Arc<str>,
+    /// The lock, for events and metrics.
+    identity: Arc<Identity>,
+    /// When the core took the ownership over (for the hold duration).
+    acquired_at: Instant,
     pub(crate) primitive: Primitive,
     pub(crate) token: FencingToken,
     lease: Mutex<Lease>,
@@ -184,7 +194,9 @@ impl Ownership {
     /// The backend ownership ended without a release (it became another one): nothing may
     /// release it any more.
     fn retire(&self) {
-        self.released.store(true, Ordering::Release);
+        if !self.released.swap(true, Ordering::AcqRel) {
+            telemetry::ended(&self.identity, self.acquired_at.elapsed());
+        }
         if let Some(expiry) = self.expiry.lock().unwrap_or_else(|e| e.into_inner()).take() {
             expiry.abort();
         }
@@ -197,6 +209,7 @@ impl Ownership {
             // `close()` or the lease's end released it already.
             return Err(lost_error(&self.name, self.state.reason()));
         }
+        telemetry::ended(&self.identity, self.acquired_at.elapsed());
         if let Some(expiry) = self.expiry.lock().unwrap_or_else(|e| e.into_inner()).take() {
             expiry.abort();
         }
@@ -223,6 +236,9 @@ impl Ownership {
             self.state.mark_lost(LostReason::Deleted);
         }
         self.state.mark_released();
+        if matches!(&result, Err(e) if e.kind() != ErrorKind::LockLost) {
+            telemetry::release_failed(&self.identity);
+        }
         result
     }
 }
@@ -321,9 +337,9 @@ impl GuardCore {
         own.holds.store(0, Ordering::Release);
         own.retire();
         own.state.mark_released();
-        let read = own
-            .registry
-            .adopt(&own.backend, &own.name, own.primitive, parts, 1)?;
+        let read =
+            own.registry
+                .adopt(&own.backend, own.identity.clone(), own.primitive, parts, 1)?;
         Ok(GuardCore::new(read))
     }
 

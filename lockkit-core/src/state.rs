@@ -8,7 +8,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use tokio::sync::watch;
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::clock::LeaseClock;
 use crate::reason::LostReason;
+use crate::telemetry::{self, Change, Identity};
 
 /// What a guard knows about its lock.
 #[non_exhaustive]
@@ -53,6 +54,9 @@ struct Snapshot {
 struct Cell {
     tx: watch::Sender<Snapshot>,
     clock: Arc<LeaseClock>,
+    /// Which lock and token this is, once the core adopted the ownership: its state changes
+    /// are then reported (events and metrics).
+    identity: OnceLock<(Arc<Identity>, u64)>,
 }
 
 /// The backend-updated state of one ownership, tied to its lease clock. Backends keep a clone
@@ -76,7 +80,11 @@ impl StateCell {
             reason: None,
         });
         StateCell {
-            cell: Arc::new(Cell { tx, clock }),
+            cell: Arc::new(Cell {
+                tx,
+                clock,
+                identity: OnceLock::new(),
+            }),
         }
     }
 
@@ -105,8 +113,13 @@ impl StateCell {
         self.mark_lost(self.cell.clock.expiry_reason());
     }
 
+    /// Names the lock and token this cell belongs to, so that its state changes are reported.
+    pub(crate) fn identify(&self, id: Arc<Identity>, token: u64) {
+        let _ = self.cell.identity.set((id, token));
+    }
+
     fn transition(&self, allowed: &[LockState], to: LockState, reason: Option<LostReason>) -> bool {
-        self.cell.tx.send_if_modified(|s| {
+        let changed = self.cell.tx.send_if_modified(|s| {
             if allowed.contains(&s.state) {
                 s.state = to;
                 s.reason = reason;
@@ -114,7 +127,21 @@ impl StateCell {
             } else {
                 false
             }
-        })
+        });
+        if changed {
+            if let Some((id, token)) = self.cell.identity.get() {
+                let change = match (to, reason) {
+                    (LockState::Suspect, _) => Some(Change::Suspect),
+                    (LockState::Held, _) => Some(Change::Restored),
+                    (LockState::Lost, r) => Some(Change::Lost(r.unwrap_or(LostReason::Deleted))),
+                    _ => None,
+                };
+                if let Some(change) = change {
+                    telemetry::state_changed(id, *token, change);
+                }
+            }
+        }
+        changed
     }
 
     /// Suspect -> Held (contact restored). Returns whether the state changed. A cell whose
@@ -138,15 +165,11 @@ impl StateCell {
 
     /// Held or Suspect -> Lost, for `reason`. Returns whether the state changed.
     pub fn mark_lost(&self, reason: LostReason) -> bool {
-        let changed = self.transition(
+        self.transition(
             &[LockState::Held, LockState::Suspect],
             LockState::Lost,
             Some(reason),
-        );
-        if changed {
-            tracing::debug!(reason = reason.as_str(), "lockkit: lock lost");
-        }
-        changed
+        )
     }
 
     /// Held or Suspect -> Released. Returns whether the state changed.

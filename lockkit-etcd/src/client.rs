@@ -147,10 +147,12 @@ impl Pool {
                 .is_ok()
             {
                 tracing::warn!(
+                    backend = "etcd",
                     from = %self.clients[failed].0,
                     to = %self.clients[next].0,
-                    "etcd endpoint failed; failing over"
+                    "lockkit: endpoint failed; failing over"
                 );
+                lockkit_core::telemetry::reconnected("etcd");
                 self.moves.send_modify(|n| *n += 1);
             }
         }

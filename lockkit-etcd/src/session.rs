@@ -50,7 +50,11 @@ impl Session {
             sent + ttl,
         ));
         *session.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        tracing::debug!(lease = format_args!("{id:x}"), "etcd session started");
+        tracing::debug!(
+            backend = "etcd",
+            lease = format_args!("{id:x}"),
+            "lockkit: session started"
+        );
         Ok(session)
     }
 
@@ -96,8 +100,10 @@ impl Session {
     fn mark_dead(&self, why: &str) {
         if self.alive.swap(false, Ordering::AcqRel) {
             tracing::warn!(
+                backend = "etcd",
                 lease = format_args!("{:x}", self.id),
-                "etcd session lost: {why}"
+                why,
+                "lockkit: session lost"
             );
         }
         self.each_guard(|c| {
@@ -231,6 +237,8 @@ async fn keepalive(
             .map_or_else(|| pool.current().0, |(i, _, _)| *i);
         let outcome =
             tokio::time::timeout(budget, renew(&pool, id, ttl.as_secs() as i64, &mut stream)).await;
+        let renewed = matches!(outcome, Ok(Ok(granted)) if granted > 0);
+        lockkit_core::telemetry::renewal("etcd", renewed, sent.elapsed());
         match outcome {
             Ok(Ok(granted)) if granted > 0 => {
                 let granted = Duration::from_secs(granted as u64);
@@ -248,7 +256,7 @@ async fn keepalive(
                 return;
             }
             Ok(Err(e)) => {
-                tracing::debug!("etcd keepalive failed: {e}");
+                tracing::debug!(backend = "etcd", error = %e, "lockkit: keepalive failed");
                 pool.failed(on);
                 stream = None;
                 s.each_guard(|c| {

@@ -382,7 +382,7 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
         match session_of_watch(&nw, &pool, prefix).await {
             Ok(()) => retry.reset(),
             Err(e) => {
-                tracing::debug!("etcd lock watch broke: {e}");
+                tracing::debug!(backend = "etcd", error = %e, "lockkit: lock watch broke; restarting it");
                 if e.kind() == ErrorKind::Auth {
                     if let Some(n) = nw.upgrade() {
                         n.ready.send_replace(Readiness::Refused(e.to_string()));

@@ -300,6 +300,7 @@ pub(crate) async fn keep_connected(pushes: Pushes) {
             };
             match subs.conn.ping().await {
                 Ok(()) => {
+                    lockkit_core::telemetry::reconnected("redis");
                     subs.wake_everyone();
                     break;
                 }

@@ -404,10 +404,12 @@ async fn run<P: PushSink>(
             match open(&settings, &found, &pushes).await {
                 Ok((c, p)) => {
                     tracing::info!(
+                        backend = "redis",
                         from = %format_args!("{}:{}", addr.0, addr.1),
                         to = %format_args!("{}:{}", found.0, found.1),
-                        "lockkit: Redis primary changed"
+                        "lockkit: primary changed"
                     );
+                    lockkit_core::telemetry::reconnected("redis");
                     conn.replace(c.0, c.1).await;
                     pubsub.replace(p.0, p.1).await;
                     // A release (or a hand-off) may have been published on the new primary

@@ -313,6 +313,8 @@ pub(crate) async fn run(
                         }
                         other => other,
                     };
+                    let renewed = result.as_ref().is_some_and(|r| r.contains(&1));
+                    lockkit_core::telemetry::renewal("redis", renewed, sent_at.elapsed());
                     wd.apply(sent_at, &chunk, result);
                 });
             }

@@ -20,6 +20,7 @@ pub mod cases;
 mod credentials;
 pub mod failover;
 pub mod harness;
+pub mod spans;
 mod support;
 
 #[doc(hidden)]
@@ -89,6 +90,7 @@ macro_rules! conformance_suite {
             invalid_names_are_rejected,
             unusual_valid_names_work,
             unsupported_capabilities_say_so,
+            spans_read_the_same_on_every_backend,
             rw_readers_share,
             rw_writer_is_exclusive,
             rw_waiting_writer_blocks_new_readers,

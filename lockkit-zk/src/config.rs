@@ -196,7 +196,7 @@ impl ZkConfig {
                 // ZooKeeper 3.8): a transient failure, so try again while time is left.
                 if attempt < TLS_CONNECT_ATTEMPTS && tokio::time::Instant::now() < deadline {
                     attempt += 1;
-                    tracing::debug!("zookeeper: TLS connect to {} failed; retrying", self.hosts);
+                    tracing::debug!(backend = "zk", hosts = %self.hosts, "lockkit: TLS connect failed; retrying");
                     continue;
                 }
             }

@@ -125,8 +125,9 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
     rt.spawn(async move {
         let sid = client.session_id().0;
         let lost = |why: LostReason| {
-            if !released.load(Ordering::Acquire) && state.mark_lost(why) {
-                tracing::warn!(node = %path, "zookeeper: lock lost ({why})");
+            // (The core reports the loss.)
+            if !released.load(Ordering::Acquire) {
+                state.mark_lost(why);
             }
         };
         tokio::time::sleep(WATCH_AFTER).await;
@@ -172,7 +173,7 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                         return;
                     }
                     // Connection trouble: the session task reports Suspect; try again.
-                    tracing::debug!(error = %e, node = %path, "zookeeper: deletion watch not set yet");
+                    tracing::debug!(error = %e, node = %path, "lockkit: deletion watch not set yet");
                     retry.wait().await;
                 }
             }

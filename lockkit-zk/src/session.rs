@@ -257,16 +257,21 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
             let Some(s) = session.upgrade() else { return };
             match event {
                 zk::SessionState::Disconnected => {
-                    tracing::debug!(session = sid, "zookeeper: disconnected; locks suspect");
+                    tracing::debug!(
+                        backend = "zk",
+                        session = sid,
+                        "lockkit: disconnected; locks suspect"
+                    );
                     s.each_state(sid, StateCell::mark_suspect);
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    lockkit_core::telemetry::reconnected("zk");
                     s.each_state(sid, StateCell::mark_held);
                 }
                 zk::SessionState::Expired
                 | zk::SessionState::AuthFailed
                 | zk::SessionState::Closed => {
-                    tracing::warn!(session = sid, state = ?event, "zookeeper: session ended; locks lost");
+                    tracing::warn!(backend = "zk", session = sid, state = ?event, "lockkit: session ended; locks lost");
                     s.each_state(sid, |c| c.mark_lost(LostReason::SessionExpired));
                     break;
                 }
@@ -281,7 +286,7 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
             match connect(&cfg).await {
                 Ok(c) => break c,
                 Err(e) => {
-                    tracing::warn!(error = %e, "zookeeper: cannot open a new session yet");
+                    tracing::warn!(backend = "zk", error = %e, "lockkit: cannot open a new session yet");
                     retry.wait().await;
                 }
             }

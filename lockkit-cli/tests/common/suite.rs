@@ -188,3 +188,44 @@ pub fn inspect_held(url: &str) -> bool {
     drop(holder);
     true
 }
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// SIGKILL of `lockkit exec` takes its command along (Linux: PR_SET_PDEATHSIG), so the command
+/// never runs unprotected; the next holder gets the lock once the dead holder's lease (`lease`)
+/// has run out.
+pub fn killed_lockkit_takes_its_command_along(url: &str, lease: &str) {
+    let n = name("pdeathsig");
+    let dir = TempDir::new("pdeathsig");
+    let pidfile = dir.path("pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut holder = Bg::spawn(exec(url, &n, &["--lease", lease], &["sh", "-c", &script]));
+    let child: u32 = wait_file(&pidfile, LIMIT).parse().unwrap();
+    assert!(!gone(child), "the command is not running");
+    holder.signal("KILL");
+    let _ = holder.wait(LIMIT);
+    let end = Instant::now() + Duration::from_secs(5);
+    while !gone(child) {
+        assert!(
+            Instant::now() < end,
+            "the command (pid {child}) outlived its killed lockkit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = run(exec(url, &n, &["--wait", "30s"], &["true"]), LIMIT);
+    assert_eq!(
+        code(&o),
+        0,
+        "the next holder never got the lock: {:?}",
+        text(&o)
+    );
+}

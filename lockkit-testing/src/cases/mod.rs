@@ -10,6 +10,7 @@ mod lease;
 mod mutex;
 mod rwlock;
 mod semaphore;
+mod telemetry;
 mod tokens;
 
 pub use cancel::*;
@@ -19,6 +20,7 @@ pub use lease::*;
 pub use mutex::*;
 pub use rwlock::*;
 pub use semaphore::*;
+pub use telemetry::*;
 pub use tokens::*;
 
 use std::future::Future;

@@ -1,0 +1,241 @@
+//! What lockkit tells operators: its metrics (through the [`metrics`] facade: install any
+//! recorder, such as `metrics-exporter-prometheus`, to collect them) and the tracing events of a
+//! guard's life. Every name and label is defined here, once, and the core emits them the same
+//! way for every backend; backends report only what only they see (renewals, reconnects)
+//! through [`renewal`] and [`reconnected`].
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `lockkit_acquire_duration_seconds` | histogram | `backend`, `primitive`, `outcome` (`acquired`, `timed_out`, `error`) |
+//! | `lockkit_hold_duration_seconds` | histogram | `backend`, `primitive` |
+//! | `lockkit_held` | gauge | `backend`, `primitive` |
+//! | `lockkit_waiting` | gauge | `backend`, `primitive` |
+//! | `lockkit_lost_total` | counter | `backend`, `primitive`, `reason` |
+//! | `lockkit_suspect_total` | counter | `backend`, `primitive` |
+//! | `lockkit_renewals_total` | counter | `backend`, `result` (`ok`, `failed`) |
+//! | `lockkit_renewal_duration_seconds` | histogram | `backend`, `result` |
+//! | `lockkit_release_errors_total` | counter | `backend`, `primitive` |
+//! | `lockkit_reconnects_total` | counter | `backend` |
+//! | `lockkit_force_unlocks_total` | counter | `backend`, `primitive` |
+//!
+//! No label carries a lock name unless [`label_lock_names`] turns it on (a `lock` label on the
+//! per-lock metrics): lock names are unbounded, and so would the series be.
+//!
+//! Tracing: one `lockkit.acquire` and one `lockkit.release` span per operation (fields
+//! `backend`, `primitive`, `lock`, ...), one event per state change of a guard (`Suspect`,
+//! `Held` again, `Lost` with its reason), and a `warn` audit event for every `force_unlock`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{counter, gauge, histogram, Label};
+
+use crate::reason::LostReason;
+
+/// The metric names.
+pub mod names {
+    /// Time from an acquire's call to its result (histogram, seconds).
+    pub const ACQUIRE_DURATION: &str = "lockkit_acquire_duration_seconds";
+    /// Time from an acquire's result to its release (histogram, seconds).
+    pub const HOLD_DURATION: &str = "lockkit_hold_duration_seconds";
+    /// Ownerships held now (gauge).
+    pub const HELD: &str = "lockkit_held";
+    /// Acquires waiting now (gauge).
+    pub const WAITING: &str = "lockkit_waiting";
+    /// Guards that lost their lock (counter, by reason).
+    pub const LOST: &str = "lockkit_lost_total";
+    /// Guards that turned Suspect (counter).
+    pub const SUSPECT: &str = "lockkit_suspect_total";
+    /// Lease renewals (counter, by result).
+    pub const RENEWALS: &str = "lockkit_renewals_total";
+    /// How long renewals took (histogram, seconds, by result).
+    pub const RENEWAL_DURATION: &str = "lockkit_renewal_duration_seconds";
+    /// Releases that failed (counter).
+    pub const RELEASE_ERRORS: &str = "lockkit_release_errors_total";
+    /// Connections re-established, sessions replaced, endpoints failed over (counter).
+    pub const RECONNECTS: &str = "lockkit_reconnects_total";
+    /// Locks force-unlocked (counter).
+    pub const FORCE_UNLOCKS: &str = "lockkit_force_unlocks_total";
+}
+
+static LOCK_NAMES: AtomicBool = AtomicBool::new(false);
+
+/// Adds a `lock` label (the lock's name) to the per-lock metrics from now on. Off by default:
+/// turn it on only where the set of names is small and fixed.
+pub fn label_lock_names(on: bool) {
+    LOCK_NAMES.store(on, Ordering::Relaxed);
+}
+
+/// Which lock an event or a metric is about.
+#[derive(Debug)]
+pub(crate) struct Identity {
+    pub(crate) backend: &'static str,
+    pub(crate) primitive: &'static str,
+    pub(crate) lock: Arc<str>,
+}
+
+impl Identity {
+    fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
+        let mut labels = Vec::with_capacity(4);
+        labels.push(Label::from_static_parts("backend", self.backend));
+        labels.push(Label::from_static_parts("primitive", self.primitive));
+        if let Some((k, v)) = extra {
+            labels.push(Label::from_static_parts(k, v));
+        }
+        if LOCK_NAMES.load(Ordering::Relaxed) {
+            labels.push(Label::new("lock", self.lock.to_string()));
+        }
+        labels
+    }
+}
+
+/// How an acquire ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Acquired,
+    TimedOut,
+    Error,
+}
+
+impl Outcome {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Acquired => "acquired",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// An acquire under way: counted in `lockkit_waiting` until it is dropped.
+pub(crate) struct Waiting<'a>(&'a Identity);
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn start(id: &'a Identity) -> Self {
+        gauge!(names::WAITING, id.labels(None)).increment(1.0);
+        Waiting(id)
+    }
+
+    /// The acquire ended after `took`.
+    pub(crate) fn finish(self, outcome: Outcome, took: Duration) {
+        histogram!(
+            names::ACQUIRE_DURATION,
+            self.0.labels(Some(("outcome", outcome.as_str())))
+        )
+        .record(took.as_secs_f64());
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        gauge!(names::WAITING, self.0.labels(None)).decrement(1.0);
+    }
+}
+
+/// A new ownership is held.
+pub(crate) fn held(id: &Identity) {
+    gauge!(names::HELD, id.labels(None)).increment(1.0);
+}
+
+/// An ownership ended (its release started, or it became another one) after `held_for`.
+pub(crate) fn ended(id: &Identity, held_for: Duration) {
+    gauge!(names::HELD, id.labels(None)).decrement(1.0);
+    histogram!(names::HOLD_DURATION, id.labels(None)).record(held_for.as_secs_f64());
+}
+
+/// A release failed (the backend did not take it; the reaper goes on trying).
+pub(crate) fn release_failed(id: &Identity) {
+    counter!(names::RELEASE_ERRORS, id.labels(None)).increment(1);
+}
+
+/// A change of a guard's state that operators hear of.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Change {
+    /// Held -> Suspect.
+    Suspect,
+    /// Suspect -> Held.
+    Restored,
+    /// -> Lost, for this reason.
+    Lost(LostReason),
+}
+
+/// A guard's state changed, as the core first saw it.
+pub(crate) fn state_changed(id: &Identity, token: u64, change: Change) {
+    let (backend, primitive, lock) = (id.backend, id.primitive, &*id.lock);
+    match change {
+        Change::Suspect => {
+            counter!(names::SUSPECT, id.labels(None)).increment(1);
+            tracing::info!(
+                backend,
+                primitive,
+                lock,
+                token,
+                state = "suspect",
+                "lockkit: lost contact with the backend; the lock may still be held"
+            );
+        }
+        Change::Restored => tracing::info!(
+            backend,
+            primitive,
+            lock,
+            token,
+            state = "held",
+            "lockkit: contact with the backend restored"
+        ),
+        Change::Lost(reason) => {
+            counter!(names::LOST, id.labels(Some(("reason", reason.as_str())))).increment(1);
+            let reason = reason.as_str();
+            // A handle closed on purpose is no cause for alarm.
+            if reason == LostReason::Closed.as_str() {
+                tracing::debug!(
+                    backend,
+                    primitive,
+                    lock,
+                    token,
+                    state = "lost",
+                    reason,
+                    "lockkit: lock lost"
+                );
+            } else {
+                tracing::warn!(
+                    backend,
+                    primitive,
+                    lock,
+                    token,
+                    state = "lost",
+                    reason,
+                    "lockkit: lock lost"
+                );
+            }
+        }
+    }
+}
+
+/// An operator force-unlocked `lock` (`unlocked`: it was held): an audit event and a count.
+pub(crate) fn force_unlocked(id: &Identity, unlocked: bool) {
+    if unlocked {
+        counter!(names::FORCE_UNLOCKS, id.labels(None)).increment(1);
+    }
+    tracing::warn!(
+        backend = id.backend,
+        primitive = id.primitive,
+        lock = &*id.lock,
+        unlocked,
+        "lockkit: force_unlock"
+    );
+}
+
+/// A backend renewed a lease (or a session) in `took`; `ok`: it was renewed.
+pub fn renewal(backend: &'static str, ok: bool, took: Duration) {
+    let result = if ok { "ok" } else { "failed" };
+    counter!(names::RENEWALS, "backend" => backend, "result" => result).increment(1);
+    histogram!(names::RENEWAL_DURATION, "backend" => backend, "result" => result)
+        .record(took.as_secs_f64());
+}
+
+/// A backend re-established a connection, replaced a session or failed over to another
+/// endpoint.
+pub fn reconnected(backend: &'static str) {
+    counter!(names::RECONNECTS, "backend" => backend).increment(1);
+}
