@@ -3,7 +3,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use lockkit::{HoldMode, LockInfo, Primitive};
-use serde_json::json;
+use serde::Serialize;
 
 use crate::target::Target;
 use crate::{code, complain, error_code, Kind};
@@ -17,51 +17,40 @@ fn primitive(kind: Kind) -> Primitive {
 }
 
 fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Mutex => "mutex",
-        Kind::Rwlock => "rwlock",
-        Kind::Semaphore => "semaphore",
-    }
-}
-
-fn mode(m: &HoldMode) -> (String, Option<u32>) {
-    match m {
-        HoldMode::Exclusive => ("exclusive".into(), None),
-        HoldMode::Shared => ("shared".into(), None),
-        HoldMode::Permits(k) => ("permits".into(), Some(*k)),
-        _ => ("other".into(), None),
-    }
+    primitive(kind).as_str()
 }
 
 fn mode_text(m: &HoldMode) -> String {
-    match mode(m) {
-        (s, Some(k)) => format!("{s}:{k}"),
-        (s, None) => s,
+    match m {
+        HoldMode::Exclusive => "exclusive".into(),
+        HoldMode::Shared => "shared".into(),
+        HoldMode::Permits(k) => format!("permits:{k}"),
+        _ => "other".into(),
     }
 }
 
+/// What `lockkit inspect --json` prints: the lock's name, kind and backend around the core's
+/// serialized [`LockInfo`].
+#[derive(Serialize)]
+struct View<'a> {
+    name: &'a str,
+    kind: &'static str,
+    backend: &'a str,
+    locked: bool,
+    #[serde(flatten)]
+    info: &'a LockInfo,
+}
+
 /// The JSON form of `lockkit inspect --json`.
-pub(crate) fn to_json(name: &str, kind: Kind, backend: &str, info: &LockInfo) -> serde_json::Value {
-    json!({
-        "name": name,
-        "kind": kind_name(kind),
-        "backend": backend,
-        "locked": !info.holders.is_empty(),
-        "holders": info.holders.iter().map(|h| {
-            let (m, permits) = mode(&h.mode);
-            json!({
-                "owner": h.owner,
-                "mode": m,
-                "permits": permits,
-                "token": h.token.map(|t| t.0),
-                "remaining_lease_ms": h.remaining_lease.map(|d| d.as_millis() as u64),
-            })
-        }).collect::<Vec<_>>(),
-        "waiters": info.waiters.iter().enumerate().map(|(i, w)| {
-            let (m, permits) = mode(&w.mode);
-            json!({ "position": i + 1, "owner": w.owner, "mode": m, "permits": permits })
-        }).collect::<Vec<_>>(),
-    })
+pub(crate) fn to_json(name: &str, kind: Kind, backend: &str, info: &LockInfo) -> String {
+    let view = View {
+        name,
+        kind: kind_name(kind),
+        backend,
+        locked: !info.holders.is_empty(),
+        info,
+    };
+    serde_json::to_string(&view).unwrap_or_default()
 }
 
 fn print_human(name: &str, kind: Kind, backend: &str, info: &LockInfo) {

@@ -50,7 +50,6 @@ async fn inspect_on(backend: &str) {
     let Some((url, _)) = usable(backend).await else {
         return;
     };
-    // An Unsupported inspect is reported (exit 69, clear message) and accepted for now.
     tokio::task::spawn_blocking(move || suite::inspect_held(&url))
         .await
         .unwrap();

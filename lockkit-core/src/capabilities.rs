@@ -80,6 +80,8 @@ pub struct Capabilities {
     pub semaphore: Option<Support>,
     /// Locks exclude other processes and machines (false only for `mem://`).
     pub cross_process: bool,
+    /// `Locks::list` finds the locks under a name prefix.
+    pub list: bool,
 }
 
 impl Capabilities {
@@ -90,6 +92,7 @@ impl Capabilities {
             rwlock: None,
             semaphore: None,
             cross_process: true,
+            list: false,
         }
     }
 
@@ -108,6 +111,12 @@ impl Capabilities {
     /// Sets [`cross_process`](Self::cross_process).
     pub const fn cross_process(mut self, yes: bool) -> Self {
         self.cross_process = yes;
+        self
+    }
+
+    /// Sets [`list`](Self::list).
+    pub const fn list(mut self, yes: bool) -> Self {
+        self.list = yes;
         self
     }
 

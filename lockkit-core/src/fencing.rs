@@ -8,6 +8,11 @@ use std::fmt;
 /// highest it has seen. A lease-based lock alone cannot stop a paused or partitioned holder from
 /// writing after its lease ran out; the token check at the resource can.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct FencingToken(pub u64);
 
 impl FencingToken {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
-use crate::inspect::{LockInfo, Primitive};
+use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kernel::Kernel;
 use crate::kind::BackendKind;
 use crate::mutex::Mutex;
@@ -107,6 +107,40 @@ impl Locks {
     pub fn backend_as<T: Backend>(&self) -> Option<&T> {
         let any: &dyn Any = &*self.kernel.backend;
         any.downcast_ref::<T>()
+    }
+
+    /// The locks whose names start with `prefix` (`""` for all) that have a holder or a waiter
+    /// right now, sorted by name then primitive, for operators (`lockkit top`). A snapshot read
+    /// in pages, never blocking the server; a lock taken or freed meanwhile may be missed or
+    /// listed.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let locks = lockkit_core::Locks::memory();
+    /// let _g = locks.mutex("jobs/a").unwrap().lock().await.unwrap();
+    /// let listed = locks.list("jobs/").await.unwrap();
+    /// assert_eq!(listed, [lockkit_core::LockEntry::new("jobs/a", lockkit_core::Primitive::Mutex)]);
+    /// # });
+    /// ```
+    pub async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        if let Some(c) = prefix.chars().find(|c| c.is_control()) {
+            return Err(Error::new(
+                crate::error::ErrorKind::InvalidName,
+                format!("name prefix {prefix:?} contains the control character {c:?}"),
+            ));
+        }
+        self.kernel.check_open()?;
+        if !self.kernel.backend.capabilities().list {
+            return Err(Error::unsupported(format!(
+                "the {} backend cannot list locks",
+                self.kernel.kind
+            )));
+        }
+        let mut found = self.kernel.backend.list(prefix).await?;
+        found.retain(|e| e.name.starts_with(prefix));
+        found.sort();
+        found.dedup();
+        Ok(found)
     }
 
     /// Holders and waiters of one lock, for operators (`lockkit inspect`).

@@ -53,9 +53,48 @@ pub fn encode_name(name: &str) -> String {
     out
 }
 
+/// The name [`encode_name`] encoded into `encoded`, or `None` when `encoded` is not such an
+/// encoding (a stray byte, a bad escape, or invalid UTF-8).
+///
+/// ```
+/// use lockkit_core::{decode_name, encode_name};
+/// assert_eq!(decode_name(&encode_name("orders/42 ü")).as_deref(), Some("orders/42 ü"));
+/// assert_eq!(decode_name("a%2"), None);
+/// ```
+pub fn decode_name(encoded: &str) -> Option<String> {
+    let b = encoded.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = encoded.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            c @ (b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-') => {
+                out.push(c);
+                i += 1;
+            }
+            _ => return None,
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_inverts_encode() {
+        for name in ["a", "orders/42", "ünïcødé 锁", ".", "..", "%41", "a b/c"] {
+            assert_eq!(decode_name(&encode_name(name)).as_deref(), Some(name));
+        }
+        assert_eq!(decode_name("%zz"), None);
+        assert_eq!(decode_name("a/b"), None);
+        assert_eq!(decode_name("%FF"), None);
+    }
 
     #[test]
     fn validation_table() {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
-    BackendKind, Capabilities, Error, FencingToken, HoldMode, HolderInfo, LockInfo, Primitive,
-    Result, Support, WaiterInfo,
+    BackendKind, Capabilities, Error, FencingToken, HoldMode, HolderInfo, LockEntry, LockInfo,
+    Primitive, Result, Support, WaiterInfo,
 };
 
 use crate::inner::Inner;
@@ -40,6 +40,7 @@ impl Backend for EtcdBackend {
         Capabilities::new(Support::all())
             .with_rwlock(Support::all().remaining_lease(false))
             .with_semaphore(Support::all().remaining_lease(false))
+            .list(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -68,6 +69,26 @@ impl Backend for EtcdBackend {
 
     async fn close(&self) -> Result<()> {
         self.inner.close().await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        // The encoding works byte by byte, except that the whole names "." and ".." are escaped:
+        // as prefixes they stay as they are.
+        let encoded = match prefix {
+            "." | ".." => prefix.to_string(),
+            _ => lockkit_core::encode_name(prefix),
+        };
+        let mut found = Vec::new();
+        for (kind, primitive) in [
+            (Kind::Mutex, Primitive::Mutex),
+            (Kind::RwLock, Primitive::RwLock),
+            (Kind::Semaphore, Primitive::Semaphore),
+        ] {
+            for name in self.inner.names(kind, &encoded).await? {
+                found.push(LockEntry::new(name, primitive));
+            }
+        }
+        Ok(found)
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {

@@ -17,6 +17,21 @@ use crate::watch::{Kind, NameWatch};
 /// A name's watch and when it was last asked for.
 type WatchEntry = (Arc<NameWatch>, std::time::Instant);
 
+/// Keys read per page when listing locks.
+const LIST_PAGE: i64 = 1000;
+
+/// The end of the range of keys starting with `prefix` (etcd's `prefix + 1`).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // every key
+}
+
 /// How long an unused name's watch is kept.
 pub(crate) const WATCH_LINGER: Duration = Duration::from_secs(60);
 
@@ -50,6 +65,64 @@ impl Inner {
             closed: AtomicBool::new(false),
             reaper: Reaper::default(),
         })
+    }
+
+    /// The names of the locks of `kind` whose encoded name starts with `encoded` and that have a
+    /// key (a holder or a waiter), read keys-only in pages of [`LIST_PAGE`].
+    pub(crate) async fn names(&self, kind: Kind, encoded: &str) -> Result<Vec<String>> {
+        let base = self.prefix(kind, "");
+        // `prefix(kind, "")` ends in `//`: the base is everything before the empty name.
+        let base = base[..base.len() - 1].to_vec();
+        let mut start = [base.as_slice(), encoded.as_bytes()].concat();
+        let end = prefix_end(&start);
+        let mut names: Vec<String> = Vec::new();
+        loop {
+            let (from, to) = (start.clone(), end.clone());
+            let mut resp = self
+                .pool
+                .run("range", true, move |mut c| {
+                    let (from, to) = (from.clone(), to.clone());
+                    async move {
+                        c.get(
+                            from,
+                            Some(
+                                GetOptions::new()
+                                    .with_range(to)
+                                    .with_keys_only()
+                                    .with_limit(LIST_PAGE),
+                            ),
+                        )
+                        .await
+                    }
+                })
+                .await?;
+            let more = resp.more();
+            let kvs = resp.take_kvs();
+            for kv in &kvs {
+                let Some(rest) = kv.key().strip_prefix(base.as_slice()) else {
+                    continue;
+                };
+                let Ok(rest) = std::str::from_utf8(rest) else {
+                    continue;
+                };
+                // A mutex range also sees the `%rw/` and `%sem/` keys: a name segment never
+                // starts with `%` followed by a letter other than hex.
+                let Some((enc, _)) = rest.split_once('/') else {
+                    continue;
+                };
+                if let Some(name) = lockkit_core::decode_name(enc) {
+                    if names.last() != Some(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+            match kvs.last() {
+                Some(last) if more => start = [last.key(), &[0]].concat(),
+                _ => break,
+            }
+        }
+        names.dedup();
+        Ok(names)
     }
 
     /// The key prefix of a lock (ends with `/`). A mutex uses `<root>/<encoded name>/`, the

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
-    async_trait, BackendKind, Capabilities, Error, HoldMode, HolderInfo, LockInfo, Primitive,
-    Result, Support, WaiterInfo,
+    async_trait, BackendKind, Capabilities, LockEntry, LockInfo, Primitive, Result, Support,
 };
 use tokio::task::JoinHandle;
 
@@ -126,13 +125,17 @@ impl Backend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
         // The mutex serves its queue in order and `fair` also stops newcomers barging in; the
         // RW lock and the semaphore have no fair mode.
+        // Redisson's RW lock and semaphore layouts are not inspected, and its bare-named keys
+        // cannot be listed.
+        let compat = self.inner.settings.redisson_compat;
         let shared = Support::all()
             .fair(false)
-            .inspect(false)
+            .inspect(!compat)
             .remaining_lease(false);
         Capabilities::new(Support::all())
             .with_rwlock(shared)
             .with_semaphore(shared)
+            .list(!compat)
     }
 
     fn default_lease(&self) -> Duration {
@@ -169,38 +172,11 @@ impl Backend for RedisBackend {
         Ok(())
     }
 
+    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        crate::views::list(&self.inner, prefix).await
+    }
+
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
-        if primitive != Primitive::Mutex {
-            return Err(Error::unsupported(format!(
-                "the Redis backend cannot inspect a {primitive:?}"
-            )));
-        }
-        let keys = self.inner.keys(name)?;
-        let probe = crate::mutex::probe(&self.inner, &keys).await?;
-        // Waiters, first in line first (natively every waiter; with `redisson_compat` the fair
-        // ones). Read after the holders, so the two views may be a moment apart.
-        let queue: Vec<String> = self
-            .inner
-            .query(
-                redis::cmd("LRANGE").arg(&keys.queue).arg(0).arg(-1),
-                "inspect",
-            )
-            .await?;
-        let waiters = queue
-            .into_iter()
-            .map(|owner| WaiterInfo::new(owner, HoldMode::Exclusive))
-            .collect();
-        let holders = probe
-            .owners
-            .into_iter()
-            .map(|(owner, _holds)| {
-                let h = HolderInfo::new(owner, HoldMode::Exclusive);
-                match probe.pttl {
-                    Some(d) => h.with_remaining_lease(d),
-                    None => h,
-                }
-            })
-            .collect();
-        Ok(LockInfo::new(holders, waiters))
+        crate::views::inspect(&self.inner, name, primitive).await
     }
 }

@@ -211,7 +211,7 @@ fn redisson_tag(name: &str) -> lockkit_core::Result<&str> {
 
 /// `{name}` with `%`, `{` and `}` escaped, so the tag always ends where the name does and two
 /// names never share keys.
-fn tag(name: &str) -> String {
+pub(crate) fn tag(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
     out.push('{');
     for c in name.chars() {
@@ -223,6 +223,30 @@ fn tag(name: &str) -> String {
         }
     }
     out.push('}');
+    out
+}
+
+/// The name [`tag`] wrapped (without its braces): `%25`, `%7B` and `%7D` turned back.
+pub(crate) fn untag(tag: &str) -> String {
+    let mut out = String::with_capacity(tag.len());
+    let mut rest = tag;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let esc = rest.get(i..i + 3);
+        let c = match esc {
+            Some("%25") => '%',
+            Some("%7B") => '{',
+            Some("%7D") => '}',
+            _ => {
+                out.push('%');
+                rest = &rest[i + 1..];
+                continue;
+            }
+        };
+        out.push(c);
+        rest = &rest[i + 3..];
+    }
+    out.push_str(rest);
     out
 }
 

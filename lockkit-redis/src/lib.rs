@@ -14,6 +14,7 @@ mod script_set;
 mod sentinel;
 mod shared;
 mod tls;
+mod views;
 mod watchdog;
 
 /// The redis-rs crate this backend is built on, for raw access next to lockkit (benchmarks,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockkit_core::spi::{GuardParts, Held, LeaseClock, RawMutex, Request, StateCell};
 use lockkit_core::{async_trait, Error, FencingToken, Lease, Result};
-use redis::{Script, ScriptInvocation, Value};
+use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
 use crate::client::{expiry_bound, Inner};
@@ -185,29 +185,15 @@ pub(crate) struct Probe {
     pub(crate) locked: bool,
     /// The remaining lease; `None` when free or when the key has no expiry.
     pub(crate) pttl: Option<Duration>,
-    pub(crate) owners: Vec<(String, i64)>,
 }
 
 pub(crate) async fn probe(inner: &Inner, keys: &LockKeys) -> Result<Probe> {
     let mut inv = inner.scripts.probe.prepare_invoke();
     inv.key(&keys.lock);
-    let values: Vec<Value> = inner.invoke(&inv, "probe").await?;
-    let pttl = match values.first() {
-        Some(Value::Int(p)) => *p,
-        _ => -2,
-    };
-    let mut owners = Vec::new();
-    for pair in values[1.min(values.len())..].chunks(2) {
-        if let [owner, holds] = pair {
-            let owner: String = redis::from_redis_value_ref(owner).unwrap_or_default();
-            let holds: i64 = redis::from_redis_value_ref(holds).unwrap_or_default();
-            owners.push((owner, holds));
-        }
-    }
+    let pttl: i64 = inner.invoke(&inv, "probe").await?;
     Ok(Probe {
         locked: pttl != -2,
         pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-        owners,
     })
 }
 

@@ -31,8 +31,10 @@ pub mod source {
     pub const RENEW: &str = lua!("renew.lua");
     /// Owner-checked reentry (hold count + 1).
     pub const REENTER: &str = lua!("reenter.lua");
-    /// Read-only probe (remaining lease and holders).
+    /// Read-only probe (remaining lease).
     pub const PROBE: &str = lua!("probe.lua");
+    /// Operators' snapshot of one lock, RW lock or semaphore (read-only).
+    pub const INSPECT: &str = lua!("inspect.lua");
     /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
     pub const RS_RELEASE: &str = lua!("owned.lua", "rs_fair_queue.lua", "rs_release.lua");
     /// Admin force-unlock on Redisson's layout.
@@ -82,6 +84,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: Script,
     pub(crate) reenter: Script,
     pub(crate) probe: Script,
+    pub(crate) inspect: Script,
     pub(crate) rs_release: Script,
     pub(crate) rs_force_unlock: Script,
     pub(crate) rs_fair_acquire: Script,
@@ -113,6 +116,7 @@ impl Scripts {
             renew: Script::new(source::RENEW),
             reenter: Script::new(source::REENTER),
             probe: Script::new(source::PROBE),
+            inspect: Script::new(source::INSPECT),
             rs_release: Script::new(source::RS_RELEASE),
             rs_force_unlock: Script::new(source::RS_FORCE_UNLOCK),
             rs_fair_acquire: Script::new(source::RS_FAIR_ACQUIRE),

@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             unusual_valid_names_work,
             unsupported_capabilities_say_so,
             spans_read_the_same_on_every_backend,
+            list_finds_the_locks_under_a_prefix,
             rw_readers_share,
             rw_writer_is_exclusive,
             rw_waiting_writer_blocks_new_readers,

@@ -20,8 +20,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
-    encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig, LockInfo, Locks,
-    Primitive, Result, Support, WaiterInfo,
+    encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig, LockEntry, LockInfo,
+    Locks, Primitive, Result, Support, WaiterInfo,
 };
 
 use crate::config::ZkConfig;
@@ -189,6 +189,7 @@ impl Backend for ZkBackend {
         Capabilities::new(support)
             .with_rwlock(support)
             .with_semaphore(support)
+            .list(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -226,6 +227,44 @@ impl Backend for ZkBackend {
 
     async fn close(&self) -> Result<()> {
         self.sessions.close().await
+    }
+
+    /// The lock directories under each primitive's root whose name starts with `prefix` and
+    /// that have a child (a holder or waiter; a semaphore's in `leases` or `locks`). Directories
+    /// stay after their last node goes (they are containers ZooKeeper removes later), so each
+    /// one is looked into.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        let session = self.sessions.default();
+        let client = session.client()?;
+        let limit = session.cfg.command_timeout;
+        let mut found = Vec::new();
+        for (kind, primitive, inside) in [
+            ("mutex", Primitive::Mutex, &[""][..]),
+            ("rwlock", Primitive::RwLock, &[""][..]),
+            (
+                "semaphore",
+                Primitive::Semaphore,
+                &["/leases", "/locks"][..],
+            ),
+        ] {
+            let root = format!("{}/{kind}", session.cfg.root);
+            for child in ops::list_or_empty(&client, &root, limit).await? {
+                let Some(name) = lockkit_core::decode_name(&child) else {
+                    continue;
+                };
+                if !name.starts_with(prefix) {
+                    continue;
+                }
+                for sub in inside {
+                    let dir = format!("{root}/{child}{sub}");
+                    if !ops::list_or_empty(&client, &dir, limit).await?.is_empty() {
+                        found.push(LockEntry::new(name, primitive));
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(found)
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {

@@ -67,7 +67,7 @@ use async_trait::async_trait;
 
 use crate::capabilities::{Capabilities, Support};
 use crate::error::{Error, ErrorKind, Result};
-use crate::inspect::{HoldMode, HolderInfo, LockInfo, Primitive, WaiterInfo};
+use crate::inspect::{HoldMode, HolderInfo, LockEntry, LockInfo, Primitive, WaiterInfo};
 use crate::kind::BackendKind;
 use crate::options::{Lease, DEFAULT_LEASE};
 use crate::settings::Settings;
@@ -261,6 +261,7 @@ impl Backend for FileBackend {
         Capabilities::new(basic)
             .with_rwlock(basic.remaining_lease(false))
             .with_semaphore(basic.remaining_lease(false))
+            .list(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -299,6 +300,23 @@ impl Backend for FileBackend {
     async fn close(&self) -> Result<()> {
         // Guards were marked Lost by the core; their OS locks go with their files.
         Ok(())
+    }
+
+    /// Names come from the lock files' names; a name too long for a file name (kept as a
+    /// truncated stem and a hash) cannot be told back and is not listed.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        let candidates = paths::named_in(&self.inner.dir).map_err(io_error)?;
+        let mut found = Vec::new();
+        for entry in candidates {
+            if !entry.name.starts_with(prefix) {
+                continue;
+            }
+            let info = self.inspect(&entry.name, entry.primitive).await?;
+            if !info.holders.is_empty() || !info.waiters.is_empty() {
+                found.push(entry);
+            }
+        }
+        Ok(found)
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::name::encode_name;
+use crate::inspect::{LockEntry, Primitive};
+use crate::name::{decode_name, encode_name};
 
 /// Longest encoded stem used as is.
 const MAX_STEM: usize = 160;
@@ -102,6 +103,37 @@ impl LockPaths {
         found.sort();
         found
     }
+}
+
+/// The primitives whose files are in `dir`, named by their stems (the ones [`stem`] kept whole).
+pub(crate) fn named_in(dir: &Path) -> std::io::Result<Vec<LockEntry>> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let Ok(file) = e?.file_name().into_string() else {
+            continue;
+        };
+        let Some((kind, rest)) = file.split_once('.') else {
+            continue;
+        };
+        let (primitive, stem) = match kind {
+            "mutex" => (Primitive::Mutex, rest.strip_suffix(".lock")),
+            "rw" => (Primitive::RwLock, rest.strip_suffix(".lock")),
+            "sem" => (
+                Primitive::Semaphore,
+                rest.strip_suffix(".lock")
+                    .and_then(|r| r.rsplit_once(".slot."))
+                    .filter(|(_, i)| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                    .map(|(stem, _)| stem),
+            ),
+            _ => continue,
+        };
+        if let Some(name) = stem.and_then(decode_name) {
+            found.push(LockEntry::new(name, primitive));
+        }
+    }
+    found.sort();
+    found.dedup();
+    Ok(found)
 }
 
 fn stem(name: &str) -> String {

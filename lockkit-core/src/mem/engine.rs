@@ -503,6 +503,20 @@ impl Engine {
         LockInfo::new(holders, waiters)
     }
 
+    /// The keys with a live holder or an open waiter, for operators.
+    pub(crate) fn active(&self) -> Vec<Key> {
+        let now = Instant::now();
+        let t = self.lock();
+        t.resources
+            .iter()
+            .filter(|(_, r)| {
+                r.holders.iter().any(|(_, h)| h.live(now))
+                    || r.queue.iter().any(|w| !w.tx.is_closed())
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Permits not in use.
     pub(crate) fn available(&self, key: &Key, capacity: u32) -> u32 {
         let t = self.lock();

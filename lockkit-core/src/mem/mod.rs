@@ -23,7 +23,7 @@ use crate::capabilities::{Capabilities, Support};
 use crate::config::LockConfig;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
-use crate::inspect::{LockInfo, Primitive};
+use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
 use crate::locks::Locks;
 use crate::options::{Lease, DEFAULT_LEASE};
@@ -119,6 +119,7 @@ impl Backend for MemBackend {
             .with_rwlock(Support::all().remaining_lease(false))
             .with_semaphore(Support::all().remaining_lease(false))
             .cross_process(false)
+            .list(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -153,6 +154,28 @@ impl Backend for MemBackend {
 
     async fn close(&self) -> Result<()> {
         Ok(())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        let ours = self.prefix.as_ref().map(|p| format!("{p}/"));
+        Ok(self
+            .engine
+            .active()
+            .into_iter()
+            .filter_map(|(prim, key)| {
+                let name = match &ours {
+                    Some(p) => key.strip_prefix(p.as_str())?.to_string(),
+                    None => key,
+                };
+                let primitive = match prim {
+                    Prim::Mutex => Primitive::Mutex,
+                    Prim::RwLock => Primitive::RwLock,
+                    Prim::Semaphore => Primitive::Semaphore,
+                };
+                name.starts_with(prefix)
+                    .then(|| LockEntry::new(name, primitive))
+            })
+            .collect())
     }
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
-use crate::inspect::{LockInfo, Primitive};
+use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
 use crate::reaper::Reaper;
 use crate::spi::{GuardParts, Request};
@@ -56,6 +56,17 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// Gives server-side resources back (sessions, leases, held keys) and stops background
     /// work. The core has already marked every guard Lost and refuses new acquires.
     async fn close(&self) -> Result<()>;
+
+    /// The locks whose names start with `prefix` that have a holder or a waiter right now (only
+    /// called when the `list` capability is granted), in any order. Must not block the server
+    /// (no `KEYS`, no unbounded read): scan in pages.
+    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
+        let _ = prefix;
+        Err(Error::unsupported(format!(
+            "{} cannot list locks",
+            self.kind()
+        )))
+    }
 
     /// Holders and waiters of one lock (only called when the primitive's `inspect` capability
     /// is granted).

@@ -12,6 +12,7 @@ mod rwlock;
 mod semaphore;
 mod telemetry;
 mod tokens;
+mod views;
 
 pub use cancel::*;
 pub use capability::*;
@@ -22,6 +23,7 @@ pub use rwlock::*;
 pub use semaphore::*;
 pub use telemetry::*;
 pub use tokens::*;
+pub use views::*;
 
 use std::future::Future;
 use std::time::Duration;
