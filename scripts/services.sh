@@ -77,7 +77,7 @@ READY_TIMEOUT=${LOCKKIT_SERVICES_TIMEOUT:-30}
 STOP_TIMEOUT=10
 
 SERVERS=(redis etcd zk)
-PACKAGES=(redis-server etcd-server etcd-client zookeeper protobuf-compiler nftables)
+PACKAGES=(redis-server etcd-server etcd-client zookeeper protobuf-compiler nftables tmux)
 
 # etcd / etcdctl refuse to run when an ETCD_* / ETCDCTL_* variable conflicts with a flag; we pass
 # everything as flags, so drop any inherited ones.

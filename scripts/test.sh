@@ -187,7 +187,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 section services services_up
 
-export LOCKKIT_TEST_REQUIRE=redis,zk,etcd
+export LOCKKIT_TEST_REQUIRE=redis,zk,etcd,top
 section test cargo test --workspace --all-features -j "$JOBS" -- --test-threads="$TEST_THREADS" \
     ${TEST_ARGS[@]+"${TEST_ARGS[@]}"}
 

@@ -6,6 +6,7 @@ mod exec;
 mod guard;
 mod inspect;
 mod target;
+mod top;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -111,6 +112,12 @@ enum Command {
         yes: bool,
     },
 
+    /// A live view of the locks under a name prefix: holders (owner, token, lease left, held
+    /// for), waiters in order, acquisitions and losses per second. Keys: q quit, p pause,
+    /// s sort, / filter, arrows select. --once prints one table, --json one JSON array.
+    #[command(after_help = AFTER_HELP)]
+    Top(top::TopArgs),
+
     /// Run the same lock scenarios across every --url given and report throughput, wait
     /// latency, fairness and violations.
     #[command(after_help = AFTER_HELP)]
@@ -174,6 +181,7 @@ async fn run(cli: Cli) -> u8 {
         Command::ForceUnlock { name, kind, yes } => {
             inspect::force_unlock(&target, &name, kind, yes).await
         }
+        Command::Top(args) => top::run(&target, args).await,
         Command::Bench(args) => bench::run(&target, args).await,
     }
 }
