@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use lockkit::{HoldMode, LockInfo, Primitive};
+use lockkit::{LockInfo, Primitive};
 use serde::Serialize;
 
 use crate::target::Target;
@@ -18,15 +18,6 @@ fn primitive(kind: Kind) -> Primitive {
 
 fn kind_name(kind: Kind) -> &'static str {
     primitive(kind).as_str()
-}
-
-fn mode_text(m: &HoldMode) -> String {
-    match m {
-        HoldMode::Exclusive => "exclusive".into(),
-        HoldMode::Shared => "shared".into(),
-        HoldMode::Permits(k) => format!("permits:{k}"),
-        _ => "other".into(),
-    }
 }
 
 /// What `lockkit inspect --json` prints: the lock's name, kind and backend around the core's
@@ -50,7 +41,7 @@ pub(crate) fn to_json(name: &str, kind: Kind, backend: &str, info: &LockInfo) ->
         locked: !info.holders.is_empty(),
         info,
     };
-    serde_json::to_string(&view).unwrap_or_default()
+    serde_json::to_string(&view).expect("a LockInfo serializes")
 }
 
 fn print_human(name: &str, kind: Kind, backend: &str, info: &LockInfo) {
@@ -72,11 +63,7 @@ fn print_human(name: &str, kind: Kind, backend: &str, info: &LockInfo) {
                 humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
                     .to_string()
             });
-            println!(
-                "  {:<40} {:<12} {token:>10} {lease:>12}",
-                h.owner,
-                mode_text(&h.mode)
-            );
+            println!("  {:<40} {:<12} {token:>10} {lease:>12}", h.owner, h.mode);
         }
     }
     if info.waiters.is_empty() {
@@ -84,7 +71,7 @@ fn print_human(name: &str, kind: Kind, backend: &str, info: &LockInfo) {
     } else {
         println!("waiters (in queue order):");
         for (i, w) in info.waiters.iter().enumerate() {
-            println!("  {:>3}. {:<40} {}", i + 1, w.owner, mode_text(&w.mode));
+            println!("  {:>3}. {:<40} {}", i + 1, w.owner, w.mode);
         }
     }
 }

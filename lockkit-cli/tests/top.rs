@@ -17,9 +17,11 @@ impl Tmux {
     }
 
     fn cmd(&self, args: &[&str]) -> std::process::Output {
+        // No user config: its options (remain-on-exit, sizes) must not change what we read.
         Command::new("tmux")
             .arg("-L")
             .arg(&self.0)
+            .args(["-f", "/dev/null"])
             .args(args)
             .output()
             .expect("tmux runs")
@@ -62,7 +64,8 @@ fn top_on(url: &str, queue_visible: bool) {
     let (job, cfg) = (format!("{base}job"), format!("{base}cfg"));
     let dir = TempDir::new("top");
     let (ready, got) = (dir.path("ready"), dir.path("got"));
-    let cmd = trapping_cmd(&ready, &got, 60);
+    // Longer than every wait below; the holders are killed on drop anyway.
+    let cmd = trapping_cmd(&ready, &got, 300);
     let with = |extra: &[&str], n: &str| {
         let mut args = vec!["exec"];
         args.extend_from_slice(extra);
@@ -135,7 +138,7 @@ fn top_on(url: &str, queue_visible: bool) {
         "-s",
         "top",
         "-x",
-        "160",
+        "250",
         "-y",
         "40",
         "--",

@@ -6,6 +6,7 @@
 //! `{"owner", "mode", "permits"}`, a lock `{"holders": [...], "waiters": [...]}` with the waiters
 //! in queue order, and a listed lock `{"name", "primitive"}`.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::fencing::FencingToken;
@@ -61,6 +62,17 @@ pub enum HoldMode {
     Shared,
     /// Semaphore permits.
     Permits(u32),
+}
+
+impl fmt::Display for HoldMode {
+    /// `exclusive`, `shared` or `permits:N`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HoldMode::Exclusive => f.pad("exclusive"),
+            HoldMode::Shared => f.pad("shared"),
+            HoldMode::Permits(n) => f.pad(&format!("permits:{n}")),
+        }
+    }
 }
 
 /// One holder of a lock.

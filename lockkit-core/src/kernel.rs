@@ -120,11 +120,7 @@ impl Kernel {
             outcome = tracing::field::Empty,
             waited_ms = tracing::field::Empty,
         );
-        let id = Arc::new(Identity {
-            backend: self.kind.as_str(),
-            primitive: primitive.as_str(),
-            lock: name.clone(),
-        });
+        let id = Arc::new(Identity::new(self.kind, primitive, name.clone()));
         let waiting = Waiting::start(&id);
         let started = Instant::now();
         let attempt = attempt(req).instrument(span.clone());

@@ -112,7 +112,7 @@ impl Locks {
     /// The locks whose names start with `prefix` (`""` for all) that have a holder or a waiter
     /// right now, sorted by name then primitive, for operators (`lockkit top`). A snapshot read
     /// in pages, never blocking the server; a lock taken or freed meanwhile may be missed or
-    /// listed.
+    /// listed (on Redis, a lock whose last waiter gave up up to a heartbeat ago).
     ///
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -137,7 +137,9 @@ impl Locks {
             )));
         }
         let mut found = self.kernel.backend.list(prefix).await?;
-        found.retain(|e| e.name.starts_with(prefix));
+        // A key or node that only looks like a lock (a name no caller could have passed) is
+        // left out rather than handed to `inspect` to fail.
+        found.retain(|e| e.name.starts_with(prefix) && validate_name(&e.name).is_ok());
         found.sort();
         found.dedup();
         Ok(found)

@@ -127,11 +127,11 @@ impl Mutex {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.inner.kernel.check_open()?;
         let done = self.inner.raw.force_unlock().await?;
-        let id = crate::telemetry::Identity {
-            backend: self.inner.kernel.kind.as_str(),
-            primitive: crate::Primitive::Mutex.as_str(),
-            lock: self.inner.name.clone(),
-        };
+        let id = crate::telemetry::Identity::new(
+            self.inner.kernel.kind,
+            crate::Primitive::Mutex,
+            self.inner.name.clone(),
+        );
         crate::telemetry::force_unlocked(&id, done);
         Ok(done)
     }

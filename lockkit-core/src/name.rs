@@ -53,15 +53,22 @@ pub fn encode_name(name: &str) -> String {
     out
 }
 
-/// The name [`encode_name`] encoded into `encoded`, or `None` when `encoded` is not such an
-/// encoding (a stray byte, a bad escape, or invalid UTF-8).
+/// The name [`encode_name`] encoded into `encoded`, or `None` when `encoded` is not exactly
+/// what `encode_name` produces for some name (a stray byte, a bad or needless escape, lowercase
+/// hex, invalid UTF-8).
 ///
 /// ```
 /// use lockkit_core::{decode_name, encode_name};
 /// assert_eq!(decode_name(&encode_name("orders/42 ü")).as_deref(), Some("orders/42 ü"));
 /// assert_eq!(decode_name("a%2"), None);
+/// assert_eq!(decode_name("%41"), None); // encode_name never escapes "A"
 /// ```
 pub fn decode_name(encoded: &str) -> Option<String> {
+    let name = decode_bytes(encoded)?;
+    (encode_name(&name) == encoded).then_some(name)
+}
+
+fn decode_bytes(encoded: &str) -> Option<String> {
     let b = encoded.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -69,6 +76,9 @@ pub fn decode_name(encoded: &str) -> Option<String> {
         match b[i] {
             b'%' => {
                 let hex = encoded.get(i + 1..i + 3)?;
+                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 3;
             }
@@ -94,6 +104,9 @@ mod tests {
         assert_eq!(decode_name("%zz"), None);
         assert_eq!(decode_name("a/b"), None);
         assert_eq!(decode_name("%FF"), None);
+        for not_canonical in ["%2f", "%41", ".", "..", "%+F"] {
+            assert_eq!(decode_name(not_canonical), None, "{not_canonical}");
+        }
     }
 
     #[test]

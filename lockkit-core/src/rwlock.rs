@@ -115,11 +115,11 @@ impl RwLock {
     pub async fn force_unlock(&self) -> Result<bool> {
         self.inner.kernel.check_open()?;
         let done = self.inner.raw.force_unlock().await?;
-        let id = crate::telemetry::Identity {
-            backend: self.inner.kernel.kind.as_str(),
-            primitive: crate::Primitive::RwLock.as_str(),
-            lock: self.inner.name.clone(),
-        };
+        let id = crate::telemetry::Identity::new(
+            self.inner.kernel.kind,
+            crate::Primitive::RwLock,
+            self.inner.name.clone(),
+        );
         crate::telemetry::force_unlocked(&id, done);
         Ok(done)
     }

@@ -26,11 +26,13 @@
 //! `Held` again, `Lost` with its reason), and a `warn` audit event for every `force_unlock`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram, Label};
+use metrics::{counter, histogram, Gauge, Histogram, Key, Label, Metadata};
 
+use crate::inspect::Primitive;
+use crate::kind::BackendKind;
 use crate::reason::LostReason;
 
 /// The metric names.
@@ -73,9 +75,19 @@ pub(crate) struct Identity {
     pub(crate) backend: &'static str,
     pub(crate) primitive: &'static str,
     pub(crate) lock: Arc<str>,
+    hot: &'static HotKeys,
 }
 
 impl Identity {
+    pub(crate) fn new(kind: BackendKind, primitive: Primitive, lock: Arc<str>) -> Self {
+        Identity {
+            backend: kind.as_str(),
+            primitive: primitive.as_str(),
+            lock,
+            hot: hot_keys(kind, primitive),
+        }
+    }
+
     fn labels(&self, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
         let mut labels = Vec::with_capacity(4);
         labels.push(Label::from_static_parts("backend", self.backend));
@@ -88,6 +100,97 @@ impl Identity {
         }
         labels
     }
+
+    /// The key of a metric on every acquire or release: built (and hashed) once per backend
+    /// and primitive, so the hot path allocates nothing; with lock names on, built each time.
+    fn key(
+        &self,
+        pick: impl Fn(&'static HotKeys) -> &'static Key,
+        name: &'static str,
+        extra: Option<(&'static str, &'static str)>,
+    ) -> KeyRef {
+        if LOCK_NAMES.load(Ordering::Relaxed) {
+            KeyRef::Owned(Key::from_parts(name, self.labels(extra)))
+        } else {
+            KeyRef::Static(pick(self.hot))
+        }
+    }
+}
+
+/// A metric key, precomputed or built for one use.
+enum KeyRef {
+    Static(&'static Key),
+    Owned(Key),
+}
+
+impl KeyRef {
+    fn get(&self) -> &Key {
+        match self {
+            KeyRef::Static(k) => k,
+            KeyRef::Owned(k) => k,
+        }
+    }
+
+    fn gauge(&self) -> Gauge {
+        metrics::with_recorder(|r| r.register_gauge(self.get(), &METADATA))
+    }
+
+    fn histogram(&self) -> Histogram {
+        metrics::with_recorder(|r| r.register_histogram(self.get(), &METADATA))
+    }
+}
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// The keys the kernel touches on every acquire and release, for one backend and primitive.
+#[derive(Debug)]
+struct HotKeys {
+    waiting: Key,
+    held: Key,
+    /// By [`Outcome`], in its order.
+    acquire: [Key; 3],
+    hold: Key,
+}
+
+const BACKENDS: usize = 5;
+const PRIMITIVES: usize = 3;
+
+static HOT: [[OnceLock<HotKeys>; PRIMITIVES]; BACKENDS] =
+    [const { [const { OnceLock::new() }; PRIMITIVES] }; BACKENDS];
+
+fn hot_keys(kind: BackendKind, primitive: Primitive) -> &'static HotKeys {
+    let b = match kind {
+        BackendKind::Memory => 0,
+        BackendKind::File => 1,
+        BackendKind::Redis => 2,
+        BackendKind::ZooKeeper => 3,
+        BackendKind::Etcd => 4,
+    };
+    let p = match primitive {
+        Primitive::Mutex => 0,
+        Primitive::RwLock => 1,
+        Primitive::Semaphore => 2,
+    };
+    HOT[b][p].get_or_init(|| {
+        let base = [
+            Label::from_static_parts("backend", kind.as_str()),
+            Label::from_static_parts("primitive", primitive.as_str()),
+        ];
+        let key = |name: &'static str, extra: Option<Label>| {
+            let mut labels = base.to_vec();
+            labels.extend(extra);
+            Key::from_parts(name, labels)
+        };
+        let outcome = |o: Outcome| Some(Label::from_static_parts("outcome", o.as_str()));
+        HotKeys {
+            waiting: key(names::WAITING, None),
+            held: key(names::HELD, None),
+            acquire: [Outcome::Acquired, Outcome::TimedOut, Outcome::Error]
+                .map(|o| key(names::ACQUIRE_DURATION, outcome(o))),
+            hold: key(names::HOLD_DURATION, None),
+        }
+    })
 }
 
 /// How an acquire ended.
@@ -106,6 +209,14 @@ impl Outcome {
             Outcome::Error => "error",
         }
     }
+
+    fn index(self) -> usize {
+        match self {
+            Outcome::Acquired => 0,
+            Outcome::TimedOut => 1,
+            Outcome::Error => 2,
+        }
+    }
 }
 
 /// An acquire under way: counted in `lockkit_waiting` until it is dropped.
@@ -113,35 +224,49 @@ pub(crate) struct Waiting<'a>(&'a Identity);
 
 impl<'a> Waiting<'a> {
     pub(crate) fn start(id: &'a Identity) -> Self {
-        gauge!(names::WAITING, id.labels(None)).increment(1.0);
+        id.key(|h| &h.waiting, names::WAITING, None)
+            .gauge()
+            .increment(1.0);
         Waiting(id)
     }
 
     /// The acquire ended after `took`.
     pub(crate) fn finish(self, outcome: Outcome, took: Duration) {
-        histogram!(
-            names::ACQUIRE_DURATION,
-            self.0.labels(Some(("outcome", outcome.as_str())))
-        )
-        .record(took.as_secs_f64());
+        self.0
+            .key(
+                |h| &h.acquire[outcome.index()],
+                names::ACQUIRE_DURATION,
+                Some(("outcome", outcome.as_str())),
+            )
+            .histogram()
+            .record(took.as_secs_f64());
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        gauge!(names::WAITING, self.0.labels(None)).decrement(1.0);
+        self.0
+            .key(|h| &h.waiting, names::WAITING, None)
+            .gauge()
+            .decrement(1.0);
     }
 }
 
 /// A new ownership is held.
 pub(crate) fn held(id: &Identity) {
-    gauge!(names::HELD, id.labels(None)).increment(1.0);
+    id.key(|h| &h.held, names::HELD, None)
+        .gauge()
+        .increment(1.0);
 }
 
 /// An ownership ended (its release started, or it became another one) after `held_for`.
 pub(crate) fn ended(id: &Identity, held_for: Duration) {
-    gauge!(names::HELD, id.labels(None)).decrement(1.0);
-    histogram!(names::HOLD_DURATION, id.labels(None)).record(held_for.as_secs_f64());
+    id.key(|h| &h.held, names::HELD, None)
+        .gauge()
+        .decrement(1.0);
+    id.key(|h| &h.hold, names::HOLD_DURATION, None)
+        .histogram()
+        .record(held_for.as_secs_f64());
 }
 
 /// A release failed (the backend did not take it; the reaper goes on trying).

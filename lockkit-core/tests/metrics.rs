@@ -71,6 +71,10 @@ impl Seen {
         self.look(MetricKind::Gauge, name, &[])
     }
 
+    fn gauge_with(&mut self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.look(MetricKind::Gauge, name, labels)
+    }
+
     fn samples(&mut self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.look(MetricKind::Histogram, name, labels)
     }
@@ -130,4 +134,19 @@ async fn a_scripted_sequence_leaves_these_metrics() {
     assert_eq!(seen.gauge(names::HELD), 0.0);
     assert_eq!(seen.samples(names::HOLD_DURATION, &[]), 3.0);
     assert_eq!(seen.counter(names::RELEASE_ERRORS, &[]), 0.0);
+
+    // The opt-in lock label.
+    lockkit_core::telemetry::label_lock_names(true);
+    let d = locks.mutex("metrics/d").unwrap().lock().await.unwrap();
+    assert_eq!(
+        seen.samples(
+            names::ACQUIRE_DURATION,
+            &[("outcome", "acquired"), ("lock", "metrics/d")]
+        ),
+        1.0
+    );
+    assert_eq!(seen.gauge_with(names::HELD, &[("lock", "metrics/d")]), 1.0);
+    d.release().await.unwrap();
+    lockkit_core::telemetry::label_lock_names(false);
+    assert_eq!(seen.gauge_with(names::HELD, &[("lock", "metrics/d")]), 0.0);
 }

@@ -72,20 +72,22 @@ impl Backend for EtcdBackend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
-        // The encoding works byte by byte, except that the whole names "." and ".." are escaped:
-        // as prefixes they stay as they are.
-        let encoded = match prefix {
-            "." | ".." => prefix.to_string(),
-            _ => lockkit_core::encode_name(prefix),
-        };
+        // The encoding works byte by byte, except that the whole names "." and ".." are escaped
+        // (`%2E`, `%2E%2E`): those two prefixes are looked for both ways.
+        let mut ranges = vec![lockkit_core::encode_name(prefix)];
+        if prefix == "." || prefix == ".." {
+            ranges.push(prefix.to_string());
+        }
         let mut found = Vec::new();
         for (kind, primitive) in [
             (Kind::Mutex, Primitive::Mutex),
             (Kind::RwLock, Primitive::RwLock),
             (Kind::Semaphore, Primitive::Semaphore),
         ] {
-            for name in self.inner.names(kind, &encoded).await? {
-                found.push(LockEntry::new(name, primitive));
+            for encoded in &ranges {
+                for name in self.inner.names(kind, encoded).await? {
+                    found.push(LockEntry::new(name, primitive));
+                }
             }
         }
         Ok(found)

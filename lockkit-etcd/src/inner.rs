@@ -121,7 +121,6 @@ impl Inner {
                 _ => break,
             }
         }
-        names.dedup();
         Ok(names)
     }
 

@@ -1,6 +1,8 @@
 //! The key layout: every key and channel of one lock shares the hash tag `{<escaped name>}`, so
 //! each script touches one cluster slot.
 
+use lockkit_core::Primitive;
+
 /// The Redis keys and channel of one mutex, as lockkit writes them.
 ///
 /// ```
@@ -226,8 +228,15 @@ pub(crate) fn tag(name: &str) -> String {
     out
 }
 
-/// The name [`tag`] wrapped (without its braces): `%25`, `%7B` and `%7D` turned back.
-pub(crate) fn untag(tag: &str) -> String {
+/// The name [`tag`] wrapped (its braces stripped), or `None` when `tag` is not exactly what
+/// [`tag`] produces for some name.
+pub(crate) fn untag(tag_text: &str) -> Option<String> {
+    let name = unescape(tag_text);
+    (tag(&name) == format!("{{{tag_text}}}")).then_some(name)
+}
+
+/// Turns `%25`, `%7B` and `%7D` back.
+fn unescape(tag: &str) -> String {
     let mut out = String::with_capacity(tag.len());
     let mut rest = tag;
     while let Some(i) = rest.find('%') {
@@ -250,9 +259,67 @@ pub(crate) fn untag(tag: &str) -> String {
     out
 }
 
+/// The lock a native key under `prefix` belongs to, when it is one of the keys that exist only
+/// while the lock is held or waited for (the lock hash, the queue, the waiters, the shared
+/// holders); the fencing counter, channels and latches outlive their holders and give `None`.
+pub(crate) fn native_lock_of(prefix: &str, key: &str) -> Option<(Primitive, String)> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix(':')?;
+    let (kind, tagged) = rest.split_once(":{")?;
+    let inner = tagged.strip_suffix('}')?;
+    if inner.contains(['{', '}']) {
+        return None; // a latch `<unlock>:<owner>`, or a foreign key
+    }
+    let primitive = match kind {
+        "lock" | "queue" | "waiters" => Primitive::Mutex,
+        "rw-lock" | "rw-holders" | "rw-waiters" => Primitive::RwLock,
+        "sem-holders" => Primitive::Semaphore,
+        _ => return None,
+    };
+    Some((primitive, untag(inner)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_keys_parse_back_to_their_locks() {
+        for name in ["a", "a{b}%c", "%7B", "x:y}", "ü"] {
+            let m = LockKeys::mutex("lockkit", name);
+            for key in [&m.lock, &m.queue, &m.waiters] {
+                assert_eq!(
+                    native_lock_of("lockkit", key),
+                    Some((Primitive::Mutex, name.to_string()))
+                );
+            }
+            assert_eq!(native_lock_of("lockkit", &m.fence), None);
+            assert_eq!(
+                native_lock_of("lockkit", &format!("{}:owner", m.unlock)),
+                None
+            );
+            let rw = LockKeys::rwlock("lockkit", name);
+            assert_eq!(
+                native_lock_of("lockkit", &rw.holders),
+                Some((Primitive::RwLock, name.to_string()))
+            );
+            let sem = LockKeys::semaphore("lockkit", name);
+            assert_eq!(
+                native_lock_of("lockkit", &sem.holders),
+                Some((Primitive::Semaphore, name.to_string()))
+            );
+        }
+        assert_eq!(native_lock_of("lockkit", "other:lock:{x}"), None);
+        assert_eq!(
+            native_lock_of("lockkit", "lockkit:lock:{a%}"),
+            None,
+            "not canonical"
+        );
+        assert_eq!(
+            native_lock_of("lock", "lockkit:lock:{x}"),
+            None,
+            "another prefix"
+        );
+    }
 
     #[test]
     fn braces_are_escaped_and_names_stay_distinct() {

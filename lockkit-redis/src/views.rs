@@ -4,13 +4,15 @@
 use std::time::Duration;
 
 use lockkit_core::{
-    Error, FencingToken, HoldMode, HolderInfo, LockEntry, LockInfo, Primitive, Result, WaiterInfo,
+    Error, ErrorKind, FencingToken, HoldMode, HolderInfo, LockEntry, LockInfo, Primitive, Result,
+    WaiterInfo,
 };
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
 use crate::client::Inner;
 use crate::conn::Conn;
-use crate::keys::{untag, LockKeys};
+use crate::keys::{native_lock_of, LockKeys};
 
 /// Keys read per `SCAN` page.
 const SCAN_COUNT: usize = 500;
@@ -41,7 +43,8 @@ pub(crate) async fn inspect(inner: &Inner, name: &str, primitive: Primitive) -> 
     inv.key(&keys.lock)
         .key(&keys.holders)
         .key(waiting)
-        .key(&keys.fence);
+        .key(&keys.fence)
+        .key(&keys.waiters);
     let (pttl, fence, fields, shared, queue): (i64, String, Vec<String>, Vec<String>, Vec<String>) =
         inner.invoke(&inv, "inspect").await?;
     let token = (!compat)
@@ -89,11 +92,12 @@ pub(crate) async fn list(inner: &Inner, prefix: &str) -> Result<Vec<LockEntry>> 
              each lock under its bare name",
         ));
     }
-    let ours = format!("{}:", inner.settings.prefix);
+    let ours = &inner.settings.prefix;
     let tag_prefix = crate::keys::tag(prefix);
+    // `<prefix>:<kind>:{<escaped name prefix>*`: the tag's closing brace left off.
     let pattern = format!(
-        "{}*{}*",
-        glob_escape(&ours),
+        "{}:*{}*",
+        glob_escape(ours),
         glob_escape(&tag_prefix[..tag_prefix.len() - 1])
     );
     let mut found = Vec::new();
@@ -106,8 +110,11 @@ pub(crate) async fn list(inner: &Inner, prefix: &str) -> Result<Vec<LockEntry>> 
                 .arg(&pattern)
                 .arg("COUNT")
                 .arg(SCAN_COUNT);
-            let (next, keys): (u64, Vec<String>) = scan_page(inner, node.as_ref(), &cmd).await?;
-            found.extend(keys.iter().filter_map(|k| entry(k, &ours)));
+            let (next, keys): (u64, Vec<Vec<u8>>) = scan_page(inner, node.as_ref(), &cmd).await?;
+            found.extend(keys.iter().filter_map(|k| {
+                let (primitive, name) = native_lock_of(ours, std::str::from_utf8(k).ok()?)?;
+                Some(LockEntry::new(name, primitive))
+            }));
             if next == 0 {
                 break;
             }
@@ -115,23 +122,6 @@ pub(crate) async fn list(inner: &Inner, prefix: &str) -> Result<Vec<LockEntry>> 
         }
     }
     Ok(found)
-}
-
-/// The lock a native key belongs to, if it is one of the keys that exist only while the lock is
-/// held or waited for.
-fn entry(key: &str, ours: &str) -> Option<LockEntry> {
-    let (kind, rest) = key.strip_prefix(ours)?.split_once(":{")?;
-    let tag = rest.strip_suffix('}')?;
-    if tag.contains(['{', '}']) {
-        return None; // a latch `<unlock>:<owner>` or a foreign key
-    }
-    let primitive = match kind {
-        "lock" | "queue" | "waiters" => Primitive::Mutex,
-        "rw-lock" | "rw-holders" | "rw-waiters" => Primitive::RwLock,
-        "sem-holders" => Primitive::Semaphore,
-        _ => return None,
-    };
-    Some(LockEntry::new(untag(tag), primitive))
 }
 
 fn glob_escape(s: &str) -> String {
@@ -145,66 +135,86 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-/// The nodes to scan: `None` for the one server (single or Sentinel), each primary's address on a
-/// cluster.
+/// The nodes to scan: `None` for the one server (single or Sentinel); on a cluster, each primary
+/// that serves slots, as `CLUSTER SLOTS` names it (the addresses the cluster client connects to).
 async fn nodes(inner: &Inner) -> Result<Vec<Option<(String, u16)>>> {
     let Conn::Cluster(c) = &inner.conn else {
         return Ok(vec![None]);
     };
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+    let reply = route(
+        inner,
+        c,
+        redis::cmd("CLUSTER").arg("SLOTS").clone(),
+        routing,
+    )
+    .await?;
+    let primaries = slot_primaries(&reply);
+    if primaries.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            "list: CLUSTER SLOTS named no primary to scan",
+        ));
+    }
+    Ok(primaries.into_iter().map(Some).collect())
+}
+
+/// The distinct primaries of a `CLUSTER SLOTS` reply (`[[start, end, [host, port, id], replicas…],
+/// …]`).
+fn slot_primaries(reply: &Value) -> Vec<(String, u16)> {
+    let mut out: Vec<(String, u16)> = Vec::new();
+    let Value::Array(ranges) = reply else {
+        return out;
+    };
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let Some(Value::Array(primary)) = parts.get(2) else {
+            continue;
+        };
+        let host: Option<String> = primary
+            .first()
+            .and_then(|v| redis::from_redis_value_ref(v).ok());
+        let port: Option<u16> = primary
+            .get(1)
+            .and_then(|v| redis::from_redis_value_ref(v).ok());
+        if let (Some(host), Some(port)) = (host, port) {
+            if !host.is_empty() && !out.contains(&(host.clone(), port)) {
+                out.push((host, port));
+            }
+        }
+    }
+    out
+}
+
+async fn route(
+    inner: &Inner,
+    c: &redis::cluster_async::ClusterConnection,
+    cmd: redis::Cmd,
+    routing: RoutingInfo,
+) -> Result<Value> {
     let mut c = c.clone();
-    let routing = redis::cluster_routing::RoutingInfo::SingleNode(
-        redis::cluster_routing::SingleNodeRoutingInfo::RandomPrimary,
-    );
-    let reply = tokio::time::timeout(
+    tokio::time::timeout(
         inner.settings.command_timeout,
-        c.route_command(redis::cmd("CLUSTER").arg("NODES").clone(), routing),
+        c.route_command(cmd, routing),
     )
     .await
     .map_err(|_| crate::error::timeout("list"))?
-    .map_err(|e| crate::error::map(e, "list"))?;
-    let text: String =
-        redis::from_redis_value(reply).map_err(|e| crate::error::map(e.into(), "list"))?;
-    Ok(primaries(&text).into_iter().map(Some).collect())
-}
-
-/// The primaries of a `CLUSTER NODES` reply that are not failed.
-fn primaries(text: &str) -> Vec<(String, u16)> {
-    text.lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split(' ').collect();
-            let (addr, flags) = (f.get(1)?, f.get(2)?);
-            if !flags.split(',').any(|x| x == "master") || flags.contains("fail") {
-                return None;
-            }
-            let hostport = addr.split('@').next()?;
-            let (host, port) = hostport.rsplit_once(':')?;
-            Some((host.to_string(), port.parse().ok()?))
-        })
-        .collect()
+    .map_err(|e| crate::error::map(e, "list"))
 }
 
 async fn scan_page(
     inner: &Inner,
     node: Option<&(String, u16)>,
     cmd: &redis::Cmd,
-) -> Result<(u64, Vec<String>)> {
+) -> Result<(u64, Vec<Vec<u8>>)> {
     let (Some((host, port)), Conn::Cluster(c)) = (node, &inner.conn) else {
         return inner.query(cmd, "list").await;
     };
-    let routing = redis::cluster_routing::RoutingInfo::SingleNode(
-        redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
-            host: host.clone(),
-            port: *port,
-        },
-    );
-    let mut c = c.clone();
-    let reply: Value = tokio::time::timeout(
-        inner.settings.command_timeout,
-        c.route_command(cmd.clone(), routing),
-    )
-    .await
-    .map_err(|_| crate::error::timeout("list"))?
-    .map_err(|e| crate::error::map(e, "list"))?;
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+        host: host.clone(),
+        port: *port,
+    });
+    let reply = route(inner, c, cmd.clone(), routing).await?;
     redis::from_redis_value(reply).map_err(|e| crate::error::map(e.into(), "list"))
 }
 
@@ -213,35 +223,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_map_to_their_locks() {
-        let k = LockKeys::mutex("lockkit", "a{b}%c");
-        let m = |key: &str| entry(key, "lockkit:");
-        assert_eq!(m(&k.lock), Some(LockEntry::new("a{b}%c", Primitive::Mutex)));
+    fn cluster_slots_reply_gives_each_primary_once() {
+        let node = |h: &str, p: i64| {
+            Value::Array(vec![
+                Value::BulkString(h.as_bytes().to_vec()),
+                Value::Int(p),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |a: i64, b: i64, primary: Value| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                primary,
+                node("127.0.0.1", 9999),
+            ])
+        };
+        let reply = Value::Array(vec![
+            range(0, 100, node("127.0.0.1", 16410)),
+            range(101, 5460, node("127.0.0.1", 16410)),
+            range(5461, 10922, node("127.0.0.1", 16411)),
+            range(10923, 16383, node("", 16412)),
+        ]);
         assert_eq!(
-            m(&k.queue),
-            Some(LockEntry::new("a{b}%c", Primitive::Mutex))
+            slot_primaries(&reply),
+            [
+                ("127.0.0.1".to_string(), 16410),
+                ("127.0.0.1".to_string(), 16411)
+            ]
         );
-        assert_eq!(m(&k.fence), None);
-        assert_eq!(m(&format!("{}:owner", k.unlock)), None);
-        let rw = LockKeys::rwlock("lockkit", "doc");
-        assert_eq!(
-            m(&rw.holders),
-            Some(LockEntry::new("doc", Primitive::RwLock))
-        );
-        let sem = LockKeys::semaphore("lockkit", "pool");
-        assert_eq!(
-            m(&sem.holders),
-            Some(LockEntry::new("pool", Primitive::Semaphore))
-        );
-        assert_eq!(m("other:lock:{x}"), None);
-    }
-
-    #[test]
-    fn cluster_nodes_reply_gives_live_primaries() {
-        let text = "a 127.0.0.1:16410@26410 myself,master - 0 0 1 connected 0-5460\n\
-                    b 127.0.0.1:16413@26413 slave a 0 0 1 connected\n\
-                    c 127.0.0.1:16411@26411 master,fail - 0 0 2 connected\n";
-        assert_eq!(primaries(text), [("127.0.0.1".to_string(), 16410)]);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod model;
 mod ui;
 
+use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -18,18 +19,18 @@ pub(crate) struct TopArgs {
     /// Show the locks whose names start with this prefix (all when empty).
     #[arg(default_value = "")]
     prefix: String,
-    /// Time between refreshes.
+    /// Time between refreshes (at least 100ms).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     interval: Duration,
     /// Print one plain table and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "interval")]
     once: bool,
     /// Print one JSON array (`[{"name","primitive","holders","waiters"}]`) and exit.
-    #[arg(long, conflicts_with = "once")]
+    #[arg(long, conflicts_with_all = ["once", "interval"])]
     json: bool,
-    /// Inspect at most this many locks per refresh.
-    #[arg(long, default_value_t = 200)]
-    limit: usize,
+    /// Inspect at most this many locks per refresh (the first by name).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
 }
 
 pub(crate) async fn run(target: &Target, args: TopArgs) -> u8 {
@@ -45,25 +46,46 @@ pub(crate) async fn run(target: &Target, args: TopArgs) -> u8 {
         complain(format!("the {} backend cannot list locks", locks.backend()));
         return crate::code::UNSUPPORTED;
     }
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    // One refresh first: a bad prefix or an unreachable server is reported plainly, before any
+    // terminal is taken over.
+    let first = match snapshot(&locks, &args.prefix, limit).await {
+        Ok(s) => s,
+        Err(e) => {
+            complain(format!("top: {e}"));
+            return error_code(&e);
+        }
+    };
     if args.once || args.json {
-        return match snapshot(&locks, &args.prefix, args.limit).await {
-            Ok(found) if args.json => {
-                println!("{}", serde_json::to_string(&found).unwrap_or_default());
-                0
-            }
-            Ok(found) => {
-                let rows = Tracker::default().update(Instant::now(), found);
-                print!("{}", plain(&arrange(rows, Sort::Name, "")));
-                0
-            }
-            Err(e) => {
-                complain(format!("top: {e}"));
-                error_code(&e)
-            }
-        };
+        if first.listed > limit {
+            complain(format!(
+                "showing the first {limit} of {} locks (--limit)",
+                first.listed
+            ));
+        }
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&first.locks).expect("lock views serialize")
+            );
+        } else {
+            let rows = Tracker::default().update(Instant::now(), first.locks);
+            print!("{}", plain(&arrange(rows, Sort::Name, "")));
+        }
+        return 0;
+    }
+    if !std::io::stdout().is_terminal() {
+        complain("top needs a terminal on stdout (use --once or --json in scripts)");
+        return crate::code::USAGE;
     }
     let title = format!("{} {}", lockkit::redact(&cfg.url), args.prefix);
-    ui::run(&locks, &title, &args.prefix, args.interval, args.limit).await
+    let view = ui::Setup {
+        title,
+        prefix: args.prefix,
+        interval: args.interval,
+        limit,
+    };
+    ui::run(locks, view, first).await
 }
 
 /// The table as plain text, columns padded to their widest cell.

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use lockkit::{FencingToken, HoldMode, LockEntry, LockInfo, Locks, Primitive};
+use lockkit::{FencingToken, LockEntry, LockInfo, Locks};
 use serde::Serialize;
 
 /// How far back acquisitions and losses are counted for their rates.
@@ -25,27 +25,43 @@ pub(crate) struct Lock {
     pub(crate) info: LockInfo,
 }
 
-/// Reads the locks under `prefix` (at most `limit` of them) with their holders and waiters.
-/// Locks freed between the listing and their inspection are left out.
+/// What one refresh read.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) locks: Vec<Lock>,
+    /// How many locks the listing found (more than were inspected when `--limit` cut it).
+    pub(crate) listed: usize,
+}
+
+/// Reads the locks under `prefix` (the first `limit` of them by name) with their holders and
+/// waiters. A lock freed between the listing and its inspection is left out, and so is one that
+/// cannot be inspected for a reason of its own (a key of another type under the prefix); an error
+/// that says the backend is unreachable ends the refresh.
 pub(crate) async fn snapshot(
     locks: &Locks,
     prefix: &str,
     limit: usize,
-) -> lockkit::Result<Vec<Lock>> {
+) -> lockkit::Result<Snapshot> {
+    let listed = locks.list(prefix).await?;
     let mut out = Vec::new();
-    for entry in locks.list(prefix).await?.into_iter().take(limit) {
+    for entry in listed.iter().take(limit) {
         let info = match locks.inspect(&entry.name, entry.primitive).await {
             Ok(info) => info,
-            // Listed, but not inspectable here: show it without holders.
-            Err(e) if e.kind() == lockkit::ErrorKind::Unsupported => LockInfo::default(),
-            Err(e) => return Err(e),
+            Err(e) if e.is_retryable() || e.kind() == lockkit::ErrorKind::Closed => return Err(e),
+            Err(_) => continue,
         };
         if info.holders.is_empty() && info.waiters.is_empty() {
             continue;
         }
-        out.push(Lock { entry, info });
+        out.push(Lock {
+            entry: entry.clone(),
+            info,
+        });
     }
-    Ok(out)
+    Ok(Snapshot {
+        locks: out,
+        listed: listed.len(),
+    })
 }
 
 /// One line of the table.
@@ -225,11 +241,11 @@ pub(crate) const COLUMNS: usize = 11;
 pub(crate) fn cells(r: &Row) -> [String; COLUMNS] {
     let first = r.info.holders.first();
     [
-        kind(r.entry.primitive).to_string(),
+        r.entry.primitive.as_str().to_string(),
         r.entry.name.clone(),
         r.info.holders.len().to_string(),
         first.map_or("-".into(), |h| h.owner.clone()),
-        first.map_or("-".into(), |h| mode(&h.mode)),
+        first.map_or("-".into(), |h| h.mode.to_string()),
         first
             .and_then(|h| h.token)
             .map_or("-".into(), |t| t.to_string()),
@@ -245,24 +261,6 @@ pub(crate) fn cells(r: &Row) -> [String; COLUMNS] {
         format!("{:.1}", r.acquired_per_s),
         format!("{:.1}", r.lost_per_s),
     ]
-}
-
-pub(crate) fn kind(p: Primitive) -> &'static str {
-    match p {
-        Primitive::Mutex => "mutex",
-        Primitive::RwLock => "rwlock",
-        Primitive::Semaphore => "semaphore",
-        _ => "other",
-    }
-}
-
-pub(crate) fn mode(m: &HoldMode) -> String {
-    match m {
-        HoldMode::Exclusive => "exclusive".into(),
-        HoldMode::Shared => "shared".into(),
-        HoldMode::Permits(k) => format!("permits:{k}"),
-        _ => "other".into(),
-    }
 }
 
 /// `1.2s`, `45s`, `3m05s`, `2h01m`.
@@ -288,7 +286,7 @@ fn names(rows: &[Row]) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockkit::{HolderInfo, WaiterInfo};
+    use lockkit::{HoldMode, HolderInfo, Primitive, WaiterInfo};
 
     fn lock(name: &str, holders: &[(&str, u64, Option<u64>)], waiters: usize) -> Lock {
         Lock {

@@ -11,8 +11,10 @@ use ratatui::style::{Style, Stylize};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph, Row as TableRow, Table, TableState};
 use ratatui::{DefaultTerminal, Frame};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::JoinHandle;
 
-use super::model::{self, arrange, cells, snapshot, Row, Sort, Tracker, HEADER};
+use super::model::{self, arrange, cells, snapshot, Row, Snapshot, Sort, Tracker, HEADER};
 use crate::complain;
 
 const HELP: &str = "q quit   p pause   s sort   / filter   ↑↓ select";
@@ -28,6 +30,8 @@ impl Drop for Screen {
 
 #[derive(Default)]
 struct View {
+    limit: usize,
+    listed: usize,
     sort: Option<Sort>,
     filter: String,
     editing: bool,
@@ -39,6 +43,14 @@ struct View {
 }
 
 impl View {
+    fn show(&mut self, tracker: &mut Tracker, snap: Snapshot) {
+        let now = Instant::now();
+        self.listed = snap.listed;
+        self.rows = tracker.update(now, snap.locks);
+        self.refreshed = Some(now);
+        self.error = None;
+    }
+
     fn sort(&self) -> Sort {
         self.sort.unwrap_or(Sort::Name)
     }
@@ -103,6 +115,12 @@ impl View {
             shown.len(),
             self.sort().label()
         );
+        if self.listed > self.limit {
+            status.push_str(&format!(
+                "  (first {} of {} listed)",
+                self.limit, self.listed
+            ));
+        }
         if self.editing || !self.filter.is_empty() {
             status.push_str(&format!(
                 "  filter: {}{}",
@@ -150,7 +168,7 @@ impl View {
             .selected()
             .and_then(|i| shown.get(i))
             .map_or(" details ".to_string(), |r| {
-                format!(" {} {} ", model::kind(r.entry.primitive), r.entry.name)
+                format!(" {} {} ", r.entry.primitive.as_str(), r.entry.name)
             });
         f.render_widget(
             Paragraph::new(lines).block(Block::bordered().title(title)),
@@ -166,7 +184,7 @@ fn details(r: &Row) -> Vec<Line<'static>> {
         out.push(Line::from(format!(
             "  {}  {}  token {}  lease left {}",
             h.owner,
-            model::mode(&h.mode),
+            h.mode,
             h.token.map_or("-".into(), |t| t.to_string()),
             h.remaining_lease.map_or("-".into(), model::short),
         )));
@@ -176,81 +194,105 @@ fn details(r: &Row) -> Vec<Line<'static>> {
         out.push(Line::from("  none"));
     }
     for (i, w) in r.info.waiters.iter().enumerate() {
-        out.push(Line::from(format!(
-            "  {}. {}  {}",
-            i + 1,
-            w.owner,
-            model::mode(&w.mode)
-        )));
+        out.push(Line::from(format!("  {}. {}  {}", i + 1, w.owner, w.mode)));
     }
     out
 }
 
-/// Runs the live view until `q`.
-pub(super) async fn run(
-    locks: &Locks,
-    title: &str,
-    prefix: &str,
-    interval: Duration,
-    limit: usize,
-) -> u8 {
+/// What the live view shows and how often.
+pub(super) struct Setup {
+    pub(super) title: String,
+    pub(super) prefix: String,
+    pub(super) interval: Duration,
+    pub(super) limit: usize,
+}
+
+/// Runs the live view until `q` (or Ctrl-C, SIGINT, SIGTERM, SIGHUP), starting from `first`.
+pub(super) async fn run(locks: Locks, setup: Setup, first: Snapshot) -> u8 {
     let mut screen = match ratatui::try_init() {
         Ok(t) => Screen(t),
         Err(e) => {
-            complain(format!(
-                "top needs a terminal: {e} (use --once or --json in scripts)"
-            ));
+            ratatui::restore();
+            complain(format!("top: cannot take over the terminal: {e}"));
             return crate::code::FAILURE;
         }
+    };
+    let signals = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ]
+    .map(signal);
+    let [Ok(mut int), Ok(mut term), Ok(mut hup)] = signals else {
+        drop(screen);
+        complain("top: cannot listen for signals");
+        return crate::code::FAILURE;
     };
     let (tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
     // crossterm's reads block: a thread of their own, ending when the view is gone.
     std::thread::spawn(move || loop {
-        match event::poll(Duration::from_millis(200)) {
+        let sent = match event::poll(Duration::from_millis(200)) {
             Ok(true) => match event::read() {
-                Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => {
-                    if tx.send(k).is_err() {
-                        break;
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => break,
+                Ok(Event::Key(k)) if k.kind == KeyEventKind::Press => tx.send(Ok(k)),
+                Ok(_) => Ok(()),
+                Err(e) => tx.send(Err(e.to_string())),
             },
             Ok(false) if tx.is_closed() => break,
-            Ok(false) => {}
-            Err(_) => break,
+            Ok(false) => Ok(()),
+            Err(e) => tx.send(Err(e.to_string())),
+        };
+        if sent.is_err() {
+            break;
         }
     });
-    let mut view = View::default();
+    let mut view = View {
+        limit: setup.limit,
+        ..View::default()
+    };
     let mut tracker = Tracker::default();
-    let mut tick = tokio::time::interval(interval);
+    view.show(&mut tracker, first);
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + setup.interval, setup.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        if let Err(e) = screen.0.draw(|f| view.draw(f, title)) {
-            drop(screen);
-            complain(format!("top: cannot draw: {e}"));
-            return crate::code::FAILURE;
+    // The refresh runs on its own task, so keys are served while it waits on the server.
+    let mut refresh: Option<JoinHandle<lockkit::Result<Snapshot>>> = None;
+    let failed = loop {
+        if let Err(e) = screen.0.draw(|f| view.draw(f, &setup.title)) {
+            break Some(format!("cannot draw: {e}"));
         }
         tokio::select! {
-            _ = tick.tick() => {
-                if view.paused {
-                    continue;
-                }
-                match snapshot(locks, prefix, limit).await {
-                    Ok(found) => {
-                        let now = Instant::now();
-                        view.rows = tracker.update(now, found);
-                        view.refreshed = Some(now);
-                        view.error = None;
-                    }
-                    Err(e) => view.error = Some(e.to_string()),
+            _ = tick.tick(), if refresh.is_none() && !view.paused => {
+                let (locks, prefix, limit) = (locks.clone(), setup.prefix.clone(), setup.limit);
+                refresh = Some(tokio::spawn(async move { snapshot(&locks, &prefix, limit).await }));
+            }
+            done = async { refresh.as_mut().expect("guarded").await }, if refresh.is_some() => {
+                refresh = None;
+                match done {
+                    Ok(Ok(snap)) => view.show(&mut tracker, snap),
+                    Ok(Err(e)) => view.error = Some(e.to_string()),
+                    Err(e) => view.error = Some(format!("the refresh failed: {e}")),
                 }
             }
             k = keys.recv() => match k {
-                Some(k) if view.key(k) => {}
-                _ => break,
+                Some(Ok(k)) if view.key(k) => {}
+                Some(Ok(_)) => break None,
+                Some(Err(e)) => break Some(format!("cannot read the keyboard: {e}")),
+                None => break Some("the keyboard reader stopped".into()),
             },
+            _ = int.recv() => break None,
+            _ = term.recv() => break None,
+            _ = hup.recv() => break None,
         }
+    };
+    if let Some(r) = refresh {
+        r.abort();
     }
-    0
+    drop(screen);
+    match failed {
+        Some(e) => {
+            complain(format!("top: {e}"));
+            crate::code::FAILURE
+        }
+        None => 0,
+    }
 }

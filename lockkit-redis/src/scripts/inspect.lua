@@ -1,8 +1,11 @@
 -- Read one native lock, read-write lock or semaphore for operators, in one atomic snapshot.
 -- KEYS[1] lock hash (the writer's, for RW locks), KEYS[2] shared holders zset, KEYS[3] waiters
--- (the mutex queue list, or the RW lock's waiting writers zset), KEYS[4] fencing counter
+-- (the mutex queue list, or the RW lock's waiting writers zset), KEYS[4] fencing counter,
+-- KEYS[5] the native mutex waiters' heartbeats (hash owner -> '<deadline ms> <grant ms>'; any
+-- other type: no heartbeats to check)
 -- Returns {pttl of the hash (-2 when absent), counter value or '', {owner fields of the hash},
--- {live shared member, ms left, ...}, {live waiters, first in line first}}.
+-- {live shared member, ms left, ...}, {live waiters: the queue in order, the waiting writers by
+-- deadline}}.
 local function typed(key, want)
   local t = redis.call('type', key).ok
   if t ~= 'none' and t ~= want then
@@ -31,7 +34,14 @@ if has_set then
 end
 local wt = redis.call('type', KEYS[3]).ok
 if wt == 'list' then
-  waiters = redis.call('lrange', KEYS[3], 0, -1)
+  local beats = redis.call('type', KEYS[5]).ok == 'hash'
+  for _, w in ipairs(redis.call('lrange', KEYS[3], 0, -1)) do
+    local entry = beats and redis.call('hget', KEYS[5], w)
+    -- A queued waiter whose heartbeat ran out is gone (the next hand-off drops it).
+    if not beats or (entry and tonumber(string.match(entry, '^%d+') or 0) >= now) then
+      waiters[#waiters + 1] = w
+    end
+  end
 elseif wt == 'zset' then
   waiters = redis.call('zrangebyscore', KEYS[3], '(' .. now, '+inf')
 end
