@@ -99,10 +99,11 @@ async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
         .filter(|i| *i != f)
         .map(|i| hosts[i])
         .collect();
-    // The holder knows only the follower that will hang; the waiter only the other two. The
-    // default session timeout (10 s), where the client notices the silence late (5 s or more).
-    let holder = connect(format!("zk://{}", hosts[f])).await;
-    let waiter = connect(format!("zk://{}", others.join(","))).await;
+    // The holder knows only the follower that will hang; the waiter only the other two. A 10 s
+    // session (the default is the handle's 30 s lease), where the client notices the silence late
+    // (5 s or more).
+    let holder = connect(format!("zk://{}?session_timeout=10s", hosts[f])).await;
+    let waiter = connect(format!("zk://{}?session_timeout=10s", others.join(","))).await;
     let name = unique_name("cut-off");
     let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
     let lost = guard.lost();
