@@ -57,11 +57,15 @@ impl Drop for Tmux {
     }
 }
 
-/// Holds `<base>job` (with a second client waiting for it) and a read lock on `<base>cfg`, then
-/// checks what `top <base>` shows.
+/// Holds `<base>job` (with a second client waiting for it), a read lock on `<base>cfg` and a
+/// permit of `<base>pool`, then checks what `top <base>` shows.
 fn top_on(url: &str, queue_visible: bool) {
     let base = format!("{}/", name("top"));
-    let (job, cfg) = (format!("{base}job"), format!("{base}cfg"));
+    let (job, cfg, pool) = (
+        format!("{base}job"),
+        format!("{base}cfg"),
+        format!("{base}pool"),
+    );
     let dir = TempDir::new("top");
     let (ready, got) = (dir.path("ready"), dir.path("got"));
     // Longer than every wait below; the holders are killed on drop anyway.
@@ -79,6 +83,9 @@ fn top_on(url: &str, queue_visible: bool) {
     std::fs::remove_file(&ready).unwrap();
     let _reader = Bg::spawn(with(&["--shared"], &cfg));
     wait_file(&ready, LIMIT);
+    std::fs::remove_file(&ready).unwrap();
+    let _permit = Bg::spawn(with(&["--semaphore", "3"], &pool));
+    wait_file(&ready, LIMIT);
     let _waiter = Bg::spawn(lockkit(url, &["exec", &job, "--", "true"]));
 
     // --json: both locks, the holder's token, the waiter where the backend shows its queue.
@@ -94,7 +101,17 @@ fn top_on(url: &str, queue_visible: bool) {
         assert!(Instant::now() < end, "the waiter never showed: {v}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v.as_array().unwrap().len(), 3, "{v}");
+    assert_eq!(
+        (v[2]["name"].as_str(), v[2]["primitive"].as_str()),
+        (Some(pool.as_str()), Some("semaphore")),
+        "{v}"
+    );
+    assert_eq!(
+        (&v[2]["holders"][0]["mode"], &v[2]["holders"][0]["permits"]),
+        (&serde_json::json!("permits"), &serde_json::json!(1)),
+        "{v}"
+    );
     assert_eq!(
         (v[0]["name"].as_str(), v[0]["primitive"].as_str()),
         (Some(cfg.as_str()), Some("rwlock")),
@@ -129,6 +146,12 @@ fn top_on(url: &str, queue_visible: bool) {
         lines[2].starts_with("mutex") && lines[2].contains(&job) && lines[2].contains(&token),
         "{out}"
     );
+    assert!(
+        lines[3].starts_with("semaphore")
+            && lines[3].contains(&pool)
+            && lines[3].contains("permits:1"),
+        "{out}"
+    );
 
     // The live view.
     let tmux = Tmux::new();
@@ -152,12 +175,18 @@ fn top_on(url: &str, queue_visible: bool) {
     ]);
     assert!(started.status.success(), "{started:?}");
     let s = tmux.wait_for("both locks", |s| {
-        s.contains(&job) && s.contains(&cfg) && s.contains("2 locks")
+        s.contains(&job) && s.contains(&cfg) && s.contains(&pool) && s.contains("3 locks")
     });
     assert!(s.contains(&token), "{s}");
     assert!(s.contains("waiters (in queue order)"), "{s}");
+    let at = |s: &str, n: &str| s.find(n).unwrap_or(usize::MAX);
+    assert!(at(&s, &cfg) < at(&s, &job), "sorted by name:\n{s}");
     tmux.keys(&["s"]);
-    tmux.wait_for("the waiters sort", |s| s.contains("sort: waiters"));
+    let s = tmux.wait_for("the waiters sort", |s| s.contains("sort: waiters"));
+    if queue_visible {
+        // The lock with a waiter comes first now.
+        assert!(at(&s, &job) < at(&s, &cfg), "sorted by waiters:\n{s}");
+    }
     tmux.keys(&["/", "c", "f", "g", "Enter"]);
     let s = tmux.wait_for("the filter", |s| {
         s.contains("filter: cfg") && s.contains("1 locks")

@@ -63,8 +63,9 @@ pub mod names {
 
 static LOCK_NAMES: AtomicBool = AtomicBool::new(false);
 
-/// Adds a `lock` label (the lock's name) to the per-lock metrics from now on. Off by default:
-/// turn it on only where the set of names is small and fixed.
+/// Adds a `lock` label (the lock's name) to the per-lock metrics of acquires from now on (an
+/// ownership keeps the labels its acquire started with). Off by default: turn it on only where
+/// the set of names is small and fixed.
 pub fn label_lock_names(on: bool) {
     LOCK_NAMES.store(on, Ordering::Relaxed);
 }
@@ -76,6 +77,9 @@ pub(crate) struct Identity {
     pub(crate) primitive: &'static str,
     pub(crate) lock: Arc<str>,
     hot: &'static HotKeys,
+    /// [`label_lock_names`] as it was when the acquire began: an ownership's gauge goes up and
+    /// down in the same series even if the setting changes meanwhile.
+    lock_label: bool,
 }
 
 impl Identity {
@@ -85,6 +89,7 @@ impl Identity {
             primitive: primitive.as_str(),
             lock,
             hot: hot_keys(kind, primitive),
+            lock_label: LOCK_NAMES.load(Ordering::Relaxed),
         }
     }
 
@@ -95,7 +100,7 @@ impl Identity {
         if let Some((k, v)) = extra {
             labels.push(Label::from_static_parts(k, v));
         }
-        if LOCK_NAMES.load(Ordering::Relaxed) {
+        if self.lock_label {
             labels.push(Label::new("lock", self.lock.to_string()));
         }
         labels
@@ -109,7 +114,7 @@ impl Identity {
         name: &'static str,
         extra: Option<(&'static str, &'static str)>,
     ) -> KeyRef {
-        if LOCK_NAMES.load(Ordering::Relaxed) {
+        if self.lock_label {
             KeyRef::Owned(Key::from_parts(name, self.labels(extra)))
         } else {
             KeyRef::Static(pick(self.hot))
@@ -360,7 +365,8 @@ pub fn renewal(backend: &'static str, ok: bool, took: Duration) {
 }
 
 /// A backend re-established a connection, replaced a session or failed over to another
-/// endpoint.
+/// endpoint. (Redis counts its pub/sub connection coming back and Sentinel failovers; its
+/// command connection reconnects inside redis-rs, unseen.)
 pub fn reconnected(backend: &'static str) {
     counter!(names::RECONNECTS, "backend" => backend).increment(1);
 }

@@ -129,10 +129,27 @@ async fn a_scripted_sequence_leaves_these_metrics() {
     assert_eq!(seen.counter(names::LOST, &[("reason", "deleted")]), 1.0);
     let _ = held_c.release().await;
 
+    // A blocked waiter counts in lockkit_waiting until it gets the lock.
+    let holding = locks.mutex("metrics/w").unwrap().lock().await.unwrap();
+    let w = locks.mutex("metrics/w").unwrap();
+    let waiter = tokio::spawn(async move { w.lock().await });
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    while seen.gauge(names::WAITING) != 1.0 {
+        assert!(
+            std::time::Instant::now() < end,
+            "the waiter was never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    holding.release().await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert_eq!(seen.gauge(names::WAITING), 0.0);
+    got.release().await.unwrap();
+
     g.release().await.unwrap();
     let _ = short.release().await;
     assert_eq!(seen.gauge(names::HELD), 0.0);
-    assert_eq!(seen.samples(names::HOLD_DURATION, &[]), 3.0);
+    assert_eq!(seen.samples(names::HOLD_DURATION, &[]), 5.0);
     assert_eq!(seen.counter(names::RELEASE_ERRORS, &[]), 0.0);
 
     // The opt-in lock label.

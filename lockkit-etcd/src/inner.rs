@@ -154,11 +154,11 @@ impl Inner {
     pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         self.check_open()?;
         let mut sessions = self.sessions.lock().await;
-        if let Some(cur) = sessions.get(&ttl) {
-            if cur.is_alive() {
-                return Ok(cur.clone());
-            }
-        }
+        let replacing = match sessions.get(&ttl) {
+            Some(cur) if cur.is_alive() => return Ok(cur.clone()),
+            Some(_) => true,
+            None => false,
+        };
         sessions.retain(|_, s| s.is_alive());
         if sessions.len() >= MAX_SESSIONS {
             return Err(Error::invalid(format!(
@@ -167,6 +167,10 @@ impl Inner {
             )));
         }
         let fresh = Session::grant(&self.pool, ttl).await?;
+        if replacing {
+            // The last lease of this TTL was lost: a new session, as a reconnect is for others.
+            lockkit_core::telemetry::reconnected("etcd");
+        }
         sessions.insert(ttl, fresh.clone());
         Ok(fresh)
     }

@@ -235,11 +235,15 @@ async fn heartbeat(session: Weak<Session>) {
         let sent = Instant::now();
         match tokio::time::timeout(limit, client.check_stat("/")).await {
             Ok(Ok(_)) => {
+                lockkit_core::telemetry::renewal("zk", true, sent.elapsed());
                 clock.renewed(sent, timeout);
                 retry.reset();
                 tokio::time::sleep_until(sent + period).await;
             }
-            _ => tokio::time::sleep(retry.next_pause()).await,
+            _ => {
+                lockkit_core::telemetry::renewal("zk", false, sent.elapsed());
+                tokio::time::sleep(retry.next_pause()).await
+            }
         }
     }
 }
@@ -298,5 +302,6 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
         }
         client = current.client.clone();
         *slot = Some(current);
+        lockkit_core::telemetry::reconnected("zk");
     }
 }

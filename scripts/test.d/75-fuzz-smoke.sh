@@ -34,6 +34,13 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/lockkit-fuzz.XXXXXX")
 trap 'rm -rf -- "$scratch"' EXIT
 targets=$(cargo "$toolchain" fuzz list --fuzz-dir fuzz)
 [ -n "$targets" ] || { echo "FAIL: no fuzz targets in fuzz/" >&2; exit 1; }
+# Build first, so that a target that no longer compiles (fuzz/ is outside the workspace: clippy
+# does not see it) is reported as that, not as a crash.
+cargo "$toolchain" fuzz build --fuzz-dir fuzz >"$scratch/build.log" 2>&1 || {
+    tail -n 40 "$scratch/build.log" >&2
+    echo "FAIL: the fuzz targets do not build" >&2
+    exit 1
+}
 for t in $targets; do
     mkdir -p "$scratch/$t"
     echo "== fuzz $t: up to ${seconds}s / $runs runs" >&2
