@@ -315,28 +315,26 @@ pub(crate) fn state_changed(id: &Identity, token: u64, change: Change) {
         ),
         Change::Lost(reason) => {
             counter!(names::LOST, id.labels(Some(("reason", reason.as_str())))).increment(1);
+            let closed = reason == LostReason::Closed;
             let reason = reason.as_str();
+            macro_rules! lost {
+                ($level:ident) => {
+                    tracing::$level!(
+                        backend,
+                        primitive,
+                        lock,
+                        token,
+                        state = "lost",
+                        reason,
+                        "lockkit: lock lost"
+                    )
+                };
+            }
             // A handle closed on purpose is no cause for alarm.
-            if reason == LostReason::Closed.as_str() {
-                tracing::debug!(
-                    backend,
-                    primitive,
-                    lock,
-                    token,
-                    state = "lost",
-                    reason,
-                    "lockkit: lock lost"
-                );
+            if closed {
+                lost!(debug);
             } else {
-                tracing::warn!(
-                    backend,
-                    primitive,
-                    lock,
-                    token,
-                    state = "lost",
-                    reason,
-                    "lockkit: lock lost"
-                );
+                lost!(warn);
             }
         }
     }

@@ -151,11 +151,12 @@ impl ZkLocks {
 }
 
 fn dir(sessions: &Sessions, kind: &str, name: &str) -> String {
-    format!(
-        "{}/{kind}/{}",
-        sessions.default().cfg.root,
-        encode_name(name)
-    )
+    format!("{}/{}", kind_root(sessions, kind), encode_name(name))
+}
+
+/// The directory holding every lock directory of one primitive (`mutex`, `rwlock`, `semaphore`).
+fn kind_root(sessions: &Sessions, kind: &str) -> String {
+    format!("{}/{kind}", sessions.default().cfg.root)
 }
 
 impl ZkBackend {
@@ -247,7 +248,7 @@ impl Backend for ZkBackend {
                 &["/leases", "/locks"][..],
             ),
         ] {
-            let root = format!("{}/{kind}", session.cfg.root);
+            let root = kind_root(&self.sessions, kind);
             for child in ops::list_or_empty(&client, &root, limit).await? {
                 let Some(name) = lockkit_core::decode_name(&child) else {
                     continue;
