@@ -23,6 +23,8 @@
 #
 # `run` reads the servers' URLs from `scripts/services.sh env [--cluster]` in
 # $LOCKKIT_SERVICES_STATE, so point that at the servers you may fault (never shared ones).
+# LOCKKIT_FAULTS_TRACE=debug (or trace, info, ...) makes every worker write lockkit's events at
+# that level to its worker-N.log, stamped with the run's monotonic clock (that of log.jsonl).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -276,6 +278,6 @@ case ${1:-} in
     ctl) shift && cmd_ctl "$@" ;;
     run) shift && cmd_run "$@" ;;
     suite) shift && cmd_suite "$@" ;;
-    -h | --help | help | '') sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' ;;
+    -h | --help | help | '') sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command '$1' (see --help)" ;;
 esac

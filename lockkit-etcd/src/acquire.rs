@@ -4,9 +4,11 @@
 //! lease, or to a lease of its own for fixed leases) and reads the keys ranked before it. If
 //! they leave room for us we hold at once. Otherwise we wait on the name's long-lived watch (see
 //! `watch.rs`) until the mirror shows that we hold; ranks are create revisions, never key names
-//! or mere existence, because key names come back whenever a session locks again. If our own key
-//! vanishes while we wait (etcd issue 11456) we start over with a fresh key. Every failure,
-//! timeout and cancellation deletes our key (etcd issue 9715).
+//! or mere existence, because key names come back whenever a session locks again. The watch
+//! only wakes us: the turn it shows, and a wait that ran out, are settled by one linearizable
+//! read of the queue, since the watch may lag the server. If our own key vanishes while we wait
+//! (etcd issue 11456) we start over with a fresh key. Every failure, timeout and cancellation
+//! deletes our key (etcd issue 9715).
 
 use std::sync::{Arc, Mutex};
 
@@ -104,6 +106,18 @@ pub(crate) async fn acquire(
             } else {
                 Standing::Gone
             };
+            // The watch shows our turn as of the last event it delivered, and the server may be
+            // past it: our key deleted a moment later (a lease revoked), the lock already taken
+            // by someone who saw both deletes. A watch may also lag so far that our turn came
+            // and the wait budget ran out before it said so; giving up then would send us to
+            // the back of the queue, and waiters that all lag would leapfrog each other for
+            // ever. So a turn, and a wait that ran out, are settled by a linearizable read (Go's
+            // `Mutex.Lock` reads its key again too).
+            let standing = match standing {
+                Standing::Gone => Standing::Gone,
+                _ if inner.check_open().is_err() => Standing::Waiting,
+                _ => turn_on_server(inner, &prefix, &attempt.key, rev, req.need, req.kind).await?,
+            };
             match standing {
                 Standing::Owner if fixed => match attempt.unpark(rev, d).await? {
                     Some(c) => clock = c,
@@ -177,6 +191,56 @@ async fn wait_turn(
             return Standing::Waiting;
         }
     }
+}
+
+/// Where our key (create revision `rev`) stands on the server now: one linearizable read of
+/// the keys created up to ours.
+async fn turn_on_server(
+    inner: &Inner,
+    prefix: &[u8],
+    key: &[u8],
+    rev: i64,
+    need: Need,
+    kind: Kind,
+) -> Result<Standing> {
+    // A mutex or writer only needs to know whether ours is the first key.
+    let limit = if need == Need::Exclusive { 1 } else { 0 };
+    let p = prefix.to_vec();
+    let resp = inner
+        .pool
+        .run("read the lock queue", true, move |mut c| {
+            let opts = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision(rev)
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(limit);
+            let p = p.clone();
+            async move { c.get(p, Some(opts)).await }
+        })
+        .await?;
+    let kvs = resp.kvs();
+    if !kvs
+        .iter()
+        .any(|kv| kv.create_revision() == rev && kv.key() == key)
+    {
+        // Ours is not among them: gone, unless a limited read stopped at an older key.
+        let older = kvs.first().is_some_and(|kv| kv.create_revision() < rev);
+        return Ok(if older && limit > 0 {
+            Standing::Waiting
+        } else {
+            Standing::Gone
+        });
+    }
+    let before: Vec<_> = kvs
+        .iter()
+        .filter(|kv| kv.create_revision() < rev)
+        .map(|kv| kind.entry(kv.value()))
+        .collect();
+    Ok(if need.holds(before.iter()) {
+        Standing::Owner
+    } else {
+        Standing::Waiting
+    })
 }
 
 /// One try at creating our key. Dropping it (a cancelled acquire) deletes the key in the

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions, TlsOptions};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, TlsOptions, Txn, TxnOp};
 use lockkit_core::{Error, ErrorKind, Result};
 
 /// One client per endpoint, a current index and the per-request timeout.
@@ -197,6 +197,20 @@ impl Pool {
             }
             return Err(err);
         }
+    }
+
+    /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
+    pub(crate) async fn delete_if_created(&self, key: &[u8], rev: i64) -> Result<bool> {
+        let k = key.to_vec();
+        let resp = self
+            .run("delete a lock key", true, move |mut c| {
+                let txn = Txn::new()
+                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
+                    .and_then([TxnOp::delete(k.clone(), None)]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        Ok(resp.succeeded())
     }
 
     /// Checks that some endpoint answers (etcd-client "connects" to closed ports).

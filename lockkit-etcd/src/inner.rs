@@ -12,6 +12,7 @@ use lockkit_core::{encode_name, Error, ErrorKind, Result};
 
 use crate::client::Pool;
 use crate::session::Session;
+use crate::strays::Strays;
 use crate::watch::{Kind, NameWatch};
 
 /// A name's watch and when it was last asked for.
@@ -52,10 +53,13 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     /// Deletes the server did not take at once, retried until done.
     pub(crate) reaper: Reaper,
+    /// The session leases, whose keys no acquisition owns are deleted (see `strays.rs`).
+    strays: Strays,
 }
 
 impl Inner {
     pub(crate) fn new(pool: Pool, root: String, lease: Duration) -> Arc<Inner> {
+        let reaper = Reaper::default();
         Arc::new(Inner {
             pool: Arc::new(pool),
             root,
@@ -63,7 +67,8 @@ impl Inner {
             sessions: tokio::sync::Mutex::new(HashMap::new()),
             names: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
-            reaper: Reaper::default(),
+            strays: Strays::new(reaper.clone()),
+            reaper,
         })
     }
 
@@ -159,7 +164,12 @@ impl Inner {
             Some(_) => true,
             None => false,
         };
-        sessions.retain(|_, s| s.is_alive());
+        sessions.retain(|_, s| {
+            if !s.is_alive() {
+                self.strays.disown(s.id());
+            }
+            s.is_alive()
+        });
         if sessions.len() >= MAX_SESSIONS {
             return Err(Error::invalid(format!(
                 "this handle keeps {MAX_SESSIONS} session leases already (one per watchdog lease \
@@ -167,6 +177,7 @@ impl Inner {
             )));
         }
         let fresh = Session::grant(&self.pool, ttl).await?;
+        self.strays.own(fresh.id());
         if replacing {
             // The last lease of this TTL was lost: a new session, as a reconnect is for others.
             lockkit_core::telemetry::reconnected("etcd");
@@ -178,6 +189,7 @@ impl Inner {
     /// Forgets `dead` (after the server said its lease is gone).
     pub(crate) async fn drop_session(&self, dead: &Arc<Session>) {
         dead.retire("the server does not know the lease");
+        self.strays.disown(dead.id());
         self.sessions
             .lock()
             .await
@@ -200,7 +212,12 @@ impl Inner {
                     nw.clone()
                 }
                 None => {
-                    let nw = NameWatch::start(self.pool.clone(), prefix.to_vec(), kind);
+                    let nw = NameWatch::start(
+                        self.pool.clone(),
+                        prefix.to_vec(),
+                        kind,
+                        self.strays.clone(),
+                    );
                     names.insert(prefix.to_vec(), (nw.clone(), now));
                     nw
                 }

@@ -10,6 +10,7 @@ mod ops;
 mod rwlock;
 mod semaphore;
 mod session;
+mod strays;
 mod tls;
 mod watch;
 

@@ -143,15 +143,5 @@ pub(crate) async fn move_to_lease(inner: &Inner, key: &[u8], rev: i64, id: i64) 
 
 /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
 pub(crate) async fn delete_if_ours(inner: &Inner, key: &[u8], rev: i64) -> Result<bool> {
-    let k = key.to_vec();
-    let resp = inner
-        .pool
-        .run("release", true, move |mut c| {
-            let txn = Txn::new()
-                .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
-                .and_then([TxnOp::delete(k.clone(), None)]);
-            async move { c.txn(txn).await }
-        })
-        .await?;
-    Ok(resp.succeeded())
+    inner.pool.delete_if_created(key, rev).await
 }

@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::client::Pool;
 use crate::session::abort_task;
+use crate::strays::Strays;
 
 /// What the mirror says about one of our keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +223,7 @@ pub(crate) struct NameWatch {
     mirror: Mutex<Mirror>,
     ready: watch::Sender<Readiness>,
     slots: Mutex<BTreeSet<u32>>,
+    strays: Strays,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -232,14 +234,21 @@ impl Drop for NameWatch {
 }
 
 impl NameWatch {
-    /// Creates the watch of `prefix` (which ends with `/`) and starts its task.
-    pub(crate) fn start(pool: Arc<Pool>, prefix: Vec<u8>, kind: Kind) -> Arc<NameWatch> {
+    /// Creates the watch of `prefix` (which ends with `/`) and starts its task; stray keys of
+    /// the handle's sessions (see `strays.rs`) go to `strays`.
+    pub(crate) fn start(
+        pool: Arc<Pool>,
+        prefix: Vec<u8>,
+        kind: Kind,
+        strays: Strays,
+    ) -> Arc<NameWatch> {
         let (ready, _) = watch::channel(Readiness::Pending);
         let nw = Arc::new(NameWatch {
             prefix,
             mirror: Mutex::new(Mirror::new(kind)),
             ready,
             slots: Mutex::new(BTreeSet::new()),
+            strays,
             task: Mutex::new(None),
         });
         let task = tokio::spawn(run(Arc::downgrade(&nw), pool));
@@ -272,6 +281,19 @@ impl NameWatch {
     /// The watched prefix.
     pub(crate) fn prefix(&self) -> &[u8] {
         &self.prefix
+    }
+
+    /// Whether `kv` is a key of one of our sessions in a slot no acquisition of ours holds.
+    fn is_stray(&self, kv: &etcd_client::KeyValue) -> bool {
+        self.strays
+            .slot_of(&self.prefix, kv.key(), kv.lease())
+            .is_some_and(|slot| {
+                !self
+                    .slots
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&slot)
+            })
     }
 
     /// Waits until the watch is in place and the mirror is built.
@@ -457,11 +479,16 @@ async fn session_of_watch(
     let base = resp.take_header().map(|h| h.revision()).unwrap_or(0);
     {
         let Some(n) = nw.upgrade() else { return Ok(()) };
+        let kvs = resp.take_kvs();
+        let strays: Vec<_> = kvs.iter().filter(|kv| n.is_stray(kv)).map(stray).collect();
         let mut m = n.mirror();
-        m.reset(base, resp.take_kvs());
+        m.reset(base, kvs);
         m.settle();
         drop(m);
         n.ready.send_replace(Readiness::Ready);
+        for (key, rev) in strays {
+            n.strays.reap(pool, key, rev);
+        }
     }
     // When the stream last said something, and whether a progress report was asked for since.
     let mut heard = Instant::now();
@@ -509,6 +536,7 @@ async fn session_of_watch(
         if r.canceled() {
             return Err(cancelled(r.cancel_reason()));
         }
+        let mut strays = Vec::new();
         let mut m = n.mirror();
         if r.events().is_empty() {
             // A progress report: every event up to its revision has been sent.
@@ -522,7 +550,12 @@ async fn session_of_watch(
                 continue;
             }
             match ev.event_type() {
-                EventType::Put => m.put(kv.key(), kv.create_revision(), kv.value()),
+                EventType::Put => {
+                    m.put(kv.key(), kv.create_revision(), kv.value());
+                    if n.is_stray(kv) {
+                        strays.push(stray(kv));
+                    }
+                }
                 EventType::Delete => m.delete(kv.key()),
             }
             if kv.mod_revision() > m.seen_rev {
@@ -530,7 +563,16 @@ async fn session_of_watch(
             }
         }
         m.settle();
+        drop(m);
+        for (key, rev) in strays {
+            n.strays.reap(pool, key, rev);
+        }
     }
+}
+
+/// A stray key's name and create revision.
+fn stray(kv: &etcd_client::KeyValue) -> (Vec<u8>, i64) {
+    (kv.key().to_vec(), kv.create_revision())
 }
 
 /// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.

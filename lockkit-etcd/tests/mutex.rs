@@ -368,3 +368,138 @@ async fn remaining_lease_reports_the_holders_lease() {
     g.release().await.unwrap();
     assert_eq!(m.remaining_lease().await.unwrap(), None);
 }
+
+/// A waiter's watch can lag the server. Here B's watch sees everything 100 ms late. H's key and then B's
+/// (its lease revoked) are deleted one after the other; W, queued behind B with a watch in
+/// step, sees both and takes the lock. B's watch shows H's delete first, so B's turn seems to
+/// have come; taking it on the watch's word would give B the lock after W, with a lower token
+/// and a key that no longer exists. B must read its key again first, find it gone and queue
+/// anew behind W.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_whose_turn_comes_on_a_lagging_watch_confirms_it_first() {
+    let Some(url) = url() else { return };
+    let server = lockkit_core::ServerUrl::parse(&url).unwrap().hosts[0].to_string();
+    let proxy = common::LaggingProxy::start(&server, Duration::from_millis(100)).await;
+    let lagging = format!("etcd://{}", proxy.addr);
+    let (h, w) = (connect(&url, "").await, connect(&url, "").await);
+    let b = connect(&lagging, "").await;
+    let mut r = raw(&url).await;
+    let n = name("lagging-watch");
+    let gh = h.mutex(&n).unwrap().lock().await.unwrap();
+    let mb = b.mutex(&n).unwrap();
+    let waiter_b = tokio::spawn(async move { mb.lock_for(Duration::from_secs(10)).await });
+    eventually(SOON, "B queued", || {
+        let mut r = r.clone();
+        let n = n.clone();
+        async move { keys(&mut r, &n).await.len() == 2 }
+    })
+    .await;
+    let mw = w.mutex(&n).unwrap();
+    let waiter_w = tokio::spawn(async move { mw.lock_for(Duration::from_secs(10)).await });
+    eventually(SOON, "W queued", || {
+        let mut r = r.clone();
+        let n = n.clone();
+        async move { keys(&mut r, &n).await.len() == 3 }
+    })
+    .await;
+    let b_lease = keys(&mut r, &n).await[1].2;
+    // B's watch has shown it its own key by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gh.release().await.unwrap();
+    // Apart enough to reach B's watch in two messages, well within its lag.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    r.lease_revoke(b_lease).await.unwrap();
+    let gw = tokio::time::timeout(SOON, waiter_w)
+        .await
+        .expect("W woke up")
+        .unwrap()
+        .unwrap()
+        .expect("W got the lock");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter_b.is_finished() || gw.state() != LockState::Held,
+        "B returned while W holds the lock: {:?}",
+        waiter_b.await.unwrap().map(|g| g.map(|g| g.token()))
+    );
+    let w_token = gw.token();
+    gw.release().await.unwrap();
+    let gb = tokio::time::timeout(SOON, waiter_b)
+        .await
+        .expect("B woke up")
+        .unwrap()
+        .unwrap()
+        .expect("B got the lock after W");
+    assert!(
+        gb.token() > w_token,
+        "B's token {:?} must follow W's {w_token:?}",
+        gb.token()
+    );
+    assert_eq!(gb.state(), LockState::Held);
+    gb.release().await.unwrap();
+}
+
+/// A waiter whose watch lags past its wait budget: H lets go shortly before B's budget runs out,
+/// and B's watch (800 ms behind) would say so only after it. The lock is free and B is first in line, so B must
+/// take it (the wait's end is settled by a read of the queue) rather than give up and leave the
+/// lock to whoever comes next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_whose_watch_lags_past_its_budget_still_takes_its_turn() {
+    let Some(url) = url() else { return };
+    let server = lockkit_core::ServerUrl::parse(&url).unwrap().hosts[0].to_string();
+    let proxy = common::LaggingProxy::start(&server, Duration::from_millis(800)).await;
+    let h = connect(&url, "").await;
+    let b = connect(&format!("etcd://{}", proxy.addr), "").await;
+    let n = name("lagging-budget");
+    let gh = h.mutex(&n).unwrap().lock().await.unwrap();
+    let mb = b.mutex(&n).unwrap();
+    // B's session and watch are set up before the timed wait.
+    assert!(mb.try_lock().await.unwrap().is_none());
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move { mb.lock_for(Duration::from_millis(1200)).await });
+    tokio::time::sleep_until((started + Duration::from_millis(1000)).into()).await;
+    gh.release().await.unwrap();
+    let gb = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("B's acquire ended")
+        .unwrap()
+        .unwrap();
+    let gb = gb.expect("B, first in line when its budget ran out, got the lock");
+    assert_eq!(gb.state(), LockState::Held);
+    gb.release().await.unwrap();
+}
+
+/// A create that timed out on our side can still be applied later (a stopped member takes it up
+/// when it resumes), after the acquire gave up and deleted its key. The key that appears is ours
+/// (our session's lease and key name, in a slot no acquisition holds) and would block the lock
+/// for as long as our session lives. Here that late create is played by a plain client: the
+/// name's watch must find the stray key and delete it, so that C gets the lock after B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_applied_after_its_acquire_gave_up_does_not_block_the_lock() {
+    let Some(url) = url() else { return };
+    let (b, c) = (connect(&url, "").await, connect(&url, "").await);
+    let mut r = raw(&url).await;
+    let n = name("stray-key");
+    let gb = b.mutex(&n).unwrap().lock().await.unwrap();
+    let (key, _, lease) = keys(&mut r, &n).await[0].clone();
+    let stray = format!("{key}_1");
+    r.put(stray.clone(), "", Some(PutOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    eventually(SOON, "the stray key deleted", || {
+        let mut r = r.clone();
+        let n = n.clone();
+        let stray = stray.clone();
+        async move { !keys(&mut r, &n).await.iter().any(|k| k.0 == stray) }
+    })
+    .await;
+    gb.release().await.unwrap();
+    let gc = c
+        .mutex(&n)
+        .unwrap()
+        .lock_for(SOON)
+        .await
+        .unwrap()
+        .expect("C got the lock");
+    gc.release().await.unwrap();
+    assert!(keys(&mut r, &n).await.is_empty());
+}

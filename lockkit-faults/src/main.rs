@@ -19,6 +19,7 @@ mod proto;
 mod register;
 mod run;
 mod table;
+mod trace;
 mod worker;
 
 use std::path::PathBuf;
@@ -112,6 +113,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             seed,
             hold_ms,
         } => {
+            trace::install();
             let args = worker::WorkerArgs {
                 id,
                 url,
