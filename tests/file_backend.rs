@@ -139,3 +139,40 @@ async fn many_readers_in_one_process_keep_distinct_records() {
     drop(m.lock().await.unwrap());
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A holder that lets go and at once asks again must queue behind those already waiting: OS
+/// file locks keep no queue, and before waiters registered themselves one of four clients took
+/// every acquisition (it asked again before the others' next poll). Four clients, each its own
+/// handle, share 400 acquisitions of one lock with an empty critical section; none may take
+/// more than half of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_asks_again_queues_behind_the_waiters() {
+    let d = dir("fair-share");
+    let total = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (locks, total) = (locks(&d).await, total.clone());
+        clients.push(tokio::spawn(async move {
+            let m = locks.mutex("shared").unwrap();
+            let mut mine = 0u32;
+            while total.load(std::sync::atomic::Ordering::Relaxed) < 400 {
+                let g = m.lock().await.unwrap();
+                total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                mine += 1;
+                g.release().await.unwrap();
+            }
+            mine
+        }));
+    }
+    let mut shares = Vec::new();
+    for c in clients {
+        shares.push(c.await.unwrap());
+    }
+    let busiest = *shares.iter().max().unwrap();
+    let all: u32 = shares.iter().sum();
+    assert!(
+        busiest * 2 <= all,
+        "one client took {busiest} of {all} acquisitions: {shares:?}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -14,7 +14,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::backoff::Backoff;
+use rand::Rng;
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::spi::Request;
 
@@ -122,28 +123,75 @@ pub(crate) fn remove(path: &Path) -> io::Result<()> {
     }
 }
 
-const POLL: Backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(20));
+/// A newcomer's first pause when others wait: it sits out their next tries.
+const NEWCOMER: Duration = Duration::from_millis(3);
+/// Every later pause.
+const POLL: Duration = Duration::from_millis(2);
 
-/// Repeats `attempt` with backoff (1 ms doubling to 20 ms, jittered) until it yields a value or
-/// `req`'s wait budget runs out. `attempt` never blocks; whatever it holds is dropped, and so
-/// released, when this future is.
+/// How long a waiter that has waited `waited` pauses before its next try, jittered by up to a
+/// fifth either way so that waiters do not try in step. OS file locks keep no queue, so waiting
+/// is polling; a newcomer first sits out [`NEWCOMER`], and everyone then tries every [`POLL`],
+/// so the lock goes to one of the waiters that were there first, never to a holder that let go
+/// and came straight back.
+fn pause(waited: Duration) -> Duration {
+    let step = if waited.is_zero() { NEWCOMER } else { POLL };
+    let fifth = u64::try_from((step / 5).as_nanos()).unwrap_or(0);
+    let jitter = rand::thread_rng().gen_range(0..=2 * fifth);
+    step - step / 5 + Duration::from_nanos(jitter)
+}
+
+/// Repeats `attempt` until it yields a value or `req`'s wait budget runs out. `attempt` never
+/// blocks; whatever it holds is dropped, and so released, when this future is.
+///
+/// Every waiter holds a shared lock on `waiting` (the lock's waiting file) while it waits, so a
+/// newcomer can tell with one exclusive probe whether anyone waits. A newcomer tries at once only
+/// when nobody does (a try that may not wait tries once either way); otherwise it joins the
+/// waiters and, being the youngest, tries least often.
+/// A holder that releases and acquires again therefore queues behind the others instead of
+/// taking the lock back before they wake (which let one of four clients take every acquisition).
 pub(crate) async fn poll<T>(
     req: &Request,
+    waiting: &Path,
     mut attempt: impl FnMut() -> io::Result<Option<T>>,
 ) -> Result<Option<T>> {
-    let mut retry = POLL.start();
-    loop {
+    // A try (no wait) tries once, whoever waits.
+    if !req.waits() || !is_held(waiting, LockMode::Exclusive).map_err(io_error)? {
         if let Some(v) = attempt().map_err(io_error)? {
             return Ok(Some(v));
         }
-        let pause = retry.next_pause();
+        if !req.waits() {
+            return Ok(None);
+        }
+    }
+    let _queued = join(waiting).map_err(io_error)?;
+    let mut waited = Duration::ZERO;
+    loop {
+        let step = pause(waited);
+        waited += step;
         let nap = match req.remaining() {
-            None => pause,
+            None => step,
             Some(left) if left.is_zero() => return Ok(None),
-            Some(left) => pause.min(left),
+            Some(left) => step.min(left),
         };
         tokio::time::sleep(nap).await;
+        if let Some(v) = attempt().map_err(io_error)? {
+            return Ok(Some(v));
+        }
     }
+}
+
+/// Joins the waiters of a lock: a shared lock on its waiting file, held by the returned file.
+/// `None` when a newcomer's probe kept the file locked through every try (the waiter then
+/// waits unregistered, which only lets newcomers try once before it).
+fn join(waiting: &Path) -> io::Result<Option<File>> {
+    for _ in 0..8 {
+        let file = open(waiting, true)?;
+        if try_lock_file(&file, LockMode::Shared)? {
+            return Ok(Some(file));
+        }
+        std::thread::yield_now();
+    }
+    Ok(None)
 }
 
 /// An I/O error of the lock directory as a lockkit error.

@@ -42,6 +42,11 @@ impl LockPaths {
         self.file("gate")
     }
 
+    /// The waiting file: every waiter holds a shared lock on it while it waits.
+    pub(crate) fn waiting(&self) -> PathBuf {
+        self.file("waiting")
+    }
+
     /// The fencing-token counter.
     pub(crate) fn counter(&self) -> PathBuf {
         self.file("token")

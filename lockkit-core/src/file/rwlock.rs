@@ -31,7 +31,7 @@ pub(super) struct FileRwLock {
 impl RawRwLock for FileRwLock {
     async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
         let (gate, main) = (self.paths.gate(), self.paths.lock());
-        let files = poll(req, || {
+        let files = poll(req, &self.paths.waiting(), || {
             let Some(pass) = try_lock_path(&gate, LockMode::Shared)? else {
                 return Ok(None);
             };
@@ -62,7 +62,7 @@ impl RawRwLock for FileRwLock {
     async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
         let (gate, main) = (self.paths.gate(), self.paths.lock());
         let mut gate_held: Option<Locked> = None;
-        let files = poll(req, move || {
+        let files = poll(req, &self.paths.waiting(), move || {
             if gate_held.as_ref().is_some_and(|g| !g.is_current()) {
                 gate_held = None;
             }

@@ -24,7 +24,7 @@ pub(super) struct FileSemaphore {
 impl RawSemaphore for FileSemaphore {
     async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let paths = &self.paths;
-        let got = poll(req, || {
+        let got = poll(req, &paths.waiting(), || {
             let mut got = Vec::new();
             for i in 0..self.permits {
                 if got.len() == n as usize {
