@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kernel::Kernel;
 use crate::kind::BackendKind;
+use crate::multi::{Member, MultiLock};
 use crate::mutex::Mutex;
 use crate::name::validate_name;
 use crate::rwlock::RwLock;
@@ -80,6 +81,24 @@ impl Locks {
         }
         let raw = self.kernel.backend.semaphore(name, permits)?;
         Ok(Semaphore::new(self.kernel.clone(), name, permits, raw))
+    }
+
+    /// A multi-lock over the mutexes `names`: all of them or none, within one wait budget,
+    /// taken in one fixed global order so that multi-locks over overlapping sets never deadlock
+    /// (see [`MultiLock`]). A name given twice is an `InvalidArgument`.
+    pub fn multi<I, S>(&self, names: I) -> Result<MultiLock>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let names: Vec<S> = names.into_iter().collect();
+        let members: Vec<Member<'_>> = names.iter().map(|n| Member::Mutex(n.as_ref())).collect();
+        self.multi_of(&members)
+    }
+
+    /// A multi-lock over mutexes and read or write holds of RW locks, as [`multi`](Self::multi).
+    pub fn multi_of(&self, members: &[Member<'_>]) -> Result<MultiLock> {
+        MultiLock::new(members, |n| self.mutex(n), |n| self.rwlock(n))
     }
 
     /// What the backend offers.

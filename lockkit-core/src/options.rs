@@ -9,13 +9,26 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The shortest lease any backend takes.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
-/// Why `lease` is no lease lockkit takes, if it is not (too short).
+/// The longest lease any backend takes: 365 days.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Why `lease` is no lease lockkit takes, if it is not (too short or too long).
 pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
-    (lease < MIN_LEASE)
-        .then(|| format!("a lease of {lease:?} is too short (minimum {MIN_LEASE:?})"))
+    if lease < MIN_LEASE {
+        Some(format!(
+            "a lease of {lease:?} is too short (minimum {MIN_LEASE:?})"
+        ))
+    } else if lease > MAX_LEASE {
+        Some(format!(
+            "a lease of {lease:?} is too long (maximum {MAX_LEASE:?}, 365 days)"
+        ))
+    } else {
+        None
+    }
 }
 
-/// Refuses a lease asked for (per acquire or `extend`) that is too short: `InvalidArgument`.
+/// Refuses a lease asked for (per acquire or `extend`) that is too short or too long:
+/// `InvalidArgument`.
 pub(crate) fn check_asked_lease(lease: Duration) -> crate::Result<()> {
     lease_problem(lease).map_or(Ok(()), |why| Err(crate::Error::invalid(why)))
 }

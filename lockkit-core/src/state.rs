@@ -289,6 +289,15 @@ impl fmt::Debug for Lost {
     }
 }
 
+impl Lost {
+    /// A lost signal that resolves when `fut` does.
+    pub(crate) fn new(fut: impl Future<Output = LostReason> + Send + 'static) -> Lost {
+        Lost {
+            inner: Box::pin(fut),
+        }
+    }
+}
+
 impl Future for Lost {
     type Output = LostReason;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LostReason> {

@@ -23,7 +23,8 @@ impl Request {
         let now = Instant::now();
         let (deadline, waits) = match opts.wait {
             Wait::None => (Some(now), false),
-            Wait::For(d) => (Some(now + d), true),
+            // A budget too long for the clock (`Duration::MAX`) is no budget, not a panic.
+            Wait::For(d) => (now.checked_add(d), true),
             Wait::Forever => (None, true),
         };
         Request {
@@ -64,5 +65,21 @@ impl Request {
     pub fn remaining(&self) -> Option<Duration> {
         self.deadline
             .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_too_long_for_the_clock_waits_forever() {
+        let r = Request::new(
+            &AcquireOptions::new().wait(Duration::MAX),
+            Duration::from_secs(30),
+        );
+        assert!(r.waits());
+        assert_eq!(r.deadline(), None);
+        assert_eq!(r.remaining(), None);
     }
 }

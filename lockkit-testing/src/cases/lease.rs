@@ -270,3 +270,50 @@ pub async fn fixed_lease_starts_when_the_lock_is_taken(locks: &Locks) {
     assert!(mutex(locks, &n).try_lock().await.unwrap().is_none());
     g.release().await.unwrap();
 }
+
+/// A budget or lease too large for the clock is a typed answer, never a panic: a wait of
+/// `Duration::MAX` waits forever (and takes a free lock at once), a lease beyond `MAX_LEASE` is
+/// an `InvalidArgument` (or `Unsupported` where fixed leases are), on the acquire and on extend.
+pub async fn huge_budgets_and_leases_are_typed_not_panics(locks: &Locks) {
+    let n = name("huge");
+    let g = within(
+        SOON,
+        "lock_for(MAX)",
+        mutex(locks, &n).lock_for(Duration::MAX),
+    )
+    .await
+    .unwrap()
+    .expect("a free lock");
+    if locks.capabilities().mutex.fixed_lease {
+        assert_kind(
+            g.extend(Duration::MAX).await,
+            ErrorKind::InvalidArgument,
+            "extend(MAX)",
+        );
+    }
+    g.release().await.unwrap();
+    let m = locks.multi([&n]).unwrap();
+    let g = within(SOON, "multi lock_for(MAX)", m.lock_for(Duration::MAX))
+        .await
+        .unwrap()
+        .expect("a free set");
+    g.release().await.unwrap();
+    assert_kind(
+        mutex(locks, &n)
+            .acquire(&AcquireOptions::new().watchdog_lease(Duration::MAX))
+            .await,
+        ErrorKind::InvalidArgument,
+        "a watchdog lease of Duration::MAX",
+    );
+    let fixed = mutex(locks, &n)
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::MAX))
+        .await;
+    let e = fixed.expect_err("a fixed lease of Duration::MAX");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::InvalidArgument | ErrorKind::Unsupported
+        ),
+        "{e}"
+    );
+}

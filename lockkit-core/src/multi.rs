@@ -1,0 +1,344 @@
+//! `MultiLock`: several locks taken as one, all or none.
+//!
+//! The members are taken one after the other in one fixed global order (by primitive, then by
+//! name), so two multi-locks over overlapping sets always take their common members in the same
+//! order and can never deadlock each other. The whole set shares one wait budget (Curator's
+//! `InterProcessMultiLock` spends a full timeout on each lock). When a member cannot be had
+//! within what is left of the budget, or its acquire fails, the members taken so far are released
+//! before the acquire returns, so a failed, timed-out or cancelled multi-acquire leaves no member
+//! held (a dropped acquire drops its guards, which release in the background).
+//!
+//! Ordered acquisition works on every backend, because every backend has mutexes and RW locks;
+//! it is what Redisson's `RedissonMultiLock` does. A set is not taken atomically: between two
+//! members another client may take the second, and then the first is given back.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+use crate::guard::{LockGuard, ReadGuard, WriteGuard};
+use crate::inspect::{HoldMode, Primitive};
+use crate::mutex::{forever, Mutex};
+use crate::options::{AcquireOptions, Wait};
+use crate::rwlock::RwLock;
+use crate::state::{LockState, Lost};
+
+/// One member of a [`MultiLock`]: a mutex, or a read or write hold of an RW lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Member<'a> {
+    /// The mutex of this name.
+    Mutex(&'a str),
+    /// A read (shared) hold of the RW lock of this name.
+    Read(&'a str),
+    /// A write (exclusive) hold of the RW lock of this name.
+    Write(&'a str),
+}
+
+impl Member<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Member::Mutex(n) | Member::Read(n) | Member::Write(n) => n,
+        }
+    }
+
+    fn primitive(&self) -> Primitive {
+        match self {
+            Member::Mutex(_) => Primitive::Mutex,
+            Member::Read(_) | Member::Write(_) => Primitive::RwLock,
+        }
+    }
+}
+
+/// A member's handle.
+#[derive(Clone, Debug)]
+enum Handle {
+    Mutex(Mutex),
+    Read(RwLock),
+    Write(RwLock),
+}
+
+impl Handle {
+    fn name(&self) -> &str {
+        match self {
+            Handle::Mutex(m) => m.name(),
+            Handle::Read(rw) | Handle::Write(rw) => rw.name(),
+        }
+    }
+
+    async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<Held>> {
+        Ok(match self {
+            Handle::Mutex(m) => m.acquire(opts).await?.map(Held::Mutex),
+            Handle::Read(rw) => rw.read(opts).await?.map(Held::Read),
+            Handle::Write(rw) => rw.write(opts).await?.map(Held::Write),
+        })
+    }
+}
+
+/// A member's guard.
+enum Held {
+    Mutex(LockGuard),
+    Read(ReadGuard),
+    Write(WriteGuard),
+}
+
+impl Held {
+    fn name(&self) -> &str {
+        match self {
+            Held::Mutex(g) => g.name(),
+            Held::Read(g) => g.name(),
+            Held::Write(g) => g.name(),
+        }
+    }
+
+    fn mode(&self) -> HoldMode {
+        match self {
+            Held::Read(_) => HoldMode::Shared,
+            _ => HoldMode::Exclusive,
+        }
+    }
+
+    fn token(&self) -> FencingToken {
+        match self {
+            Held::Mutex(g) => g.token(),
+            Held::Read(g) => g.token(),
+            Held::Write(g) => g.token(),
+        }
+    }
+
+    fn state(&self) -> LockState {
+        match self {
+            Held::Mutex(g) => g.state(),
+            Held::Read(g) => g.state(),
+            Held::Write(g) => g.state(),
+        }
+    }
+
+    fn lost(&self) -> Lost {
+        match self {
+            Held::Mutex(g) => g.lost(),
+            Held::Read(g) => g.lost(),
+            Held::Write(g) => g.lost(),
+        }
+    }
+
+    async fn release(self) -> Result<()> {
+        match self {
+            Held::Mutex(g) => g.release().await,
+            Held::Read(g) => g.release().await,
+            Held::Write(g) => g.release().await,
+        }
+    }
+}
+
+/// Several locks taken as one, all or none, made by [`Locks::multi`](crate::Locks::multi) or
+/// [`Locks::multi_of`](crate::Locks::multi_of).
+/// Cheap to clone.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit_core::Result<()> {
+/// let locks = lockkit_core::mem::connect(&lockkit_core::LockConfig::new("mem://multi-doc")).await?;
+/// let both = locks.multi(["account/1", "account/2"])?;
+/// let guard = both.lock().await?;
+/// for (name, token) in guard.tokens() {
+///     println!("{name}: token {token}"); // pass each to the resource it protects
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    /// In the global order.
+    members: Vec<Handle>,
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.members.iter().map(Handle::name))
+            .finish()
+    }
+}
+
+impl MultiLock {
+    /// The multi-lock over `members`, whose handles `mutex` and `rwlock` make.
+    pub(crate) fn new(
+        members: &[Member<'_>],
+        mutex: impl Fn(&str) -> Result<Mutex>,
+        rwlock: impl Fn(&str) -> Result<RwLock>,
+    ) -> Result<MultiLock> {
+        if members.is_empty() {
+            return Err(Error::invalid("a multi-lock needs at least one member"));
+        }
+        let mut sorted = members.to_vec();
+        sorted.sort_by(|a, b| {
+            (a.primitive().as_str(), a.name()).cmp(&(b.primitive().as_str(), b.name()))
+        });
+        for pair in sorted.windows(2) {
+            if pair[0].primitive() == pair[1].primitive() && pair[0].name() == pair[1].name() {
+                return Err(Error::invalid(format!(
+                    "{:?} appears twice in the multi-lock (as {:?} and {:?}); each lock may be \
+                     a member once",
+                    pair[0].name(),
+                    pair[0],
+                    pair[1]
+                )));
+            }
+        }
+        let members = sorted
+            .iter()
+            .map(|m| {
+                Ok(match m {
+                    Member::Mutex(n) => Handle::Mutex(mutex(n)?),
+                    Member::Read(n) => Handle::Read(rwlock(n)?),
+                    Member::Write(n) => Handle::Write(rwlock(n)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(MultiLock { members })
+    }
+
+    /// The members' names, in the order they are taken.
+    pub fn names(&self) -> Vec<&str> {
+        self.members.iter().map(Handle::name).collect()
+    }
+
+    /// Takes every member per `opts`, all within `opts.wait` for the whole set; `Ok(None)` when
+    /// the budget ran out first. The lease and order options apply to each member. On `Ok(None)`
+    /// or an error, every member taken so far has been released.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the members taken so far, which releases them in the
+    /// background.
+    pub async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<MultiGuard>> {
+        let deadline = match opts.wait {
+            // A budget too long for the clock is no budget.
+            Wait::For(d) => Instant::now().checked_add(d),
+            Wait::None => Some(Instant::now()),
+            Wait::Forever => None,
+        };
+        let mut held = Vec::with_capacity(self.members.len());
+        for member in &self.members {
+            let opts = match deadline {
+                // What is left of the budget; once it is gone, one attempt each.
+                Some(d) => opts.wait(d.saturating_duration_since(Instant::now())),
+                None => *opts,
+            };
+            match member.acquire(&opts).await {
+                Ok(Some(g)) => held.push(g),
+                Ok(None) => {
+                    give_back(held).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    give_back(held).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(MultiGuard { members: held }))
+    }
+
+    /// Waits until every member is held, with the handle's default lease.
+    pub async fn lock(&self) -> Result<MultiGuard> {
+        forever(self.acquire(&AcquireOptions::new()).await?)
+    }
+
+    /// One attempt at each member, no waiting; `None` when any is busy.
+    pub async fn try_lock(&self) -> Result<Option<MultiGuard>> {
+        self.acquire(&AcquireOptions::new().no_wait()).await
+    }
+
+    /// Waits at most `wait` for the whole set.
+    pub async fn lock_for(&self, wait: Duration) -> Result<Option<MultiGuard>> {
+        self.acquire(&AcquireOptions::new().wait(wait)).await
+    }
+}
+
+/// Releases `held` (a set given up half-way), newest first, and waits for it: the caller
+/// returns only once no member is held. A release that fails goes on in the background.
+async fn give_back(held: Vec<Held>) {
+    for g in held.into_iter().rev() {
+        let _ = g.release().await;
+    }
+}
+
+/// The held set of a [`MultiLock`]. Dropping it releases every member in the background.
+#[must_use = "dropping a guard releases the locks at once"]
+pub struct MultiGuard {
+    members: Vec<Held>,
+}
+
+impl fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiGuard")
+            .field("tokens", &self.tokens())
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl MultiGuard {
+    /// Each member's name and fencing token, in the order they were taken.
+    pub fn tokens(&self) -> Vec<(&str, FencingToken)> {
+        self.members.iter().map(|g| (g.name(), g.token())).collect()
+    }
+
+    /// The fencing token of member `name` (its mutex, or its RW lock), if it is one.
+    pub fn token(&self, name: &str) -> Option<FencingToken> {
+        self.members
+            .iter()
+            .find(|g| g.name() == name)
+            .map(Held::token)
+    }
+
+    /// Each member's name and hold mode, in the order they were taken.
+    pub fn modes(&self) -> Vec<(&str, HoldMode)> {
+        self.members.iter().map(|g| (g.name(), g.mode())).collect()
+    }
+
+    /// The set's state: `Lost` as soon as any member is lost, else `Suspect` if any member is,
+    /// else `Held` (`Released` once released).
+    pub fn state(&self) -> LockState {
+        let states: Vec<LockState> = self.members.iter().map(Held::state).collect();
+        [LockState::Lost, LockState::Released, LockState::Suspect]
+            .into_iter()
+            .find(|s| states.contains(s))
+            .unwrap_or(LockState::Held)
+    }
+
+    /// A future that resolves, with its reason, when any member is lost: from then on the set
+    /// is no longer all held. It does not borrow the guard.
+    pub fn lost(&self) -> Lost {
+        let mut each: Vec<Lost> = self.members.iter().map(Held::lost).collect();
+        Lost::new(std::future::poll_fn(move |cx| {
+            each.iter_mut()
+                .find_map(|l| match Pin::new(l).poll(cx) {
+                    Poll::Ready(reason) => Some(reason),
+                    Poll::Pending => None,
+                })
+                .map_or(Poll::Pending, Poll::Ready)
+        }))
+    }
+
+    /// Releases every member, newest first, and reports the first error (every member is
+    /// released either way; one whose lock was lost gives `LockLost`).
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it finishes, the members not yet released are released
+    /// in the background.
+    pub async fn release(self) -> Result<()> {
+        let mut first = None;
+        for g in self.members.into_iter().rev() {
+            if let Err(e) = g.release().await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
