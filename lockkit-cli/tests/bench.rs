@@ -92,3 +92,65 @@ fn bench_reports_a_bad_url_as_an_error_row() {
     assert_eq!(code(&o), 1);
     assert!(text(&o).0.contains("error"), "{:?}", text(&o));
 }
+
+#[test]
+fn bench_sweeps_client_counts() {
+    // `--clients 1,3` runs each multi-client scenario once per count (the uncontended one
+    // once), and the report charts throughput against clients.
+    let d = TempDir::new("bench-sweep");
+    let report = d.path("sweep.html");
+    let mut c = std::process::Command::new(LOCKKIT);
+    c.args([
+        "bench",
+        "--url",
+        "mem://",
+        "--ops",
+        "30",
+        "--clients",
+        "1,3",
+        "--scenario",
+        "contended",
+        "--scenario",
+        "uncontended",
+        "--json",
+    ])
+    .arg("--report")
+    .arg(&report);
+    let o = run(c, LIMIT);
+    assert_eq!(code(&o), 0, "{}", text(&o).1);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["clients"], serde_json::json!([1, 3]));
+    let rows: Vec<(String, u64)> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["scenario"].as_str().unwrap().to_string(),
+                r["clients"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("contended".to_string(), 1),
+            ("contended".to_string(), 3),
+            ("uncontended".to_string(), 1)
+        ]
+    );
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        html.contains("Throughput against clients: contended"),
+        "no sweep chart"
+    );
+    assert!(html.contains("contended ×3"), "no per-count latency chart");
+
+    let mut c = std::process::Command::new(LOCKKIT);
+    c.args(["bench", "--url", "mem://", "--clients", "2,0"]);
+    assert_eq!(
+        code(&run(c, LIMIT)),
+        64,
+        "a zero client count is a usage error"
+    );
+}

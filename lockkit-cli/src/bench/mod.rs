@@ -43,9 +43,16 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_enum, default_value = "all")]
     scenario: Vec<Which>,
 
-    /// Concurrent clients in the contended, many, rw and semaphore scenarios.
-    #[arg(long, default_value_t = 4)]
-    clients: usize,
+    /// Concurrent clients in the contended, many, rw and semaphore scenarios; a list
+    /// (`1,8,64`) runs each of them once per count, a sweep shown in the report as throughput
+    /// against clients.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "4",
+        value_name = "N[,N...]"
+    )]
+    clients: Vec<usize>,
 
     /// Lock cycles per scenario and backend, shared among the clients.
     #[arg(long, default_value_t = 1000)]
@@ -117,7 +124,8 @@ impl Row {
 /// The whole run, as printed by `--json`.
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
-    pub(crate) clients: usize,
+    /// The client counts of the multi-client scenarios, in the order run.
+    pub(crate) clients: Vec<usize>,
     pub(crate) ops: u64,
     pub(crate) hold_us: u64,
     pub(crate) rows: Vec<Row>,
@@ -166,9 +174,15 @@ pub(crate) async fn run(target: &Target, args: BenchArgs) -> u8 {
             return code::FAILURE;
         }
     };
-    if args.clients == 0 || args.ops == 0 {
+    if args.clients.is_empty() || args.clients.contains(&0) || args.ops == 0 {
         complain("--clients and --ops must be at least 1");
         return code::USAGE;
+    }
+    let mut counts: Vec<usize> = Vec::new();
+    for c in &args.clients {
+        if !counts.contains(c) {
+            counts.push(*c);
+        }
     }
     let list = scenarios(&args.scenario);
     let mut rows = Vec::new();
@@ -198,27 +212,31 @@ pub(crate) async fn run(target: &Target, args: BenchArgs) -> u8 {
         };
         let backend = locks.backend().to_string();
         for s in &list {
-            let pb = progress(format!("{backend} {}", s.name()), args.ops);
-            let setup = scenario::Setup {
-                cfg,
-                locks: &locks,
-                clients: args.clients,
-                ops: args.ops,
-                hold: args.hold,
-                progress: &pb,
-            };
-            let mut row = match s {
-                Scenario::Raw => floor::run(&setup).await,
-                _ => s.run(&setup).await,
-            };
-            pb.finish_and_clear();
-            row.url = url.clone();
-            rows.push(row);
+            // One client in the uncontended and raw scenarios, whatever the sweep.
+            let sweep: &[usize] = if s.sweeps() { &counts } else { &[1] };
+            for &clients in sweep {
+                let pb = progress(format!("{backend} {} ×{clients}", s.name()), args.ops);
+                let setup = scenario::Setup {
+                    cfg,
+                    locks: &locks,
+                    clients,
+                    ops: args.ops,
+                    hold: args.hold,
+                    progress: &pb,
+                };
+                let mut row = match s {
+                    Scenario::Raw => floor::run(&setup).await,
+                    _ => s.run(&setup).await,
+                };
+                pb.finish_and_clear();
+                row.url = url.clone();
+                rows.push(row);
+            }
         }
         let _ = locks.close().await;
     }
     let report = Report {
-        clients: args.clients,
+        clients: counts,
         ops: args.ops,
         hold_us: args.hold.as_micros() as u64,
         rows,

@@ -146,11 +146,21 @@ fn backend_key(r: &Row) -> String {
     format!("{} ({})", r.backend, r.url)
 }
 
-fn scenarios(report: &Report) -> Vec<String> {
+/// What a row is charted under: its scenario, with its client count in a sweep.
+fn group(report: &Report, r: &Row) -> String {
+    if report.clients.len() > 1 && r.clients > 1 {
+        format!("{} ×{}", r.scenario, r.clients)
+    } else {
+        r.scenario.clone()
+    }
+}
+
+fn groups(report: &Report) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for r in &report.rows {
-        if !out.contains(&r.scenario) {
-            out.push(r.scenario.clone());
+        let g = group(report, r);
+        if !out.contains(&g) {
+            out.push(g);
         }
     }
     out
@@ -174,7 +184,7 @@ fn legend(svg: &mut String, keys: &[String], x: f64, y: f64) {
 /// Grouped horizontal bars: ops/s per scenario, one bar per backend (log scale).
 fn throughput_svg(report: &Report) -> String {
     let keys = backends(report);
-    let scens = scenarios(report);
+    let scens = groups(report);
     let bar_h = 12.0;
     let group_h = bar_h * keys.len() as f64 + 14.0;
     let (left, width) = (110.0, 520.0);
@@ -213,7 +223,7 @@ fn throughput_svg(report: &Report) -> String {
             let row = report
                 .rows
                 .iter()
-                .find(|r| &r.scenario == s && &backend_key(r) == k);
+                .find(|r| &group(report, r) == s && &backend_key(r) == k);
             match row {
                 Some(r) if r.status == "ok" => {
                     let w = scale(r.ops_per_sec).max(1.0);
@@ -253,12 +263,13 @@ fn throughput_svg(report: &Report) -> String {
 
 /// Wait-latency distribution of one scenario: one line per backend over log2 µs buckets.
 fn latency_svg(report: &Report, scenario: &str) -> String {
+    // `scenario` is a group: a scenario, with its client count in a sweep.
     let keys = backends(report);
     let (left, top, width, height) = (50.0, 28.0, 560.0, 200.0);
     let rows: Vec<(usize, &Row)> = report
         .rows
         .iter()
-        .filter(|r| r.scenario == scenario && r.status == "ok" && r.ops > 0)
+        .filter(|r| group(report, r) == scenario && r.status == "ok" && r.ops > 0)
         .filter_map(|r| {
             keys.iter()
                 .position(|k| *k == backend_key(r))
@@ -346,6 +357,95 @@ fn latency_svg(report: &Report, scenario: &str) -> String {
     svg
 }
 
+/// The scenarios run at more than one client count.
+fn sweep_scenarios(report: &Report) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in report.rows.iter().filter(|r| r.clients > 1) {
+        if !out.contains(&r.scenario) {
+            out.push(r.scenario.clone());
+        }
+    }
+    out
+}
+
+/// A sweep: ops/s (log scale) against the client count, one line per backend.
+fn sweep_svg(report: &Report, scenario: &str) -> String {
+    let keys = backends(report);
+    let counts = &report.clients;
+    let (left, top, width, height) = (60.0, 28.0, 520.0, 200.0);
+    let points = |k: &String| -> Vec<(usize, f64)> {
+        report
+            .rows
+            .iter()
+            .filter(|r| r.scenario == scenario && r.status == "ok" && &backend_key(r) == k)
+            .filter_map(|r| {
+                counts
+                    .iter()
+                    .position(|c| *c == r.clients)
+                    .map(|i| (i, r.ops_per_sec))
+            })
+            .collect()
+    };
+    let max = keys
+        .iter()
+        .flat_map(|k| points(k))
+        .map(|(_, v)| v)
+        .fold(10.0f64, f64::max);
+    let y = |v: f64| top + height - height * v.max(1.0).log10() / max.log10();
+    let step = width / (counts.len().max(2) - 1) as f64;
+    let x = |i: usize| left + i as f64 * step;
+    let total_h = top + height + 40.0 + 16.0 * keys.len() as f64;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{total_h}" font-family="sans-serif">"#,
+        left + width + 80.0
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="4" y="16" font-size="13" font-weight="bold">Throughput against clients: {} (ops/s, log scale)</text><line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/>"##,
+        esc(scenario),
+        top + height,
+        left + width,
+        top + height,
+        top + height
+    );
+    for (i, c) in counts.iter().enumerate() {
+        let _ = write!(
+            svg,
+            r#"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{c}</text>"#,
+            x(i),
+            top + height + 14.0
+        );
+    }
+    for (ki, k) in keys.iter().enumerate() {
+        let pts = points(k);
+        let color = COLORS[ki % COLORS.len()];
+        let line: Vec<String> = pts
+            .iter()
+            .map(|&(i, v)| format!("{:.1},{:.1}", x(i), y(v)))
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            line.join(" ")
+        );
+        for &(i, v) in &pts {
+            let _ = write!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"><title>{}: {v:.0} ops/s at {} clients</title></circle><text x="{:.1}" y="{:.1}" font-size="9">{v:.0}</text>"#,
+                x(i),
+                y(v),
+                esc(k),
+                counts[i],
+                x(i) + 4.0,
+                y(v) - 4.0
+            );
+        }
+    }
+    legend(&mut svg, &keys, left, top + height + 34.0);
+    svg.push_str("</svg>");
+    svg
+}
+
 /// The self-contained HTML report: no external scripts, styles or fonts.
 pub(super) fn html(report: &Report) -> String {
     let mut h = String::from(
@@ -357,7 +457,14 @@ td,th{border:1px solid #ccc;padding:3px 8px}td.n{text-align:right}th{background:
     let _ = write!(
         h,
         "<p>{} clients, {} ops per scenario and backend, hold {} µs. Wait = acquire latency. Busiest = the busiest client's share of the ops (1/clients is even). Violations = entries that broke exclusion (overlap detector).</p>",
-        report.clients, report.ops, report.hold_us
+        report
+            .clients
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        report.ops,
+        report.hold_us
     );
     h.push_str("<table><tr><th>backend</th><th>url</th><th>scenario</th><th>clients</th><th>ops</th><th>ops/s</th><th>p50 wait</th><th>p99 wait</th><th>max wait</th><th>busiest</th><th>violations</th><th>note</th></tr>");
     for r in &report.rows {
@@ -382,7 +489,12 @@ td,th{border:1px solid #ccc;padding:3px 8px}td.n{text-align:right}th{background:
     }
     h.push_str("</table>");
     let _ = write!(h, "<section>{}</section>", throughput_svg(report));
-    for s in scenarios(report) {
+    if report.clients.len() > 1 {
+        for s in sweep_scenarios(report) {
+            let _ = write!(h, "<section>{}</section>", sweep_svg(report, &s));
+        }
+    }
+    for s in groups(report) {
         let _ = write!(h, "<section>{}</section>", latency_svg(report, &s));
     }
     h.push_str("</body></html>\n");

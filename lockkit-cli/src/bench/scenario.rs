@@ -86,6 +86,12 @@ impl Scenario {
         Scenario::Semaphore,
     ];
 
+    /// Whether the scenario runs once per client count of a sweep (the uncontended and raw
+    /// ones have one client).
+    pub(crate) fn sweeps(self) -> bool {
+        !matches!(self, Scenario::Uncontended | Scenario::Raw)
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Scenario::Uncontended => "uncontended",
