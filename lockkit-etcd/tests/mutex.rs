@@ -388,20 +388,10 @@ async fn waiter_whose_turn_comes_on_a_lagging_watch_confirms_it_first() {
     let gh = h.mutex(&n).unwrap().lock().await.unwrap();
     let mb = b.mutex(&n).unwrap();
     let waiter_b = tokio::spawn(async move { mb.lock_for(Duration::from_secs(10)).await });
-    eventually(SOON, "B queued", || {
-        let mut r = r.clone();
-        let n = n.clone();
-        async move { keys(&mut r, &n).await.len() == 2 }
-    })
-    .await;
+    common::until_keys(&r, &n, 2).await;
     let mw = w.mutex(&n).unwrap();
     let waiter_w = tokio::spawn(async move { mw.lock_for(Duration::from_secs(10)).await });
-    eventually(SOON, "W queued", || {
-        let mut r = r.clone();
-        let n = n.clone();
-        async move { keys(&mut r, &n).await.len() == 3 }
-    })
-    .await;
+    common::until_keys(&r, &n, 3).await;
     let b_lease = keys(&mut r, &n).await[1].2;
     // B's watch has shown it its own key by now.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -261,6 +261,31 @@ fn throughput_svg(report: &Report) -> String {
     svg
 }
 
+/// Opens a chart's SVG: its title, and the axes of the plot area `(left, top, width, height)`,
+/// with `right` spare on the right and room for a legend of `keys` lines below.
+fn frame(
+    title: &str,
+    (left, top, width, height): (f64, f64, f64, f64),
+    right: f64,
+    keys: usize,
+) -> String {
+    let total_h = top + height + 40.0 + 16.0 * keys as f64;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{total_h}" font-family="sans-serif">"#,
+        left + width + right
+    );
+    let _ = write!(
+        svg,
+        r##"<text x="4" y="16" font-size="13" font-weight="bold">{}</text><line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/>"##,
+        esc(title),
+        top + height,
+        left + width,
+        top + height,
+        top + height
+    );
+    svg
+}
+
 /// Wait-latency distribution of one scenario: one line per backend over log2 µs buckets.
 fn latency_svg(report: &Report, scenario: &str) -> String {
     // `scenario` is a group: a scenario, with its client count in a sweep.
@@ -282,23 +307,11 @@ fn latency_svg(report: &Report, scenario: &str) -> String {
         .max()
         .unwrap_or(1)
         .max(4);
-    let total_h = top + height + 40.0 + 16.0 * keys.len() as f64;
-    let mut svg = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{total_h}" font-family="sans-serif">"#,
-        left + width + 20.0
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="4" y="16" font-size="13" font-weight="bold">Wait latency: {} (share of acquires per bucket)</text>"#,
-        esc(scenario)
-    );
-    let _ = write!(
-        svg,
-        r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/>"##,
-        top + height,
-        left + width,
-        top + height,
-        top + height
+    let mut svg = frame(
+        &format!("Wait latency: {scenario} (share of acquires per bucket)"),
+        (left, top, width, height),
+        20.0,
+        keys.len(),
     );
     let step = width / (nb.max(2) - 1) as f64;
     for b in 0..nb {
@@ -394,19 +407,11 @@ fn sweep_svg(report: &Report, scenario: &str) -> String {
     let y = |v: f64| top + height - height * v.max(1.0).log10() / max.log10();
     let step = width / (counts.len().max(2) - 1) as f64;
     let x = |i: usize| left + i as f64 * step;
-    let total_h = top + height + 40.0 + 16.0 * keys.len() as f64;
-    let mut svg = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{total_h}" font-family="sans-serif">"#,
-        left + width + 80.0
-    );
-    let _ = write!(
-        svg,
-        r##"<text x="4" y="16" font-size="13" font-weight="bold">Throughput against clients: {} (ops/s, log scale)</text><line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/>"##,
-        esc(scenario),
-        top + height,
-        left + width,
-        top + height,
-        top + height
+    let mut svg = frame(
+        &format!("Throughput against clients: {scenario} (ops/s, log scale)"),
+        (left, top, width, height),
+        80.0,
+        keys.len(),
     );
     for (i, c) in counts.iter().enumerate() {
         let _ = write!(

@@ -62,6 +62,19 @@ pub async fn keys(raw: &mut Client, name: &str) -> Vec<(String, i64, i64)> {
         .collect()
 }
 
+/// Waits (up to 5 s) until mutex `name` has `count` keys.
+pub async fn until_keys(raw: &Client, name: &str, count: usize) {
+    eventually(
+        Duration::from_secs(5),
+        &format!("{count} keys on {name}"),
+        || {
+            let mut r = raw.clone();
+            async move { keys(&mut r, name).await.len() == count }
+        },
+    )
+    .await;
+}
+
 /// Polls `f` every 20 ms until it is true or `limit` passes.
 pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut f: F)
 where
