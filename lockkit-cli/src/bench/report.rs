@@ -401,7 +401,7 @@ fn sweep_svg(report: &Report, scenario: &str) -> String {
     };
     let max = keys
         .iter()
-        .flat_map(|k| points(k))
+        .flat_map(&points)
         .map(|(_, v)| v)
         .fold(10.0f64, f64::max);
     let y = |v: f64| top + height - height * v.max(1.0).log10() / max.log10();
