@@ -342,8 +342,10 @@ async fn queued_waiter_of_a_server_gone_for_good_gets_the_error() {
 
 /// After an outage longer than the client library's own reconnect attempts, the pub/sub
 /// connection comes back and resubscribes by itself, although no command is sent on it (the
-/// client's waiters keep the subscription up throughout): a waiter of that client gets a
-/// hand-off at once again, not at its next heartbeat.
+/// client's waiters keep the subscription up throughout): the server shows the subscription
+/// again, and then a waiter of that client gets a hand-off at once, not at its next heartbeat.
+/// (The hand-off is timed only once the subscription is back: the reconnect pings up to a
+/// second apart, and a hand-off published before it returns waits for it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pubsub_connection_comes_back_after_a_long_outage() {
     let mut server = PrivateRedis::start(&[]);
@@ -373,6 +375,26 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
         .expect("the first waiter got the lock after the restart")
         .unwrap()
         .expect("the outage did not end its wait");
+    // The pub/sub connection comes back by itself, with the lock's subscription: B pings it
+    // until it answers (at most a second apart), and the reconnect resubscribes.
+    let mut admin = admin(&server.url()).await;
+    let back = Instant::now();
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(format!("*{name}*"))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if !channels.is_empty() {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "the pub/sub connection did not come back with its subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // A second waiter of B queues while the first holds; its hand-off must reach it.
     let second = {
         let lock = b.mutex(name).unwrap();
@@ -387,7 +409,7 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
         .unwrap();
     assert!(
         released.elapsed() < Duration::from_millis(1000),
-        "the hand-off took {:?}: the pub/sub connection did not come back",
+        "the hand-off took {:?}: it came at a heartbeat, not by pub/sub",
         released.elapsed()
     );
     got.release().await.unwrap();
