@@ -128,13 +128,8 @@ const NEWCOMER: Duration = Duration::from_millis(3);
 /// Every later pause.
 const POLL: Duration = Duration::from_millis(2);
 
-/// How long a waiter that has waited `waited` pauses before its next try, jittered by up to a
-/// fifth either way so that waiters do not try in step. OS file locks keep no queue, so waiting
-/// is polling; a newcomer first sits out [`NEWCOMER`], and everyone then tries every [`POLL`],
-/// so the lock goes to one of the waiters that were there first, never to a holder that let go
-/// and came straight back.
-fn pause(waited: Duration) -> Duration {
-    let step = if waited.is_zero() { NEWCOMER } else { POLL };
+/// `step` jittered by up to a fifth either way, so that waiters do not try in step.
+fn jittered(step: Duration) -> Duration {
     let fifth = u64::try_from((step / 5).as_nanos()).unwrap_or(0);
     let jitter = rand::thread_rng().gen_range(0..=2 * fifth);
     step - step / 5 + Duration::from_nanos(jitter)
@@ -146,7 +141,8 @@ fn pause(waited: Duration) -> Duration {
 /// Every waiter holds a shared lock on `waiting` (the lock's waiting file) while it waits, so a
 /// newcomer can tell with one exclusive probe whether anyone waits. A newcomer tries at once only
 /// when nobody does (a try that may not wait tries once either way); otherwise it joins the
-/// waiters and, being the youngest, tries least often.
+/// waiters and sits out [`NEWCOMER`] before its first try, while they try every [`POLL`], so the
+/// lock goes to one of those that were there first.
 /// A holder that releases and acquires again therefore queues behind the others instead of
 /// taking the lock back before they wake (which let one of four clients take every acquisition).
 pub(crate) async fn poll<T>(
@@ -164,14 +160,14 @@ pub(crate) async fn poll<T>(
         }
     }
     let _queued = join(waiting).map_err(io_error)?;
-    let mut waited = Duration::ZERO;
+    let mut step = NEWCOMER;
     loop {
-        let step = pause(waited);
-        waited += step;
+        let pause = jittered(step);
+        step = POLL;
         let nap = match req.remaining() {
-            None => step,
+            None => pause,
             Some(left) if left.is_zero() => return Ok(None),
-            Some(left) => step.min(left),
+            Some(left) => pause.min(left),
         };
         tokio::time::sleep(nap).await;
         if let Some(v) = attempt().map_err(io_error)? {
