@@ -62,11 +62,37 @@ async fn config_errors_never_show_passwords() {
     assert!(!format!("{e:?}").contains("hunter2"), "{e:?}");
 }
 
+/// The embedded backends have no server to show credentials to: they refuse them rather than
+/// drop them silently.
+#[tokio::test]
+async fn embedded_backends_refuse_credentials() {
+    let dir = std::env::temp_dir().join(format!("lockkit-facade-cred-{}", std::process::id()));
+    let file = format!("file://{}", dir.display());
+    for url in ["mem://", "mem://named", file.as_str()] {
+        let mut with_user = LockConfig::new(url);
+        with_user.username = Some("app".into());
+        let mut with_password = LockConfig::new(url);
+        with_password.password = Some(lockkit::Secret::new("hunter2"));
+        for cfg in [with_user, with_password] {
+            let e = lockkit::from_config(&cfg).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
+            assert!(e.to_string().contains("password"), "{url}: {e}");
+            assert!(!e.to_string().contains("hunter2"), "{url}: {e}");
+        }
+    }
+    let e = lockkit::connect("mem://app:hunter2@named")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn from_config_reads_toml() {
     let cfg = LockConfig::from_toml_str("url = \"mem://\"\nlease = \"2s\"\nkey_prefix = \"app\"")
         .unwrap();
     let locks = lockkit::from_config(&cfg).await.unwrap();
+    assert_eq!(locks.default_lease(), std::time::Duration::from_secs(2));
     assert!(locks
         .mutex("a")
         .unwrap()

@@ -46,6 +46,19 @@ impl LeaseClock {
         self.set_deadline(Some(sent_at + lease.saturating_sub(margin(lease))));
     }
 
+    /// A renewal for `lease` sent at `sent_at` may or may not have been applied (its answer was
+    /// lost): the deadline becomes the earlier of the current one and the renewal's.
+    pub fn maybe_renewed(&self, sent_at: Instant, lease: Duration) {
+        let theirs = sent_at + lease.saturating_sub(margin(lease));
+        self.deadline.send_if_modified(|d| match *d {
+            Some(ours) if ours <= theirs => false,
+            _ => {
+                *d = Some(theirs);
+                true
+            }
+        });
+    }
+
     /// Sets the deadline outright (`None`: none, the lease lives as long as its holder).
     pub fn set_deadline(&self, at: Option<Instant>) {
         self.deadline.send_if_modified(|d| {
@@ -124,5 +137,24 @@ mod tests {
             .await
             .unwrap();
         assert!(c.has_passed(Instant::now()));
+    }
+
+    #[test]
+    fn a_renewal_of_unknown_outcome_keeps_the_earlier_deadline() {
+        let now = Instant::now();
+        let c = LeaseClock::starting(now, Duration::from_secs(60));
+        let long = c.deadline().unwrap();
+        c.maybe_renewed(now, Duration::from_secs(120));
+        assert_eq!(
+            c.deadline(),
+            Some(long),
+            "a longer lease may not have been applied"
+        );
+        c.maybe_renewed(now, Duration::from_secs(2));
+        let short = c.deadline().unwrap();
+        assert!(
+            short < now + Duration::from_secs(2),
+            "a shorter one may have been"
+        );
     }
 }

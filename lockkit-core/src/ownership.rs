@@ -306,10 +306,15 @@ impl GuardCore {
         check_asked_lease(lease)?;
         own.check_live()?;
         let sent_at = Instant::now();
-        own.held
-            .extend(lease)
-            .await
-            .inspect_err(|e| self.note_lost(e))?;
+        if let Err(e) = own.held.extend(lease).await {
+            self.note_lost(&e);
+            // An extend that failed on the way may still have been applied: until a later one
+            // settles it, the guard keeps whichever deadline comes first.
+            if e.kind() != ErrorKind::LockLost {
+                own.state.clock().maybe_renewed(sent_at, lease);
+            }
+            return Err(e);
+        }
         // The deadline follows the new lease, shorter or longer: the server counts it from no
         // earlier than this request.
         own.state.clock().renewed(sent_at, lease);

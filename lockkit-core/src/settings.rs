@@ -242,6 +242,17 @@ impl<K: OptionKey> Settings<K> {
         &self.url
     }
 
+    /// Refuses a user name or password (in the URL or the config) for a backend with nobody to
+    /// show them to, so a credential is never silently dropped.
+    pub fn refuse_credentials(&self, scheme: &str) -> Result<()> {
+        if self.url.username.is_some() || self.url.password.is_some() {
+            return Err(Error::config(format!(
+                "{scheme}:// takes no user name or password: there is no server to check them"
+            )));
+        }
+        Ok(())
+    }
+
     /// The key prefix, `lockkit` unless set.
     pub fn prefix(&self) -> &str {
         self.prefix.as_deref().unwrap_or("lockkit")

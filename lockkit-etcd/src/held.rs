@@ -10,7 +10,7 @@ use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
 use lockkit_core::{Error, LostReason, Result};
 
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, move_to_lease, reap_step, revoke, KeyLease};
+use crate::ops::{delete_if_ours, key_lease, move_to_lease, reap_step, revoke, KeyLease};
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 
@@ -166,25 +166,31 @@ impl Held for EtcdHeld {
         // A new lease of the requested length; move our key onto it only while it is ours,
         // keeping its value (a semaphore's weight, a reader's `r`).
         let (new, _) = grant_exact(&s.inner.pool, lease).await?;
-        let resp = move_to_lease(&s.inner, &s.key, s.rev, new).await;
-        match resp {
-            Ok(true) => {
-                *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
-                // Nothing is on the old lease any more: if this revoke fails, it runs out.
-                let _ = revoke(&s.inner, old).await;
-                Ok(())
-            }
-            Ok(false) => {
-                let _ = revoke(&s.inner, new).await;
-                s.state.mark_lost(LostReason::Deleted);
-                Err(Error::lost(&s.name))
-            }
-            Err(e) => {
-                // Whether the move happened is unknown: the old lease stays ours to expire, the
-                // new one runs out by itself if the server does not take the revoke.
-                let _ = revoke(&s.inner, new).await;
-                Err(e)
-            }
+        let moved = match move_to_lease(&s.inner, &s.key, s.rev, new).await {
+            Ok(moved) => moved,
+            // The answer was lost, not the question: read where the key is now.
+            Err(e) => match key_lease(&s.inner, &s.key, s.rev).await {
+                Ok(Some(on)) if on == new => true,
+                Ok(Some(_)) => {
+                    let _ = revoke(&s.inner, new).await;
+                    return Err(e);
+                }
+                Ok(None) => false,
+                // Still unknown: neither lease is revoked (one may hold our key; each runs out
+                // by itself), and the core keeps the earlier of the two deadlines.
+                Err(_) => return Err(e),
+            },
+        };
+        if moved {
+            *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
+            // Nothing is on the old lease any more: if this revoke fails, it runs out.
+            let _ = revoke(&s.inner, old).await;
+            Ok(())
+        } else {
+            // Lost before the round trip that tidies up, never after it.
+            s.state.mark_lost(LostReason::Deleted);
+            let _ = revoke(&s.inner, new).await;
+            Err(Error::lost(&s.name))
         }
     }
 }

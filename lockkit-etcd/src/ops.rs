@@ -141,6 +141,23 @@ pub(crate) async fn move_to_lease(inner: &Inner, key: &[u8], rev: i64, id: i64) 
     Ok(resp.succeeded())
 }
 
+/// The lease `key` is on while its create revision is `rev` (`None`: it is not ours any more).
+pub(crate) async fn key_lease(inner: &Inner, key: &[u8], rev: i64) -> Result<Option<i64>> {
+    let k = key.to_vec();
+    let resp = inner
+        .pool
+        .run("read a key's lease", true, move |mut c| {
+            let k = k.clone();
+            async move { c.get(k, None).await }
+        })
+        .await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .filter(|kv| kv.create_revision() == rev)
+        .map(|kv| kv.lease()))
+}
+
 /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
 pub(crate) async fn delete_if_ours(inner: &Inner, key: &[u8], rev: i64) -> Result<bool> {
     inner.pool.delete_if_created(key, rev).await

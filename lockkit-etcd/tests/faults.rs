@@ -117,9 +117,10 @@ async fn outage_past_the_lease_makes_guards_lost_then_recovers() {
         g.state() != LockState::Held
     })
     .await;
-    tokio::time::timeout(Duration::from_secs(5), g.lost())
+    let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await
         .expect("Lost at the local lease deadline");
+    assert_eq!(reason, lockkit_core::LostReason::SessionExpired);
     outage.end();
     let g2 = tokio::time::timeout(Duration::from_secs(20), async {
         loop {

@@ -382,6 +382,9 @@ async fn run<P: PushSink>(
     pushes: P,
     follow: Arc<Notify>,
 ) {
+    // Failed resolutions and unusable new primaries are retried on a jittered backoff, so the
+    // clients of one failover do not ask the Sentinels in lockstep.
+    let mut retry = Backoff::new(MIN_GAP, MIN_GAP * 8).start();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
@@ -396,10 +399,11 @@ async fn run<P: PushSink>(
                 tracing::debug!(error = %e, "lockkit: Sentinels did not answer");
                 conn.resolved();
                 pubsub.resolved();
-                tokio::time::sleep(MIN_GAP).await;
+                retry.wait().await;
                 continue;
             }
         };
+        let mut settled = true;
         if found != addr {
             match open(&settings, &found, &pushes).await {
                 Ok((c, p)) => {
@@ -421,11 +425,17 @@ async fn run<P: PushSink>(
                     tracing::debug!(error = %e, "lockkit: new primary not usable yet");
                     // Look again soon: the promotion may still be under way.
                     follow.notify_one();
+                    settled = false;
                 }
             }
         }
         conn.resolved();
         pubsub.resolved();
-        tokio::time::sleep(MIN_GAP).await;
+        if settled {
+            retry.reset();
+            tokio::time::sleep(MIN_GAP).await;
+        } else {
+            retry.wait().await;
+        }
     }
 }

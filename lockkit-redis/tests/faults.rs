@@ -469,3 +469,48 @@ async fn waiter_timing_out_during_an_outage_leaves_the_queue_afterwards() {
     let g = free_soon_after(&c.mutex(&n).unwrap(), "the dead waiter's queue entry").await;
     g.release().await.unwrap();
 }
+
+/// An extend to a shorter lease whose answer is lost in a freeze (SIGSTOP past the command
+/// timeout) may or may not be applied when the server resumes: if it is, the key ends 2 s after
+/// the extend was sent. So the guard keeps the earlier of the two deadlines until an extend
+/// settles it: it reads Lost by then, and never Held while another client holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_lost_in_a_freeze_keeps_the_earlier_deadline() {
+    let server = PrivateRedis::start(&[]);
+    let opts = [("command_timeout", "500ms"), ("wait_replicas", "0")];
+    let (a, b) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let n = unique_name("extend-freeze");
+    let g = a
+        .mutex(&n)
+        .unwrap()
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    server.pause();
+    let sent = Instant::now();
+    let extended = g.extend(Duration::from_secs(2)).await;
+    assert!(extended.is_err(), "an extend answered by a frozen server");
+    server.resume();
+    let other = b.mutex(&n).unwrap();
+    let mut taken = None;
+    while sent.elapsed() < Duration::from_secs(4) {
+        if let Some(t) = other.try_lock().await.unwrap() {
+            taken = Some(t);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        g.state(),
+        LockState::Lost,
+        "Held past the deadline of an extend that may have been applied"
+    );
+    if let Some(t) = taken {
+        assert!(t.token() > g.token());
+        t.release().await.unwrap();
+    }
+}

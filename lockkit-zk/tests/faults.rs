@@ -86,9 +86,10 @@ async fn session_expiry_makes_guard_lost_and_handle_recovers() {
 
     let cut = Instant::now();
     proxy.cut();
-    tokio::time::timeout(Duration::from_secs(10), guard.lost())
+    let reason = tokio::time::timeout(Duration::from_secs(10), guard.lost())
         .await
         .expect("lost() after session expiry");
+    assert_eq!(reason, lockkit_core::LostReason::SessionExpired);
     assert_eq!(guard.state(), LockState::Lost);
     let lost_after = cut.elapsed();
     assert!(
@@ -135,9 +136,10 @@ async fn long_disconnection_makes_guard_lost() {
     let restart = Restart(true);
     wait_state(&guard, LockState::Suspect, Duration::from_secs(10)).await;
     // Past the session timeout without contact, the server may have expired us: Lost.
-    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost() after a disconnection longer than the session timeout");
+    assert_eq!(reason, lockkit_core::LostReason::SessionExpired);
     drop(restart);
 }
 

@@ -6,8 +6,8 @@ use std::time::Instant;
 use lockkit::BackendKind;
 
 use super::raw::RawFloor;
+use super::results::Row;
 use super::scenario::{summarize, ClientResult, Scenario, Setup};
-use super::Row;
 
 /// The raw-floor row of the backend `s` talks to.
 pub(crate) async fn run(s: &Setup<'_>) -> Row {

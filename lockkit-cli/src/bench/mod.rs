@@ -3,6 +3,7 @@
 mod floor;
 mod raw;
 mod report;
+mod results;
 mod scenario;
 
 use std::io::IsTerminal;
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+
+use results::{Report, Row};
 
 use crate::target::Target;
 use crate::{code, complain, parse_duration};
@@ -69,66 +71,6 @@ pub(crate) struct BenchArgs {
     /// Also write a self-contained HTML report (table and SVG charts) to this file.
     #[arg(long, value_name = "FILE")]
     report: Option<std::path::PathBuf>,
-}
-
-/// One result row: one scenario on one backend.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct Row {
-    pub(crate) backend: String,
-    pub(crate) url: String,
-    pub(crate) scenario: String,
-    pub(crate) clients: usize,
-    pub(crate) ops: u64,
-    /// `ok`, `unsupported`, `n/a` (no raw floor for this URL) or `error`.
-    pub(crate) status: String,
-    pub(crate) note: Option<String>,
-    pub(crate) elapsed_ms: f64,
-    pub(crate) ops_per_sec: f64,
-    pub(crate) p50_wait_us: f64,
-    pub(crate) p99_wait_us: f64,
-    pub(crate) max_wait_us: f64,
-    /// The busiest client's share of the ops (1/clients is perfectly even).
-    pub(crate) busiest_share: Option<f64>,
-    pub(crate) violations: u64,
-    /// Wait-latency histogram: bucket `i` counts waits in [2^i, 2^(i+1)) µs.
-    pub(crate) histogram: Vec<u64>,
-}
-
-impl Row {
-    pub(crate) fn empty(backend: &str, url: &str, scenario: &str, status: &str) -> Self {
-        Row {
-            backend: backend.into(),
-            url: url.into(),
-            scenario: scenario.into(),
-            clients: 0,
-            ops: 0,
-            status: status.into(),
-            note: None,
-            elapsed_ms: 0.0,
-            ops_per_sec: 0.0,
-            p50_wait_us: 0.0,
-            p99_wait_us: 0.0,
-            max_wait_us: 0.0,
-            busiest_share: None,
-            violations: 0,
-            histogram: Vec::new(),
-        }
-    }
-
-    pub(crate) fn with_note(mut self, note: impl Into<String>) -> Self {
-        self.note = Some(note.into());
-        self
-    }
-}
-
-/// The whole run, as printed by `--json`.
-#[derive(Debug, Serialize)]
-pub(crate) struct Report {
-    /// The client counts of the multi-client scenarios, in the order run.
-    pub(crate) clients: Vec<usize>,
-    pub(crate) ops: u64,
-    pub(crate) hold_us: u64,
-    pub(crate) rows: Vec<Row>,
 }
 
 fn scenarios(which: &[Which]) -> Vec<Scenario> {

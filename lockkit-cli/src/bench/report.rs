@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, Row};
+use super::results::{Report, Row};
 
 fn us(v: f64) -> String {
     if v >= 1_000_000.0 {

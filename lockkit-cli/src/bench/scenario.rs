@@ -8,7 +8,7 @@ use indicatif::ProgressBar;
 use lockkit::{AcquireOptions, BackendKind, LockConfig, Locks};
 use rand::{Rng, SeedableRng};
 
-use super::Row;
+use super::results::Row;
 use crate::guard::{AnyLock, HoldKind};
 
 /// One scenario.
@@ -265,7 +265,7 @@ async fn client(
         let guard = lock
             .acquire(&opts)
             .await?
-            .expect("an acquire that waits forever returns a guard");
+            .ok_or_else(|| lockkit::Error::contract("an acquire that waits forever gave up"))?;
         out.waits_ns.push(t0.elapsed().as_nanos() as u64);
         let d = &detectors[slot];
         d.enter(kind, i64::from(permits));

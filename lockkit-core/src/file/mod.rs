@@ -96,6 +96,7 @@ crate::option_keys! {
 /// lease; `connect_timeout` and `command_timeout` are accepted and have nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
     let settings = Settings::<FileKey>::parse(cfg)?;
+    settings.refuse_credentials("file")?;
     let sync = settings.flag(FileKey::Sync)?.unwrap_or(true);
     let mut dir = PathBuf::from(&settings.url().path);
     if let Some(p) = settings.explicit_prefix() {

@@ -63,6 +63,7 @@ impl Locks {
 /// nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
     let settings = Settings::<NoKey>::parse(cfg)?;
+    settings.refuse_credentials("mem")?;
     let url = settings.url();
     let name = match (url.hosts.as_slice(), url.path.as_str()) {
         ([], path) => path.to_string(),

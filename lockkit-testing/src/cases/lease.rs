@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::{assert_kind, fixed, mutex, name, within, SHORT, SOON};
-use lockkit_core::{AcquireOptions, ErrorKind, LockState, Locks};
+use lockkit_core::{AcquireOptions, ErrorKind, LockState, Locks, LostReason};
 
 /// A fixed lease runs out: another acquirer gets the lock and the old guard turns Lost.
 pub async fn fixed_lease_expires_and_old_guard_is_lost(locks: &Locks) {
@@ -28,7 +28,13 @@ pub async fn fixed_lease_expires_and_old_guard_is_lost(locks: &Locks) {
     .await
     .unwrap()
     .expect("expired lock taken over");
-    within(SOON, "old guard's lost()", old.lost()).await;
+    let reason = within(SOON, "old guard's lost()", old.lost()).await;
+    assert_eq!(
+        reason,
+        LostReason::LeaseExpired,
+        "why the old guard was lost"
+    );
+    assert_eq!(old.lost_reason(), Some(LostReason::LeaseExpired));
     assert_eq!(old.state(), LockState::Lost);
     assert!(new.token() > old.token());
     new.release().await.unwrap();
@@ -172,7 +178,8 @@ pub async fn release_after_force_unlock_is_lost(locks: &Locks) {
     assert!(!mutex(locks, &n).is_locked().await.unwrap());
 }
 
-/// Every operation on a lost guard is a typed error, never a panic.
+/// Every operation on a lost guard is a typed error, never a panic; a force-unlocked guard is
+/// lost with `Deleted`.
 pub async fn release_of_lost_guard_is_an_error_not_a_panic(locks: &Locks) {
     let n = name("lost-ops");
     let g = mutex(locks, &n)
@@ -181,7 +188,12 @@ pub async fn release_of_lost_guard_is_an_error_not_a_panic(locks: &Locks) {
         .unwrap()
         .unwrap();
     mutex(locks, &n).force_unlock().await.unwrap();
-    within(Duration::from_secs(10), "lost()", g.lost()).await;
+    let reason = within(Duration::from_secs(10), "lost()", g.lost()).await;
+    assert_eq!(
+        reason,
+        LostReason::Deleted,
+        "why a force-unlocked guard was lost"
+    );
     assert_kind(
         g.reenter().await,
         ErrorKind::LockLost,
