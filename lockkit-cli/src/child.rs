@@ -1,18 +1,52 @@
-//! How `lockkit exec` starts its command so that the command never outlives lockkit.
+//! How `lockkit exec` starts its command so that nothing it started outlives the lock.
 //!
-//! On Linux the command is started through this same binary, as `lockkit __exec-child <pid> --
-//! CMD...`: the helper asks the kernel to SIGKILL it when its parent dies (`PR_SET_PDEATHSIG`,
-//! which `execve` keeps), checks that its parent is still lockkit (if lockkit died before the
-//! call, the helper has another parent by then, and stops), and then becomes the command
-//! (`exec`: same process, same pid, so signals forwarded to it reach the command). However
-//! lockkit dies, SIGKILL included, its command dies with it. Elsewhere the command is started
-//! directly, and a SIGKILLed lockkit leaves it running: run it under a supervisor that kills
-//! the process group.
+//! On Linux the command runs under a small synchronous supervisor, this same binary started as
+//! `lockkit __exec-child <pid> -- CMD...` (see [`supervisor`]):
+//!
+//! - The supervisor asks the kernel for a signal when lockkit dies (`PR_SET_PDEATHSIG`), checks
+//!   that its parent is still lockkit (if lockkit died before the call, the supervisor has
+//!   another parent by then, and stops with exit code 70 without running anything), and starts
+//!   the command in a new process group of its own.
+//! - The command itself is started through one more re-exec, `lockkit __exec-command <pid> --
+//!   CMD...`, already in the new group, which ties itself to the supervisor with
+//!   `PR_SET_PDEATHSIG` = SIGKILL (kept across `execve`), checks the supervisor is still its
+//!   parent, and becomes the command (`exec`: same pid, which names the group).
+//! - When lockkit dies, SIGKILL included, or asks for it ([`KILL_NOW`], after a lost lock's
+//!   `--kill-after`), the supervisor SIGKILLs the command's whole process group. When the
+//!   command's main process exits, whatever it left in its group is SIGKILLed too (like
+//!   systemd's `KillMode=control-group`) before the supervisor exits with the command's status
+//!   (`128+N` when a signal `N` killed it). SIGINT, SIGTERM and SIGHUP that lockkit forwards go
+//!   to the whole group.
+//!
+//! What escapes: a process that leaves the group itself (`setsid`, `setpgid`: daemons, `sudo`
+//! with a pty, `setsid(1)`); a process the supervisor may not signal (one running as another
+//! user, e.g. under `sudo`: `PR_SET_PDEATHSIG` is also cleared when a setuid or file-capability
+//! binary is executed); and, if the supervisor itself is SIGKILLed directly (not lockkit), the
+//! command's children: the command dies with the supervisor, its children do not.
+//!
+//! Elsewhere (not Linux) the command is started directly, as a plain child in lockkit's process
+//! group: signals and a lost lock's SIGTERM/SIGKILL reach only that process, and a SIGKILLed
+//! lockkit leaves it running: run lockkit under a supervisor that kills the process group.
 
 use std::ffi::OsString;
 
-/// The hidden first argument that makes this binary the helper.
+#[cfg(target_os = "linux")]
+mod supervisor;
+
+/// The hidden first argument that makes this binary the supervisor.
 pub(crate) const ARG: &str = "__exec-child";
+
+/// The hidden first argument that makes this binary the command's last step before `exec`.
+pub(crate) const COMMAND_ARG: &str = "__exec-command";
+
+/// What lockkit sends the supervisor to have the command's whole group SIGKILLed at once (the
+/// same signal the supervisor gets when lockkit dies). Without a supervisor: SIGKILL itself.
+#[cfg(target_os = "linux")]
+pub(crate) const KILL_NOW: rustix::process::Signal = rustix::process::Signal::USR1;
+/// What lockkit sends the supervisor to have the command's whole group SIGKILLed at once (the
+/// same signal the supervisor gets when lockkit dies). Without a supervisor: SIGKILL itself.
+#[cfg(not(target_os = "linux"))]
+pub(crate) const KILL_NOW: rustix::process::Signal = rustix::process::Signal::KILL;
 
 /// The command that runs `cmd` for a lockkit process whose lock protects it.
 pub(crate) fn command(cmd: &[String]) -> std::io::Result<tokio::process::Command> {
@@ -30,52 +64,80 @@ pub(crate) fn command(cmd: &[String]) -> std::io::Result<tokio::process::Command
     }
 }
 
-/// The helper: `args` are what follows [`ARG`]. Never returns.
+/// The supervisor: `args` are what follows [`ARG`]. Never returns.
 pub(crate) fn run(args: &[OsString]) -> ! {
-    let (parent, cmd) = match args {
-        [parent, dashes, cmd @ ..] if dashes == "--" && !cmd.is_empty() => (parent, cmd),
-        _ => fail(
+    // Blocked before anything else, so that none of them can end the supervisor before it
+    // looks at them; the command starts with an empty mask (std resets it in the child).
+    #[cfg(target_os = "linux")]
+    supervisor::block_signals();
+    let (parent, _, cmd) = parse(args, false);
+    #[cfg(target_os = "linux")]
+    supervisor::run(parent, cmd);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = parent;
+        exec(cmd)
+    }
+}
+
+/// The command's last step: `args` are what follows [`COMMAND_ARG`]. Never returns.
+pub(crate) fn run_command(args: &[OsString]) -> ! {
+    let (parent, terminal, cmd) = parse(args, true);
+    #[cfg(target_os = "linux")]
+    supervisor::prepare_command(parent, terminal);
+    #[cfg(not(target_os = "linux"))]
+    let _ = (parent, terminal);
+    exec(cmd)
+}
+
+/// `PID [--terminal] -- CMD...` (`--terminal` only where `terminal_flag`).
+fn parse(args: &[OsString], terminal_flag: bool) -> (i32, bool, &[OsString]) {
+    let usage = || -> ! {
+        fail(
             crate::code::USAGE,
-            "usage: lockkit __exec-child PID -- CMD...",
-        ),
+            if terminal_flag {
+                "usage: lockkit __exec-command PID [--terminal] -- CMD..."
+            } else {
+                "usage: lockkit __exec-child PID -- CMD..."
+            },
+        )
+    };
+    let (parent, rest) = match args {
+        [parent, rest @ ..] => (parent, rest),
+        [] => usage(),
+    };
+    let (terminal, rest) = match rest {
+        [flag, rest @ ..] if terminal_flag && flag == "--terminal" => (true, rest),
+        _ => (false, rest),
+    };
+    let cmd = match rest {
+        [dashes, cmd @ ..] if dashes == "--" && !cmd.is_empty() => cmd,
+        _ => usage(),
     };
     let parent: i32 = parent
         .to_str()
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| fail(crate::code::USAGE, "__exec-child: bad parent pid"));
-    die_with_parent(parent);
-    let err = exec(cmd);
-    let code = match err.kind() {
+        .filter(|p| *p > 0)
+        .unwrap_or_else(|| fail(crate::code::USAGE, "bad parent pid"));
+    (parent, terminal, cmd)
+}
+
+/// Becomes `cmd` (std's `exec` resets SIGPIPE, which std ignores, first), or exits 127/126.
+fn exec(cmd: &[OsString]) -> ! {
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&cmd[0]).args(&cmd[1..]).exec();
+    fail(
+        exec_error_code(&err),
+        format!("cannot run {:?}: {err}", cmd[0]),
+    )
+}
+
+/// The shell's exit code for a command that could not be started.
+fn exec_error_code(err: &std::io::Error) -> u8 {
+    match err.kind() {
         std::io::ErrorKind::NotFound => crate::code::NOT_FOUND,
         _ => crate::code::CANNOT_EXEC,
-    };
-    fail(code, format!("cannot run {:?}: {err}", cmd[0]))
-}
-
-#[cfg(target_os = "linux")]
-fn die_with_parent(parent: i32) {
-    use rustix::process::{getppid, set_parent_process_death_signal, Pid, Signal};
-    if let Err(e) = set_parent_process_death_signal(Some(Signal::KILL)) {
-        fail(
-            crate::code::CANNOT_EXEC,
-            format!("cannot tie the command to lockkit: {e}"),
-        );
     }
-    // Checked after the call: a parent that died before it left us to another.
-    if getppid() != Pid::from_raw(parent) {
-        fail(
-            crate::code::LOST,
-            "lockkit exited before its command started",
-        );
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn die_with_parent(_parent: i32) {}
-
-fn exec(cmd: &[OsString]) -> std::io::Error {
-    use std::os::unix::process::CommandExt;
-    std::process::Command::new(&cmd[0]).args(&cmd[1..]).exec()
 }
 
 fn fail(code: u8, msg: impl std::fmt::Display) -> ! {

@@ -83,6 +83,9 @@ pub(crate) fn status_code(status: ExitStatus) -> u8 {
     }
 }
 
+/// How long the supervisor gets to kill the command's group before it is SIGKILLed itself.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
 fn send(pid: Option<u32>, sig: Signal) {
     if let Some(pid) = pid.and_then(|p| Pid::from_raw(p as i32)) {
         // The child may have exited already; nothing to do then.
@@ -149,7 +152,8 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
         }
     };
 
-    // Started so that it dies with us (see `child.rs`): it never runs without the lock.
+    // Started so that it and its process group die with us (see `child.rs`): nothing it
+    // started runs on without the lock.
     let spawned = crate::child::command(&args.command).and_then(|mut cmd| {
         cmd.env("LOCKKIT_FENCING_TOKEN", guard.token().0.to_string())
             .env("LOCKKIT_LOCK_NAME", &args.name)
@@ -184,11 +188,16 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
                 send(pid, Signal::TERM);
                 if tokio::time::timeout(args.kill_after, child.wait()).await.is_err() {
                     complain(format!(
-                        "the command did not exit within {}; sending SIGKILL",
+                        "the command did not exit within {}; sending its process group SIGKILL",
                         humantime::format_duration(args.kill_after)
                     ));
-                    send(pid, Signal::KILL);
-                    let _ = child.wait().await;
+                    // The supervisor SIGKILLs the whole group; SIGKILL to the supervisor
+                    // itself would take only the command's main process along.
+                    send(pid, crate::child::KILL_NOW);
+                    if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
+                        send(pid, Signal::KILL);
+                        let _ = child.wait().await;
+                    }
                 }
                 let _ = guard.release().await;
                 return code::LOST;

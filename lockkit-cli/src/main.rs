@@ -41,7 +41,7 @@ Exit codes:
   2       bad command line
   64      invalid lock name or argument
   69      the backend does not support this operation
-  70      exec: the lock was lost while the command ran; the command got SIGTERM (SIGKILL after --kill-after)
+  70      exec: the lock was lost while the command ran; its group got SIGTERM (SIGKILL after --kill-after)
   75      exec: the lock stayed busy for the whole --wait (e.g. --wait 0 on a held lock)
   126     exec: the command could not be executed
   127     exec: the command was not found";
@@ -79,9 +79,11 @@ enum Command {
     /// Run a command while holding a lock: a distributed flock(1).
     ///
     /// The command gets LOCKKIT_FENCING_TOKEN and LOCKKIT_LOCK_NAME in its environment;
-    /// SIGINT, SIGTERM and SIGHUP sent to lockkit are forwarded to it; the lock is released on
-    /// every exit path. If the lock is lost while it runs, the command gets SIGTERM (then
-    /// SIGKILL after --kill-after) and lockkit exits 70.
+    /// SIGINT, SIGTERM and SIGHUP sent to lockkit are forwarded to its process group; the lock
+    /// is released on every exit path. If the lock is lost while it runs, its process group
+    /// gets SIGTERM (then SIGKILL after --kill-after) and lockkit exits 70. On Linux the command
+    /// and everything in its process group are SIGKILLed when lockkit dies (kill -9 included)
+    /// and when the command exits.
     #[command(after_help = AFTER_HELP)]
     Exec(exec::ExecArgs),
 
@@ -152,8 +154,10 @@ pub(crate) fn error_code(e: &lockkit::Error) -> u8 {
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == child::ARG) {
-        child::run(&args[2..]);
+    match args.get(1) {
+        Some(a) if a == child::ARG => child::run(&args[2..]),
+        Some(a) if a == child::COMMAND_ARG => child::run_command(&args[2..]),
+        _ => {}
     }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -44,7 +44,77 @@ fn file_lost_lock_terminates_command() {
 #[test]
 fn file_killed_lockkit_takes_its_command_along() {
     let d = TempDir::new("pdeathsig");
-    suite::killed_lockkit_takes_its_command_along(&d.url(), "2s");
+    suite::killed_lockkit_takes_its_command_along(&d.url(), Duration::from_secs(2));
+}
+
+#[test]
+fn file_leftovers_die_with_the_command() {
+    let d = TempDir::new("leftovers");
+    suite::leftovers_die_with_the_command(&d.url());
+}
+
+#[test]
+fn file_sigterm_reaches_the_group() {
+    let d = TempDir::new("termgroup");
+    suite::sigterm_reaches_the_group(&d.url());
+}
+
+#[test]
+fn file_lost_lock_kills_the_group() {
+    let d = TempDir::new("lostgroup");
+    suite::lost_lock_kills_the_group(&d.url());
+}
+
+/// The supervisor runs nothing unless its parent is the lockkit whose pid it was given (it
+/// stops with 70 when that lockkit died before it started); nor does the command's last step.
+#[cfg(target_os = "linux")]
+#[test]
+fn exec_helpers_refuse_a_parent_that_is_not_theirs() {
+    let d = TempDir::new("refuse");
+    let marker = d.path("ran");
+    let script = format!("echo ran > {}", marker.display());
+    for helper in ["__exec-child", "__exec-command"] {
+        let mut c = std::process::Command::new(LOCKKIT);
+        c.args([helper, "1", "--", "sh", "-c", &script]);
+        let o = run(c, LIMIT);
+        assert_eq!(code(&o), 70, "{helper}: {:?}", text(&o));
+        assert!(!marker.exists(), "{helper} ran the command");
+    }
+    // Given the right pid (this test is their parent), both run it.
+    for helper in ["__exec-child", "__exec-command"] {
+        let _ = std::fs::remove_file(&marker);
+        let mut c = std::process::Command::new(LOCKKIT);
+        let me = std::process::id().to_string();
+        c.args([helper, me.as_str(), "--", "sh", "-c", &script]);
+        let o = run(c, LIMIT);
+        assert_eq!(code(&o), 0, "{helper}: {:?}", text(&o));
+        assert!(marker.exists(), "{helper} did not run the command");
+    }
+}
+
+/// The command starts with no signal blocked and SIGPIPE not ignored, whatever the supervisor
+/// blocks for itself.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_command_starts_with_clean_signals() {
+    let o = run(
+        lockkit("mem://", &["exec", "x", "--", "cat", "/proc/self/status"]),
+        LIMIT,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    let mask = |field: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("no {field} in {out}"))
+    };
+    assert_eq!(
+        mask("SigBlk:"),
+        0,
+        "the command starts with signals blocked"
+    );
+    assert_eq!(mask("SigIgn:") & (1 << (13 - 1)), 0, "SIGPIPE is ignored");
 }
 
 #[test]
@@ -164,4 +234,56 @@ fn file_lost_lock_kills_a_command_that_ignores_sigterm() {
     );
     let err = holder.stderr();
     assert!(err.contains("SIGKILL"), "{err}");
+}
+
+/// `lockkit exec` in the foreground of a terminal (a pty, under `setsid --ctty`): the command's
+/// group gets the terminal, so the command reads it (instead of stopping on SIGTTIN) and Ctrl-C
+/// reaches it.
+#[cfg(target_os = "linux")]
+#[test]
+fn on_a_terminal_the_command_gets_the_foreground() {
+    use std::io::{Read, Write};
+    let session = |script: &str, input: &[u8]| -> (Option<i32>, String) {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let slave = std::fs::File::from(pty.slave);
+        let mut c = std::process::Command::new("setsid");
+        c.args([
+            "--ctty", "--wait", LOCKKIT, "--url", "mem://", "exec", "x", "--",
+        ])
+        .args(["sh", "-c", script])
+        .env_remove("LOCKKIT_URL")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave);
+        let child = c.spawn().unwrap();
+        drop(c);
+        let mut master = std::fs::File::from(pty.master);
+        let mut reader = master.try_clone().unwrap();
+        let output = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut buf = [0u8; 256];
+            // EIO once every process holding the terminal has exited.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        master.write_all(input).unwrap();
+        let status = Bg(child).wait(Duration::from_secs(20));
+        drop(master);
+        (status.code(), output.join().unwrap())
+    };
+    let (code, out) = session("read line; echo got:$line; exit 4", b"hello\n");
+    assert_eq!(code, Some(4), "{out}");
+    assert!(out.contains("got:hello"), "{out}");
+    let (code, out) = session("sleep 30 & wait", b"\x03");
+    assert_eq!(
+        code,
+        Some(128 + 2),
+        "Ctrl-C did not reach the command: {out}"
+    );
 }

@@ -37,9 +37,12 @@ async fn exec_on(backend: &str) {
         suite::crash_releases_and_busy_code(&url);
         suite::sigint_is_forwarded(&url);
         suite::lost_lock_terminates_command(&url, "3s");
-        suite::killed_lockkit_takes_its_command_along(&url, "2s");
+        suite::killed_lockkit_takes_its_command_along(&url, std::time::Duration::from_secs(2));
+        suite::leftovers_die_with_the_command(&url);
+        suite::sigterm_reaches_the_group(&url);
         if caps.mutex.fixed_lease {
             suite::fixed_lease_runs_out(&url);
+            suite::lost_lock_kills_the_group(&url);
         }
     })
     .await

@@ -16,6 +16,8 @@ pub fn exit_status_and_env(url: &str) {
     let n = name("status");
     let o = run(exec(url, &n, &[], &["sh", "-c", "exit 7"]), LIMIT);
     assert_eq!(code(&o), 7, "{:?}", text(&o));
+    let o = run(exec(url, &n, &[], &["sh", "-c", "kill -TERM $$"]), LIMIT);
+    assert_eq!(code(&o), 128 + 15, "{:?}", text(&o));
     let o = run(
         exec(
             url,
@@ -196,32 +198,138 @@ fn gone(pid: u32) -> bool {
     }
 }
 
-/// SIGKILL of `lockkit exec` takes its command along (Linux: PR_SET_PDEATHSIG), so the command
-/// never runs unprotected; the next holder gets the lock once the dead holder's lease (`lease`)
-/// has run out.
-pub fn killed_lockkit_takes_its_command_along(url: &str, lease: &str) {
-    let n = name("pdeathsig");
-    let dir = TempDir::new("pdeathsig");
-    let pidfile = dir.path("pid");
-    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
-    let mut holder = Bg::spawn(exec(url, &n, &["--lease", lease], &["sh", "-c", &script]));
-    let child: u32 = wait_file(&pidfile, LIMIT).parse().unwrap();
-    assert!(!gone(child), "the command is not running");
-    holder.signal("KILL");
-    let _ = holder.wait(LIMIT);
-    let end = Instant::now() + Duration::from_secs(5);
-    while !gone(child) {
+/// Waits until every one of `pids` is gone; `what` names them in the failure.
+fn wait_gone(pids: &[u32], limit: Duration, what: &str) {
+    let end = Instant::now() + limit;
+    while let Some(pid) = pids.iter().find(|p| !gone(**p)) {
         assert!(
             Instant::now() < end,
-            "the command (pid {child}) outlived its killed lockkit"
+            "{what}: pid {pid} (of {pids:?}) still runs {limit:?} later"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = run(exec(url, &n, &["--wait", "30s"], &["true"]), LIMIT);
+}
+
+/// A shell script (after `prelude`) that starts two background `sleep 600`s (output to
+/// /dev/null, so that they hold no pipe of the test's), writes "$$ PID PID" to `pidfile` and
+/// waits for them.
+fn family_script(pidfile: &std::path::Path, prelude: &str) -> String {
+    format!(
+        "{prelude} sleep 600 >/dev/null 2>&1 & a=$!; sleep 600 >/dev/null 2>&1 & b=$!; \
+         echo \"$$ $a $b\" > {p}.tmp && mv {p}.tmp {p}; wait",
+        p = pidfile.display()
+    )
+}
+
+/// The pids `family_script` (or any script) wrote to `pidfile`, all running.
+fn read_pids(pidfile: &std::path::Path) -> Vec<u32> {
+    let pids: Vec<u32> = wait_file(pidfile, LIMIT)
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    for pid in &pids {
+        assert!(!gone(*pid), "pid {pid} is not running");
+    }
+    pids
+}
+
+/// SIGKILL of `lockkit exec` takes its command and everything the command started along, so
+/// nothing runs unprotected; the next holder gets the lock once the dead holder's lease
+/// (`lease`) has run out, and not much later, and finds none of them running.
+pub fn killed_lockkit_takes_its_command_along(url: &str, lease: Duration) {
+    let n = name("pdeathsig");
+    let dir = TempDir::new("pdeathsig");
+    let pidfile = dir.path("pids");
+    let lease_arg = format!("{}ms", lease.as_millis());
+    let mut holder = Bg::spawn(exec(
+        url,
+        &n,
+        &["--lease", &lease_arg],
+        &["sh", "-c", &family_script(&pidfile, "")],
+    ));
+    let pids = read_pids(&pidfile);
+    holder.signal("KILL");
+    let killed = Instant::now();
+    let _ = holder.wait(LIMIT);
+    // Checked by the next holder's command, the moment it holds the lock.
+    let check = format!(
+        "for p in {}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); case \"$s\" in \
+         ''|Z|X) ;; *) echo \"pid $p still runs (state $s)\" >&2; exit 9;; esac; done",
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let o = run(
+        exec(url, &n, &["--wait", "30s"], &["sh", "-c", &check]),
+        LIMIT,
+    );
+    let took = killed.elapsed();
     assert_eq!(
         code(&o),
         0,
-        "the next holder never got the lock: {:?}",
+        "the next holder never got the lock, or got it while the killed holder's command \
+         ran: {:?}",
         text(&o)
     );
+    let slack = Duration::from_secs(4);
+    assert!(
+        took < lease + slack,
+        "the next holder got the lock {took:?} after the holder died (lease {lease:?})"
+    );
+    wait_gone(&pids, Duration::from_secs(5), "after lockkit was SIGKILLed");
+}
+
+/// When the command exits, what it left running in the background goes too.
+pub fn leftovers_die_with_the_command(url: &str) {
+    let n = name("leftovers");
+    let dir = TempDir::new("leftovers");
+    let pidfile = dir.path("pids");
+    let script = format!(
+        "sleep 600 >/dev/null 2>&1 & echo $! > {p}.tmp && mv {p}.tmp {p}",
+        p = pidfile.display()
+    );
+    let o = run(exec(url, &n, &[], &["sh", "-c", &script]), LIMIT);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let pid: u32 = wait_file(&pidfile, LIMIT).parse().unwrap();
+    wait_gone(&[pid], Duration::from_secs(5), "after the command exited");
+}
+
+/// SIGTERM to lockkit reaches everything in the command's process group, and the exit status
+/// says the command died from it.
+pub fn sigterm_reaches_the_group(url: &str) {
+    let n = name("termgroup");
+    let dir = TempDir::new("termgroup");
+    let pidfile = dir.path("pids");
+    let mut holder = Bg::spawn(exec(
+        url,
+        &n,
+        &[],
+        &["sh", "-c", &family_script(&pidfile, "")],
+    ));
+    let pids = read_pids(&pidfile);
+    holder.signal("TERM");
+    let status = holder.wait(LIMIT);
+    assert_eq!(status.code(), Some(128 + 15), "{}", holder.stderr());
+    wait_gone(&pids, Duration::from_secs(5), "after a forwarded SIGTERM");
+}
+
+/// A fixed lease runs out while the command and two children that ignore SIGTERM run: after
+/// `--kill-after` all of them are SIGKILLed.
+pub fn lost_lock_kills_the_group(url: &str) {
+    let n = name("lostgroup");
+    let dir = TempDir::new("lostgroup");
+    let pidfile = dir.path("pids");
+    let mut holder = Bg::spawn(exec(
+        url,
+        &n,
+        &["--fixed-lease", "1s", "--kill-after", "1s"],
+        &["sh", "-c", &family_script(&pidfile, "trap '' TERM;")],
+    ));
+    let pids = read_pids(&pidfile);
+    let status = holder.wait(Duration::from_secs(30));
+    let err = holder.stderr();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(err.contains("SIGKILL"), "{err}");
+    wait_gone(&pids, Duration::from_secs(5), "after the lock was lost");
 }
