@@ -4,7 +4,8 @@
 //!   own hold up again and never queues behind itself;
 //! - a hand-off lasts the waiter's own grant, whatever the releaser's settings;
 //! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
-//! - a release on a just-demoted primary fails (and is retried) instead of reading "not ours";
+//! - a release on a just-demoted primary, or one an ACL refuses a command inside the script,
+//!   fails (and is retried) instead of reading "not ours";
 //! - a shared lock's unlock latch follows the command timeout, as the mutex's does.
 
 mod common;
@@ -373,4 +374,92 @@ async fn a_resent_first_attempt_that_takes_a_free_lock_leaves_the_queue() {
         "our entry stayed, to be handed the lock again"
     );
     del(&mut admin, &k.lock).await;
+}
+
+fn compat_name(case: &str) -> String {
+    unique_name(case).replace('/', "-")
+}
+
+/// Sets ACL `rules` on `user`, which applies at once to its open connections.
+async fn acl(admin: &mut redis::aio::MultiplexedConnection, user: &str, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg(rules)
+        .query_async(admin)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_rw_release_refused_by_an_acl_is_retried_not_read_as_not_ours() {
+    let server = PrivateRedis::start(&[]);
+    let mut admin = admin(&server.url()).await;
+    acl(
+        &mut admin,
+        "holder",
+        &["on", ">secret", "~*", "&*", "+@all"],
+    )
+    .await;
+    let holder_url = format!("redis://holder:secret@127.0.0.1:{}", server.port);
+    let compat = [("redisson_compat", "true"), ("command_timeout", "500ms")];
+    let holder = connect(&holder_url, &compat).await;
+    let other = connect(&server.url(), &[("redisson_compat", "true")]).await;
+    let name = compat_name("noperm");
+    let rw = holder.rwlock(&name).unwrap();
+    let read = rw.read_lock().await.unwrap();
+    let write_name = compat_name("noperm-downgrade");
+    let write = holder
+        .rwlock(&write_name)
+        .unwrap()
+        .write_lock()
+        .await
+        .unwrap();
+    // The user may still run scripts, but not the reads inside the release and the downgrade.
+    acl(&mut admin, "holder", &["-hget", "-hexists"]).await;
+    let err = read
+        .release()
+        .await
+        .expect_err("a release whose HGET is refused cannot succeed");
+    assert_ne!(
+        err.kind(),
+        lockkit_core::ErrorKind::LockLost,
+        "NOPERM was read as 'not ours': {err}"
+    );
+    // Redis 7.2+ says NOPERM; 7.0 "The user executing the script can't run this command".
+    assert!(
+        err.to_string().contains("NOPERM") || err.to_string().contains("can't run"),
+        "{err}"
+    );
+    let err = write
+        .downgrade()
+        .await
+        .expect_err("a downgrade whose HEXISTS is refused cannot succeed");
+    assert_ne!(
+        err.kind(),
+        lockkit_core::ErrorKind::LockLost,
+        "NOPERM was read as 'not ours': {err}"
+    );
+    // Allowed again: the retried release frees the lock long before its 30 s lease ends.
+    acl(&mut admin, "holder", &["+hget", "+hexists"]).await;
+    let started = Instant::now();
+    let w = other
+        .rwlock(&name)
+        .unwrap()
+        .write(&AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the release was never retried");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    w.release().await.unwrap();
+    // The write guard the failed downgrade dropped is released in the background, as any.
+    let w = other
+        .rwlock(&write_name)
+        .unwrap()
+        .write(&AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the dropped write guard was never released");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    w.release().await.unwrap();
 }

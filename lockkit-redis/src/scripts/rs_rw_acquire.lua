@@ -6,9 +6,9 @@
 -- Returns {1, token} when acquired, {0, ms to wait at most, or -2} when not.
 local t = redis.call('time')
 local now = now_ms(t)
-local mode = redis.pcall('hget', KEYS[1], 'mode')
-if type(mode) == 'table' then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a read-write lock')
+local ok, mode = typed_call('hget', KEYS[1], 'mode')
+if not ok then
+  return mode or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a read-write lock')
 end
 if mode then
   -- A reader whose every rwlock_timeout key is gone has ended (its process died, or its fixed

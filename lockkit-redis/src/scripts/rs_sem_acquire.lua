@@ -11,9 +11,9 @@ local now = now_ms(t)
 local function permits(member)
   return tonumber(string.match(member, '|(%d+)$') or '1')
 end
-local free = redis.pcall('get', KEYS[1])
-if type(free) == 'table' or (free and not tonumber(free)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
+local ok, free = typed_call('get', KEYS[1])
+if not ok or (free and not tonumber(free)) then
+  return (not ok and free) or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
 end
 local back = 0
 for _, m in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do

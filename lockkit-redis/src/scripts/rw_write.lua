@@ -7,9 +7,9 @@ local t = redis.call('time')
 local now = now_ms(t)
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-local held = redis.pcall('hlen', KEYS[1])
-if type(held) == 'table' then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a lock')
+local held, err = lock_fields(KEYS[1])
+if not held then
+  return err
 end
 if held > 0 or redis.call('zcard', KEYS[2]) > 0 then
   redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
