@@ -1,7 +1,8 @@
 //! Issue 17, Redis: the protocol bugs found in review, each on a real server.
 //!
 //! - an acquire resent after a dropped connection (redis-rs does so in cluster mode) takes its
-//!   own hold up again and never queues behind itself;
+//!   own hold up again and never queues behind itself: the mutex, the read-write lock and the
+//!   semaphore, native and on Redisson's layouts, one hold, share or set of permits each;
 //! - a hand-off lasts the waiter's own grant, whatever the releaser's settings;
 //! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
 //! - a release on a just-demoted primary, or one an ACL refuses a command inside the script,
@@ -376,8 +377,322 @@ async fn a_resent_first_attempt_that_takes_a_free_lock_leaves_the_queue() {
     del(&mut admin, &k.lock).await;
 }
 
+/// Runs `script` (one of `lockkit_redis::scripts`) once, as the client sends it.
+async fn run<T: redis::FromRedisValue>(
+    admin: &mut redis::aio::MultiplexedConnection,
+    script: &str,
+    keys: &[&str],
+    args: &[&str],
+) -> T {
+    let script = redis::Script::new(script);
+    let mut inv = script.prepare_invoke();
+    for k in keys {
+        inv.key(*k);
+    }
+    for a in args {
+        inv.arg(*a);
+    }
+    inv.invoke_async(admin).await.unwrap()
+}
+
+/// The native write acquire of `owner`, as `Core::acquire` sends it on every attempt.
+async fn raw_write(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    owner: &str,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.holders, &k.waiters, &k.fence];
+    let args = [owner, "30000", "3600000", "3000"];
+    run(admin, lockkit_redis::scripts::RW_WRITE, &keys, &args).await
+}
+
+/// The native shared acquire of `member` (a read lock, or `<owner>|<n>` of a semaphore).
+async fn raw_lease(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    member: &str,
+    permits: u32,
+    capacity: u32,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.holders, &k.waiters, &k.fence];
+    let (permits, capacity) = (permits.to_string(), capacity.to_string());
+    let args = [member, "30000", "3600000", &permits, &capacity];
+    run(admin, lockkit_redis::scripts::LEASE_SET, &keys, &args).await
+}
+
+/// The native release of `member` (`w` write, `s` shared).
+async fn raw_shared_release(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    member: &str,
+    mode: &str,
+) -> i64 {
+    let latch = k.unlock_latch(member);
+    let keys = [&*k.lock, &k.holders, &latch, &k.waiters];
+    let args = [member, &k.channel, "20000", mode];
+    run(admin, lockkit_redis::scripts::SHARED_RELEASE, &keys, &args).await
+}
+
+/// An acquire on Redisson's `RReadWriteLock` layout: `r` read, `w` write.
+async fn raw_rs_rw(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    field: &str,
+    mode: &str,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.waiters, &k.fence];
+    let args = [
+        field, "30000", "3600000", mode, "3000", &k.holders, &k.channel,
+    ];
+    run(admin, lockkit_redis::scripts::RS_RW_ACQUIRE, &keys, &args).await
+}
+
+/// A release on Redisson's `RReadWriteLock` layout: `w` write, `s` read.
+async fn raw_rs_rw_release(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    field: &str,
+    mode: &str,
+) -> i64 {
+    let latch = k.unlock_latch(field);
+    let keys = [&*k.lock, &latch, &k.waiters];
+    let args = [field, &k.channel, "20000", mode, &k.holders];
+    run(admin, lockkit_redis::scripts::RS_RW_RELEASE, &keys, &args).await
+}
+
+async fn zcard(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+async fn hgetall(
+    admin: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> std::collections::BTreeMap<String, String> {
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+async fn exists(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(admin)
+        .await
+        .unwrap()
+        == 1
+}
+
 fn compat_name(case: &str) -> String {
     unique_name(case).replace('/', "-")
+}
+
+#[tokio::test]
+async fn a_resent_write_lock_takes_its_own_hold_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-write");
+    let k = LockKeys::rwlock("lockkit", &name);
+    let owner = "resend-client:4";
+    let (took, first) = raw_write(&mut admin, &k, owner).await;
+    assert_eq!(took, 1);
+    // The reply was lost; redis-rs sends the same script again.
+    let (took, second) = raw_write(&mut admin, &k, owner).await;
+    assert_eq!(took, 1, "a resent write lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(hold_count(&mut admin, &k, owner).await, 1);
+    assert_eq!(
+        zcard(&mut admin, &k.waiters).await,
+        0,
+        "a writer intent left"
+    );
+    assert_eq!(raw_shared_release(&mut admin, &k, owner, "w").await, 1);
+    let other = connect(&url, &[]).await;
+    let w = other.rwlock(&name).unwrap().try_write().await.unwrap();
+    w.expect("the released write lock is still taken")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_read_lock_is_not_kept_out_by_a_writer_that_came_after_it() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-read");
+    let k = LockKeys::rwlock("lockkit", &name);
+    let owner = "resend-client:5";
+    let (took, first) = raw_lease(&mut admin, &k, owner, 1, 0).await;
+    assert_eq!(took, 1);
+    // A writer arrives before the resend and registers its intent behind our read hold.
+    assert_eq!(raw_write(&mut admin, &k, "writer-client:1").await.0, 0);
+    let (took, second) = raw_lease(&mut admin, &k, owner, 1, 0).await;
+    assert_eq!(took, 1, "a resent read lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    assert_eq!(raw_shared_release(&mut admin, &k, owner, "s").await, 1);
+    // Once we are gone, the waiting writer gets in.
+    assert_eq!(raw_write(&mut admin, &k, "writer-client:1").await.0, 1);
+    assert_eq!(
+        raw_shared_release(&mut admin, &k, "writer-client:1", "w").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_resent_semaphore_acquire_near_capacity_takes_its_own_permits_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-sem");
+    let k = LockKeys::semaphore("lockkit", &name);
+    let member = "resend-client:6|2";
+    let (took, first) = raw_lease(&mut admin, &k, member, 2, 2).await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_lease(&mut admin, &k, member, 2, 2).await;
+    assert_eq!(took, 1, "a resent acquire counted its own permits as used");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    let other = connect(&url, &[]).await;
+    let sem = other.semaphore(&name, 2).unwrap();
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert_eq!(raw_shared_release(&mut admin, &k, member, "s").await, 1);
+    let p = sem.try_acquire(2).await.unwrap();
+    p.expect("the released permits are still taken")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_redisson_write_lock_takes_its_own_hold_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = compat_name("resend-rs-write");
+    let k = LockKeys::redisson_rwlock(&name).unwrap();
+    let field = "resend-client:7:write";
+    let (took, first) = raw_rs_rw(&mut admin, &k, field, "w").await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_rs_rw(&mut admin, &k, field, "w").await;
+    assert_eq!(took, 1, "a resent write lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    // What Redisson reads: one write hold of ours.
+    let hash = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(hash.get("mode").map(String::as_str), Some("write"));
+    assert_eq!(hash.get(field).map(String::as_str), Some("1"), "{hash:?}");
+    assert_eq!(hash.len(), 2, "{hash:?}");
+    assert_eq!(
+        zcard(&mut admin, &k.waiters).await,
+        0,
+        "a writer intent left"
+    );
+    assert_eq!(raw_rs_rw_release(&mut admin, &k, field, "w").await, 1);
+    assert!(!exists(&mut admin, &k.lock).await);
+    let other = connect(&url, &[("redisson_compat", "true")]).await;
+    let w = other.rwlock(&name).unwrap().try_write().await.unwrap();
+    w.expect("the released write lock is still taken")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_redisson_read_lock_counts_one_hold() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = compat_name("resend-rs-read");
+    let k = LockKeys::redisson_rwlock(&name).unwrap();
+    let field = "resend-client:8";
+    let (took, first) = raw_rs_rw(&mut admin, &k, field, "r").await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_rs_rw(&mut admin, &k, field, "r").await;
+    assert_eq!(took, 1);
+    assert!(second > first, "tokens {first} then {second}");
+    // What Redisson reads: one read hold, with its one rwlock_timeout key.
+    let hash = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(hash.get(field).map(String::as_str), Some("1"), "{hash:?}");
+    let timeout = |n: u32| format!("{}:{field}:rwlock_timeout:{n}", k.holders);
+    assert!(exists(&mut admin, &timeout(1)).await);
+    assert!(!exists(&mut admin, &timeout(2)).await, "a second read hold");
+    assert_eq!(raw_rs_rw_release(&mut admin, &k, field, "s").await, 1);
+    assert!(
+        !exists(&mut admin, &k.lock).await,
+        "the read lock outlived its only holder"
+    );
+    assert!(!exists(&mut admin, &timeout(1)).await);
+    let other = connect(&url, &[("redisson_compat", "true")]).await;
+    let w = other.rwlock(&name).unwrap().try_write().await.unwrap();
+    w.expect("the released read lock still keeps writers out")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A permit acquire on Redisson's `RSemaphore` layout.
+async fn raw_rs_sem(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    member: &str,
+    permits: u32,
+    capacity: u32,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.holders, &k.fence];
+    let (permits, capacity) = (permits.to_string(), capacity.to_string());
+    let args = [member, "30000", "3600000", &permits, &capacity, &k.channel];
+    run(admin, lockkit_redis::scripts::RS_SEM_ACQUIRE, &keys, &args).await
+}
+
+async fn get_i64(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("GET").arg(key).query_async(admin).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_resent_redisson_semaphore_acquire_takes_its_permits_once() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = compat_name("resend-rs-sem");
+    let k = LockKeys::redisson_semaphore(&name).unwrap();
+    let member = "resend-client:9|2";
+    let (took, first) = raw_rs_sem(&mut admin, &k, member, 2, 3).await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_rs_sem(&mut admin, &k, member, 2, 3).await;
+    assert_eq!(took, 1);
+    assert!(second > first, "tokens {first} then {second}");
+    // Redisson's count: 3 permits, 2 of them ours, taken once.
+    assert_eq!(
+        get_i64(&mut admin, &k.lock).await,
+        1,
+        "the resend took the permits twice"
+    );
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    let latch = k.unlock_latch(member);
+    let keys = [&*k.lock, &k.holders, &latch];
+    let args = [member, &k.channel, "20000"];
+    let released: i64 = run(
+        &mut admin,
+        lockkit_redis::scripts::RS_SEM_RELEASE,
+        &keys,
+        &args,
+    )
+    .await;
+    assert_eq!(released, 1);
+    assert_eq!(
+        get_i64(&mut admin, &k.lock).await,
+        3,
+        "permits lost for good"
+    );
+    let other = connect(&url, &[("redisson_compat", "true")]).await;
+    let p = other
+        .semaphore(&name, 3)
+        .unwrap()
+        .try_acquire(3)
+        .await
+        .unwrap();
+    p.expect("permits lost for good").release().await.unwrap();
 }
 
 /// Sets ACL `rules` on `user`, which applies at once to its open connections.
