@@ -43,7 +43,7 @@ pub mod source {
         lua!("typed.lua", "fence.lua", "handoff.lua", "force_unlock.lua");
     /// Batched, owner-checked renewal (also used by `extend`).
     pub const RENEW: &str = lua!("renew.lua");
-    /// Owner-checked reentry (hold count + 1).
+    /// Owner-checked reentry (the hold count grows to the one the guard sends).
     pub const REENTER: &str = lua!("reenter.lua");
     /// Read-only probe (remaining lease).
     pub const PROBE: &str = lua!("probe.lua");

@@ -2,7 +2,8 @@
 //!
 //! - an acquire resent after a dropped connection (redis-rs does so in cluster mode) takes its
 //!   own hold up again and never queues behind itself: the mutex, the read-write lock and the
-//!   semaphore, native and on Redisson's layouts, one hold, share or set of permits each;
+//!   semaphore, native and on Redisson's layouts, one hold, share or set of permits each; a
+//!   resent reentry counts one hold;
 //! - a hand-off lasts the waiter's own grant, whatever the releaser's settings;
 //! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
 //! - a release on a just-demoted primary, or one an ACL refuses a command inside the script,
@@ -693,6 +694,58 @@ async fn a_resent_redisson_semaphore_acquire_takes_its_permits_once() {
         .await
         .unwrap();
     p.expect("permits lost for good").release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_reentry_counts_one_hold() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-reenter");
+    let k = LockKeys::mutex("lockkit", &name);
+    let owner = "resend-client:10";
+    assert_eq!(raw_try_acquire(&mut admin, &k, owner).await.0, 1);
+    // The guard's first reentry makes 2 holds; it is sent twice.
+    for _ in 0..2 {
+        let holds: i64 = run(
+            &mut admin,
+            lockkit_redis::scripts::REENTER,
+            &[&k.lock],
+            &[owner, "2"],
+        )
+        .await;
+        assert_eq!(holds, 2);
+    }
+    assert_eq!(
+        hold_count(&mut admin, &k, owner).await,
+        2,
+        "one reentry counted twice"
+    );
+    let latch = k.unlock_latch(owner);
+    let keys = [&*k.lock, &latch, &k.fence, &k.queue, &k.waiters];
+    let released: i64 = run(
+        &mut admin,
+        lockkit_redis::scripts::RELEASE,
+        &keys,
+        &[owner, "20000", "3600000"],
+    )
+    .await;
+    assert_eq!(released, 1);
+    let other = connect(&url, &[]).await;
+    let m = other.mutex(&name).unwrap();
+    let g = m
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the released lock is still taken");
+    // The guard sends the count each reentry makes: 2, then 3.
+    let again = g.reenter().await.unwrap();
+    let third = again.reenter().await.unwrap();
+    let fields = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(fields.values().collect::<Vec<_>>(), ["3"], "{fields:?}");
+    third.release().await.unwrap();
+    again.release().await.unwrap();
+    g.release().await.unwrap();
+    assert!(!exists(&mut admin, &k.lock).await);
 }
 
 /// Sets ACL `rules` on `user`, which applies at once to its open connections.
