@@ -212,10 +212,19 @@ impl Inner {
         }
     }
 
-    /// Owner-checked reentry (hold count + 1) of watched ownership `id`.
-    pub(crate) async fn reenter(&self, key: &str, owner: &str, id: u64, name: &str) -> Result<()> {
+    /// Owner-checked reentry of watched ownership `id`: its hold count becomes `holds` (1 + its
+    /// reentries so far, this one included) unless it is higher already, so a resent or
+    /// overtaken reentry counts once.
+    pub(crate) async fn reenter(
+        &self,
+        key: &str,
+        owner: &str,
+        holds: u64,
+        id: u64,
+        name: &str,
+    ) -> Result<()> {
         let mut inv = self.scripts.reenter.prepare_invoke();
-        inv.key(key).arg(owner);
+        inv.key(key).arg(owner).arg(holds);
         if self.invoke::<i64>(&inv, "reenter").await? > 0 {
             Ok(())
         } else {

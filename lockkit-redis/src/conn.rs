@@ -189,10 +189,13 @@ pub(crate) async fn connect(settings: &Settings, pushes: impl PushSink) -> Resul
                 .response_timeout(settings.command_timeout)
                 .tcp_settings(tcp_settings())
                 // Retries follow MOVED / ASK during resharding and failover. They also resend a
-                // command whose connection dropped after it was sent: for an acquire that had
-                // been applied, the resend finds the lock busy (our own hold) and the waiter
-                // waits out that lease; exclusion is never at risk. Releases and renewals are
-                // idempotent; a resent reenter would count one hold twice (the lease ends it).
+                // command whose connection dropped after it was sent, which may have run, so
+                // every script is safe to run twice. An acquire whose first run took the lock,
+                // share or permits finds its own hold and takes it up again: one hold, its lease
+                // from the resend, a new token (the first reply was never seen); it never
+                // queues or registers a writer's intent twice, and never answers busy. A
+                // reentry sends the hold count it makes, so it counts once. Releases (unlock
+                // latches), renewals and leaves are idempotent.
                 .retries(2);
                 let rs = settings.info.redis_settings();
                 if let Some(u) = rs.username() {

@@ -3,6 +3,7 @@
 //! queue with a direct hand-off ([`queue`]), with `redisson_compat` Redisson's own wake-ups
 //! ([`redisson`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,6 +124,7 @@ impl RedisMutex {
             owner,
             id,
             fair,
+            reentries: AtomicU64::new(0),
             state: state.clone(),
         };
         GuardParts::new(FencingToken(token), lease, state, Box::new(held))
@@ -227,6 +229,8 @@ struct RedisHeld {
     /// Acquired in fair mode with `redisson_compat`: the release wakes the first queued waiter
     /// by name. (A native release always hands the lock to the first queued waiter.)
     fair: bool,
+    /// Reentries so far; the server's hold count is one more (see `Inner::reenter`).
+    reentries: AtomicU64,
     state: StateCell,
 }
 
@@ -274,8 +278,9 @@ impl Held for RedisHeld {
     }
 
     async fn reenter(&self) -> Result<()> {
+        let holds = self.reentries.fetch_add(1, Ordering::Relaxed) + 2;
         self.inner
-            .reenter(&self.keys.lock, &self.owner, self.id, &self.name)
+            .reenter(&self.keys.lock, &self.owner, holds, self.id, &self.name)
             .await
     }
 }

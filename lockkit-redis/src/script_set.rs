@@ -3,11 +3,12 @@
 use redis::Script;
 
 /// The Lua sources, for operators who want to read exactly what runs on their server. Every
-/// script that issues a fencing token starts with `scripts/fence.lua` (server time and the token
-/// rule); the native mutex's also with `scripts/handoff.lua` (its queue and hand-off); every
-/// script that removes one of our hash fields with `scripts/owned.lua` (which hides only
-/// `WRONGTYPE`); the `redisson_compat` mutex's with `scripts/rs_fair_queue.lua` (Redisson's
-/// fair-lock queue).
+/// script that may meet a key of another type starts with `scripts/typed.lua` (which tells
+/// `WRONGTYPE`, a foreign key, from any other error, which the script returns); every script
+/// that issues a fencing token with `scripts/fence.lua` (server time and the token rule); the
+/// native mutex's also with `scripts/handoff.lua` (its queue and hand-off); every script that
+/// removes one of our hash fields with `scripts/owned.lua`; the `redisson_compat` mutex's with
+/// `scripts/rs_fair_queue.lua` (Redisson's fair-lock queue).
 pub mod source {
     /// The text of `scripts/<file>`s, one after the other.
     macro_rules! lua {
@@ -17,60 +18,83 @@ pub mod source {
     }
 
     /// Acquire + fencing token; a waiting acquire queues (and takes up a hand-off).
-    pub const ACQUIRE: &str = lua!("fence.lua", "handoff.lua", "acquire.lua");
+    pub const ACQUIRE: &str = lua!("typed.lua", "fence.lua", "handoff.lua", "acquire.lua");
     /// Acquire at once or not at all, never queueing: the mutex acquire on Redisson's `RLock`
     /// layout (`redisson_compat`), and natively a `try_lock` that is not fair.
-    pub const TRY_ACQUIRE: &str = lua!("fence.lua", "try_acquire.lua");
+    pub const TRY_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "try_acquire.lua");
     /// Owner-checked, idempotent release that hands the lock to the first live waiter.
-    pub const RELEASE: &str = lua!("owned.lua", "fence.lua", "handoff.lua", "release.lua");
+    pub const RELEASE: &str = lua!(
+        "typed.lua",
+        "owned.lua",
+        "fence.lua",
+        "handoff.lua",
+        "release.lua"
+    );
     /// A waiter gives up: leaves the queue and passes on a lock handed to it.
-    pub const LEAVE: &str = lua!("owned.lua", "fence.lua", "handoff.lua", "leave.lua");
+    pub const LEAVE: &str = lua!(
+        "typed.lua",
+        "owned.lua",
+        "fence.lua",
+        "handoff.lua",
+        "leave.lua"
+    );
     /// Admin force-unlock (hands the lock to the first live waiter).
-    pub const FORCE_UNLOCK: &str = lua!("fence.lua", "handoff.lua", "force_unlock.lua");
+    pub const FORCE_UNLOCK: &str =
+        lua!("typed.lua", "fence.lua", "handoff.lua", "force_unlock.lua");
     /// Batched, owner-checked renewal (also used by `extend`).
     pub const RENEW: &str = lua!("renew.lua");
-    /// Owner-checked reentry (hold count + 1).
+    /// Owner-checked reentry (the hold count grows to the one the guard sends).
     pub const REENTER: &str = lua!("reenter.lua");
     /// Read-only probe (remaining lease).
     pub const PROBE: &str = lua!("probe.lua");
     /// Operators' snapshot of one lock, RW lock or semaphore (read-only).
-    pub const INSPECT: &str = lua!("inspect.lua");
+    pub const INSPECT: &str = lua!("typed.lua", "inspect.lua");
     /// Mutex release on Redisson's layout: publishes Redisson's unlock message.
-    pub const RS_RELEASE: &str = lua!("owned.lua", "rs_fair_queue.lua", "rs_release.lua");
+    pub const RS_RELEASE: &str = lua!(
+        "typed.lua",
+        "owned.lua",
+        "rs_fair_queue.lua",
+        "rs_release.lua"
+    );
     /// Admin force-unlock on Redisson's layout.
     pub const RS_FORCE_UNLOCK: &str = lua!("rs_fair_queue.lua", "rs_force_unlock.lua");
     /// Fair (FIFO) acquire in Redisson's `RFairLock` queue, with waiter heartbeats.
-    pub const RS_FAIR_ACQUIRE: &str = lua!("fence.lua", "rs_fair_queue.lua", "rs_fair_acquire.lua");
+    pub const RS_FAIR_ACQUIRE: &str = lua!(
+        "typed.lua",
+        "fence.lua",
+        "rs_fair_queue.lua",
+        "rs_fair_acquire.lua"
+    );
     /// A fair waiter leaves Redisson's `RFairLock` queue.
     pub const RS_FAIR_LEAVE: &str = lua!("rs_fair_queue.lua", "rs_fair_leave.lua");
     /// Read lock / semaphore acquire (leases in a sorted set).
-    pub const LEASE_SET: &str = lua!("fence.lua", "lease_set.lua");
+    pub const LEASE_SET: &str = lua!("typed.lua", "fence.lua", "lease_set.lua");
     /// Write lock acquire with writer intent.
-    pub const RW_WRITE: &str = lua!("fence.lua", "rw_write.lua");
+    pub const RW_WRITE: &str = lua!("typed.lua", "fence.lua", "rw_write.lua");
     /// Release of a write lock, read lock or permits; withdrawal of a writer's intent.
-    pub const SHARED_RELEASE: &str = lua!("owned.lua", "shared_release.lua");
+    pub const SHARED_RELEASE: &str = lua!("typed.lua", "owned.lua", "shared_release.lua");
     /// Batched renewal of shared leases.
     pub const RENEW_SET: &str = lua!("renew_set.lua");
     /// Write -> read downgrade.
-    pub const RW_DOWNGRADE: &str = lua!("owned.lua", "rw_downgrade.lua");
+    pub const RW_DOWNGRADE: &str = lua!("typed.lua", "owned.lua", "rw_downgrade.lua");
     /// Read-only probe of a read-write lock or semaphore.
     pub const RW_PROBE: &str = lua!("rw_probe.lua");
     /// Admin force-unlock of a read-write lock or semaphore.
     pub const SHARED_FORCE: &str = lua!("shared_force.lua");
     /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
-    pub const RS_RW_ACQUIRE: &str = lua!("fence.lua", "rs_rw_acquire.lua");
+    pub const RS_RW_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "rs_rw_acquire.lua");
     /// Release of a read or write hold, or a writer's intent, on Redisson's layout.
-    pub const RS_RW_RELEASE: &str = lua!("rs_rw_release.lua");
+    pub const RS_RW_RELEASE: &str = lua!("typed.lua", "rs_rw_release.lua");
     /// Write -> read downgrade on Redisson's layout.
-    pub const RS_RW_DOWNGRADE: &str = lua!("rs_rw_downgrade.lua");
+    pub const RS_RW_DOWNGRADE: &str = lua!("typed.lua", "rs_rw_downgrade.lua");
     /// Admin force-unlock of a read-write lock on Redisson's layout.
     pub const RS_RW_FORCE: &str = lua!("rs_rw_force.lua");
     /// Leased permit acquire on Redisson's `RSemaphore` layout (`redisson_compat`).
-    pub const RS_SEM_ACQUIRE: &str = lua!("fence.lua", "rs_sem_acquire.lua");
+    pub const RS_SEM_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "rs_sem_acquire.lua");
     /// Permit release on Redisson's `RSemaphore` layout.
     pub const RS_SEM_RELEASE: &str = lua!("rs_sem_release.lua");
     /// Free permits on Redisson's `RSemaphore` layout (read-only).
-    pub const RS_SEM_PROBE: &str = lua!("rs_sem_probe.lua");
+    pub const RS_SEM_PROBE: &str = lua!("typed.lua", "rs_sem_probe.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.

@@ -4,6 +4,7 @@
 
 mod redisson;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -296,6 +297,7 @@ impl Core {
             id,
             token: got.token,
             lease,
+            reentries: AtomicU64::new(0),
             state: state.clone(),
         };
         GuardParts::new(FencingToken(got.token), lease, state, Box::new(held))
@@ -439,6 +441,8 @@ struct SharedHeld {
     id: u64,
     token: u64,
     lease: Lease,
+    /// Write holds: reentries so far; the server's hold count is one more.
+    reentries: AtomicU64,
     state: StateCell,
 }
 
@@ -486,8 +490,9 @@ impl Held for SharedHeld {
         if self.mode != Mode::Write {
             return Ok(());
         }
+        let holds = self.reentries.fetch_add(1, Ordering::Relaxed) + 2;
         self.inner
-            .reenter(&self.keys.lock, &self.member, self.id, &self.name)
+            .reenter(&self.keys.lock, &self.member, holds, self.id, &self.name)
             .await
     }
 

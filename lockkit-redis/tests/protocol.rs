@@ -1,10 +1,13 @@
 //! Issue 17, Redis: the protocol bugs found in review, each on a real server.
 //!
 //! - an acquire resent after a dropped connection (redis-rs does so in cluster mode) takes its
-//!   own hold up again and never queues behind itself;
+//!   own hold up again and never queues behind itself: the mutex, the read-write lock and the
+//!   semaphore, native and on Redisson's layouts, one hold, share or set of permits each; a
+//!   resent reentry counts one hold;
 //! - a hand-off lasts the waiter's own grant, whatever the releaser's settings;
 //! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
-//! - a release on a just-demoted primary fails (and is retried) instead of reading "not ours";
+//! - a release on a just-demoted primary, or one an ACL refuses a command inside the script,
+//!   fails (and is retried) instead of reading "not ours";
 //! - a shared lock's unlock latch follows the command timeout, as the mutex's does.
 
 mod common;
@@ -373,4 +376,458 @@ async fn a_resent_first_attempt_that_takes_a_free_lock_leaves_the_queue() {
         "our entry stayed, to be handed the lock again"
     );
     del(&mut admin, &k.lock).await;
+}
+
+/// Runs `script` (one of `lockkit_redis::scripts`) once, as the client sends it.
+async fn run<T: redis::FromRedisValue>(
+    admin: &mut redis::aio::MultiplexedConnection,
+    script: &str,
+    keys: &[&str],
+    args: &[&str],
+) -> T {
+    let script = redis::Script::new(script);
+    let mut inv = script.prepare_invoke();
+    for k in keys {
+        inv.key(*k);
+    }
+    for a in args {
+        inv.arg(*a);
+    }
+    inv.invoke_async(admin).await.unwrap()
+}
+
+/// The native write acquire of `owner`, as `Core::acquire` sends it on every attempt.
+async fn raw_write(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    owner: &str,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.holders, &k.waiters, &k.fence];
+    let args = [owner, "30000", "3600000", "3000"];
+    run(admin, lockkit_redis::scripts::RW_WRITE, &keys, &args).await
+}
+
+/// The native shared acquire of `member` (a read lock, or `<owner>|<n>` of a semaphore).
+async fn raw_lease(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    member: &str,
+    permits: u32,
+    capacity: u32,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.holders, &k.waiters, &k.fence];
+    let (permits, capacity) = (permits.to_string(), capacity.to_string());
+    let args = [member, "30000", "3600000", &permits, &capacity];
+    run(admin, lockkit_redis::scripts::LEASE_SET, &keys, &args).await
+}
+
+/// The native release of `member` (`w` write, `s` shared).
+async fn raw_shared_release(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    member: &str,
+    mode: &str,
+) -> i64 {
+    let latch = k.unlock_latch(member);
+    let keys = [&*k.lock, &k.holders, &latch, &k.waiters];
+    let args = [member, &k.channel, "20000", mode];
+    run(admin, lockkit_redis::scripts::SHARED_RELEASE, &keys, &args).await
+}
+
+/// An acquire on Redisson's `RReadWriteLock` layout: `r` read, `w` write.
+async fn raw_rs_rw(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    field: &str,
+    mode: &str,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.waiters, &k.fence];
+    let args = [
+        field, "30000", "3600000", mode, "3000", &k.holders, &k.channel,
+    ];
+    run(admin, lockkit_redis::scripts::RS_RW_ACQUIRE, &keys, &args).await
+}
+
+/// A release on Redisson's `RReadWriteLock` layout: `w` write, `s` read.
+async fn raw_rs_rw_release(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    field: &str,
+    mode: &str,
+) -> i64 {
+    let latch = k.unlock_latch(field);
+    let keys = [&*k.lock, &latch, &k.waiters];
+    let args = [field, &k.channel, "20000", mode, &k.holders];
+    run(admin, lockkit_redis::scripts::RS_RW_RELEASE, &keys, &args).await
+}
+
+async fn zcard(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+async fn hgetall(
+    admin: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> std::collections::BTreeMap<String, String> {
+    redis::cmd("HGETALL")
+        .arg(key)
+        .query_async(admin)
+        .await
+        .unwrap()
+}
+
+async fn exists(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<i64>(admin)
+        .await
+        .unwrap()
+        == 1
+}
+
+fn compat_name(case: &str) -> String {
+    unique_name(case).replace('/', "-")
+}
+
+#[tokio::test]
+async fn a_resent_write_lock_takes_its_own_hold_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-write");
+    let k = LockKeys::rwlock("lockkit", &name);
+    let owner = "resend-client:4";
+    let (took, first) = raw_write(&mut admin, &k, owner).await;
+    assert_eq!(took, 1);
+    // The reply was lost; redis-rs sends the same script again.
+    let (took, second) = raw_write(&mut admin, &k, owner).await;
+    assert_eq!(took, 1, "a resent write lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(hold_count(&mut admin, &k, owner).await, 1);
+    assert_eq!(
+        zcard(&mut admin, &k.waiters).await,
+        0,
+        "a writer intent left"
+    );
+    assert_eq!(raw_shared_release(&mut admin, &k, owner, "w").await, 1);
+    let other = connect(&url, &[]).await;
+    let w = other.rwlock(&name).unwrap().try_write().await.unwrap();
+    w.expect("the released write lock is still taken")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_read_lock_is_not_kept_out_by_a_writer_that_came_after_it() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-read");
+    let k = LockKeys::rwlock("lockkit", &name);
+    let owner = "resend-client:5";
+    let (took, first) = raw_lease(&mut admin, &k, owner, 1, 0).await;
+    assert_eq!(took, 1);
+    // A writer arrives before the resend and registers its intent behind our read hold.
+    assert_eq!(raw_write(&mut admin, &k, "writer-client:1").await.0, 0);
+    let (took, second) = raw_lease(&mut admin, &k, owner, 1, 0).await;
+    assert_eq!(took, 1, "a resent read lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    assert_eq!(raw_shared_release(&mut admin, &k, owner, "s").await, 1);
+    // Once we are gone, the waiting writer gets in.
+    assert_eq!(raw_write(&mut admin, &k, "writer-client:1").await.0, 1);
+    assert_eq!(
+        raw_shared_release(&mut admin, &k, "writer-client:1", "w").await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_resent_semaphore_acquire_near_capacity_takes_its_own_permits_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-sem");
+    let k = LockKeys::semaphore("lockkit", &name);
+    let member = "resend-client:6|2";
+    let (took, first) = raw_lease(&mut admin, &k, member, 2, 2).await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_lease(&mut admin, &k, member, 2, 2).await;
+    assert_eq!(took, 1, "a resent acquire counted its own permits as used");
+    assert!(second > first, "tokens {first} then {second}");
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    let other = connect(&url, &[]).await;
+    let sem = other.semaphore(&name, 2).unwrap();
+    assert_eq!(sem.available().await.unwrap(), 0);
+    assert_eq!(raw_shared_release(&mut admin, &k, member, "s").await, 1);
+    let p = sem.try_acquire(2).await.unwrap();
+    p.expect("the released permits are still taken")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_redisson_write_lock_takes_its_own_hold_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = compat_name("resend-rs-write");
+    let k = LockKeys::redisson_rwlock(&name).unwrap();
+    let field = "resend-client:7:write";
+    let (took, first) = raw_rs_rw(&mut admin, &k, field, "w").await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_rs_rw(&mut admin, &k, field, "w").await;
+    assert_eq!(took, 1, "a resent write lock reported its own hold as busy");
+    assert!(second > first, "tokens {first} then {second}");
+    // What Redisson reads: one write hold of ours.
+    let hash = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(hash.get("mode").map(String::as_str), Some("write"));
+    assert_eq!(hash.get(field).map(String::as_str), Some("1"), "{hash:?}");
+    assert_eq!(hash.len(), 2, "{hash:?}");
+    assert_eq!(
+        zcard(&mut admin, &k.waiters).await,
+        0,
+        "a writer intent left"
+    );
+    assert_eq!(raw_rs_rw_release(&mut admin, &k, field, "w").await, 1);
+    assert!(!exists(&mut admin, &k.lock).await);
+    let other = connect(&url, &[("redisson_compat", "true")]).await;
+    let w = other.rwlock(&name).unwrap().try_write().await.unwrap();
+    w.expect("the released write lock is still taken")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_redisson_read_lock_counts_one_hold() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = compat_name("resend-rs-read");
+    let k = LockKeys::redisson_rwlock(&name).unwrap();
+    let field = "resend-client:8";
+    let (took, first) = raw_rs_rw(&mut admin, &k, field, "r").await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_rs_rw(&mut admin, &k, field, "r").await;
+    assert_eq!(took, 1);
+    assert!(second > first, "tokens {first} then {second}");
+    // What Redisson reads: one read hold, with its one rwlock_timeout key.
+    let hash = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(hash.get(field).map(String::as_str), Some("1"), "{hash:?}");
+    let timeout = |n: u32| format!("{}:{field}:rwlock_timeout:{n}", k.holders);
+    assert!(exists(&mut admin, &timeout(1)).await);
+    assert!(!exists(&mut admin, &timeout(2)).await, "a second read hold");
+    assert_eq!(raw_rs_rw_release(&mut admin, &k, field, "s").await, 1);
+    assert!(
+        !exists(&mut admin, &k.lock).await,
+        "the read lock outlived its only holder"
+    );
+    assert!(!exists(&mut admin, &timeout(1)).await);
+    let other = connect(&url, &[("redisson_compat", "true")]).await;
+    let w = other.rwlock(&name).unwrap().try_write().await.unwrap();
+    w.expect("the released read lock still keeps writers out")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A permit acquire on Redisson's `RSemaphore` layout.
+async fn raw_rs_sem(
+    admin: &mut redis::aio::MultiplexedConnection,
+    k: &LockKeys,
+    member: &str,
+    permits: u32,
+    capacity: u32,
+) -> (i64, i64) {
+    let keys = [&*k.lock, &k.holders, &k.fence];
+    let (permits, capacity) = (permits.to_string(), capacity.to_string());
+    let args = [member, "30000", "3600000", &permits, &capacity, &k.channel];
+    run(admin, lockkit_redis::scripts::RS_SEM_ACQUIRE, &keys, &args).await
+}
+
+async fn get_i64(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("GET").arg(key).query_async(admin).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_resent_redisson_semaphore_acquire_takes_its_permits_once() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = compat_name("resend-rs-sem");
+    let k = LockKeys::redisson_semaphore(&name).unwrap();
+    let member = "resend-client:9|2";
+    let (took, first) = raw_rs_sem(&mut admin, &k, member, 2, 3).await;
+    assert_eq!(took, 1);
+    let (took, second) = raw_rs_sem(&mut admin, &k, member, 2, 3).await;
+    assert_eq!(took, 1);
+    assert!(second > first, "tokens {first} then {second}");
+    // Redisson's count: 3 permits, 2 of them ours, taken once.
+    assert_eq!(
+        get_i64(&mut admin, &k.lock).await,
+        1,
+        "the resend took the permits twice"
+    );
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    let latch = k.unlock_latch(member);
+    let keys = [&*k.lock, &k.holders, &latch];
+    let args = [member, &k.channel, "20000"];
+    let released: i64 = run(
+        &mut admin,
+        lockkit_redis::scripts::RS_SEM_RELEASE,
+        &keys,
+        &args,
+    )
+    .await;
+    assert_eq!(released, 1);
+    assert_eq!(
+        get_i64(&mut admin, &k.lock).await,
+        3,
+        "permits lost for good"
+    );
+    let other = connect(&url, &[("redisson_compat", "true")]).await;
+    let p = other
+        .semaphore(&name, 3)
+        .unwrap()
+        .try_acquire(3)
+        .await
+        .unwrap();
+    p.expect("permits lost for good").release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_resent_reentry_counts_one_hold() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-reenter");
+    let k = LockKeys::mutex("lockkit", &name);
+    let owner = "resend-client:10";
+    assert_eq!(raw_try_acquire(&mut admin, &k, owner).await.0, 1);
+    // The guard's first reentry makes 2 holds; it is sent twice.
+    for _ in 0..2 {
+        let holds: i64 = run(
+            &mut admin,
+            lockkit_redis::scripts::REENTER,
+            &[&k.lock],
+            &[owner, "2"],
+        )
+        .await;
+        assert_eq!(holds, 2);
+    }
+    assert_eq!(
+        hold_count(&mut admin, &k, owner).await,
+        2,
+        "one reentry counted twice"
+    );
+    let latch = k.unlock_latch(owner);
+    let keys = [&*k.lock, &latch, &k.fence, &k.queue, &k.waiters];
+    let released: i64 = run(
+        &mut admin,
+        lockkit_redis::scripts::RELEASE,
+        &keys,
+        &[owner, "20000", "3600000"],
+    )
+    .await;
+    assert_eq!(released, 1);
+    let other = connect(&url, &[]).await;
+    let m = other.mutex(&name).unwrap();
+    let g = m
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("the released lock is still taken");
+    // The guard sends the count each reentry makes: 2, then 3.
+    let again = g.reenter().await.unwrap();
+    let third = again.reenter().await.unwrap();
+    let fields = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(fields.values().collect::<Vec<_>>(), ["3"], "{fields:?}");
+    third.release().await.unwrap();
+    again.release().await.unwrap();
+    g.release().await.unwrap();
+    assert!(!exists(&mut admin, &k.lock).await);
+}
+
+/// Sets ACL `rules` on `user`, which applies at once to its open connections.
+async fn acl(admin: &mut redis::aio::MultiplexedConnection, user: &str, rules: &[&str]) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(user)
+        .arg(rules)
+        .query_async(admin)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_rw_release_refused_by_an_acl_is_retried_not_read_as_not_ours() {
+    let server = PrivateRedis::start(&[]);
+    let mut admin = admin(&server.url()).await;
+    acl(
+        &mut admin,
+        "holder",
+        &["on", ">secret", "~*", "&*", "+@all"],
+    )
+    .await;
+    let holder_url = format!("redis://holder:secret@127.0.0.1:{}", server.port);
+    let compat = [("redisson_compat", "true"), ("command_timeout", "500ms")];
+    let holder = connect(&holder_url, &compat).await;
+    let other = connect(&server.url(), &[("redisson_compat", "true")]).await;
+    let name = compat_name("noperm");
+    let rw = holder.rwlock(&name).unwrap();
+    let read = rw.read_lock().await.unwrap();
+    let write_name = compat_name("noperm-downgrade");
+    let write = holder
+        .rwlock(&write_name)
+        .unwrap()
+        .write_lock()
+        .await
+        .unwrap();
+    // The user may still run scripts, but not the reads inside the release and the downgrade.
+    acl(&mut admin, "holder", &["-hget", "-hexists"]).await;
+    let err = read
+        .release()
+        .await
+        .expect_err("a release whose HGET is refused cannot succeed");
+    assert_ne!(
+        err.kind(),
+        lockkit_core::ErrorKind::LockLost,
+        "NOPERM was read as 'not ours': {err}"
+    );
+    // Redis 7.2+ says NOPERM; 7.0 "The user executing the script can't run this command".
+    assert!(
+        err.to_string().contains("NOPERM") || err.to_string().contains("can't run"),
+        "{err}"
+    );
+    let err = write
+        .downgrade()
+        .await
+        .expect_err("a downgrade whose HEXISTS is refused cannot succeed");
+    assert_ne!(
+        err.kind(),
+        lockkit_core::ErrorKind::LockLost,
+        "NOPERM was read as 'not ours': {err}"
+    );
+    // Allowed again: the retried release frees the lock long before its 30 s lease ends.
+    acl(&mut admin, "holder", &["+hget", "+hexists"]).await;
+    let started = Instant::now();
+    let w = other
+        .rwlock(&name)
+        .unwrap()
+        .write(&AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the release was never retried");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    w.release().await.unwrap();
+    // The write guard the failed downgrade dropped is released in the background, as any.
+    let w = other
+        .rwlock(&write_name)
+        .unwrap()
+        .write(&AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the dropped write guard was never released");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    w.release().await.unwrap();
 }

@@ -6,9 +6,9 @@
 -- for a fair acquire (never ahead of a live waiter), ARGV[5] heartbeat timeout ms (also how
 -- long a hand-off lasts until it is taken up)
 -- Returns {1, token} when acquired, {0, pttl} when busy (the holder's remaining lease; -1: none).
-local held, wrong_type = lock_fields(KEYS[1])
+local held, err = lock_fields(KEYS[1])
 if not held then
-  return wrong_type
+  return err
 end
 local owner = ARGV[1]
 local mode = string.sub(ARGV[4], 1, 1)

@@ -45,6 +45,8 @@ if wt == 'list' then
 elseif wt == 'zset' then
   waiters = redis.call('zrangebyscore', KEYS[3], '(' .. now, '+inf')
 end
-local fence = redis.pcall('get', KEYS[4])
+-- A counter of another type is shown as none; a failed read is an error.
+local ok, fence = typed_call('get', KEYS[4])
+if not ok and fence then return fence end
 if type(fence) ~= 'string' then fence = '' end
 return {pttl, fence, fields, shared, waiters}

@@ -9,21 +9,26 @@ local t = redis.call('time')
 local now = now_ms(t)
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-if redis.call('exists', KEYS[1]) == 1 then
-  return {0, redis.call('pttl', KEYS[1])}
-end
-if redis.call('zcard', KEYS[3]) > 0 then
-  return {0, -2}
-end
-local capacity = tonumber(ARGV[5])
-if capacity > 0 then
-  local used = 0
-  for _, m in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do
-    used = used + tonumber(string.match(m, '|(%d+)$') or '1')
+-- Members are never reused, so a live one of ours is a resent request (redis-rs resends after a
+-- dropped connection) whose first run took the share: it is taken up again, with our lease from
+-- now and a new token (the first one was never seen), and counted once.
+if not redis.call('zscore', KEYS[2], ARGV[1]) then
+  if redis.call('exists', KEYS[1]) == 1 then
+    return {0, redis.call('pttl', KEYS[1])}
   end
-  if used + tonumber(ARGV[4]) > capacity then
-    local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
-    return {0, math.max(1, tonumber(first[2]) - now)}
+  if redis.call('zcard', KEYS[3]) > 0 then
+    return {0, -2}
+  end
+  local capacity = tonumber(ARGV[5])
+  if capacity > 0 then
+    local used = 0
+    for _, m in ipairs(redis.call('zrange', KEYS[2], 0, -1)) do
+      used = used + tonumber(string.match(m, '|(%d+)$') or '1')
+    end
+    if used + tonumber(ARGV[4]) > capacity then
+      local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+      return {0, math.max(1, tonumber(first[2]) - now)}
+    end
   end
 end
 local token, fence_err = next_token(KEYS[4], ARGV[3], t)

@@ -8,9 +8,9 @@
 -- the waiter keeps its place after the one before it), ARGV[5] now (client ms), ARGV[6] channel,
 -- ARGV[7] '1' to queue when it cannot take the lock, '0' for a try
 -- Returns {1, token} when acquired, {0, ms to wait at most} when queued.
-local held, wrong_type = lock_fields(KEYS[1])
+local held, err = lock_fields(KEYS[1])
 if not held then
-  return wrong_type
+  return err
 end
 local owner, wait, now = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 drop_stale(KEYS[3], KEYS[4], now)

@@ -6,9 +6,9 @@
 -- Returns {1, token} when acquired, {0, ms to wait at most, or -2} when not.
 local t = redis.call('time')
 local now = now_ms(t)
-local mode = redis.pcall('hget', KEYS[1], 'mode')
-if type(mode) == 'table' then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a read-write lock')
+local ok, mode = typed_call('hget', KEYS[1], 'mode')
+if not ok then
+  return mode or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a read-write lock')
 end
 if mode then
   -- A reader whose every rwlock_timeout key is gone has ended (its process died, or its fixed
@@ -37,22 +37,33 @@ if mode then
 end
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 local lease = tonumber(ARGV[2])
+-- Fields are never reused, so a live one of ours is a resent request (redis-rs resends after a
+-- dropped connection) whose first run took the lock: it is taken up again, with our lease from
+-- now and a new token (the first one was never seen), and counted once; never busy on our own
+-- hold, and a resent write registers no intent.
+local holds = mode and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if ARGV[4] == 'r' then
-  if mode == 'write' then
-    return {0, redis.call('pttl', KEYS[1])}
+  if holds then
+    for n = 1, holds do
+      redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
+    end
+  else
+    if mode == 'write' then
+      return {0, redis.call('pttl', KEYS[1])}
+    end
+    -- A waiting lockkit writer keeps new lockkit readers out (Redisson readers do not look).
+    if redis.call('zcard', KEYS[2]) > 0 then
+      return {0, -2}
+    end
+    redis.call('hset', KEYS[1], 'mode', 'read')
+    local n = redis.call('hincrby', KEYS[1], ARGV[1], 1)
+    redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
   end
-  -- A waiting lockkit writer keeps new lockkit readers out (Redisson readers do not look).
-  if redis.call('zcard', KEYS[2]) > 0 then
-    return {0, -2}
-  end
-  redis.call('hset', KEYS[1], 'mode', 'read')
-  local n = redis.call('hincrby', KEYS[1], ARGV[1], 1)
-  redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
   if redis.call('pttl', KEYS[1]) < lease then
     redis.call('pexpire', KEYS[1], lease)
   end
 else
-  if mode then
+  if mode and not (mode == 'write' and holds) then
     redis.call('zadd', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
     redis.call('pexpire', KEYS[2], tonumber(ARGV[5]) * 2)
     return {0, redis.call('pttl', KEYS[1])}

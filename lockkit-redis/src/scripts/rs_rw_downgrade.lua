@@ -1,7 +1,12 @@
 -- Turn a write hold on Redisson's RReadWriteLock layout into a read hold atomically.
 -- KEYS[1] lock hash; ARGV[1] write field, ARGV[2] read field, ARGV[3] lease ms,
 -- ARGV[4] rwlock_timeout base, ARGV[5] channel
-if redis.pcall('hexists', KEYS[1], ARGV[1]) ~= 1 then
+-- A key of another type is not ours; any other error is the caller's to see (see typed_call).
+local ok, ours = typed_call('hexists', KEYS[1], ARGV[1])
+if not ok and ours then
+  return ours
+end
+if ours ~= 1 then
   return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])

@@ -9,7 +9,11 @@ if ARGV[4] == 'i' then
   end
   return 1
 end
-local holds = redis.pcall('hget', KEYS[1], ARGV[1])
+-- A key of another type is not ours; any other error is the caller's to see (see typed_call).
+local ok, holds = typed_call('hget', KEYS[1], ARGV[1])
+if not ok and holds then
+  return holds
+end
 if type(holds) ~= 'string' then
   return redis.call('exists', KEYS[2])
 end

@@ -11,9 +11,9 @@ local now = now_ms(t)
 local function permits(member)
   return tonumber(string.match(member, '|(%d+)$') or '1')
 end
-local free = redis.pcall('get', KEYS[1])
-if type(free) == 'table' or (free and not tonumber(free)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
+local ok, free = typed_call('get', KEYS[1])
+if not ok or (free and not tonumber(free)) then
+  return (not ok and free) or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
 end
 local back = 0
 for _, m in ipairs(redis.call('zrangebyscore', KEYS[2], '-inf', now)) do
@@ -36,7 +36,11 @@ else
   end
 end
 local want = tonumber(ARGV[4])
-if free < want then
+-- Members are never reused, so a live lease of ours is a resent request (redis-rs resends after
+-- a dropped connection) whose first run took the permits: it is taken up again, with our lease
+-- from now and a new token (the first one was never seen); the count is not taken twice.
+local ours = redis.call('zscore', KEYS[2], ARGV[1])
+if not ours and free < want then
   local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
   if first[2] then
     return {0, math.max(1, tonumber(first[2]) - now)}
@@ -47,7 +51,9 @@ local token, fence_err = next_token(KEYS[3], ARGV[3], t)
 if not token then
   return fence_err
 end
-redis.call('decrby', KEYS[1], want)
+if not ours then
+  redis.call('decrby', KEYS[1], want)
+end
 -- No expiry on the leases: Redis drops the set when it is empty, and an expiring set would take
 -- a dead holder's permits with it.
 redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])

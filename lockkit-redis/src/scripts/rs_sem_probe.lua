@@ -13,9 +13,9 @@ for i = 1, #all, 2 do
     leased = leased + n
   end
 end
-local free = redis.pcall('get', KEYS[1])
-if type(free) == 'table' or (free and not tonumber(free)) then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
+local ok, free = typed_call('get', KEYS[1])
+if not ok or (free and not tonumber(free)) then
+  return (not ok and free) or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a semaphore')
 end
 if not free then
   return math.max(0, tonumber(ARGV[1]) - leased)

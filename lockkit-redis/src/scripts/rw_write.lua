@@ -7,11 +7,15 @@ local t = redis.call('time')
 local now = now_ms(t)
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
-local held = redis.pcall('hlen', KEYS[1])
-if type(held) == 'table' then
-  return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' is not a lock')
+local held, err = lock_fields(KEYS[1])
+if not held then
+  return err
 end
-if held > 0 or redis.call('zcard', KEYS[2]) > 0 then
+-- Ours already: a resent request (redis-rs resends after a dropped connection) whose first run
+-- took the lock takes it up again, with our lease from now and a new token (the first one was
+-- never seen), as the mutex's does; never busy on our own hold.
+local ours = held > 0 and redis.call('hexists', KEYS[1], ARGV[1]) == 1
+if not ours and (held > 0 or redis.call('zcard', KEYS[2]) > 0) then
   redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
   redis.call('pexpire', KEYS[3], tonumber(ARGV[4]) * 2)
   if held > 0 then

@@ -5,9 +5,9 @@
 -- KEYS[1] lock hash (owner field -> hold count), KEYS[2] fencing counter
 -- ARGV[1] owner field, ARGV[2] lease in ms, ARGV[3] fencing counter TTL in ms
 -- Returns {1, token} when acquired, {0, pttl of the holder} when busy.
-local held, wrong_type = lock_fields(KEYS[1])
+local held, err = lock_fields(KEYS[1])
 if not held then
-  return wrong_type
+  return err
 end
 if held > 0 and redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return {0, redis.call('pttl', KEYS[1])}
