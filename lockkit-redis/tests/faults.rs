@@ -514,3 +514,51 @@ async fn an_extend_lost_in_a_freeze_keeps_the_earlier_deadline() {
         t.release().await.unwrap();
     }
 }
+
+/// `close()` finishes the cleanups still pending: a release that failed while the server was
+/// down for 4 s sits in the reaper, between retries 1 to 2 s apart, when the server comes back.
+/// The close that follows at once waits for it, so the lock is free the moment close returns
+/// (else it would stay held until the reaper's next try, or for its 15 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_finishes_a_release_that_failed_in_an_outage() {
+    let mut server = PrivateRedis::start(&["--appendonly", "yes"]);
+    let opts = [
+        ("command_timeout", "300ms"),
+        ("lease", "15s"),
+        ("wait_replicas", "0"),
+    ];
+    let (a, c) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let n = unique_name("close-drains");
+    let g = a.mutex(&n).unwrap().lock().await.unwrap();
+    server.stop();
+    let r = tokio::time::timeout(Duration::from_secs(5), g.release())
+        .await
+        .expect("a release returns within its bound");
+    assert!(r.is_err(), "a stopped server confirmed a release");
+    // Long enough for the reaper's pauses to grow to their 2 s cap.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    server.start_again();
+    tokio::time::timeout(Duration::from_secs(20), a.close())
+        .await
+        .expect("close returns within its drain bound")
+        .expect("close finished the pending release");
+    let probe = c.mutex(&n).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let free = loop {
+        // The probe's idle connection learns of the restart at its first command.
+        match probe.try_lock().await {
+            Ok(got) => break got,
+            Err(e) if e.is_retryable() && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("probe: {e}"),
+        }
+    };
+    free.expect("the lock is free once close returned")
+        .release()
+        .await
+        .unwrap();
+}
