@@ -275,29 +275,40 @@ impl Held for ZkHeld {
         // The deletion of our write node is ours: its watch must not report it as a loss (the
         // notification comes before the multi's reply).
         self.released.store(true, Ordering::Release);
-        if let Err(e) = multi.commit().await {
-            let e: zk::Error = e.into();
-            if let zk::Error::NoNode = e {
-                self.state.mark_lost(LostReason::Deleted);
-                return Err(Error::lost(&self.name));
-            }
-            // The reply was lost: the multi may have committed. If our read node is there, it
-            // did; if we cannot tell, the reaper deletes the read node should it exist.
-            let limit = self.session.cfg.command_timeout;
+        // Bounded: a frozen server answers nothing, and the client notices it only later.
+        let limit = self.session.cfg.command_timeout;
+        let failed = match tokio::time::timeout(limit, multi.commit()).await {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => match zk::Error::from(e) {
+                zk::Error::NoNode => {
+                    self.state.mark_lost(LostReason::Deleted);
+                    return Err(Error::lost(&self.name));
+                }
+                e => Some(map(e, "downgrade")),
+            },
+            Err(_) => Some(Error::new(
+                ErrorKind::Timeout,
+                format!("downgrade: no reply within {limit:?}"),
+            )),
+        };
+        if let Some(e) = failed {
+            // The reply was lost: the multi may have committed, or may still commit when a
+            // frozen server resumes. If our read node is there, it did; if we cannot tell, the
+            // reaper deletes the read node should it exist (or appear).
             let lookup = async {
                 crate::ops::retry(limit, "sync", || self.client.sync(&write.dir)).await?;
                 crate::ops::retry(limit, "stat", || self.client.check_stat(&read_path)).await
             };
-            match lookup.await {
-                Ok(Some(stat)) if stat.ephemeral_owner == self.client.session_id().0 => {}
-                Ok(_) => {
+            match tokio::time::timeout(limit, lookup).await {
+                Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.client.session_id().0 => {}
+                Ok(Ok(_)) => {
                     self.released.store(false, Ordering::Release);
-                    return Err(map(e, "downgrade"));
+                    return Err(e);
                 }
-                Err(_) => {
+                Ok(Err(_)) | Err(_) => {
                     self.reap_paths(vec![read_path]);
                     self.released.store(false, Ordering::Release);
-                    return Err(map(e, "downgrade"));
+                    return Err(e);
                 }
             }
         }

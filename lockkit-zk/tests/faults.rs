@@ -339,3 +339,48 @@ async fn releases_and_permit_waits_in_a_freeze_leave_no_node() {
     );
     p.release().await.unwrap();
 }
+
+/// A downgrade sent to a frozen server (SIGSTOP, past the command timeout) gets no reply, and
+/// neither does the lookup after it; when the server resumes it commits the multi, which puts a
+/// read node on our live session. That node must not keep writers out: the reaper deletes it
+/// and the write node is released, so another client's writer gets the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_lost_in_a_freeze_leaves_no_read_node() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let url = with_params(
+        &url,
+        &format!("lease=15s&command_timeout=1s&prefix={}", prefix()),
+    );
+    let (a, c) = (
+        backend(&url).await.into_locks(),
+        backend(&url).await.into_locks(),
+    );
+    let w = a
+        .rwlock("frozen-downgrade")
+        .unwrap()
+        .write_lock()
+        .await
+        .unwrap();
+    let frozen = lockkit_testing::failover::Outage::pause("zk");
+    let r = tokio::time::timeout(Duration::from_secs(15), w.downgrade())
+        .await
+        .expect("a downgrade returns within its bound");
+    assert!(r.is_err(), "a frozen server confirmed a downgrade");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    frozen.end();
+    let started = Instant::now();
+    let g = c
+        .rwlock("frozen-downgrade")
+        .unwrap()
+        .write(&lockkit_core::AcquireOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("the lock comes free");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the downgrade's read node kept a writer out: {:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
+}
