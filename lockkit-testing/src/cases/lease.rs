@@ -28,6 +28,12 @@ pub async fn fixed_lease_expires_and_old_guard_is_lost(locks: &Locks) {
     .await
     .unwrap()
     .expect("expired lock taken over");
+    // Lost before anyone else can hold the lock: the guard's deadline comes before the server's.
+    assert_eq!(
+        old.state(),
+        LockState::Lost,
+        "the old guard read Held while another client held the lock"
+    );
     let reason = within(SOON, "old guard's lost()", old.lost()).await;
     assert_eq!(
         reason,
