@@ -380,3 +380,58 @@ async fn unreachable_server_fails_fast() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Config);
 }
+
+/// A create of a lost connection that the server applies late is a second node with our
+/// protected prefix, on our session, behind our own node. The waiter deletes it when it next
+/// reads the queue, so after our release it never keeps the waiters behind it out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_duplicate_of_our_node_is_deleted_not_waited_behind() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let (a, b, c) = (
+        backend(&url).await,
+        backend(&url).await,
+        backend(&url).await,
+    );
+    let dir = a.mutex_path("late-dup");
+    let held = a.mutex("late-dup").unwrap().lock().await.unwrap();
+    let waiter = |locks: &lockkit_zk::ZkLocks| {
+        let m = locks.mutex("late-dup").unwrap();
+        tokio::spawn(async move { m.lock_for(Duration::from_secs(10)).await })
+    };
+    let waiting_b = waiter(&b);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut names = children(&b, &dir).await;
+    names.sort_by_key(|n| n[n.len() - 10..].to_string());
+    assert_eq!(names.len(), 2, "{names:?}");
+    let prefix = &names[1][..names[1].len() - 10];
+    let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    b.zk_client()
+        .unwrap()
+        .create(&format!("{dir}/{prefix}"), b"lockkit", &opts)
+        .await
+        .unwrap();
+    let waiting_c = waiter(&c);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let gb = tokio::time::timeout(Duration::from_secs(5), waiting_b)
+        .await
+        .expect("b's turn")
+        .unwrap()
+        .unwrap()
+        .expect("b gets the lock");
+    let dups = children(&b, &dir)
+        .await
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .count();
+    assert_eq!(dups, 1, "the late duplicate of b's node is still there");
+    gb.release().await.unwrap();
+    let gc = tokio::time::timeout(Duration::from_secs(3), waiting_c)
+        .await
+        .expect("c is not kept out by b's duplicate")
+        .unwrap()
+        .unwrap()
+        .expect("c gets the lock");
+    gc.release().await.unwrap();
+}
