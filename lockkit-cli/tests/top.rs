@@ -179,8 +179,25 @@ fn top_on(url: &str, queue_visible: bool) {
     });
     assert!(s.contains(&token), "{s}");
     assert!(s.contains("waiters (in queue order)"), "{s}");
+    for column in [
+        "TOKEN",
+        "LEASE LEFT",
+        "HELD FOR",
+        "WAITERS",
+        "ACQ/S",
+        "LOST/S",
+    ] {
+        assert!(s.contains(column), "no {column} column:\n{s}");
+    }
     let at = |s: &str, n: &str| s.find(n).unwrap_or(usize::MAX);
     assert!(at(&s, &cfg) < at(&s, &job), "sorted by name:\n{s}");
+    // Seen at two refreshes, a holder has been holding for at least their distance.
+    tmux.wait_for("a hold time", |s| s.contains('≥'));
+    // The details follow the selection: first the first row (cfg), then the next (job).
+    let s = tmux.wait_for("cfg's details", |s| s.contains(&format!(" rwlock {cfg} ")));
+    assert!(!s.contains(&format!(" mutex {job} ")), "{s}");
+    tmux.keys(&["Down"]);
+    tmux.wait_for("job's details", |s| s.contains(&format!(" mutex {job} ")));
     tmux.keys(&["s"]);
     let s = tmux.wait_for("the waiters sort", |s| s.contains("sort: waiters"));
     if queue_visible {
