@@ -51,11 +51,12 @@ impl LeaseClock {
     pub fn maybe_renewed(&self, sent_at: Instant, lease: Duration) {
         let theirs = sent_at + lease.saturating_sub(margin(lease));
         self.deadline.send_if_modified(|d| match *d {
-            Some(ours) if ours <= theirs => false,
-            _ => {
+            Some(ours) if ours > theirs => {
                 *d = Some(theirs);
                 true
             }
+            // Earlier already, or no deadline at all (a lease that lives with its holder).
+            _ => false,
         });
     }
 

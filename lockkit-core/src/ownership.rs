@@ -308,9 +308,9 @@ impl GuardCore {
         let sent_at = Instant::now();
         if let Err(e) = own.held.extend(lease).await {
             self.note_lost(&e);
-            // An extend that failed on the way may still have been applied: until a later one
-            // settles it, the guard keeps whichever deadline comes first.
-            if e.kind() != ErrorKind::LockLost {
+            // An extend whose answer was lost on the way may still have been applied: until a
+            // later one settles it, the guard keeps whichever deadline comes first.
+            if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Connection) {
                 own.state.clock().maybe_renewed(sent_at, lease);
             }
             return Err(e);

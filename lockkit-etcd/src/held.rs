@@ -171,10 +171,9 @@ impl Held for EtcdHeld {
             // The answer was lost, not the question: read where the key is now.
             Err(e) => match key_lease(&s.inner, &s.key, s.rev).await {
                 Ok(Some(on)) if on == new => true,
-                Ok(Some(_)) => {
-                    let _ = revoke(&s.inner, new).await;
-                    return Err(e);
-                }
+                // Not moved yet, but the move may still be on its way to a slow member: the new
+                // lease is left to run out rather than revoked under a key that may land on it.
+                Ok(Some(_)) => return Err(e),
                 Ok(None) => false,
                 // Still unknown: neither lease is revoked (one may hold our key; each runs out
                 // by itself), and the core keeps the earlier of the two deadlines.

@@ -831,3 +831,72 @@ async fn a_redisson_rw_release_refused_by_an_acl_is_retried_not_read_as_not_ours
     assert!(started.elapsed() < Duration::from_secs(10));
     w.release().await.unwrap();
 }
+
+/// A resent downgrade finds its read hold in place of the write hold: it answers that it
+/// downgraded (not that the lock was lost, which would orphan the read hold for a lease).
+#[tokio::test]
+async fn a_resent_downgrade_finds_its_read_hold() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    // Native layout.
+    let name = unique_name("resend-downgrade");
+    let k = LockKeys::rwlock("lockkit", &name);
+    let owner = "resend-client:10";
+    assert_eq!(raw_write(&mut admin, &k, owner).await.0, 1);
+    let downgrade = |admin: &mut redis::aio::MultiplexedConnection| {
+        let keys = [k.lock.to_string(), k.holders.clone()];
+        let args = [owner.to_string(), "30000".into(), k.channel.clone()];
+        let mut admin = admin.clone();
+        async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run::<i64>(
+                &mut admin,
+                lockkit_redis::scripts::RW_DOWNGRADE,
+                &keys,
+                &args,
+            )
+            .await
+        }
+    };
+    assert_eq!(downgrade(&mut admin).await, 1);
+    assert_eq!(
+        downgrade(&mut admin).await,
+        1,
+        "a resent downgrade read as lost"
+    );
+    assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    assert_eq!(raw_shared_release(&mut admin, &k, owner, "s").await, 1);
+    assert_eq!(raw_write(&mut admin, &k, "writer-client:2").await.0, 1);
+    assert_eq!(
+        raw_shared_release(&mut admin, &k, "writer-client:2", "w").await,
+        1
+    );
+
+    // Redisson's layout.
+    let name = compat_name("resend-rs-downgrade");
+    let k = LockKeys::redisson_rwlock(&name).unwrap();
+    let (field, reader) = ("resend-client:11:write", "resend-client:11");
+    assert_eq!(raw_rs_rw(&mut admin, &k, field, "w").await.0, 1);
+    for round in ["first", "resent"] {
+        let keys = [&*k.lock];
+        let args = [field, reader, "30000", &k.holders, &k.channel];
+        let r: i64 = run(
+            &mut admin,
+            lockkit_redis::scripts::RS_RW_DOWNGRADE,
+            &keys,
+            &args,
+        )
+        .await;
+        assert_eq!(r, 1, "{round} downgrade");
+    }
+    let hash = hgetall(&mut admin, &k.lock).await;
+    assert_eq!(
+        hash.get("mode").map(String::as_str),
+        Some("read"),
+        "{hash:?}"
+    );
+    assert_eq!(hash.get(reader).map(String::as_str), Some("1"), "{hash:?}");
+    assert_eq!(raw_rs_rw_release(&mut admin, &k, reader, "s").await, 1);
+    assert!(!exists(&mut admin, &k.lock).await);
+}

@@ -182,6 +182,18 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
 }
 
 impl ZkHeld {
+    /// A downgrade that did not happen: the write node is ours to watch again (the watch may
+    /// have ended while the deletion was expected, and the node may be gone meanwhile).
+    fn rearm_loss_watch(&self) {
+        self.released.store(false, Ordering::Release);
+        watch_for_loss(
+            self.client.clone(),
+            self.paths[0].clone(),
+            self.state.clone(),
+            self.released.clone(),
+        );
+    }
+
     /// Deletes `paths` in the reaper: retried until they are gone or the session has ended.
     fn reap_paths(&self, paths: Vec<String>) {
         let (client, paths) = (self.client.clone(), Arc::new(paths));
@@ -302,12 +314,12 @@ impl Held for ZkHeld {
             match tokio::time::timeout(limit, lookup).await {
                 Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.client.session_id().0 => {}
                 Ok(Ok(_)) => {
-                    self.released.store(false, Ordering::Release);
+                    self.rearm_loss_watch();
                     return Err(e);
                 }
                 Ok(Err(_)) | Err(_) => {
                     self.reap_paths(vec![read_path]);
-                    self.released.store(false, Ordering::Release);
+                    self.rearm_loss_watch();
                     return Err(e);
                 }
             }

@@ -42,12 +42,11 @@ local lease = tonumber(ARGV[2])
 -- now and a new token (the first one was never seen), and counted once; never busy on our own
 -- hold, and a resent write registers no intent.
 local holds = mode and tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+-- The token is issued before anything is written: a fencing key that is not a counter answers
+-- with an error and leaves no hold behind.
+local token, fence_err
 if ARGV[4] == 'r' then
-  if holds then
-    for n = 1, holds do
-      redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
-    end
-  else
+  if not holds then
     if mode == 'write' then
       return {0, redis.call('pttl', KEYS[1])}
     end
@@ -55,6 +54,16 @@ if ARGV[4] == 'r' then
     if redis.call('zcard', KEYS[2]) > 0 then
       return {0, -2}
     end
+  end
+  token, fence_err = next_token(KEYS[3], ARGV[3], t)
+  if not token then
+    return fence_err
+  end
+  if holds then
+    for n = 1, holds do
+      redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
+    end
+  else
     redis.call('hset', KEYS[1], 'mode', 'read')
     local n = redis.call('hincrby', KEYS[1], ARGV[1], 1)
     redis.call('set', ARGV[6] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. n, 1, 'px', lease)
@@ -68,12 +77,12 @@ else
     redis.call('pexpire', KEYS[2], tonumber(ARGV[5]) * 2)
     return {0, redis.call('pttl', KEYS[1])}
   end
+  token, fence_err = next_token(KEYS[3], ARGV[3], t)
+  if not token then
+    return fence_err
+  end
   redis.call('zrem', KEYS[2], ARGV[1])
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1)
   redis.call('pexpire', KEYS[1], lease)
-end
-local token, fence_err = next_token(KEYS[3], ARGV[3], t)
-if not token then
-  return fence_err
 end
 return {1, token}

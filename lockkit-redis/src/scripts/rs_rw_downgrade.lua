@@ -7,6 +7,11 @@ if not ok and ours then
   return ours
 end
 if ours ~= 1 then
+  -- A resend of a downgrade that was applied finds our read hold in place of the write hold.
+  if redis.call('hget', KEYS[1], ARGV[2])
+      and redis.call('exists', ARGV[4] .. ':' .. ARGV[2] .. ':rwlock_timeout:1') == 1 then
+    return 1
+  end
   return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])

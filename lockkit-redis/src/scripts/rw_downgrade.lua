@@ -4,11 +4,16 @@ local removed, err = hdel_ours(KEYS[1], ARGV[1])
 if err then
   return err
 end
-if removed ~= 1 then
-  return 0
-end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if removed ~= 1 then
+  -- A resend of a downgrade that was applied finds our read hold in place of the write hold.
+  local score = redis.call('zscore', KEYS[2], ARGV[1])
+  if score and tonumber(score) > now then
+    return 1
+  end
+  return 0
+end
 redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then
   redis.call('pexpire', KEYS[2], ARGV[2])
