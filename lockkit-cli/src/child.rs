@@ -67,7 +67,8 @@ pub(crate) fn command(cmd: &[String]) -> std::io::Result<tokio::process::Command
 /// The supervisor: `args` are what follows [`ARG`]. Never returns.
 pub(crate) fn run(args: &[OsString]) -> ! {
     // Blocked before anything else, so that none of them can end the supervisor before it
-    // looks at them; the command starts with an empty mask (std resets it in the child).
+    // looks at them; the command starts with an empty mask (std keeps the mask in a child, so
+    // `__exec-command` clears it before it becomes the command).
     #[cfg(target_os = "linux")]
     supervisor::block_signals();
     let (parent, _, cmd) = parse(args, false);

@@ -152,6 +152,17 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
         }
     };
 
+    // A SIGCHLD that our parent ignores would be ignored by the supervisor too (the kernel
+    // would then reap the command unseen): handling it here makes the supervisor start with the
+    // default action, since exec resets handled signals.
+    let _sigchld = match signal(SignalKind::child()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = guard.release().await;
+            complain("cannot install signal handlers");
+            return code::FAILURE;
+        }
+    };
     // Started so that it and its process group die with us (see `child.rs`): nothing it
     // started runs on without the lock.
     let spawned = crate::child::command(&args.command).and_then(|mut cmd| {
@@ -180,20 +191,22 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
             _ = sigterm.recv() => send(pid, Signal::TERM),
             _ = sighup.recv() => send(pid, Signal::HUP),
             _ = &mut lost => {
+                // Signalled before anything is written: with `stty tostop`, a write from a
+                // background lockkit (the command has the terminal) would stop lockkit first.
+                send(pid, Signal::TERM);
                 complain(format!(
-                    "lost lock {:?} (token {}) while the command ran; sending it SIGTERM",
+                    "lost lock {:?} (token {}) while the command ran; sent it SIGTERM",
                     args.name,
                     guard.token()
                 ));
-                send(pid, Signal::TERM);
                 if tokio::time::timeout(args.kill_after, child.wait()).await.is_err() {
-                    complain(format!(
-                        "the command did not exit within {}; sending its process group SIGKILL",
-                        humantime::format_duration(args.kill_after)
-                    ));
                     // The supervisor SIGKILLs the whole group; SIGKILL to the supervisor
                     // itself would take only the command's main process along.
                     send(pid, crate::child::KILL_NOW);
+                    complain(format!(
+                        "the command did not exit within {}; sent its process group SIGKILL",
+                        humantime::format_duration(args.kill_after)
+                    ));
                     if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
                         send(pid, Signal::KILL);
                         let _ = child.wait().await;

@@ -116,8 +116,9 @@ pub(super) fn run(parent: i32, cmd: &[OsString]) -> ! {
     // name another group: whatever the command left behind in it goes now.
     let _ = killpg(group, Signal::SIGKILL);
     let _ = waitpid(group, None);
-    if terminal {
-        // SIGTTOU is blocked, so this works from the background.
+    // Taken back only from the command's group (SIGTTOU is blocked, so this works from the
+    // background): a terminal someone else has since taken stays theirs.
+    if terminal && tcgetpgrp(std::io::stdin()) == Ok(group) {
         let _ = tcsetpgrp(std::io::stdin(), getpgrp());
     }
     std::process::exit(i32::from(status))
