@@ -52,8 +52,16 @@ impl RedisBackend {
 
         let scripts = Arc::new(Scripts::new());
         let wd = Arc::new(Watchdog::default());
-        let target = match &conn {
-            crate::conn::Conn::Sentinel(primary) => Target::Primary(primary.clone()),
+        let target = match (&conn, &settings.topology) {
+            (crate::conn::Conn::Sentinel(primary), _) => Target::Primary(primary.clone()),
+            (_, crate::config::Topology::Cluster { nodes }) => {
+                // Its own cluster client: a WAIT blocks the node connection it runs on.
+                let client = crate::conn::cluster_builder(&settings, nodes, false)
+                    .response_timeout(settings.wait_timeout + settings.command_timeout)
+                    .build()
+                    .map_err(|e| crate::error::map(e, "cluster client setup"))?;
+                Target::Cluster(Box::new(client), settings.prefix.as_str().into())
+            }
             _ => Target::Fixed(Box::new(settings.info.clone())),
         };
         let replicas = Arc::new(Replicas::start(&settings, conn.clone(), target).await?);

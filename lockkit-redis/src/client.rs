@@ -198,7 +198,7 @@ impl Inner {
         let mut inv = script.prepare_invoke();
         inv.key(key).arg(owner).arg(lease.as_millis().max(1) as u64);
         let sent_at = tokio::time::Instant::now();
-        let epoch = self.replicas.epoch();
+        let epoch = self.replicas.ticket(key);
         let r: Vec<i64> = self.invoke(&inv, "extend").await?;
         if r.first() == Some(&1) {
             // The new deadline counts once the replicas have it: a failover to one that missed

@@ -278,11 +278,8 @@ impl Settings {
             )));
         }
         let lease = common.lease();
-        let cluster = matches!(topology, Topology::Cluster { .. });
         let wait_replicas = match common.get(RedisKey::WaitReplicas) {
-            // A cluster's replicas are per slot: WAIT would have to reach the node that owns
-            // each lock's slot.
-            None if cluster => WaitReplicas::Off,
+            // On a cluster too: each round runs on the primary that owns the write's slot.
             None | Some("auto") => WaitReplicas::Auto,
             Some(_) => {
                 match common.value::<u32>(RedisKey::WaitReplicas, "auto or a replica count")? {
@@ -291,12 +288,6 @@ impl Settings {
                 }
             }
         };
-        if wait_replicas != WaitReplicas::Off && cluster {
-            return Err(Error::config(
-                "option wait_replicas is not supported with redis+cluster:// (WAIT would have \
-                 to reach the node that owns each lock's slot)",
-            ));
-        }
         let sentinel_auth =
             match (
                 common.get(RedisKey::SentinelUsername).map(str::to_string),
@@ -441,7 +432,12 @@ mod tests {
         assert_eq!(s.command_timeout, Duration::from_secs(2));
         assert_eq!(s.wait_replicas, WaitReplicas::Auto);
         assert!(!format!("{s:?}").contains("pw"));
+        // A cluster waits for each slot's replicas, by default too.
         let s = parse("redis+cluster://h1").unwrap();
+        assert_eq!(s.wait_replicas, WaitReplicas::Auto);
+        let s = parse("redis+cluster://h1?wait_replicas=1&wait_timeout=50ms").unwrap();
+        assert_eq!(s.wait_replicas, WaitReplicas::AtLeast(1));
+        let s = parse("redis+cluster://h1?wait_replicas=0").unwrap();
         assert_eq!(s.wait_replicas, WaitReplicas::Off);
         let s = parse("redis://h1?wait_replicas=0").unwrap();
         assert_eq!(s.wait_replicas, WaitReplicas::Off);
@@ -465,8 +461,6 @@ mod tests {
             "redis+sentinel://s1,s2",
             "redis+sentinel://s1/lockkit/x",
             "redis+cluster://h1,h2/1",
-            "redis+cluster://h1?wait_replicas=1",
-            "redis+cluster://h1?wait_replicas=auto",
             "redis://h1?sentinel_password=x",
             "redis+sentinel://s1/m?sentinel_username=u",
         ] {

@@ -178,44 +178,13 @@ pub(crate) async fn connect(settings: &Settings, pushes: impl PushSink) -> Resul
             // would keep the message on the slot's own shard, which is cheaper in a large
             // cluster, but needs Redis 7 and a subscription that moves with its slot. Lock
             // releases are rare next to the commands they wake, so the broadcast is cheap here.
-            let builder = |resp3: bool| {
-                let mut b = redis::cluster::ClusterClientBuilder::new(
-                    nodes
-                        .iter()
-                        .map(|(h, p)| redis::ConnectionAddr::Tcp(h.clone(), *p))
-                        .collect::<Vec<_>>(),
-                )
-                .connection_timeout(settings.connect_timeout)
-                .response_timeout(settings.command_timeout)
-                .tcp_settings(tcp_settings())
-                // Retries follow MOVED / ASK during resharding and failover. They also resend a
-                // command whose connection dropped after it was sent, which may have run, so
-                // every script is safe to run twice. An acquire whose first run took the lock,
-                // share or permits finds its own hold and takes it up again: one hold, its lease
-                // from the resend, a new token (the first reply was never seen); it never
-                // queues or registers a writer's intent twice, and never answers busy. A
-                // reentry sends the hold count it makes, so it counts once. Releases (unlock
-                // latches), renewals and leaves are idempotent.
-                .retries(2);
-                let rs = settings.info.redis_settings();
-                if let Some(u) = rs.username() {
-                    b = b.username(u);
-                }
-                if let Some(p) = rs.password() {
-                    b = b.password(p);
-                }
-                if resp3 {
-                    b = b.use_protocol(redis::ProtocolVersion::RESP3);
-                }
-                b
-            };
-            let conn = builder(false)
+            let conn = cluster_builder(settings, nodes, false)
                 .build()
                 .map_err(|e| error::map(e, "cluster client setup"))?
                 .get_async_connection()
                 .await
                 .map_err(|e| error::map(e, "connect"))?;
-            let pubsub = builder(true)
+            let pubsub = cluster_builder(settings, nodes, true)
                 .push_sender(pushes)
                 .build()
                 .map_err(|e| error::map(e, "cluster client setup"))?
@@ -229,4 +198,41 @@ pub(crate) async fn connect(settings: &Settings, pushes: impl PushSink) -> Resul
             })
         }
     }
+}
+
+/// The cluster client builder for the seed `nodes` (`resp3`: for the pub/sub connection).
+pub(crate) fn cluster_builder(
+    settings: &Settings,
+    nodes: &[(String, u16)],
+    resp3: bool,
+) -> redis::cluster::ClusterClientBuilder {
+    let mut b = redis::cluster::ClusterClientBuilder::new(
+        nodes
+            .iter()
+            .map(|(h, p)| redis::ConnectionAddr::Tcp(h.clone(), *p))
+            .collect::<Vec<_>>(),
+    )
+    .connection_timeout(settings.connect_timeout)
+    .response_timeout(settings.command_timeout)
+    .tcp_settings(tcp_settings())
+    // Retries follow MOVED / ASK during resharding and failover. They also resend a
+    // command whose connection dropped after it was sent, which may have run, so
+    // every script is safe to run twice. An acquire whose first run took the lock,
+    // share or permits finds its own hold and takes it up again: one hold, its lease
+    // from the resend, a new token (the first reply was never seen); it never
+    // queues or registers a writer's intent twice, and never answers busy. A
+    // reentry sends the hold count it makes, so it counts once. Releases (unlock
+    // latches), renewals and leaves are idempotent.
+    .retries(2);
+    let rs = settings.info.redis_settings();
+    if let Some(u) = rs.username() {
+        b = b.username(u);
+    }
+    if let Some(p) = rs.password() {
+        b = b.password(p);
+    }
+    if resp3 {
+        b = b.use_protocol(redis::ProtocolVersion::RESP3);
+    }
+    b
 }

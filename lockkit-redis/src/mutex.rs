@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::client::{expiry_bound, Inner};
 use crate::keys::LockKeys;
+use crate::replicas::Ticket;
 use crate::watchdog::Watched;
 
 mod queue;
@@ -86,7 +87,7 @@ impl RedisMutex {
     /// it again and fails with `ReplicaSync`.
     /// (`epoch`: the Sentinel epoch the acquire was sent in.) The callers keep their cleanup
     /// armed while this runs, so a rollback that fails is retried by the reaper.
-    async fn confirm_replicas(&self, owner: &str, fair: bool, epoch: u64) -> Result<()> {
+    async fn confirm_replicas(&self, owner: &str, fair: bool, epoch: Ticket) -> Result<()> {
         let synced = self.inner.replicas.acquired(epoch).await;
         if let Err(e) = synced {
             self.inner.release_mutex(&self.keys, owner, fair).await?;
@@ -212,7 +213,7 @@ pub(crate) fn rolled_back(name: &str, e: Error) -> Error {
 /// Waits until the replicas have a release (sent in `epoch`), as Redisson does; the lock is
 /// released on the primary either way, so a release they miss is only logged (after a failover
 /// it comes back until its lease ends).
-pub(crate) async fn released_on_replicas(inner: &Inner, epoch: u64) {
+pub(crate) async fn released_on_replicas(inner: &Inner, epoch: Ticket) {
     if let Err(e) = inner.replicas.kept("release", epoch).await {
         tracing::warn!(error = %e, "lockkit: a release did not reach the replicas");
     }
@@ -238,7 +239,7 @@ struct RedisHeld {
 impl Held for RedisHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
-        let epoch = self.inner.replicas.epoch();
+        let epoch = self.inner.replicas.ticket(&self.keys.lock);
         match self
             .inner
             .release_mutex(&self.keys, &self.owner, self.fair)

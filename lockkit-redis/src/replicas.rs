@@ -19,14 +19,31 @@
 //! off (with a warning). `wait_replicas=N`: an acquire needs N acknowledgements (and a user that
 //! may not run them is a `Config` error at connect); renewals, extends and releases follow the
 //! `auto` rule (after a failover fewer replicas may be left, and a held lock must not turn Lost
-//! for it). `0`: off. Never in cluster mode, where `PUBLISH` does not go through replication.
+//! for it). `0`: off.
+//!
+//! In a cluster each slot's primary has replicas of its own, and `PUBLISH` goes over the cluster
+//! bus, not through replication. So each request names the slot of the key its write touched,
+//! and a round runs on the primary that owns that slot now, over the handle's own cluster
+//! connection (`route_pipeline`), with a marker of its own: a script that sets and deletes a key
+//! of that slot (`<prefix>:replica-sync:{<tag>}`), which replicates and leaves nothing behind.
+//! Requests whose slots one primary owns (`CLUSTER SLOTS`, refreshed every second) share a
+//! round; rounds on different primaries run side by side. `auto` there means the replicas
+//! that primary has connected now (its `ROLE`). The writes themselves stay on the shared
+//! connection, so no command, waited for or not, queues behind a `WAIT`. A cluster has no
+//! Sentinel epoch: a round that runs on a replica promoted after the write (a failover between
+//! a write's reply and its round, which the cluster takes `cluster-node-timeout` to decide)
+//! cannot tell that it may lack the write.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::{Error, ErrorKind, Result};
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{ConnectionInfo, RedisError, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
@@ -42,6 +59,10 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// The channel of the marker `PUBLISH` that starts each round (nobody listens on it).
 const MARKER: &str = "lockkit:replica-sync";
 
+/// The marker of a cluster round: a write to a key of the slot that replicates and leaves
+/// nothing behind.
+const CLUSTER_MARKER: &str = "redis.call('set', KEYS[1], '') return redis.call('del', KEYS[1])";
+
 /// Where the handle's own connection for `WAIT` goes.
 #[derive(Clone)]
 pub(crate) enum Target {
@@ -49,17 +70,61 @@ pub(crate) enum Target {
     Fixed(Box<ConnectionInfo>),
     /// Whatever primary the Sentinels name now.
     Primary(Arc<Switchable>),
+    /// The primary that owns each write's slot, through a cluster client of the handle's own
+    /// (built, not connected yet) and the key prefix for the markers.
+    Cluster(Box<ClusterClient>, Arc<str>),
 }
 
 impl Target {
-    /// The Sentinel epoch (switches so far; always 0 for one server) and how to reach the
-    /// primary of it.
-    fn primary(&self) -> (u64, ConnectionInfo) {
+    /// The Sentinel epoch (switches so far; always 0 for one server or a cluster).
+    fn epoch(&self) -> u64 {
         match self {
-            Target::Fixed(info) => (0, (**info).clone()),
-            Target::Primary(s) => s.primary(),
+            Target::Primary(s) => s.primary().0,
+            _ => 0,
         }
     }
+
+    /// The Sentinel epoch and how to reach the primary of it (`None` on a cluster).
+    fn primary(&self) -> Option<(u64, ConnectionInfo)> {
+        match self {
+            Target::Fixed(info) => Some((0, (**info).clone())),
+            Target::Primary(s) => Some(s.primary()),
+            Target::Cluster(..) => None,
+        }
+    }
+}
+
+/// Taken before a write that will be waited for: the Sentinel epoch it is sent in and, on a
+/// cluster, the slot of its key and the marker key of that slot.
+#[derive(Clone, Debug)]
+pub(crate) struct Ticket {
+    epoch: u64,
+    slot: Option<(Slot, Arc<str>)>,
+}
+
+/// The marker key of `key`'s slot under `prefix` (which holds no braces).
+fn marker_key(prefix: &str, key: &str) -> String {
+    let base = format!("{prefix}:replica-sync:");
+    if let Some(tag) = hash_tag(key) {
+        return format!("{base}{{{tag}}}");
+    }
+    if !key.contains('}') {
+        return format!("{base}{{{key}}}");
+    }
+    // A key without a tag but with a '}': find a tag of the same slot.
+    let slot = Slot::for_key(key);
+    (0u64..)
+        .map(|n| format!("{base}{{{n}}}"))
+        .find(|k| Slot::for_key(k) == slot)
+        .expect("every slot has a numeric tag")
+}
+
+/// The hash tag of `key`: what lies between its first '{' and the next '}', if not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
 }
 
 /// What one round found: replicas that acknowledged, and replicas connected.
@@ -97,6 +162,8 @@ struct Request {
     need: Option<u32>,
     /// The Sentinel epoch its write was sent in.
     epoch: u64,
+    /// On a cluster: the slot its write touched, and the marker key of that slot.
+    slot: Option<(Slot, Arc<str>)>,
     reply: oneshot::Sender<std::result::Result<Round, Failure>>,
 }
 
@@ -109,6 +176,8 @@ pub(crate) struct Replicas {
     /// `auto` found that this user may not run `ROLE` or `WAIT`, and turned itself off.
     refused: Arc<AtomicBool>,
     epochs: Target,
+    /// On a cluster, the key prefix for marker keys.
+    cluster: Option<Arc<str>>,
     requests: mpsc::UnboundedSender<Request>,
     task: AbortHandle,
 }
@@ -143,6 +212,10 @@ impl Replicas {
         target: Target,
     ) -> Result<Replicas> {
         let epochs = target.clone();
+        let cluster = match &target {
+            Target::Cluster(_, prefix) => Some(prefix.clone()),
+            _ => None,
+        };
         let connected = Arc::new(AtomicI64::new(-1));
         let refused = Arc::new(AtomicBool::new(false));
         let want = settings.wait_replicas;
@@ -150,13 +223,22 @@ impl Replicas {
             let mut conn = shared.clone();
             let mut probe = redis::pipe();
             probe.cmd("ROLE").cmd("WAIT").arg(0).arg(0).ignore();
-            let looked = tokio::time::timeout(
-                settings.command_timeout,
-                probe.query_async::<(Value,)>(&mut conn),
-            )
+            let looked = tokio::time::timeout(settings.command_timeout, async {
+                match &mut conn {
+                    // Any primary: the rounds run on primaries.
+                    Conn::Cluster(c) => {
+                        let route = SingleNodeRoutingInfo::RandomPrimary;
+                        let r = c.route_pipeline(probe.clone(), 0, 2, route).await?;
+                        let role = r.into_iter().next().unwrap_or(Value::Nil).extract_error()?;
+                        Ok((role,))
+                    }
+                    _ => probe.query_async::<(Value,)>(&mut conn).await,
+                }
+            })
             .await;
             match looked {
-                Ok(Ok((role,))) => {
+                // On a cluster the refresh below counts every primary's replicas.
+                Ok(Ok((role,))) if cluster.is_none() => {
                     if let Some(n) = replicas_of(&role) {
                         connected.store(n, Ordering::Release);
                     }
@@ -189,7 +271,15 @@ impl Replicas {
             shared,
             target,
             own: None,
+            own_cluster: None,
+            owners: HashMap::new(),
+            ranges: Vec::new(),
+            node_replicas: HashMap::new(),
         };
+        let mut worker = worker;
+        if cluster.is_some() && want != WaitReplicas::Off {
+            worker.refresh().await;
+        }
         let task = tokio::spawn(worker.run(rx)).abort_handle();
         Ok(Replicas {
             want,
@@ -197,6 +287,7 @@ impl Replicas {
             connected,
             refused,
             epochs,
+            cluster,
             requests,
             task,
         })
@@ -207,9 +298,17 @@ impl Replicas {
         self.task.abort();
     }
 
-    /// The Sentinel epoch now: take it before sending a write that will be waited for.
-    pub(crate) fn epoch(&self) -> u64 {
-        self.epochs.primary().0
+    /// Take it before sending a write to `key` that will be waited for: the Sentinel epoch
+    /// now and, on a cluster, the slot of `key`.
+    pub(crate) fn ticket(&self, key: &str) -> Ticket {
+        Ticket {
+            epoch: self.epochs.epoch(),
+            slot: self
+                .cluster
+                .as_ref()
+                .filter(|_| self.want != WaitReplicas::Off)
+                .map(|prefix| (Slot::for_key(key), marker_key(prefix, key).into())),
+        }
     }
 
     /// Whether writes wait for replicas now.
@@ -222,29 +321,35 @@ impl Replicas {
         }
     }
 
-    /// Waits until the replicas have the acquire sent in `epoch` whose reply came before this
-    /// call: `ReplicaSync` when too few acknowledged in time (`wait_replicas`).
-    pub(crate) async fn acquired(&self, epoch: u64) -> Result<()> {
+    /// Waits until the replicas have the acquire sent with `ticket` whose reply came before
+    /// this call: `ReplicaSync` when too few acknowledged in time (`wait_replicas`).
+    pub(crate) async fn acquired(&self, ticket: Ticket) -> Result<()> {
         let need = match self.want {
             WaitReplicas::AtLeast(n) => Some(n),
             _ => None,
         };
-        self.sync("acquire", need, epoch).await
+        self.sync("acquire", need, ticket).await
     }
 
-    /// Waits until the replicas have the renewal, extend or release (`what`) sent in `epoch`:
-    /// `ReplicaSync` when replicas are connected and none acknowledged in time.
-    pub(crate) async fn kept(&self, what: &str, epoch: u64) -> Result<()> {
-        self.sync(what, None, epoch).await
+    /// Waits until the replicas have the renewal, extend or release (`what`) sent with
+    /// `ticket`: `ReplicaSync` when replicas are connected and none acknowledged in time.
+    pub(crate) async fn kept(&self, what: &str, ticket: Ticket) -> Result<()> {
+        self.sync(what, None, ticket).await
     }
 
-    async fn sync(&self, what: &str, need: Option<u32>, epoch: u64) -> Result<()> {
+    async fn sync(&self, what: &str, need: Option<u32>, ticket: Ticket) -> Result<()> {
         let no_replicas = self.connected.load(Ordering::Acquire) == 0;
         if !self.waits() || (need.is_none() && no_replicas) {
             return Ok(());
         }
         let (reply, rx) = oneshot::channel();
-        let request = Request { need, epoch, reply };
+        let Ticket { epoch, slot } = ticket;
+        let request = Request {
+            need,
+            epoch,
+            slot,
+            reply,
+        };
         self.requests.send(request).map_err(|_| Error::closed())?;
         let round = match rx.await {
             Ok(Ok(round)) => round,
@@ -285,6 +390,14 @@ struct Worker {
     target: Target,
     /// The connection for `WAIT`, and the Sentinel epoch of the primary it goes to.
     own: Option<(u64, MultiplexedConnection)>,
+    /// On a cluster: the handle's own cluster connection for the rounds.
+    own_cluster: Option<ClusterConnection>,
+    /// On a cluster: the primary (`host:port`) that owns each slot, by the last `CLUSTER SLOTS`.
+    owners: HashMap<Slot, String>,
+    /// The slot ranges `owners` was built from (start, end, primary).
+    ranges: Vec<(u16, u16, String)>,
+    /// On a cluster: the replicas each primary had connected at the last look.
+    node_replicas: HashMap<String, i64>,
 }
 
 impl Worker {
@@ -302,7 +415,7 @@ impl Worker {
                     self.serve(batch).await;
                     refresh.reset();
                 }
-                _ = refresh.tick(), if self.want == WaitReplicas::Auto => self.refresh().await,
+                _ = refresh.tick(), if self.refreshes() => self.refresh().await,
             }
         }
     }
@@ -310,6 +423,9 @@ impl Worker {
     /// One round for `batch`: `WAIT` for the most any request needs, then each request's
     /// answer (a request of an earlier epoch than the primary the round ran on gets an error).
     async fn serve(&mut self, batch: Vec<Request>) {
+        if matches!(self.target, Target::Cluster(..)) {
+            return self.serve_cluster(batch).await;
+        }
         let connected = self.connected.load(Ordering::Acquire).max(1);
         let wanted = batch
             .iter()
@@ -338,8 +454,19 @@ impl Worker {
         }
     }
 
+    /// Whether the counts (and on a cluster the slot owners) are looked up every second.
+    fn refreshes(&self) -> bool {
+        match self.target {
+            Target::Cluster(..) => self.want != WaitReplicas::Off,
+            _ => self.want == WaitReplicas::Auto,
+        }
+    }
+
     /// Looks up how many replicas are connected (on the shared connection: `ROLE` is quick).
-    async fn refresh(&self) {
+    async fn refresh(&mut self) {
+        if matches!(self.target, Target::Cluster(..)) {
+            return self.refresh_cluster().await;
+        }
         let mut conn = self.shared.clone();
         let role = tokio::time::timeout(
             self.command_timeout,
@@ -405,7 +532,7 @@ impl Worker {
     /// The handle's own connection to the primary, opened (again) when needed, with the epoch
     /// of that primary.
     async fn connection(&mut self) -> Result<(u64, &mut MultiplexedConnection)> {
-        let (epoch, info) = self.target.primary();
+        let (epoch, info) = self.target.primary().expect("not a cluster");
         if self.own.as_ref().is_some_and(|(seen, _)| *seen != epoch) {
             self.own = None;
         }
@@ -423,6 +550,243 @@ impl Worker {
         let (epoch, conn) = self.own.as_mut().expect("just set");
         Ok((*epoch, conn))
     }
+}
+
+/// One round on a cluster primary, for the requests of the slots it owns.
+struct NodeRound {
+    /// The primary as `CLUSTER SLOTS` names it (or the slot, when it names none).
+    node: String,
+    /// A slot of it and the marker key of that slot: the round is routed by them.
+    slot: Slot,
+    marker: Arc<str>,
+    requests: Vec<Request>,
+}
+
+impl Worker {
+    /// The rounds of `batch` on a cluster: one per primary, side by side.
+    async fn serve_cluster(&mut self, batch: Vec<Request>) {
+        let mut rounds: Vec<NodeRound> = Vec::new();
+        for r in batch {
+            let Some((slot, marker)) = r.slot.clone() else {
+                let _ = r.reply.send(Ok(Round {
+                    acked: 0,
+                    connected: 0,
+                }));
+                continue;
+            };
+            let node = self
+                .owners
+                .get(&slot)
+                .cloned()
+                .unwrap_or_else(|| format!("{slot:?}"));
+            match rounds.iter_mut().find(|g| g.node == node) {
+                Some(g) => g.requests.push(r),
+                None => rounds.push(NodeRound {
+                    node,
+                    slot,
+                    marker,
+                    requests: vec![r],
+                }),
+            }
+        }
+        let conn = match self.cluster_connection().await {
+            Ok(c) => c,
+            Err(e) => {
+                let f = Failure::of(&e);
+                for r in rounds.into_iter().flat_map(|g| g.requests) {
+                    let _ = r.reply.send(Err(f.clone()));
+                }
+                return;
+            }
+        };
+        let known = self.connected.load(Ordering::Acquire).max(1);
+        let runs = rounds.iter().map(|g| {
+            let connected = self.node_replicas.get(&g.node).copied().unwrap_or(known);
+            let wanted = g
+                .requests
+                .iter()
+                .map(|r| r.need.map_or(connected, i64::from))
+                .max()
+                .unwrap_or(connected);
+            self.cluster_round(conn.clone(), g.slot, &g.marker, wanted)
+        });
+        let results = futures::future::join_all(runs).await;
+        let mut broken = false;
+        for (g, result) in rounds.into_iter().zip(results) {
+            if let Err(e) = &result {
+                broken |= e.kind() == ErrorKind::Connection;
+                if self.want == WaitReplicas::Auto && e.kind() == ErrorKind::Auth {
+                    tracing::warn!(error = %e, "lockkit: WAIT refused; wait_replicas=auto is off");
+                    self.refused.store(true, Ordering::Release);
+                }
+            }
+            if let Ok(round) = &result {
+                self.node_replicas.insert(g.node, round.connected);
+            }
+            let answer = result.map_err(|e| Failure::of(&e));
+            for r in g.requests {
+                let _ = r.reply.send(answer.clone());
+            }
+        }
+        if broken {
+            self.own_cluster = None;
+        }
+    }
+
+    /// One round on the primary that owns `slot`: `ROLE`, the marker, `WAIT` for `wanted`.
+    /// (A primary with no replica connected needs no `WAIT`; the round still asks, and
+    /// `wanted` is at least 1, because the count may be stale.)
+    async fn cluster_round(
+        &self,
+        mut conn: ClusterConnection,
+        slot: Slot,
+        marker: &str,
+        wanted: i64,
+    ) -> Result<Round> {
+        let (timeout, limit) = (self.timeout, self.timeout + self.command_timeout);
+        let mut pipe = redis::pipe();
+        pipe.cmd("ROLE")
+            .cmd("EVAL")
+            .arg(CLUSTER_MARKER)
+            .arg(1)
+            .arg(marker)
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout.as_millis().max(1) as u64);
+        let route = SingleNodeRoutingInfo::SpecificNode(Route::with_slot(slot, SlotAddr::Master));
+        let replied = tokio::time::timeout(limit, conn.route_pipeline(pipe, 0, 3, route)).await;
+        let values = match replied {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return Err(error::map(e, "WAIT")),
+            Err(_) => return Err(error::timeout("WAIT")),
+        };
+        let mut values = values.into_iter().map(Value::extract_error);
+        let mut next = || -> Result<Value> {
+            values
+                .next()
+                .unwrap_or(Ok(Value::Nil))
+                .map_err(|e| error::map(e, "WAIT"))
+        };
+        let (role, _marker, acked) = (next()?, next()?, next()?);
+        let acked: i64 = redis::from_redis_value(acked)
+            .map_err(|e| Error::new(ErrorKind::Backend, format!("WAIT: unexpected reply: {e}")))?;
+        let Some(connected) = replicas_of(&role) else {
+            return Err(Error::new(
+                ErrorKind::Connection,
+                "the node WAIT ran on no longer owns the slot as a primary",
+            )
+            .with_retryable(true));
+        };
+        Ok(Round { acked, connected })
+    }
+
+    /// The handle's own cluster connection for the rounds, opened (again) when needed.
+    async fn cluster_connection(&mut self) -> Result<ClusterConnection> {
+        if let Some(c) = &self.own_cluster {
+            return Ok(c.clone());
+        }
+        let Target::Cluster(client, _) = &self.target else {
+            unreachable!("a cluster round without a cluster target");
+        };
+        let conn = client
+            .get_async_connection()
+            .await
+            .map_err(|e| error::map(e, "connect for WAIT"))?;
+        self.own_cluster = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Looks up which primary owns each slot (`CLUSTER SLOTS`) and how many replicas each has
+    /// connected (its `ROLE`), on the shared connection; `connected` becomes the most any
+    /// primary has (0: no primary has one, and nothing waits).
+    async fn refresh_cluster(&mut self) {
+        let Conn::Cluster(shared) = &self.shared else {
+            return;
+        };
+        let mut shared = shared.clone();
+        let slots = tokio::time::timeout(
+            self.command_timeout,
+            shared.route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+            ),
+        )
+        .await;
+        let Ok(Ok(slots)) = slots else { return };
+        let ranges = slot_ranges(&slots);
+        if ranges.is_empty() {
+            return;
+        }
+        if ranges != self.ranges {
+            self.owners.clear();
+            for (start, end, node) in &ranges {
+                for n in *start..=*end {
+                    if let Some(slot) = Slot::new(n) {
+                        self.owners.insert(slot, node.clone());
+                    }
+                }
+            }
+            self.ranges = ranges;
+        }
+        let mut primaries: Vec<String> = self.ranges.iter().map(|(_, _, n)| n.clone()).collect();
+        primaries.sort_unstable();
+        primaries.dedup();
+        let limit = self.command_timeout;
+        let looks = primaries.iter().map(|node| {
+            let mut c = shared.clone();
+            let (host, port) = node.rsplit_once(':').expect("host:port");
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.to_string(),
+                port: port.parse().unwrap_or(0),
+            });
+            async move {
+                let role =
+                    tokio::time::timeout(limit, c.route_command(redis::cmd("ROLE"), route)).await;
+                match role {
+                    Ok(Ok(role)) => replicas_of(&role),
+                    _ => None,
+                }
+            }
+        });
+        let counts = futures::future::join_all(looks).await;
+        let mut most = None;
+        let mut seen = HashMap::new();
+        for (node, n) in primaries.iter().zip(counts) {
+            if let Some(n) = n {
+                seen.insert(node.clone(), n);
+                most = Some(most.map_or(n, |m: i64| m.max(n)));
+            }
+        }
+        self.node_replicas = seen;
+        if let Some(n) = most {
+            self.connected.store(n, Ordering::Release);
+        }
+    }
+}
+
+/// The slot ranges of a `CLUSTER SLOTS` reply and the primary of each, as `host:port`.
+fn slot_ranges(reply: &Value) -> Vec<(u16, u16, String)> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let int = |v: Option<&Value>| v.and_then(|v| redis::from_redis_value_ref::<u16>(v).ok());
+        let (Some(start), Some(end), Some(Value::Array(primary))) =
+            (int(parts.first()), int(parts.get(1)), parts.get(2))
+        else {
+            continue;
+        };
+        let host: Option<String> = primary
+            .first()
+            .and_then(|v| redis::from_redis_value_ref(v).ok());
+        if let (Some(host), Some(port)) = (host, int(primary.get(1))) {
+            out.push((start, end, format!("{host}:{port}")));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The number of replicas a `ROLE` reply lists, if it comes from a primary.

@@ -206,7 +206,7 @@ impl Core {
                 armed: true,
             };
             let sent_at = Instant::now();
-            let epoch = self.inner.replicas.epoch();
+            let epoch = self.inner.replicas.ticket(&self.keys.lock);
             let (ok, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
                 Ok(r) => r,
                 Err(e) if e.kind() == ErrorKind::WrongType => {
@@ -451,7 +451,7 @@ impl Held for SharedHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
         let code = self.mode.release_code();
-        let epoch = self.inner.replicas.epoch();
+        let epoch = self.inner.replicas.ticket(&self.keys.lock);
         match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
             Ok(true) => {
                 crate::mutex::released_on_replicas(&self.inner, epoch).await;

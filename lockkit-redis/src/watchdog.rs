@@ -279,7 +279,7 @@ pub(crate) async fn run(
                         call.key(key).arg(owner).arg(lease.as_millis() as u64);
                     }
                     let sent_at = Instant::now();
-                    let epoch = replicas.epoch();
+                    let epoch = replicas.ticket(&chunk[0].1);
                     let result =
                         tokio::time::timeout(limit, call.invoke_async::<Vec<i64>>(&mut conn)).await;
                     let result = match result {

@@ -21,6 +21,7 @@ TESTS=(
     lockkit-etcd/cluster_failover
     lockkit-redis/conformance_sentinel
     lockkit-redis/conformance_cluster
+    lockkit-redis/replica_cluster
     lockkit-redis/sentinel_failover
 )
 

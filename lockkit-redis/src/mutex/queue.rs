@@ -83,7 +83,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
         // An attempt in flight may queue us or take the lock: a dropped future must undo it.
         leave.armed = true;
         let sent_at = Instant::now();
-        let epoch = inner.replicas.epoch();
+        let epoch = inner.replicas.ticket(&m.keys.lock);
         match inner.invoke::<(i64, i64)>(&inv, "acquire").await {
             Ok((1, token)) => {
                 // Still armed: if the replicas fail us, or the future is dropped, we let go.

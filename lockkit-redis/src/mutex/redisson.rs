@@ -89,7 +89,7 @@ async fn attempt(
         armed: true,
     };
     let sent_at = Instant::now();
-    let epoch = m.inner.replicas.epoch();
+    let epoch = m.inner.replicas.ticket(&m.keys.lock);
     let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
         Ok(r) => r,
         Err(e) => {
