@@ -43,7 +43,7 @@ impl Kernel {
             kind: backend.kind(),
             caps: backend.capabilities(),
             default_lease: backend.default_lease(),
-            registry: Arc::new(Registry::new(backend.reaper())),
+            registry: Arc::new(Registry::new(backend.reaper().tagged(backend.kind()))),
             backend,
         })
     }
@@ -150,7 +150,14 @@ impl Kernel {
             }
             Ok(None) => Outcome::TimedOut,
             Err(e) => {
-                tracing::debug!(parent: &span, error = %e, "lockkit: acquire failed");
+                tracing::debug!(
+                    parent: &span,
+                    backend = id.backend,
+                    primitive = id.primitive,
+                    lock = &*id.lock,
+                    error = %e,
+                    "lockkit: acquire failed"
+                );
                 Outcome::Error
             }
         };

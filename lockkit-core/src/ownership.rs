@@ -361,9 +361,16 @@ impl Drop for GuardCore {
             let own = self.own.clone();
             own.state.mark_released();
             let reaper = own.registry.reaper.clone();
+            let id = own.identity.clone();
             reaper.finish(async move {
                 if let Err(e) = own.release_on_backend().await {
-                    tracing::debug!(error = %e, "lockkit: background release failed; the lease ends the lock");
+                    tracing::debug!(
+                        backend = id.backend,
+                        primitive = id.primitive,
+                        lock = &*id.lock,
+                        error = %e,
+                        "lockkit: background release failed; the lease ends the lock"
+                    );
                 }
             });
         }

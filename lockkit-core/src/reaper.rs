@@ -9,7 +9,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::Context;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 
 use crate::backoff::Backoff;
 use crate::error::Error;
+use crate::kind::BackendKind;
 
 /// What one try of a cleanup found.
 #[derive(Debug)]
@@ -40,6 +41,9 @@ struct Shared {
     backoff: Backoff,
     pending: AtomicUsize,
     idle: Notify,
+    /// The backend whose cleanup this is, for its events (set by the core once it adopts the
+    /// backend).
+    backend: OnceLock<&'static str>,
 }
 
 impl fmt::Debug for Reaper {
@@ -86,6 +90,7 @@ impl Reaper {
                 backoff,
                 pending: AtomicUsize::new(0),
                 idle: Notify::new(),
+                backend: OnceLock::new(),
             }),
         }
     }
@@ -100,18 +105,30 @@ impl Reaper {
     {
         let pending = Pending::new(&self.shared);
         let backoff = self.shared.backoff;
+        let shared = self.shared.clone();
         self.finish_counted(pending, async move {
             let mut retry = backoff.start();
             loop {
                 match job().await {
                     Attempt::Done | Attempt::Moot => return,
                     Attempt::Retry(e) => {
-                        tracing::debug!(error = %e, attempt = retry.attempts() + 1, "lockkit: {what} failed; trying again");
+                        tracing::debug!(
+                            backend = shared.backend.get().copied().unwrap_or("unknown"),
+                            error = %e,
+                            attempt = retry.attempts() + 1,
+                            "lockkit: {what} failed; trying again"
+                        );
                         retry.wait().await;
                     }
                 }
             }
         });
+    }
+
+    /// The reaper, its events naming `kind` as their backend (the first kind given stays).
+    pub(crate) fn tagged(self, kind: BackendKind) -> Self {
+        let _ = self.shared.backend.set(kind.as_str());
+        self
     }
 
     /// Runs `fut` to its end without waiting for it, counted as pending work: it is polled once

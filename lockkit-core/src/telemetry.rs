@@ -24,6 +24,11 @@
 //! Tracing: one `lockkit.acquire` and one `lockkit.release` span per operation (fields
 //! `backend`, `primitive`, `lock`, ...), one event per state change of a guard (`Suspect`,
 //! `Held` again, `Lost` with its reason), and a `warn` audit event for every `force_unlock`.
+//!
+//! Every event of lockkit and its backends names the same things by the same fields:
+//! `backend` (always, as in [`BackendKind::as_str`]), `lock` (the lock's name as the user gave
+//! it, on every event about one lock), `key` (what the backend stores it under: a Redis key, an
+//! etcd key or key prefix, a ZooKeeper node path), `primitive`, `token`, `error`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

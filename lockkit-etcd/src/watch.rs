@@ -401,10 +401,16 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
         let Some(prefix) = nw.upgrade().map(|n| n.prefix.clone()) else {
             return;
         };
+        let key = String::from_utf8_lossy(&prefix).into_owned();
         match session_of_watch(&nw, &pool, prefix).await {
             Ok(()) => retry.reset(),
             Err(e) => {
-                tracing::debug!(backend = "etcd", error = %e, "lockkit: lock watch broke; restarting it");
+                tracing::debug!(
+                    backend = "etcd",
+                    key,
+                    error = %e,
+                    "lockkit: lock watch broke; restarting it"
+                );
                 if e.kind() == ErrorKind::Auth {
                     if let Some(n) = nw.upgrade() {
                         n.ready.send_replace(Readiness::Refused(e.to_string()));

@@ -177,7 +177,7 @@ impl Inner {
             match self.invoke::<i64>(inv, what).await {
                 Ok(r) => return Ok(r),
                 Err(e) if e.is_retryable() && retry.attempts() < RELEASE_RETRIES => {
-                    tracing::debug!(error = %e, attempt = retry.attempts() + 1, "lockkit: retrying {what}");
+                    tracing::debug!(backend = "redis", error = %e, attempt = retry.attempts() + 1, "lockkit: retrying {what}");
                     retry.wait().await;
                 }
                 Err(e) => return Err(e),

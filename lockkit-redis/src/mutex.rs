@@ -110,6 +110,7 @@ impl RedisMutex {
         let state = StateCell::new(LeaseClock::starting(sent_at, expiry));
         let id = self.inner.watchdog.register(Watched {
             kind: crate::watchdog::RenewKind::Hash,
+            name: self.name.clone(),
             key: self.keys.lock.clone(),
             owner: owner.clone(),
             lease: lease.duration(),
@@ -213,9 +214,14 @@ pub(crate) fn rolled_back(name: &str, e: Error) -> Error {
 /// Waits until the replicas have a release (sent in `epoch`), as Redisson does; the lock is
 /// released on the primary either way, so a release they miss is only logged (after a failover
 /// it comes back until its lease ends).
-pub(crate) async fn released_on_replicas(inner: &Inner, epoch: Ticket) {
+pub(crate) async fn released_on_replicas(inner: &Inner, name: &str, epoch: Ticket) {
     if let Err(e) = inner.replicas.kept("release", epoch).await {
-        tracing::warn!(error = %e, "lockkit: a release did not reach the replicas");
+        tracing::warn!(
+            backend = "redis",
+            lock = name,
+            error = %e,
+            "lockkit: a release did not reach the replicas"
+        );
     }
 }
 
@@ -246,7 +252,7 @@ impl Held for RedisHeld {
             .await
         {
             Ok(true) => {
-                released_on_replicas(&self.inner, epoch).await;
+                released_on_replicas(&self.inner, &self.name, epoch).await;
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

@@ -306,7 +306,7 @@ pub(crate) async fn keep_connected(pushes: Pushes) {
                 }
                 Err(e) => {
                     drop(subs);
-                    tracing::debug!(error = %e, "lockkit: pub/sub connection not back yet");
+                    tracing::debug!(backend = "redis", error = %e, "lockkit: pub/sub connection not back yet");
                     retry.wait().await;
                 }
             }

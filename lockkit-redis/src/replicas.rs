@@ -251,7 +251,7 @@ impl Replicas {
                              wait_replicas=0"
                         )));
                     }
-                    tracing::warn!(error = %e, "lockkit: this user may not run ROLE or WAIT; \
+                    tracing::warn!(backend = "redis", error = %e, "lockkit: this user may not run ROLE or WAIT; \
                         wait_replicas=auto is off for this handle");
                     refused.store(true, Ordering::Release);
                 }
@@ -435,7 +435,7 @@ impl Worker {
         let round = self.round(wanted).await;
         if let Err(e) = &round {
             if self.want == WaitReplicas::Auto && e.kind() == ErrorKind::Auth {
-                tracing::warn!(error = %e, "lockkit: WAIT refused; wait_replicas=auto is off");
+                tracing::warn!(backend = "redis", error = %e, "lockkit: WAIT refused; wait_replicas=auto is off");
                 self.refused.store(true, Ordering::Release);
             }
         }

@@ -177,7 +177,7 @@ impl Switchable {
         for ch in channels {
             let mut c = conn.clone();
             if let Err(e) = c.subscribe(&ch).await {
-                tracing::debug!(error = %e, "lockkit: resubscribe on the new primary failed");
+                tracing::debug!(backend = "redis", error = %e, "lockkit: resubscribe on the new primary failed");
             }
         }
     }
@@ -351,7 +351,7 @@ pub(crate) async fn connect<P: PushSink>(
         match attempt.await {
             Ok(r) => break r,
             Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
-                tracing::debug!(error = %e, "lockkit: no Redis primary yet");
+                tracing::debug!(backend = "redis", error = %e, "lockkit: no Redis primary yet");
                 retry.wait().await;
             }
             Err(e) => return Err(e),
@@ -396,7 +396,7 @@ async fn run<P: PushSink>(
         let found = match resolver.primary().await {
             Ok(a) => a,
             Err(e) => {
-                tracing::debug!(error = %e, "lockkit: Sentinels did not answer");
+                tracing::debug!(backend = "redis", error = %e, "lockkit: Sentinels did not answer");
                 conn.resolved();
                 pubsub.resolved();
                 retry.wait().await;
@@ -422,7 +422,7 @@ async fn run<P: PushSink>(
                     addr = found;
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, "lockkit: new primary not usable yet");
+                    tracing::debug!(backend = "redis", error = %e, "lockkit: new primary not usable yet");
                     // Look again soon: the promotion may still be under way.
                     follow.notify_one();
                     settled = false;

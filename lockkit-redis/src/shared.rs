@@ -279,6 +279,7 @@ impl Core {
         let state = StateCell::new(LeaseClock::starting(got.sent_at, lease.duration()));
         let id = self.inner.watchdog.register(Watched {
             kind: mode.renew_kind(self.layout),
+            name: self.name.clone(),
             key: mode.owned_key(self.layout, &self.keys).to_string(),
             owner: got.member.clone(),
             lease: lease.duration(),
@@ -454,7 +455,7 @@ impl Held for SharedHeld {
         let epoch = self.inner.replicas.ticket(&self.keys.lock);
         match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
             Ok(true) => {
-                crate::mutex::released_on_replicas(&self.inner, epoch).await;
+                crate::mutex::released_on_replicas(&self.inner, &self.name, epoch).await;
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

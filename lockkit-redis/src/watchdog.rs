@@ -43,6 +43,8 @@ pub(crate) enum RenewKind {
 #[derive(Debug)]
 struct Entry {
     kind: RenewKind,
+    /// The lock's name, for events.
+    name: Arc<str>,
     key: String,
     owner: String,
     lease: Duration,
@@ -68,6 +70,8 @@ pub(crate) struct Watchdog {
 /// A watched ownership, as registered by an acquire.
 pub(crate) struct Watched {
     pub(crate) kind: RenewKind,
+    /// The lock's name, for events.
+    pub(crate) name: Arc<str>,
     pub(crate) key: String,
     pub(crate) owner: String,
     pub(crate) lease: Duration,
@@ -103,6 +107,7 @@ impl Watchdog {
             window: w.expiry,
             next_due,
             kind: w.kind,
+            name: w.name,
             key: w.key,
             owner: w.owner,
             lease: w.lease,
@@ -174,7 +179,12 @@ impl Watchdog {
             // The guard reads Lost from its deadline on; a fixed lease's end is released on the
             // server by the core (the guard's own release, which hands the lock over).
             if e.renew && e.state.mark_lost(LostReason::LeaseExpired) {
-                tracing::warn!(lock = %e.key, "lockkit: lease deadline passed without renewal");
+                tracing::warn!(
+                    backend = "redis",
+                    lock = &*e.name,
+                    key = %e.key,
+                    "lockkit: lease deadline passed without renewal"
+                );
             }
             false
         });
@@ -218,7 +228,12 @@ impl Watchdog {
                 }
                 Some(_) => {
                     e.state.mark_lost(LostReason::Deleted);
-                    tracing::warn!(lock = %e.key, "lockkit: lock gone or taken over at renewal");
+                    tracing::warn!(
+                        backend = "redis",
+                        lock = &*e.name,
+                        key = %e.key,
+                        "lockkit: lock gone or taken over at renewal"
+                    );
                     entries.remove(id);
                 }
             }
@@ -285,7 +300,7 @@ pub(crate) async fn run(
                     let result = match result {
                         Ok(Ok(r)) => Some(r),
                         Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "lockkit: renewal failed");
+                            tracing::debug!(backend = "redis", error = %e, "lockkit: renewal failed");
                             None
                         }
                         Err(_) => None,
@@ -301,6 +316,7 @@ pub(crate) async fn run(
                                 Ok(Ok(())) => Some(r),
                                 _ => {
                                     tracing::debug!(
+                                        backend = "redis",
                                         "lockkit: a renewal did not reach the replicas"
                                     );
                                     Some(

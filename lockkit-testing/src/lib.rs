@@ -20,6 +20,7 @@ pub mod cases;
 mod credentials;
 pub mod failover;
 pub mod harness;
+pub mod metrics;
 pub mod spans;
 mod support;
 
@@ -92,6 +93,8 @@ macro_rules! conformance_suite {
             unusual_valid_names_work,
             unsupported_capabilities_say_so,
             spans_read_the_same_on_every_backend,
+            metrics_count_a_scripted_sequence,
+            state_changes_and_force_unlock_are_events,
             list_finds_the_locks_under_a_prefix,
             multi_takes_all_or_none,
             multi_sets_that_cross_do_not_deadlock,

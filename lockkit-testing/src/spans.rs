@@ -1,12 +1,13 @@
 //! A process-wide tracing subscriber that keeps the fields of lockkit's acquire and release
-//! spans, so that a case can check that every backend traces the same way.
+//! spans and of lockkit's events, so that a case can check that every backend traces the same
+//! way.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
-use tracing::Subscriber;
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -19,11 +20,24 @@ pub struct SpanRecord {
     pub fields: BTreeMap<String, String>,
 }
 
+/// One event: where it came from, its level and every field (the text is `message`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventRecord {
+    /// The module that emitted it, such as `lockkit_core::telemetry`.
+    pub target: &'static str,
+    /// Its level.
+    pub level: Level,
+    /// Field name -> value, as `Debug` text (strings as they are).
+    pub fields: BTreeMap<String, String>,
+}
+
 #[derive(Default)]
 struct Store {
     /// Open spans by id, and the finished ones in order.
     open: BTreeMap<u64, SpanRecord>,
     done: Vec<SpanRecord>,
+    /// lockkit's events, in order.
+    events: Vec<EventRecord>,
 }
 
 static STORE: OnceLock<Mutex<Store>> = OnceLock::new();
@@ -66,6 +80,20 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
             .insert(id.into_u64(), SpanRecord { name, fields });
     }
 
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let target = event.metadata().target();
+        if !target.starts_with("lockkit") {
+            return;
+        }
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        store().events.push(EventRecord {
+            target,
+            level: *event.metadata().level(),
+            fields,
+        });
+    }
+
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
         if let Some(r) = store().open.get_mut(&id.into_u64()) {
             values.record(&mut Fields(&mut r.fields));
@@ -94,6 +122,16 @@ pub fn capture() -> bool {
 pub fn of_lock(lock: &str) -> Vec<SpanRecord> {
     store()
         .done
+        .iter()
+        .filter(|r| r.fields.get("lock").is_some_and(|l| l == lock))
+        .cloned()
+        .collect()
+}
+
+/// The lockkit events whose `lock` field is `lock`, in the order they were emitted.
+pub fn events_of_lock(lock: &str) -> Vec<EventRecord> {
+    store()
+        .events
         .iter()
         .filter(|r| r.fields.get("lock").is_some_and(|l| l == lock))
         .cloned()

@@ -87,15 +87,16 @@ fn parts_for_paths(
     if client.state() == zk::SessionState::Disconnected {
         state.mark_suspect();
     }
+    let name: Arc<str> = Arc::from(name);
     for path in &paths {
         watch_for_loss(
             client.clone(),
+            name.clone(),
             path.clone(),
             state.clone(),
             released.clone(),
         );
     }
-    let name: Arc<str> = Arc::from(name);
     let held = ZkHeld {
         session: session.clone(),
         client,
@@ -118,7 +119,13 @@ fn parts_for_paths(
 const WATCH_AFTER: Duration = Duration::from_millis(100);
 
 /// Marks `state` Lost when our node is deleted by someone else or the session ends.
-fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: Arc<AtomicBool>) {
+fn watch_for_loss(
+    client: zk::Client,
+    name: Arc<str>,
+    path: String,
+    state: StateCell,
+    released: Arc<AtomicBool>,
+) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -131,11 +138,9 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
             }
         };
         tokio::time::sleep(WATCH_AFTER).await;
-        let mut retry = lockkit_core::Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_millis(500),
-        )
-        .start();
+        let mut retry =
+            lockkit_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(500))
+                .start();
         loop {
             if released.load(Ordering::Acquire) {
                 return;
@@ -163,7 +168,9 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                     lost(LostReason::Deleted);
                     return;
                 }
-                Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed) => {
+                Err(
+                    zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed,
+                ) => {
                     lost(LostReason::SessionExpired);
                     return;
                 }
@@ -173,7 +180,13 @@ fn watch_for_loss(client: zk::Client, path: String, state: StateCell, released: 
                         return;
                     }
                     // Connection trouble: the session task reports Suspect; try again.
-                    tracing::debug!(error = %e, node = %path, "lockkit: deletion watch not set yet");
+                    tracing::debug!(
+                        backend = "zk",
+                        lock = &*name,
+                        key = %path,
+                        error = %e,
+                        "lockkit: deletion watch not set yet"
+                    );
                     retry.wait().await;
                 }
             }
@@ -188,6 +201,7 @@ impl ZkHeld {
         self.released.store(false, Ordering::Release);
         watch_for_loss(
             self.client.clone(),
+            self.name.clone(),
             self.paths[0].clone(),
             self.state.clone(),
             self.released.clone(),

@@ -214,6 +214,6 @@ fn bear(
     if since.elapsed() >= waiter_timeout.max(Duration::from_millis(pttl.max(0) as u64)) {
         return Err(e);
     }
-    tracing::debug!(error = %e, "lockkit: waiting through a failed request");
+    tracing::debug!(backend = "redis", error = %e, "lockkit: waiting through a failed request");
     Ok(())
 }

@@ -1,0 +1,102 @@
+//! Renewals and reconnects, which only a backend sees, show in the metrics.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use lockkit_core::telemetry::names::{RECONNECTS, RENEWALS, RENEWAL_DURATION};
+use lockkit_core::AcquireOptions;
+use lockkit_testing::metrics::{self, Seen};
+
+const OK: [(&str, &str); 2] = [("backend", "redis"), ("result", "ok")];
+
+/// Polls the metrics until `ok` holds, failing with `what` after 10 s.
+async fn until(what: &str, ok: impl Fn(&Seen) -> bool) {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = metrics::read();
+        if ok(&seen) {
+            return;
+        }
+        assert!(std::time::Instant::now() < end, "{what}: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchdog_renewals_are_counted() {
+    let Some(url) = shared_url() else { return };
+    assert!(metrics::install());
+    let locks = connect(&url, &[]).await;
+    let before = metrics::read();
+    let g = locks
+        .mutex(&lockkit_testing::unique_name("renewals"))
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(Duration::from_secs(1)))
+        .await
+        .unwrap()
+        .unwrap();
+    // Renewed every third of the lease: two renewals within about 700 ms.
+    until("two renewals", |s| {
+        s.counter(RENEWALS, &OK) >= before.counter(RENEWALS, &OK) + 2.0
+            && s.samples(RENEWAL_DURATION, &OK) >= before.samples(RENEWAL_DURATION, &OK) + 2.0
+    })
+    .await;
+    assert_eq!(g.state(), lockkit_core::LockState::Held);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_pubsub_connection_counts_a_reconnect() {
+    if shared_url().is_none() {
+        return;
+    }
+    assert!(metrics::install());
+    // A server of its own: killing pub/sub clients disturbs nobody else.
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let name = lockkit_testing::unique_name("reconnect");
+    let holder = locks.mutex(&name).unwrap().lock().await.unwrap();
+    // A waiter keeps a subscription standing.
+    let w = locks.mutex(&name).unwrap();
+    let waiter = tokio::spawn(async move { w.lock_for(Duration::from_secs(20)).await });
+    let mut admin = admin(&server.url()).await;
+    let subscribed = || async {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut admin.clone())
+            .await
+            .unwrap();
+        !list.trim().is_empty()
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !subscribed().await {
+        assert!(std::time::Instant::now() < end, "never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let key = [("backend", "redis")];
+    let before = metrics::read().counter(RECONNECTS, &key);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "no pub/sub connection to kill");
+    until("a reconnect", |s| s.counter(RECONNECTS, &key) > before).await;
+    // And the waiter still hears of the release.
+    holder.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter finished")
+        .unwrap()
+        .unwrap();
+    got.expect("the waiter got the lock")
+        .release()
+        .await
+        .unwrap();
+}
