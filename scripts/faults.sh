@@ -7,12 +7,15 @@
 #   scripts/faults.sh run BACKEND TOPOLOGY [options]   one run against servers that are up
 #       BACKEND: etcd | zk | redis     TOPOLOGY: single | cluster (etcd 3 nodes, ZK ensemble,
 #       Redis primary + 2 replicas + 3 Sentinels)
-#       --seed N (1)  --duration D (40s)  --workers K (3)  --lease D (2s)  --every D (5s)
+#       --seed N (1)  --duration D (40s)  --workers K (3)  --every D (5s)
+#       --lease D (2s: the workers' watchdog lease, and etcd lease_ttl / ZooKeeper session_timeout)
+#       --pause D (how long pause-holder / pause-server stop their target; twice the lease)
 #       --wait-replicas auto|N|0 (Redis: the wait_replicas option; unset: its default, auto)
 #       --strict  --out DIR
 #       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
 #       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
+#       --require-timeouts (fail unless an acquire timed out while a fault was in effect)
 #   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own cluster servers (own state dir and ports; single servers if the cluster
 #       profile cannot start), runs every backend with fixed seeds, stops the servers, and fails
@@ -117,9 +120,9 @@ with_query() {
     case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac
 }
 
-# url_for BACKEND TOPOLOGY WAIT_REPLICAS URL_OPTS -> URL and GROUP on stdout (two lines)
+# url_for BACKEND TOPOLOGY LEASE WAIT_REPLICAS URL_OPTS -> URL and GROUP on stdout (two lines)
 url_for() {
-    local backend=$1 topology=$2 wait=$3 opts=$4 env_lines url group
+    local backend=$1 topology=$2 lease=$3 wait=$4 opts=$5 env_lines url group
     if [ "$topology" = single ]; then
         env_lines=$("$SERVICES" env) || die "single servers are not up in ${LOCKKIT_SERVICES_STATE:-/tmp/lockkit-services}"
     else
@@ -127,11 +130,11 @@ url_for() {
     fi
     eval "$env_lines"
     case $backend:$topology in
-        etcd:single) url="$LOCKKIT_TEST_ETCD_URL?lease_ttl=2s" group=etcd ;;
-        zk:single) url="$LOCKKIT_TEST_ZK_URL?session_timeout=2s" group=zk ;;
+        etcd:single) url="$LOCKKIT_TEST_ETCD_URL?lease_ttl=$lease" group=etcd ;;
+        zk:single) url="$LOCKKIT_TEST_ZK_URL?session_timeout=$lease" group=zk ;;
         redis:single) url="$LOCKKIT_TEST_REDIS_URL" group=redis ;;
-        etcd:cluster) url="$LOCKKIT_TEST_ETCD_CLUSTER_URL?lease_ttl=2s" group=etcd-cluster ;;
-        zk:cluster) url="$LOCKKIT_TEST_ZK_ENSEMBLE_URL?session_timeout=2s" group=zk-ensemble ;;
+        etcd:cluster) url="$LOCKKIT_TEST_ETCD_CLUSTER_URL?lease_ttl=$lease" group=etcd-cluster ;;
+        zk:cluster) url="$LOCKKIT_TEST_ZK_ENSEMBLE_URL?session_timeout=$lease" group=zk-ensemble ;;
         redis:cluster) url="$LOCKKIT_TEST_REDIS_SENTINEL_URL" group=redis-sentinel ;;
         *) die "unknown backend/topology '$backend $topology'" ;;
     esac
@@ -156,6 +159,7 @@ cmd_run() {
             --workers) workers=$2 && shift ;;
             --lease) lease=$2 && shift ;;
             --every) every=$2 && shift ;;
+            --pause) extra+=(--pause "$2") && shift ;;
             --wait-replicas) wait=$2 && shift ;;
             --url-opts) opts=$2 && shift ;;
             --hold-ms) extra+=(--hold-ms "$2") && shift ;;
@@ -164,6 +168,7 @@ cmd_run() {
             --label) label=$2 && shift ;;
             --strict) strict+=(--strict) ;;
             --require-pause) strict+=(--require-pause) ;;
+            --require-timeouts) strict+=(--require-timeouts) ;;
             --out) out=$2 && shift ;;
             *) die "run: unknown option '$1'" ;;
         esac
@@ -179,7 +184,7 @@ cmd_run() {
             *) label="$label+wait$wait" ;;
         esac
     fi
-    target=$(url_for "$backend" "$topology" "$wait" "$opts")
+    target=$(url_for "$backend" "$topology" "$lease" "$wait" "$opts")
     url=$(sed -n 1p <<<"$target")
     group=$(sed -n 2p <<<"$target")
     out=${out:-target/faults/$backend-$label-seed$seed}
@@ -233,7 +238,10 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 # times the 1 s command timeout and over three times the 1.2 s wait budget. Its faults come
 # every 12 s so that 5 s between a fault's window (its end plus lease plus command timeout) and
 # the next fault is more than the 4.2 s bound on a hand-off; all three backends must show 0
-# blocked hand-offs and 0 leftovers.
+# blocked hand-offs and 0 leftovers, and at least one acquire must time out during a pause;
+# then the same with a 6 s lease, so that the 4 s pause outlasts the command timeout but not
+# the lease (etcd issue 9715: an acquire that timed out must not leave its key on a session
+# that stays alive); one pause in 20 s, whose window (4 + 6 + 1 s) ends 6 s before the run.
 # Cluster topologies when the cluster profile starts; single servers otherwise.
 cmd_suite() {
     suite_env
@@ -243,7 +251,9 @@ cmd_suite() {
     local run=(--seed 1 --duration 40s --every 5s)
     local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000 --require-pause)
     local timeouts=(--seed 1 --duration 22s --every 12s --faults pause-server --wait-ms 1200
-        --url-opts command_timeout=1s --strict)
+        --url-opts command_timeout=1s --strict --require-timeouts)
+    local in_lease=(--seed 1 --duration 20s --every 12s --faults pause-server --wait-ms 1200
+        --url-opts command_timeout=1s --lease 6s --pause 4s --strict --require-timeouts)
     local t
     if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict
@@ -267,6 +277,9 @@ cmd_suite() {
     suite_one etcd $t "${timeouts[@]}" --label $t-timeouts
     suite_one zk $t "${timeouts[@]}" --label $t-timeouts
     suite_one redis $t "${timeouts[@]}" --label $t-timeouts
+    suite_one etcd $t "${in_lease[@]}" --label $t-timeouts-lease6s
+    suite_one zk $t "${in_lease[@]}" --label $t-timeouts-lease6s
+    suite_one redis $t "${in_lease[@]}" --label $t-timeouts-lease6s
     if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
         printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
         return 1
@@ -278,6 +291,6 @@ case ${1:-} in
     ctl) shift && cmd_ctl "$@" ;;
     run) shift && cmd_run "$@" ;;
     suite) shift && cmd_suite "$@" ;;
-    -h | --help | help | '') sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' ;;
+    -h | --help | help | '') sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' ;;
     *) die "unknown command '$1' (see --help)" ;;
 esac

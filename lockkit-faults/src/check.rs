@@ -155,7 +155,7 @@ pub fn check(lines: &[LogLine]) -> Report {
                     *errors.entry(kind.clone()).or_insert(0) += 1;
                 }
                 Msg::NotGranted { sent, at, .. } => timeouts.push((*sent, *at)),
-                Msg::Hello { .. } => {}
+                Msg::Hello { .. } | Msg::Done { .. } => {}
             },
         }
     }

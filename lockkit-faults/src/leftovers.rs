@@ -1,11 +1,17 @@
 //! What a run left behind on the servers: Redis keys of the lock, ZooKeeper nodes under the
 //! lock's path, etcd keys under its prefix and live etcd leases.
+//!
+//! Two scans. The first runs while every worker has stopped acquiring and holds nothing but
+//! still has its handle open ([`scan_live`]): what it finds is what the protocol left on live
+//! sessions and leases, which `close()` would revoke and so hide. The second runs after the
+//! workers closed their handles and exited ([`scan`] with [`Phase::AfterClose`]) and also
+//! counts live etcd leases: what `close()` failed to clean up.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-/// Leftovers found after the run (after the grace period for killed holders' leases).
+/// Leftovers one scan found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Leftovers {
     /// Lock keys, nodes or etcd keys still present (must be 0).
@@ -18,6 +24,19 @@ pub struct Leftovers {
     pub latches: usize,
     /// Why the scan could not run, if it could not.
     pub error: Option<String>,
+    /// For the scan on live sessions: how long after its first try nothing was left (`None`:
+    /// something still was when its grace ran out).
+    pub clean_after_ms: Option<f64>,
+}
+
+/// When a scan runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The workers' handles are open: their sessions' etcd leases are alive by design, so only
+    /// lock keys and nodes count.
+    LiveSessions,
+    /// The workers closed their handles: live etcd leases count too.
+    AfterClose,
 }
 
 impl Leftovers {
@@ -45,8 +64,26 @@ fn parse(url: &str) -> Option<Target> {
     })
 }
 
+/// Scans with the workers' handles open until nothing is left or `grace` has passed since the
+/// first try: a release that failed is still being retried in the background, a dropped
+/// acquire's cleanup task may still be deleting its key. Whatever is left after that counts.
+pub async fn scan_live(url: &str, name: &str, grace: Duration) -> Leftovers {
+    let started = Instant::now();
+    loop {
+        let mut found = scan(url, name, Phase::LiveSessions).await;
+        if found.error.is_none() && found.count() == 0 {
+            found.clean_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+            return found;
+        }
+        if started.elapsed() >= grace {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Scans the servers of `url` for what the lock `name` (default prefix `lockkit`) left behind.
-pub async fn scan(url: &str, name: &str) -> Leftovers {
+pub async fn scan(url: &str, name: &str, phase: Phase) -> Leftovers {
     let Some(t) = parse(url) else {
         return failed(format!("cannot parse {url}"));
     };
@@ -58,7 +95,7 @@ pub async fn scan(url: &str, name: &str) -> Leftovers {
                 Err(e) => Err(e),
             },
             "zk" => zk_scan(&t, name).await,
-            "etcd" => etcd_scan(&t, name).await,
+            "etcd" => etcd_scan(&t, name, phase).await,
             other => Err(format!("leftover scan not implemented for {other}://")),
         }
     })
@@ -171,7 +208,7 @@ async fn zk_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
     Ok(out)
 }
 
-async fn etcd_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
+async fn etcd_scan(t: &Target, name: &str, phase: Phase) -> Result<Leftovers, String> {
     use etcd_client::{Client, GetOptions};
     let endpoints: Vec<String> = t.hosts.iter().map(|h| format!("http://{h}")).collect();
     let mut client = Client::connect(endpoints, None).await.map_err(err)?;
@@ -188,6 +225,9 @@ async fn etcd_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
             .collect(),
         ..Leftovers::default()
     };
+    if phase == Phase::LiveSessions {
+        return Ok(out);
+    }
     let leases = client.leases().await.map_err(err)?;
     for lease in leases.leases() {
         let ttl = client

@@ -35,21 +35,31 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// What a run must show besides 0 stale writes accepted (which always fails it).
+#[derive(Clone, Copy, Debug, clap::Args)]
+struct Targets {
+    /// Also fail on unsignalled overlaps, a paused holder told later than 1 s after resuming,
+    /// blocked hand-offs and leftovers (the etcd and ZooKeeper targets).
+    #[arg(long)]
+    strict: bool,
+    /// With --strict: fail unless a pause-holder fault landed in the middle of a hold (so
+    /// the lost-after-resume target was really exercised).
+    #[arg(long)]
+    require_pause: bool,
+    /// Fail unless at least one acquire timed out (wait budget ran out, or a `Timeout` error)
+    /// while a fault was in effect, so that a timeouts run really exercised timed-out acquires.
+    #[arg(long)]
+    require_timeouts: bool,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Run workers against URL, inject faults, check, print the report.
     Run {
         #[command(flatten)]
         args: run::RunArgs,
-        /// Also fail on unsignalled overlaps, a paused holder told later than 1 s after resuming,
-        /// blocked hand-offs and leftovers (the etcd and ZooKeeper targets). Stale writes
-        /// accepted always fail.
-        #[arg(long)]
-        strict: bool,
-        /// With --strict: fail unless a pause-holder fault landed in the middle of a hold (so
-        /// the lost-after-resume target was really exercised).
-        #[arg(long)]
-        require_pause: bool,
+        #[command(flatten)]
+        targets: Targets,
     },
     /// Internal: one worker process.
     Worker {
@@ -155,12 +165,21 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Cmd::Run {
-            args,
-            strict,
-            require_pause,
-        } => match run::run(args.clone()).await {
-            Ok(outcome) => verdict(&args, &outcome, strict, require_pause),
+        Cmd::Run { args, targets } => match run::run(args.clone()).await {
+            Ok(mut outcome) => {
+                outcome.failures = failures(&outcome, targets);
+                print_result(&args, &outcome);
+                if let Err(e) = outcome.write(&args.out) {
+                    eprintln!("lockkit-faults: cannot write report.json: {e}");
+                    return ExitCode::FAILURE;
+                }
+                if outcome.failures.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    println!("FAILED: {}", outcome.failures.join("; "));
+                    ExitCode::FAILURE
+                }
+            }
             Err(e) => {
                 eprintln!("lockkit-faults: run failed: {e}");
                 ExitCode::FAILURE
@@ -203,23 +222,99 @@ fn fmt_probe(p: &probe::Probe) -> String {
     }
 }
 
-/// Prints the summary row and decides the exit code.
-fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: bool) -> ExitCode {
+fn fmt_leftovers(l: &leftovers::Leftovers) -> String {
+    match &l.error {
+        Some(e) => format!("scan failed: {e}"),
+        None => l.count().to_string(),
+    }
+}
+
+/// Acquires that timed out while a fault was in effect (summed over the faults).
+fn timeouts_in_faults(r: &check::Report) -> usize {
+    r.faults.iter().map(|f| f.acquire_timeouts).sum()
+}
+
+/// Why the run fails its targets (empty: it passes).
+fn failures(o: &run::Outcome, t: Targets) -> Vec<String> {
+    let r = &o.report;
+    let mut failures = Vec::new();
+    if r.stale_writes_accepted > 0 {
+        failures.push(format!("{} stale writes accepted", r.stale_writes_accepted));
+    }
+    if r.holds == 0 {
+        failures.push("no hold completed".into());
+    }
+    if !o.failed_workers.is_empty() {
+        failures.push(format!(
+            "workers {:?} failed (see their worker-N.log)",
+            o.failed_workers
+        ));
+    }
+    if !o.stragglers.is_empty() {
+        failures.push(format!("workers {:?} did not stop", o.stragglers));
+    }
+    if t.require_timeouts && timeouts_in_faults(r) == 0 {
+        failures.push("no acquire timed out while a fault was in effect".into());
+    }
+    if t.strict {
+        if r.unsignalled_overlaps > 0 {
+            failures.push(format!("{} unsignalled overlaps", r.unsignalled_overlaps));
+        }
+        let paused_mid_hold = r
+            .faults
+            .iter()
+            .filter(|f| f.paused_mid_hold == Some(true))
+            .count();
+        if t.require_pause && paused_mid_hold == 0 {
+            failures.push("no pause-holder fault landed in the middle of a hold".into());
+        }
+        let slow = r.slow_pause_signals();
+        if slow > 0 {
+            failures.push(format!(
+                "{slow} paused holders not told within 1 s of resuming"
+            ));
+        }
+        if o.blocked_handoffs > 0 {
+            failures.push(format!(
+                "{} blocked hand-offs (final probe {})",
+                o.blocked_handoffs,
+                fmt_probe(&o.final_probe)
+            ));
+        }
+        for (when, l) in [
+            ("on live sessions", &o.leftovers),
+            ("after close", &o.leftovers_after_close),
+        ] {
+            if l.error.is_some() || l.count() > 0 {
+                failures.push(format!(
+                    "leftovers {when}: {} {:?}",
+                    fmt_leftovers(l),
+                    l.locks.iter().chain(&l.leases).collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    failures
+}
+
+/// Prints the summary row (ending with the verdict) and one line per fault and finding.
+fn print_result(args: &run::RunArgs, o: &run::Outcome) {
     let r = &o.report;
     let signalled = r.overlapping_holds - r.unsignalled_overlaps;
-    let leftovers = match &o.leftovers.error {
-        Some(e) => format!("scan failed: {e}"),
-        None => o.leftovers.count().to_string(),
-    };
     println!(
-        "RESULT url={} topology={} seed={} holds={} faults={} overlapping_holds={} (signalled {}, pairs {}) \
+        "RESULT url={} topology={} seed={} lease_ms={} pause_ms={} holds={} faults={} \
+         overlapping_holds={} (signalled {}, pairs {}) \
          unsignalled={} stale_accepted={} rejected={} token_regressions={} \
          lost_latency_ms(p50/max)={} lost_after_resume_ms(p50/max)={} recovery_ms(p50/max)={} \
          blocked_handoffs={} (longest free gap outside faults {} ms, bound {:.0}; final probe {}) \
-         leftovers={} acquire_timeouts={} (took ms p50/max {}) errors={:?} releases={:?}",
+         leftovers={} (live sessions; clean after {} ms; after close {}) \
+         acquire_timeouts={} (in faults {}; took ms p50/max {}) errors={:?} releases={:?} \
+         verdict={}",
         args.url,
         args.topology,
         args.seed,
+        args.lease.as_millis(),
+        args.pause().as_millis(),
         r.holds,
         r.faults.len(),
         r.overlapping_holds,
@@ -238,11 +333,21 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
             .map_or("-".into(), |v| format!("{v:.0}")),
         r.handoffs.bound_ms,
         fmt_probe(&o.final_probe),
-        leftovers,
+        fmt_leftovers(&o.leftovers),
+        o.leftovers
+            .clean_after_ms
+            .map_or("-".into(), |v| format!("{v:.0}")),
+        fmt_leftovers(&o.leftovers_after_close),
         r.acquire_timeouts,
+        timeouts_in_faults(r),
         fmt_stats(&r.acquire_timeout_ms),
         r.errors,
         r.releases,
+        if o.failures.is_empty() {
+            "pass".to_string()
+        } else {
+            format!("FAIL ({})", o.failures.join("; "))
+        },
     );
     for f in &r.faults {
         println!(
@@ -265,55 +370,78 @@ fn verdict(args: &run::RunArgs, o: &run::Outcome, strict: bool, require_pause: b
     for b in &r.handoffs.blocked {
         println!("  blocked hand-off: {b:?}");
     }
-    let mut failures = Vec::new();
-    if r.stale_writes_accepted > 0 {
-        failures.push(format!("{} stale writes accepted", r.stale_writes_accepted));
-    }
-    if r.holds == 0 {
-        failures.push("no hold completed".into());
-    }
-    if !o.failed_workers.is_empty() {
-        failures.push(format!(
-            "workers {:?} failed (see their worker-N.log)",
-            o.failed_workers
-        ));
-    }
-    if !o.stragglers.is_empty() {
-        failures.push(format!("workers {:?} did not stop", o.stragglers));
-    }
-    if strict {
-        if r.unsignalled_overlaps > 0 {
-            failures.push(format!("{} unsignalled overlaps", r.unsignalled_overlaps));
-        }
-        let paused_mid_hold = r
-            .faults
-            .iter()
-            .filter(|f| f.paused_mid_hold == Some(true))
-            .count();
-        if require_pause && paused_mid_hold == 0 {
-            failures.push("no pause-holder fault landed in the middle of a hold".into());
-        }
-        let slow = r.slow_pause_signals();
-        if slow > 0 {
-            failures.push(format!(
-                "{slow} paused holders not told within 1 s of resuming"
-            ));
-        }
-        if o.blocked_handoffs > 0 {
-            failures.push(format!(
-                "{} blocked hand-offs (final probe {})",
-                o.blocked_handoffs,
-                fmt_probe(&o.final_probe)
-            ));
-        }
-        if o.leftovers.error.is_some() || o.leftovers.count() > 0 {
-            failures.push(format!("leftovers: {leftovers}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{FaultRecord, LogLine, Msg};
+
+    fn outcome(lines: &[LogLine]) -> run::Outcome {
+        run::Outcome {
+            report: check::check(lines),
+            blocked_handoffs: 0,
+            final_probe: probe::Probe {
+                bound_ms: 3000.0,
+                ms: Some(1.0),
+                error: None,
+            },
+            leftovers: leftovers::Leftovers::default(),
+            leftovers_after_close: leftovers::Leftovers::default(),
+            stragglers: Vec::new(),
+            failed_workers: Vec::new(),
+            failures: Vec::new(),
         }
     }
-    if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        println!("FAILED: {}", failures.join("; "));
-        ExitCode::FAILURE
+
+    #[test]
+    fn require_timeouts_fails_a_run_whose_acquires_never_timed_out_in_a_fault() {
+        let msg = |msg| LogLine::Msg {
+            at: 0,
+            msg,
+            accepted: None,
+        };
+        let pause = LogLine::Fault(FaultRecord {
+            kind: "pause-server".into(),
+            target: "etcd".into(),
+            worker: None,
+            start: 1000,
+            end: 5000,
+        });
+        let hold = msg(Msg::Hold(proto::HoldRecord {
+            worker: 1,
+            token: 1,
+            start: 0,
+            end: 10,
+            lost_at: None,
+            release: "ok".into(),
+            released_at: 20,
+            write_accepted: true,
+        }));
+        // A timeout after the pause does not count.
+        let late = msg(Msg::NotGranted {
+            worker: 1,
+            sent: 6000,
+            at: 7000,
+        });
+        let t = Targets {
+            strict: true,
+            require_pause: false,
+            require_timeouts: true,
+        };
+        let lines = [pause.clone(), hold.clone(), late];
+        let f = failures(&outcome(&lines), t);
+        assert_eq!(f, ["no acquire timed out while a fault was in effect"]);
+        let relaxed = Targets {
+            require_timeouts: false,
+            ..t
+        };
+        assert!(failures(&outcome(&lines), relaxed).is_empty());
+        let during = msg(Msg::NotGranted {
+            worker: 2,
+            sent: 2000,
+            at: 3200,
+        });
+        assert!(failures(&outcome(&[pause, hold, during]), t).is_empty());
     }
 }

@@ -46,6 +46,15 @@ pub enum Msg {
     },
     /// A finished hold, reported after its release.
     Hold(HoldRecord),
+    /// The worker stopped acquiring and holds nothing; the register answers only once the
+    /// coordinator has probed and scanned, so the worker's handle (sessions, leases) is still
+    /// open while they run, and closes after.
+    Done {
+        /// Worker id.
+        worker: u32,
+        /// When it stopped.
+        at: Micros,
+    },
     /// An acquire or connect failed.
     Error {
         /// Worker id.

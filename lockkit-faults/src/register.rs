@@ -7,7 +7,7 @@
 //! with SIGSTOP while it holds a file lock would block every other worker, which would hide the
 //! very overlaps the harness looks for.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::net::SocketAddr;
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 use crate::clock::{now, Micros};
 use crate::proto::{LogLine, Msg, Reply};
@@ -24,6 +25,8 @@ use crate::proto::{LogLine, Msg, Reply};
 #[derive(Clone)]
 pub struct Register {
     inner: Arc<Mutex<State>>,
+    /// Set once the coordinator lets the workers that reported `Done` go.
+    leave: Arc<watch::Sender<bool>>,
 }
 
 struct State {
@@ -32,6 +35,7 @@ struct State {
     lines: Vec<LogLine>,
     holding: HashMap<u32, Micros>,
     pids: HashMap<u32, u32>,
+    done: HashSet<u32>,
 }
 
 impl Register {
@@ -44,7 +48,9 @@ impl Register {
                 lines: Vec::new(),
                 holding: HashMap::new(),
                 pids: HashMap::new(),
+                done: HashSet::new(),
             })),
+            leave: Arc::new(watch::Sender::new(false)),
         })
     }
 
@@ -89,6 +95,9 @@ impl Register {
             Msg::Hold(h) => {
                 s.holding.remove(&h.worker);
             }
+            Msg::Done { worker, .. } => {
+                s.done.insert(*worker);
+            }
             Msg::Error { .. } | Msg::NotGranted { .. } => {}
         }
         s.append(LogLine::Msg { at, msg, accepted });
@@ -106,6 +115,16 @@ impl Register {
     /// Forgets a worker that was killed (it will never report its hold).
     pub fn forget(&self, worker: u32) {
         self.state().holding.remove(&worker);
+    }
+
+    /// Whether `worker` reported `Done`.
+    pub fn is_done(&self, worker: u32) -> bool {
+        self.state().done.contains(&worker)
+    }
+
+    /// Answers every `Done`, past and future: the workers close their handles and exit.
+    pub fn let_workers_leave(&self) {
+        self.leave.send_replace(true);
     }
 
     /// Every log line so far.
@@ -131,7 +150,14 @@ impl Register {
         let mut lines = BufReader::new(read).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let reply = match serde_json::from_str::<Msg>(&line) {
-                Ok(msg) => self.handle(msg),
+                Ok(msg) => {
+                    let done = matches!(msg, Msg::Done { .. });
+                    let reply = self.handle(msg);
+                    if done {
+                        let _ = self.leave.subscribe().wait_for(|leave| *leave).await;
+                    }
+                    reply
+                }
                 Err(_) => Reply {
                     ok: false,
                     last: None,

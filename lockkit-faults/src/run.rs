@@ -1,6 +1,6 @@
 //! The coordinator: serves the register, runs the workers, injects the faults, then checks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 use crate::check::{check, Report};
 use crate::clock::{micros, now, Micros};
 use crate::faults::{pick, schedule, signal, Ctl, FaultKind};
-use crate::leftovers::{scan, Leftovers};
+use crate::leftovers::{scan, scan_live, Leftovers, Phase};
 use crate::probe::{self, Probe};
 use crate::proto::{FaultRecord, LogLine, RunInfo};
 use crate::register::Register;
@@ -54,10 +54,13 @@ pub struct RunArgs {
         default_value = "kill-holder,pause-holder,kill-leader,stop-leader,pause-server,restart-server"
     )]
     pub faults: Vec<FaultKind>,
+    /// How long pause-holder and pause-server stop their target (default: twice the lease).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub pause: Option<Duration>,
     /// Time between faults.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub every: Duration,
-    /// Wait after the run before scanning for leftovers.
+    /// Wait after the workers closed their handles before the second leftover scan.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub grace: Duration,
     /// Output directory.
@@ -68,6 +71,13 @@ pub struct RunArgs {
     pub hold_ms: (u64, u64),
 }
 
+impl RunArgs {
+    /// How long a pause fault lasts.
+    pub fn pause(&self) -> Duration {
+        self.pause.unwrap_or(self.lease * 2)
+    }
+}
+
 /// A run's findings: the checker's report, the final probe and leftovers.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
@@ -75,14 +85,30 @@ pub struct Outcome {
     pub report: Report,
     /// Blocked hand-offs: the checker's, plus one if the final probe got no lock in time.
     pub blocked_handoffs: usize,
-    /// A fresh client's acquire once the workers had stopped.
+    /// A fresh client's acquire once the workers had stopped acquiring (their handles still
+    /// open).
     pub final_probe: Probe,
-    /// What the run left on the servers.
+    /// What the run left on the servers while the workers' handles were still open, after a
+    /// grace of up to one lease + 2 s for cleanups in flight.
     pub leftovers: Leftovers,
+    /// What was left once the workers had closed their handles, plus `--grace`.
+    pub leftovers_after_close: Leftovers,
     /// Workers still running at the end that had to be killed.
     pub stragglers: Vec<u32>,
     /// Workers that exited with a failure (see worker-N.log).
     pub failed_workers: Vec<u32>,
+    /// Why the run failed (empty: it passed), as the verdict found.
+    pub failures: Vec<String>,
+}
+
+impl Outcome {
+    /// Writes `report.json` into `dir`.
+    pub fn write(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::write(
+            dir.join("report.json"),
+            serde_json::to_string_pretty(self).map_err(std::io::Error::other)?,
+        )
+    }
 }
 
 struct Workers {
@@ -195,11 +221,55 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         next = (next + micros(args.every)).max(now() + 1_000_000);
     }
 
-    // Workers stop by themselves at `until`; wait for them, then kill stragglers.
+    // Workers stop acquiring by themselves at `until`, report `Done` and wait with their
+    // handles open; kill those that neither report nor exit in time.
     let mut stragglers = Vec::new();
     let mut failed_workers = Vec::new();
+    let mut exited = HashSet::new();
     let deadline = until + 20_000_000;
+    loop {
+        for (id, child) in workers.children.iter_mut() {
+            if exited.contains(id) {
+                continue;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                exited.insert(*id);
+                if !status.success() {
+                    failed_workers.push(*id);
+                }
+            }
+        }
+        let waiting: Vec<u32> = workers
+            .children
+            .keys()
+            .filter(|id| !exited.contains(*id) && !reg.is_done(**id))
+            .copied()
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        if now() >= deadline {
+            for id in waiting {
+                stragglers.push(id);
+                exited.insert(id);
+                if let Some(child) = workers.children.get_mut(&id) {
+                    let _ = child.kill().await;
+                }
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Probe and scan while the workers' sessions are alive: close() would revoke what they
+    // hold and hide keys the protocol left behind.
+    let final_probe = probe::run(&args.url, &name, args.lease).await;
+    let leftovers = scan_live(&args.url, &name, args.lease + Duration::from_secs(2)).await;
+    reg.let_workers_leave();
+    let deadline = now() + 15_000_000;
     for (id, child) in workers.children.iter_mut() {
+        if exited.contains(id) {
+            continue;
+        }
         match tokio::time::timeout(crate::clock::until(deadline), child.wait()).await {
             Ok(Ok(status)) if status.success() => {}
             Ok(_) => failed_workers.push(*id),
@@ -211,22 +281,19 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
     }
     stragglers.sort();
     failed_workers.sort();
-    let final_probe = probe::run(&args.url, &name, args.lease).await;
     tokio::time::sleep(args.grace).await;
-    let leftovers = scan(&args.url, &name).await;
+    let leftovers_after_close = scan(&args.url, &name, Phase::AfterClose).await;
     let report = check(&reg.lines());
     let outcome = Outcome {
         blocked_handoffs: report.handoffs.blocked.len() + usize::from(final_probe.blocked()),
         report,
         final_probe,
         leftovers,
+        leftovers_after_close,
         stragglers,
         failed_workers,
+        failures: Vec::new(),
     };
-    std::fs::write(
-        args.out.join("report.json"),
-        serde_json::to_string_pretty(&outcome).map_err(std::io::Error::other)?,
-    )?;
     Ok(outcome)
 }
 
@@ -268,7 +335,7 @@ async fn inject(
         start,
         end: now(),
     };
-    let pause = args.lease * 2;
+    let pause = args.pause();
     Ok(Some(match kind {
         FaultKind::KillHolder => {
             let Some((worker, pid)) = fresh_holder(reg).await else {

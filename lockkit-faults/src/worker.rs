@@ -1,4 +1,5 @@
-//! One worker process: acquire, write to the fenced register, release, until its deadline.
+//! One worker process: acquire, write to the fenced register, release, until its deadline; then
+//! report `Done` and keep the handle open until the coordinator lets it go.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -115,10 +116,26 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
             }
         }
     }
+    // Nothing held and no more acquires: report it and stay, the handle and its sessions
+    // open, until the coordinator has run the final probe and the leftover scan, so that they
+    // see what the protocol left on live sessions rather than what close() cleans up.
+    let _ = tokio::time::timeout(
+        LEAVE_LIMIT,
+        reg.send(&Msg::Done {
+            worker: args.id,
+            at: now(),
+        }),
+    )
+    .await;
     drop(lock);
     let _ = tokio::time::timeout(Duration::from_secs(5), locks_close(&locks)).await;
     Ok(())
 }
+
+/// How long a worker that reported `Done` waits to be let go before it closes anyway (the
+/// probe and the scan take well under a minute; a coordinator that died closes the register
+/// connection, which ends the wait at once).
+const LEAVE_LIMIT: Duration = Duration::from_secs(120);
 
 async fn locks_close(locks: &Locks) {
     let _ = locks.close().await;
