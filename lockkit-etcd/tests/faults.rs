@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{eventually, name, url};
-use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, LockState};
+use lockkit_core::{ErrorKind, LockConfig, LockState};
 use lockkit_testing::failover::free_soon_after;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -219,10 +219,8 @@ async fn waiter_timing_out_during_a_freeze_leaves_no_key() {
     g.release().await.unwrap();
 }
 
-/// Releases the frozen server (SIGSTOP, past the command timeout) never answers, a release
-/// future dropped half-way, and a semaphore wait that times out in the freeze leave no key on
-/// the live session leases: once the server is back, others get the mutexes and the permit at
-/// once.
+/// Releases, a dropped release and a timed-out permit wait in a freeze leave no key on the live
+/// session leases (see `releases_and_permit_waits_in_a_freeze_leave_nothing`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_and_permit_waits_in_a_freeze_leave_no_key() {
     let Some(url) = url() else { return };
@@ -232,70 +230,10 @@ async fn releases_and_permit_waits_in_a_freeze_leave_no_key() {
         connect(&url, "lease=15s").await,
         connect(&url, "lease=15s").await,
     );
-    let (released_name, dropped_name, sem) = (
-        name("frozen-release"),
-        name("frozen-drop"),
-        name("frozen-sem"),
-    );
-    let released = a.mutex(&released_name).unwrap().lock().await.unwrap();
-    let dropped = a.mutex(&dropped_name).unwrap().lock().await.unwrap();
-    let permit = a
-        .semaphore(&sem, 1)
-        .unwrap()
-        .try_acquire(1)
-        .await
-        .unwrap()
-        .expect("a free permit");
-    let waiter = {
-        let s = b.semaphore(&sem, 1).unwrap();
-        tokio::spawn(async move {
-            s.acquire(1, &AcquireOptions::new().wait(Duration::from_millis(1200)))
-                .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await; // its key is in place
-    let frozen = lockkit_testing::failover::Outage::pause("etcd");
-    let r = tokio::time::timeout(Duration::from_secs(10), released.release())
-        .await
-        .expect("a release returns within its bound");
-    assert!(r.is_err(), "a frozen server confirmed a release");
-    // Dropped while it waits for the server: its work goes on in the background.
-    let _ = tokio::time::timeout(Duration::from_millis(200), dropped.release()).await;
-    let r = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the permit wait ends")
-        .unwrap();
-    assert!(
-        !matches!(r, Ok(Some(_))),
-        "a permit granted by a frozen server"
-    );
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    frozen.end();
-    for n in [&released_name, &dropped_name] {
-        let g = free_soon_after(&c.mutex(n).unwrap(), n).await;
-        g.release().await.unwrap();
-    }
-    let until = Instant::now() + Duration::from_secs(10);
-    while permit.state() != LockState::Held {
-        assert!(
-            Instant::now() < until,
-            "the permit did not come back to Held"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    permit.release().await.unwrap();
-    let started = Instant::now();
-    let p = c
-        .semaphore(&sem, 1)
-        .unwrap()
-        .acquire(1, &AcquireOptions::new().wait(Duration::from_secs(20)))
-        .await
-        .unwrap()
-        .expect("the permit comes free");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "a timed-out permit wait's key blocked the permit: {:?}",
-        started.elapsed()
-    );
-    p.release().await.unwrap();
+    lockkit_testing::failover::releases_and_permit_waits_in_a_freeze_leave_nothing(
+        (&a, &b, &c),
+        "etcd",
+        &name("frozen"),
+    )
+    .await;
 }

@@ -7,22 +7,9 @@ use std::time::Duration;
 use common::*;
 use lockkit_core::telemetry::names::{RECONNECTS, RENEWALS, RENEWAL_DURATION};
 use lockkit_core::LockState;
-use lockkit_testing::metrics::{self, Seen};
+use lockkit_testing::metrics::{self, until};
 
 const OK: [(&str, &str); 2] = [("backend", "etcd"), ("result", "ok")];
-
-/// Polls the metrics until `ok` holds, failing with `what` after 10 s.
-async fn until(what: &str, ok: impl Fn(&Seen) -> bool) {
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = metrics::read();
-        if ok(&seen) {
-            return;
-        }
-        assert!(std::time::Instant::now() < end, "{what}: {seen:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_renewals_are_counted() {

@@ -391,3 +391,81 @@ pub async fn free_soon_after(mutex: &lockkit_core::Mutex, what: &str) -> LockGua
     );
     g
 }
+
+/// Releases a frozen server (SIGSTOP of `member`, past the command timeout) never answers, a
+/// release future dropped half-way, and a semaphore wait that times out in the freeze leave
+/// nothing on the live sessions: once the server is back, `c` gets the mutexes and the permit
+/// at once. `a` holds, `b` waits for the permit; all three use names under `base`.
+pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
+    (a, b, c): (&Locks, &Locks, &Locks),
+    member: &str,
+    base: &str,
+) {
+    use lockkit_core::AcquireOptions;
+    let (released_name, dropped_name, sem) = (
+        format!("{base}/frozen-release"),
+        format!("{base}/frozen-drop"),
+        format!("{base}/frozen-sem"),
+    );
+    let released = a.mutex(&released_name).unwrap().lock().await.unwrap();
+    let dropped = a.mutex(&dropped_name).unwrap().lock().await.unwrap();
+    let permit = a
+        .semaphore(&sem, 1)
+        .unwrap()
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .expect("a free permit");
+    let waiter = {
+        let s = b.semaphore(&sem, 1).unwrap();
+        tokio::spawn(async move {
+            s.acquire(1, &AcquireOptions::new().wait(Duration::from_millis(1200)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // its entry is in place
+    let frozen = Outage::pause(member);
+    let r = tokio::time::timeout(Duration::from_secs(10), released.release())
+        .await
+        .expect("a release returns within its bound");
+    assert!(r.is_err(), "a frozen server confirmed a release");
+    // Dropped while it waits for the server: its work goes on in the background.
+    let _ = tokio::time::timeout(Duration::from_millis(200), dropped.release()).await;
+    let r = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the permit wait ends")
+        .unwrap();
+    assert!(
+        !matches!(r, Ok(Some(_))),
+        "a permit granted by a frozen server"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    frozen.end();
+    for n in [&released_name, &dropped_name] {
+        let g = free_soon_after(&c.mutex(n).unwrap(), n).await;
+        g.release().await.unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while permit.state() != LockState::Held {
+        assert!(
+            Instant::now() < until,
+            "the permit did not come back to Held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    permit.release().await.unwrap();
+    let started = Instant::now();
+    let p = c
+        .semaphore(&sem, 1)
+        .unwrap()
+        .acquire(1, &AcquireOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .expect("the permit comes free");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a timed-out permit wait's entry blocked the permit: {:?}",
+        started.elapsed()
+    );
+    p.release().await.unwrap();
+}

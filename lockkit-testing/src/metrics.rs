@@ -74,6 +74,19 @@ pub fn read() -> Seen {
     Seen(values.clone())
 }
 
+/// Polls the metrics until `ok` holds, failing with `what` (and what was seen) after 10 s.
+pub async fn until(what: &str, ok: impl Fn(&Seen) -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let seen = read();
+        if ok(&seen) {
+            return;
+        }
+        assert!(std::time::Instant::now() < end, "{what}: {seen:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// One reading of the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Seen(BTreeMap<Series, f64>);

@@ -255,9 +255,8 @@ async fn waiter_timing_out_during_a_freeze_leaves_no_node() {
     g.release().await.unwrap();
 }
 
-/// Releases the frozen server (SIGSTOP, past the command timeout) never answers, a release
-/// future dropped half-way, and a semaphore wait that times out in the freeze leave no node on
-/// the live sessions: once the server is back, others get the mutexes and the permit at once.
+/// Releases, a dropped release and a timed-out permit wait in a freeze leave no node on the live
+/// sessions (see `releases_and_permit_waits_in_a_freeze_leave_nothing`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_and_permit_waits_in_a_freeze_leave_no_node() {
     let Some(url) = url() else { return };
@@ -271,73 +270,12 @@ async fn releases_and_permit_waits_in_a_freeze_leave_no_node() {
         backend(&url).await.into_locks(),
         backend(&url).await.into_locks(),
     );
-    let released = a.mutex("frozen-release").unwrap().lock().await.unwrap();
-    let dropped = a.mutex("frozen-drop").unwrap().lock().await.unwrap();
-    let permit = a
-        .semaphore("frozen-sem", 1)
-        .unwrap()
-        .try_acquire(1)
-        .await
-        .unwrap()
-        .expect("a free permit");
-    let waiter = {
-        let s = b.semaphore("frozen-sem", 1).unwrap();
-        tokio::spawn(async move {
-            s.acquire(
-                1,
-                &lockkit_core::AcquireOptions::new().wait(Duration::from_millis(1200)),
-            )
-            .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await; // its entry node is in place
-    let frozen = lockkit_testing::failover::Outage::pause("zk");
-    let r = tokio::time::timeout(Duration::from_secs(10), released.release())
-        .await
-        .expect("a release returns within its bound");
-    assert!(r.is_err(), "a frozen server confirmed a release");
-    // Dropped while it waits for the server: its work goes on in the background.
-    let _ = tokio::time::timeout(Duration::from_millis(200), dropped.release()).await;
-    let r = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the permit wait ends")
-        .unwrap();
-    assert!(
-        !matches!(r, Ok(Some(_))),
-        "a permit granted by a frozen server"
-    );
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    frozen.end();
-    for name in ["frozen-release", "frozen-drop"] {
-        let g = free_soon_after(&c.mutex(name).unwrap(), name).await;
-        g.release().await.unwrap();
-    }
-    let until = Instant::now() + Duration::from_secs(10);
-    while permit.state() != LockState::Held {
-        assert!(
-            Instant::now() < until,
-            "the permit did not come back to Held"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    permit.release().await.unwrap();
-    let started = Instant::now();
-    let p = c
-        .semaphore("frozen-sem", 1)
-        .unwrap()
-        .acquire(
-            1,
-            &lockkit_core::AcquireOptions::new().wait(Duration::from_secs(20)),
-        )
-        .await
-        .unwrap()
-        .expect("the permit comes free");
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "a timed-out permit wait's node blocked the permit: {:?}",
-        started.elapsed()
-    );
-    p.release().await.unwrap();
+    lockkit_testing::failover::releases_and_permit_waits_in_a_freeze_leave_nothing(
+        (&a, &b, &c),
+        "zk",
+        "frozen",
+    )
+    .await;
 }
 
 /// A downgrade sent to a frozen server (SIGSTOP, past the command timeout) gets no reply, and
