@@ -341,42 +341,51 @@ async fn queued_waiter_of_a_server_gone_for_good_gets_the_error() {
 }
 
 /// After an outage longer than the client library's own reconnect attempts, the pub/sub
-/// connection comes back and resubscribes by itself, although no command is sent on it (the
-/// client's waiters keep the subscription up throughout): the server shows the subscription
-/// again, and then a waiter of that client gets a hand-off at once, not at its next heartbeat.
-/// (The hand-off is timed only once the subscription is back: the reconnect pings up to a
-/// second apart, and a hand-off published before it returns waits for it.)
+/// connection comes back and resubscribes by itself, although no command is sent on it: the
+/// lock and the waiter's queue entry survive the restart (AOF), so the waiter stays queued, its
+/// subscription standing all along. The server shows the subscription again, and then the
+/// release hands the lock to that waiter at once, not at its next heartbeat (3 s). (The hand-off
+/// is timed only once the subscription is back: the reconnect pings up to a second apart, and
+/// a hand-off published before it returns waits for it. A waiter that stopped waiting would
+/// drop the subscription after its linger, so the waiter must still be queued when the server
+/// is asked.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pubsub_connection_comes_back_after_a_long_outage() {
-    let mut server = PrivateRedis::start(&[]);
+    let mut server = PrivateRedis::start(&["--appendonly", "yes"]);
     // Heartbeats far apart: a hand-off that only a heartbeat picks up would take 3 s.
-    let opts = [("waiter_heartbeat", "3s"), ("command_timeout", "300ms")];
+    let opts = [
+        ("waiter_heartbeat", "3s"),
+        ("command_timeout", "300ms"),
+        ("wait_replicas", "0"),
+    ];
     let (b, y) = (
         connect(&server.url(), &opts).await,
         connect(&server.url(), &opts).await,
     );
     let name = "comes-back";
     let g = y.mutex(name).unwrap().lock().await.unwrap(); // 30 s lease
-                                                          // B's first waiter stays queued through the outage, so its client keeps the lock's
-                                                          // subscription all along.
-    let first = {
+    let waiter = {
         let lock = b.mutex(name).unwrap();
         tokio::spawn(async move { lock.lock().await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // Away for longer than the client's own reconnect attempts; back empty.
+    tokio::time::sleep(Duration::from_millis(300)).await; // queued and subscribed
+                                                          // Away for longer than the client's own reconnect attempts.
     server.stop();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     server.start_again();
-    std::mem::forget(g); // its renewals find the lock gone; nothing to release
-                         // The first waiter rides the outage out and takes the free lock at its next attempt.
-    let g1 = tokio::time::timeout(Duration::from_secs(10), first)
-        .await
-        .expect("the first waiter got the lock after the restart")
-        .unwrap()
-        .expect("the outage did not end its wait");
-    // The pub/sub connection comes back by itself, with the lock's subscription: B pings it
-    // until it answers (at most a second apart), and the reconnect resubscribes.
+    // The holder's handle finds the server again (its lock came back from the AOF).
+    let probe = y.mutex(name).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match probe.is_locked().await {
+            Ok(true) => break,
+            Ok(false) => panic!("the lock did not survive the restart"),
+            Err(_) => {
+                assert!(Instant::now() < until, "the holder did not reconnect");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
     let mut admin = admin(&server.url()).await;
     let back = Instant::now();
     loop {
@@ -395,18 +404,14 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // A second waiter of B queues while the first holds; its hand-off must reach it.
-    let second = {
-        let lock = b.mutex(name).unwrap();
-        tokio::spawn(async move { lock.lock().await.unwrap() })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the waiter stopped waiting");
     let released = Instant::now();
-    g1.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(10), second)
+    g.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
-        .expect("the second waiter got the lock")
-        .unwrap();
+        .expect("the waiter got the lock")
+        .unwrap()
+        .expect("the outage did not end its wait");
     assert!(
         released.elapsed() < Duration::from_millis(1000),
         "the hand-off took {:?}: it came at a heartbeat, not by pub/sub",
