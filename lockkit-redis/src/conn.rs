@@ -236,3 +236,29 @@ pub(crate) fn cluster_builder(
     }
     b
 }
+
+/// The slot ranges of a `CLUSTER SLOTS` reply (`[[start, end, [host, port, id], replicas…], …]`)
+/// and the primary of each, sorted: `(start, end, host, port)`.
+pub(crate) fn slot_ranges(reply: &Value) -> Vec<(u16, u16, String, u16)> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let int = |v: Option<&Value>| v.and_then(|v| redis::from_redis_value_ref::<u16>(v).ok());
+        let (Some(start), Some(end), Some(Value::Array(primary))) =
+            (int(parts.first()), int(parts.get(1)), parts.get(2))
+        else {
+            continue;
+        };
+        let host: Option<String> = primary
+            .first()
+            .and_then(|v| redis::from_redis_value_ref(v).ok());
+        if let (Some(host), Some(port)) = (host, int(primary.get(1))) {
+            out.push((start, end, host, port));
+        }
+    }
+    out.sort();
+    out
+}

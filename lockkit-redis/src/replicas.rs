@@ -713,7 +713,10 @@ impl Worker {
         )
         .await;
         let Ok(Ok(slots)) = slots else { return };
-        let ranges = slot_ranges(&slots);
+        let ranges: Vec<(u16, u16, String)> = crate::conn::slot_ranges(&slots)
+            .into_iter()
+            .map(|(start, end, host, port)| (start, end, format!("{host}:{port}")))
+            .collect();
         if ranges.is_empty() {
             return;
         }
@@ -762,31 +765,6 @@ impl Worker {
             self.connected.store(n, Ordering::Release);
         }
     }
-}
-
-/// The slot ranges of a `CLUSTER SLOTS` reply and the primary of each, as `host:port`.
-fn slot_ranges(reply: &Value) -> Vec<(u16, u16, String)> {
-    let Value::Array(ranges) = reply else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for range in ranges {
-        let Value::Array(parts) = range else { continue };
-        let int = |v: Option<&Value>| v.and_then(|v| redis::from_redis_value_ref::<u16>(v).ok());
-        let (Some(start), Some(end), Some(Value::Array(primary))) =
-            (int(parts.first()), int(parts.get(1)), parts.get(2))
-        else {
-            continue;
-        };
-        let host: Option<String> = primary
-            .first()
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        if let (Some(host), Some(port)) = (host, int(primary.get(1))) {
-            out.push((start, end, format!("{host}:{port}")));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The number of replicas a `ROLE` reply lists, if it comes from a primary.

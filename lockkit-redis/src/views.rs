@@ -159,28 +159,12 @@ async fn nodes(inner: &Inner) -> Result<Vec<Option<(String, u16)>>> {
     Ok(primaries.into_iter().map(Some).collect())
 }
 
-/// The distinct primaries of a `CLUSTER SLOTS` reply (`[[start, end, [host, port, id], replicas…],
-/// …]`).
+/// The distinct primaries of a `CLUSTER SLOTS` reply that name a host.
 fn slot_primaries(reply: &Value) -> Vec<(String, u16)> {
     let mut out: Vec<(String, u16)> = Vec::new();
-    let Value::Array(ranges) = reply else {
-        return out;
-    };
-    for range in ranges {
-        let Value::Array(parts) = range else { continue };
-        let Some(Value::Array(primary)) = parts.get(2) else {
-            continue;
-        };
-        let host: Option<String> = primary
-            .first()
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        let port: Option<u16> = primary
-            .get(1)
-            .and_then(|v| redis::from_redis_value_ref(v).ok());
-        if let (Some(host), Some(port)) = (host, port) {
-            if !host.is_empty() && !out.contains(&(host.clone(), port)) {
-                out.push((host, port));
-            }
+    for (_, _, host, port) in crate::conn::slot_ranges(reply) {
+        if !host.is_empty() && !out.contains(&(host.clone(), port)) {
+            out.push((host, port));
         }
     }
     out
