@@ -25,7 +25,7 @@ use crate::spi::{Backend, GuardParts, Request};
 use crate::telemetry::{Identity, Outcome, Waiting};
 
 /// How long past its wait budget an acquire may take to finish what it started.
-const BUDGET_GRACE: Duration = Duration::from_millis(100);
+pub(crate) const BUDGET_GRACE: Duration = Duration::from_millis(100);
 
 /// The state one handle's primitives and guards share.
 #[derive(Debug)]
@@ -106,7 +106,7 @@ impl Kernel {
         F: FnOnce(Request) -> Fut,
         Fut: Future<Output = Result<Option<GuardParts>>>,
     {
-        self.check_open()?;
+        let mut in_flight = self.registry.enter()?;
         let req = self.request(primitive, opts)?;
         let span = tracing::debug_span!(
             "lockkit.acquire",
@@ -124,15 +124,24 @@ impl Kernel {
         let waiting = Waiting::start(&id);
         let started = Instant::now();
         let attempt = attempt(req).instrument(span.clone());
-        let result = match req.deadline() {
-            // The wait budget is kept whatever the server does: an acquire still under way
-            // (an attempt or a cleanup round trip to a server that does not answer) is dropped,
-            // and its cleanup goes on in the backend's reaper (every backend's acquire is cancel
-            // safe). The grace lets a healthy server's cleanup finish in line.
-            Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
-                .await
-                .unwrap_or(Ok(None)),
-            _ => attempt.await,
+        let bounded = async {
+            match req.deadline() {
+                // The wait budget is kept whatever the server does: an acquire still under way
+                // (an attempt or a cleanup round trip to a server that does not answer) is
+                // dropped, and its cleanup goes on in the backend's reaper (every backend's
+                // acquire is cancel safe). The grace lets a healthy server's cleanup finish in
+                // line.
+                Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
+                    .await
+                    .unwrap_or(Ok(None)),
+                _ => attempt.await,
+            }
+        };
+        // `close()` ends an acquire under way the same way (its cleanup goes to the reaper,
+        // which `close()` drains next).
+        let result = tokio::select! {
+            r = bounded => r,
+            () = in_flight.closed() => Err(Error::closed()),
         };
         span.record("waited_ms", started.elapsed().as_millis() as u64);
         let outcome = match result {
@@ -163,6 +172,7 @@ impl Kernel {
         };
         span.record("outcome", result.as_str());
         waiting.finish(result, started.elapsed());
+        drop(in_flight);
         outcome
     }
 
@@ -172,7 +182,7 @@ impl Kernel {
     /// The first error is reported, after everything was tried.
     pub(crate) async fn close(&self) -> Result<()> {
         let mut releases = tokio::task::JoinSet::new();
-        for own in self.registry.close() {
+        for own in self.registry.close().await {
             own.state.mark_lost(LostReason::Closed);
             releases.spawn(own.release_on_backend());
         }

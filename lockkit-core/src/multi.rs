@@ -8,6 +8,17 @@
 //! before the acquire returns, so a failed, timed-out or cancelled multi-acquire leaves no member
 //! held (a dropped acquire drops its guards, which release in the background).
 //!
+//! Before it returns, the acquire checks every member again: an early member whose fixed lease or
+//! session ran out while later members were awaited makes the set not held, so the whole set is
+//! given back and taken again within the same budget (or the acquire returns `Ok(None)`). A
+//! multi-acquire never returns a guard with a member that is already lost.
+//!
+//! A member lost *while the set is held* turns the guard `Lost` and resolves `lost()`, but the
+//! other members stay held until the guard is released or dropped. This is deliberate: the code
+//! under the guard may still be writing under those members, and letting another holder into
+//! them behind its back would be worse than keeping them a little longer. Stop at `lost()` and
+//! release (or drop) the guard; `release()` then reports `LockLost`.
+//!
 //! Ordered acquisition works on every backend, because every backend has mutexes and RW locks;
 //! it is what Redisson's `RedissonMultiLock` does. A set is not taken atomically: between two
 //! members another client may take the second, and then the first is given back.
@@ -24,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::inspect::{HoldMode, Primitive};
+use crate::kernel::BUDGET_GRACE;
 use crate::mutex::{forever, Mutex};
 use crate::options::{AcquireOptions, Wait};
 use crate::rwlock::RwLock;
@@ -222,26 +234,37 @@ impl MultiLock {
             Wait::None => Some(Instant::now()),
             Wait::Forever => None,
         };
-        let mut held = Vec::with_capacity(self.members.len());
-        for member in &self.members {
-            let opts = match deadline {
-                // What is left of the budget; once it is gone, one attempt each.
-                Some(d) => opts.wait(d.saturating_duration_since(Instant::now())),
-                None => *opts,
-            };
-            match member.acquire(&opts).await {
-                Ok(Some(g)) => held.push(g),
-                Ok(None) => {
-                    give_back(held).await;
-                    return Ok(None);
-                }
-                Err(e) => {
-                    give_back(held).await;
-                    return Err(e);
+        loop {
+            let mut held = Vec::with_capacity(self.members.len());
+            for member in &self.members {
+                let opts = match deadline {
+                    // What is left of the budget; once it is gone, one attempt each.
+                    Some(d) => opts.wait(d.saturating_duration_since(Instant::now())),
+                    None => *opts,
+                };
+                match member.acquire(&opts).await {
+                    Ok(Some(g)) => held.push(g),
+                    Ok(None) => {
+                        give_back(held, deadline).await;
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        give_back(held, deadline).await;
+                        return Err(e);
+                    }
                 }
             }
+            // An early member's lease or session may have ended while later ones were awaited:
+            // a set with a lost member is not held, so it is given back and taken again while
+            // the budget lasts.
+            if !held.iter().any(|g| g.state() == LockState::Lost) {
+                return Ok(Some(MultiGuard { members: held }));
+            }
+            give_back(held, deadline).await;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
         }
-        Ok(Some(MultiGuard { members: held }))
     }
 
     /// Waits until every member is held, with the handle's default lease.
@@ -260,11 +283,19 @@ impl MultiLock {
     }
 }
 
-/// Releases `held` (a set given up half-way), newest first, and waits for it: the caller
-/// returns only once no member is held. A release that fails goes on in the background.
-async fn give_back(held: Vec<Held>) {
-    for g in held.into_iter().rev() {
-        let _ = g.release().await;
+/// Releases `held` (a set given up half-way), all at once, and waits for it until the wait
+/// budget (`deadline`, plus the grace every acquire gets) runs out: with a healthy server the
+/// caller returns only once no member is held. A release that fails or is still under way then
+/// goes on in the background.
+async fn give_back(held: Vec<Held>, deadline: Option<Instant>) {
+    let all = futures::future::join_all(held.into_iter().map(Held::release));
+    match deadline {
+        Some(d) => {
+            let _ = tokio::time::timeout_at(d + BUDGET_GRACE, all).await;
+        }
+        None => {
+            all.await;
+        }
     }
 }
 
@@ -313,7 +344,9 @@ impl MultiGuard {
     }
 
     /// A future that resolves, with its reason, when any member is lost: from then on the set
-    /// is no longer all held. It does not borrow the guard.
+    /// is no longer all held. It does not borrow the guard. The other members stay held until
+    /// the guard is released or dropped (lockkit never lets another holder into them while
+    /// your code may still be working under them): stop that work, then release the guard.
     pub fn lost(&self) -> Lost {
         let mut each: Vec<Lost> = self.members.iter().map(Held::lost).collect();
         Lost::new(std::future::poll_fn(move |cx| {
@@ -326,19 +359,15 @@ impl MultiGuard {
         }))
     }
 
-    /// Releases every member, newest first, and reports the first error (every member is
+    /// Releases every member, all at once, and reports the first error (every member is
     /// released either way; one whose lock was lost gives `LockLost`).
     ///
     /// # Cancel safety
     /// If the future is dropped before it finishes, the members not yet released are released
     /// in the background.
     pub async fn release(self) -> Result<()> {
-        let mut first = None;
-        for g in self.members.into_iter().rev() {
-            if let Err(e) = g.release().await {
-                first.get_or_insert(e);
-            }
-        }
+        let results = futures::future::join_all(self.members.into_iter().map(Held::release)).await;
+        let first = results.into_iter().find_map(std::result::Result::err);
         first.map_or(Ok(()), Err)
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -28,15 +28,47 @@ use crate::telemetry::{self, Identity};
 #[derive(Debug)]
 pub(crate) struct Registry {
     closed: AtomicBool,
+    /// Turns true with `closed`: acquires under way stop at once.
+    closing: tokio::sync::watch::Sender<bool>,
+    /// Acquires under way (see [`Registry::enter`]), which `close()` waits out.
+    in_flight: AtomicUsize,
+    settled: tokio::sync::Notify,
     next_id: AtomicU64,
     live: Mutex<HashMap<u64, Weak<Ownership>>>,
     reaper: Reaper,
+}
+
+/// One acquire under way on a handle: `close()` ends it and waits for it to be gone, so that
+/// whatever it took is either released by `close()` or handed to the reaper before `close()`
+/// drains it.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    registry: Arc<Registry>,
+    closing: tokio::sync::watch::Receiver<bool>,
+}
+
+impl InFlight {
+    /// Resolves once the handle is being closed.
+    pub(crate) async fn closed(&mut self) {
+        let _ = self.closing.wait_for(|closed| *closed).await;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.registry.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.registry.settled.notify_waiters();
+        }
+    }
 }
 
 impl Registry {
     pub(crate) fn new(reaper: Reaper) -> Registry {
         Registry {
             closed: AtomicBool::new(false),
+            closing: tokio::sync::watch::Sender::new(false),
+            in_flight: AtomicUsize::new(0),
+            settled: tokio::sync::Notify::new(),
             next_id: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
             reaper,
@@ -45,6 +77,19 @@ impl Registry {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Registers one acquire under way, or `Closed` if the handle is closed.
+    pub(crate) fn enter(self: &Arc<Self>) -> Result<InFlight> {
+        let _live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_closed() {
+            return Err(Error::closed());
+        }
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        Ok(InFlight {
+            registry: self.clone(),
+            closing: self.closing.subscribe(),
+        })
     }
 
     /// Turns a backend's fresh ownership into the core's, refusing one that is already lost or
@@ -72,6 +117,7 @@ impl Registry {
             primitive,
             token: parts.token,
             lease: Mutex::new(parts.lease),
+            extending: tokio::sync::Mutex::new(()),
             state: parts.state,
             held: parts.held,
             permits,
@@ -79,6 +125,10 @@ impl Registry {
             released: AtomicBool::new(false),
             expiry: Mutex::new(None),
         });
+        // The closed check and the insert happen under the lock `close()` takes to flip the
+        // flag and collect the live set, so an ownership is either refused here or released
+        // by `close()`: never neither.
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let refusal = if self.is_closed() {
             own.state.mark_lost(LostReason::Closed);
             Some(Error::closed())
@@ -88,21 +138,37 @@ impl Registry {
             None
         };
         if let Some(e) = refusal {
+            drop(live);
             // Dropping its only hold releases it on the backend, in the background.
             drop(GuardCore::new(own));
             return Err(e);
         }
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, Arc::downgrade(&own));
+        live.insert(id, Arc::downgrade(&own));
+        drop(live);
         own.arm_expiry();
         Ok(own)
     }
 
     /// Marks the handle closed and returns every ownership still alive.
-    pub(crate) fn close(&self) -> Vec<Arc<Ownership>> {
-        self.closed.store(true, Ordering::Release);
+    ///
+    /// Acquires under way are stopped first and waited out: each one either was adopted (and
+    /// is returned here) or was refused or cancelled, its cleanup handed to the reaper.
+    pub(crate) async fn close(&self) -> Vec<Arc<Ownership>> {
+        {
+            let _live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+            self.closed.store(true, Ordering::Release);
+        }
+        self.closing.send_replace(true);
+        loop {
+            let settled = self.settled.notified();
+            tokio::pin!(settled);
+            // Registered before the count is read, so a last exit in between still wakes it.
+            settled.as_mut().enable();
+            if self.in_flight.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            settled.await;
+        }
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -135,6 +201,8 @@ pub(crate) struct Ownership {
     pub(crate) primitive: Primitive,
     pub(crate) token: FencingToken,
     lease: Mutex<Lease>,
+    /// Held across one `extend`, so extends reach the server one after another.
+    extending: tokio::sync::Mutex<()>,
     pub(crate) state: StateCell,
     held: Box<dyn Held>,
     pub(crate) permits: u32,
@@ -304,20 +372,31 @@ impl GuardCore {
             ));
         }
         check_asked_lease(lease)?;
+        // One extend at a time per ownership: the server applies them in the order they are
+        // sent, so the deadline the guard keeps is the one the server applied last.
+        let _turn = own.extending.lock().await;
         own.check_live()?;
+        let clock = own.state.clock();
+        let before = clock.deadline();
         let sent_at = Instant::now();
+        // From the moment it is sent the server may apply it, whatever becomes of this call (an
+        // error after the primary applied it, a lost answer, a dropped future): until it
+        // settles, the guard keeps whichever deadline comes first.
+        clock.maybe_renewed(sent_at, lease);
         if let Err(e) = own.held.extend(lease).await {
             self.note_lost(&e);
-            // An extend whose answer was lost on the way may still have been applied: until a
-            // later one settles it, the guard keeps whichever deadline comes first.
-            if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Connection) {
-                own.state.clock().maybe_renewed(sent_at, lease);
+            // Refused before anything reached the server: the old deadline stands.
+            if matches!(
+                e.kind(),
+                ErrorKind::InvalidArgument | ErrorKind::Unsupported
+            ) {
+                clock.set_deadline(before);
             }
             return Err(e);
         }
         // The deadline follows the new lease, shorter or longer: the server counts it from no
         // earlier than this request.
-        own.state.clock().renewed(sent_at, lease);
+        clock.renewed(sent_at, lease);
         *own.lease.lock().unwrap_or_else(|e| e.into_inner()) = Lease::Fixed(lease);
         // The old deadline may have passed while the extend was in flight: the expiry released
         // the lock then, and the extend cannot bring it back.

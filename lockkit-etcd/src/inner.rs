@@ -165,10 +165,14 @@ impl Inner {
             None => false,
         };
         sessions.retain(|_, s| {
-            if !s.is_alive() {
+            let alive = s.is_alive();
+            if !alive {
+                // Past its deadline, though its keepalive may not have noticed yet: its guards
+                // read Lost, and it is retired now rather than at that task's next round.
+                s.retire("the lease deadline passed");
                 self.strays.disown(s.id());
             }
-            s.is_alive()
+            alive
         });
         if sessions.len() >= MAX_SESSIONS {
             return Err(Error::invalid(format!(
@@ -313,4 +317,42 @@ pub(crate) async fn watch_of(
     cell.get_or_try_init(|| inner.name_watch(prefix, kind))
         .await
         .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    /// A session whose deadline passed (its guards read Lost) while its keepalive has not yet
+    /// noticed is never handed to a new acquire: a new lease is granted instead.
+    #[tokio::test]
+    async fn a_session_whose_guards_read_lost_is_not_reused() {
+        let Some(url) = lockkit_testing::server_url("etcd") else {
+            return;
+        };
+        let endpoint = url.replacen("etcd://", "http://", 1);
+        let timeout = Duration::from_secs(2);
+        let pool = Pool::connect(&[endpoint], None, None, timeout, timeout)
+            .await
+            .unwrap();
+        let ttl = Duration::from_secs(2);
+        let inner = Inner::new(pool, lockkit_testing::unique_name("sessions"), ttl);
+        let first = inner.session(ttl).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &inner.session(ttl).await.unwrap()));
+        // As if the last keepalive were a margin late: the guards' deadline has passed, the
+        // server's has not, and the keepalive task has not marked the session dead yet.
+        first.clock().set_deadline(Some(Instant::now()));
+        let next = inner.session(ttl).await.unwrap();
+        assert_ne!(
+            next.id(),
+            first.id(),
+            "a session whose guards read Lost was handed to a new acquire"
+        );
+        assert!(!first.is_alive());
+        inner.close().await.unwrap();
+    }
 }

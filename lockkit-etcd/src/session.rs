@@ -68,9 +68,11 @@ impl Session {
         self.id
     }
 
-    /// Whether the lease is still believed alive.
+    /// Whether the lease is still believed alive: never once its guards would read Lost (its
+    /// deadline, which comes a margin before the server's, has passed), so a new acquire is
+    /// never handed a session in its last moments.
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire)
+        self.alive.load(Ordering::Acquire) && !self.clock.has_passed(Instant::now())
     }
 
     /// Tracks a guard's state so that a session loss makes it Lost.

@@ -53,6 +53,7 @@ macro_rules! conformance_suite {
             unknown_options_are_refused,
             handles_and_guards_outlive_the_locks_handle,
             close_loses_guards_and_refuses_acquires,
+            close_racing_acquires_leaves_nothing_held,
             separate_connects_exclude_each_other,
         );
 
@@ -100,6 +101,7 @@ macro_rules! conformance_suite {
             multi_sets_that_cross_do_not_deadlock,
             dropped_multi_acquire_leaves_no_member_held,
             multi_is_lost_when_a_member_is,
+            multi_never_returns_a_lost_member,
             multi_mixes_read_and_write_members,
             rw_readers_share,
             rw_writer_is_exclusive,

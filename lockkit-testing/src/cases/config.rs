@@ -188,6 +188,64 @@ pub async fn close_loses_guards_and_refuses_acquires(h: &Harness) {
     again.release().await.unwrap();
 }
 
+/// `close()` racing acquires under way: every guard any of them got reads Lost (Closed) once
+/// `close()` returned, and nothing they took is left held for another handle.
+pub async fn close_racing_acquires_leaves_nothing_held(h: &Harness) {
+    for round in 0..5 {
+        let locks = h.locks().await;
+        let tried = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = tokio::task::JoinSet::new();
+        for task in 0..4 {
+            let (locks, tried) = (locks.clone(), tried.clone());
+            tasks.spawn(async move {
+                let mut guards = Vec::new();
+                for i in 0..40 {
+                    let n = name(&format!("close-race-{round}-{task}-{i}"));
+                    tried.lock().unwrap().push(n.clone());
+                    let m = match locks.mutex(&n) {
+                        Ok(m) => m,
+                        Err(e) if e.kind() == ErrorKind::Closed => break,
+                        Err(e) => panic!("mutex(): {e}"),
+                    };
+                    match m.try_lock().await {
+                        Ok(Some(g)) => guards.push(g),
+                        Ok(None) => panic!("{n} was busy"),
+                        Err(e) if e.kind() == ErrorKind::Closed => break,
+                        Err(e) => panic!("try_lock during close: {e}"),
+                    }
+                }
+                guards
+            });
+        }
+        // Let the tasks get going, then close under them.
+        tokio::time::sleep(Duration::from_millis(2 * round)).await;
+        locks.close().await.unwrap();
+        while let Some(guards) = tasks.join_next().await {
+            for g in guards.unwrap() {
+                assert_eq!(
+                    g.state(),
+                    lockkit_core::LockState::Lost,
+                    "{}: a guard is live after close() returned",
+                    g.name()
+                );
+                assert_eq!(
+                    within(SOON, "lost() after close", g.lost()).await,
+                    lockkit_core::LostReason::Closed
+                );
+            }
+        }
+        let other = h.locks().await;
+        let tried = tried.lock().unwrap().clone();
+        for n in &tried {
+            assert!(
+                !mutex(&other, n).is_locked().await.unwrap(),
+                "{n} is still held after close() returned"
+            );
+        }
+        other.close().await.unwrap();
+    }
+}
+
 /// Dropping the `Locks` handle does not end the mutexes and guards made from it: only `close`
 /// does.
 pub async fn handles_and_guards_outlive_the_locks_handle(h: &Harness) {

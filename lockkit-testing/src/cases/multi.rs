@@ -133,12 +133,55 @@ pub async fn multi_is_lost_when_a_member_is(locks: &Locks) {
     assert!(mutex(locks, &b).force_unlock().await.unwrap());
     within(Duration::from_secs(10), "the set's lost()", lost).await;
     assert_eq!(g.state(), LockState::Lost);
+    // The other members stay held until the guard is released: nobody else gets into them
+    // while the code under the guard may still be working.
+    assert!(
+        mutex(locks, &a).is_locked().await.unwrap(),
+        "a live member was released behind the guard's back"
+    );
+    assert!(
+        mutex(locks, &a).try_lock().await.unwrap().is_none(),
+        "another holder got a live member of a held set"
+    );
     assert_kind(
         g.release().await,
         ErrorKind::LockLost,
         "release of a lost set",
     );
     none_locked(locks, &[&a], "after releasing a lost set").await;
+}
+
+/// A multi-acquire never returns a set with a lost member: a member whose fixed lease ran out
+/// while a later one was awaited makes the whole set be given back and taken again.
+pub async fn multi_never_returns_a_lost_member(locks: &Locks) {
+    if !locks.capabilities().mutex.fixed_lease {
+        return; // Unsupported: checked by unsupported_capabilities_say_so
+    }
+    let (a, b) = (name("multi-late-a"), name("multi-late-b"));
+    // `b` is busy for longer than `a`'s lease, so `a` runs out while `b` is awaited.
+    let busy = mutex(locks, &b)
+        .acquire(&AcquireOptions::new().fixed_lease(SHORT * 3))
+        .await
+        .unwrap()
+        .expect("free");
+    let freer = tokio::spawn(async move {
+        tokio::time::sleep(SHORT * 5 / 2).await;
+        busy.release().await
+    });
+    let g = locks
+        .multi([&a, &b])
+        .unwrap()
+        .acquire(&AcquireOptions::new().fixed_lease(SHORT).wait(SOON * 2))
+        .await
+        .unwrap()
+        .expect("the set comes free within the budget");
+    assert_ne!(
+        g.state(),
+        LockState::Lost,
+        "the multi-acquire returned a set with a lost member"
+    );
+    assert!(freer.await.unwrap().is_ok());
+    let _ = g.release().await;
 }
 
 /// Members can be read or write holds of RW locks too: two sets that read the same RW lock hold
