@@ -235,3 +235,40 @@ async fn a_user_that_may_not_run_role_turns_auto_off_and_a_count_into_a_config_e
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Config, "{e}");
 }
+
+/// An extend the replicas did not acknowledge was still applied by the primary: the guard must
+/// not outlive the lease the primary now counts (issue 25, item 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_the_replicas_miss_shortens_the_guard_to_the_asked_lease() {
+    let (primary, replica) = primary_and_replica().await;
+    let locks = connect(&primary.url(), &[("wait_timeout", "200ms")]).await;
+    let plain = connect(&primary.url(), &[("wait_replicas", "0")]).await;
+    let name = unique_name("extend-unsynced");
+    let g = locks
+        .mutex(&name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    replica.pause();
+    let asked = Instant::now();
+    let e = g.extend(Duration::from_secs(2)).await.unwrap_err();
+    replica.resume();
+    assert_eq!(e.kind(), ErrorKind::ReplicaSync, "{e}");
+    // The primary applied it: the key ends 2 s after the extend was sent, and so must the guard.
+    let probe = plain.mutex(&name).unwrap();
+    while probe.is_locked().await.unwrap() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "the primary did not apply the extend(2s)"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        g.state(),
+        LockState::Lost,
+        "the guard reads Held {:?} after an extend(2s) the primary applied",
+        asked.elapsed()
+    );
+}
