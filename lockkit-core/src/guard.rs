@@ -84,9 +84,17 @@ macro_rules! guard_type {
             /// never re-creates an expired lock. Watchdog leases give `InvalidArgument`: they
             /// are renewed already.
             ///
+            /// From the moment the extend is sent, the guard's deadline is the earlier of the
+            /// old one and `lease` from then, because the server may apply it whatever becomes
+            /// of this call; only a success moves it later. An extend that fails after it may
+            /// have reached the server (a timeout, a cut connection, replicas that did not
+            /// acknowledge it) keeps that earlier deadline, so the guard never reads `Held`
+            /// past the lease the server counts. Concurrent extends of one guard are sent one
+            /// after the other, so the guard keeps the deadline the server applied last.
+            ///
             /// # Cancel safety
-            /// Dropping the future leaves the lease either extended or not; the guard's deadline
-            /// stays the old one.
+            /// Dropping the future leaves the lease either extended or not; the guard keeps the
+            /// earlier of the two deadlines.
             pub async fn extend(&self, lease: Duration) -> Result<()> {
                 self.core.extend(lease).await
             }
