@@ -128,3 +128,37 @@ async fn a_frozen_server_costs_a_multi_release_one_timeout_not_one_per_member() 
         "releasing 6 members on a frozen server took {took:?}: one timeout after another"
     );
 }
+
+/// A multi-acquire that runs out of budget while the server is frozen gives its members back
+/// within the budget plus the core's grace, all at once: the caller is not held up one command
+/// timeout per member (issue 25, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_keeps_a_multi_give_back_within_the_budget() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[("command_timeout", "500ms")]).await;
+    let other = connect(&server.url(), &[]).await;
+    let base = unique_name("give-back");
+    let mut names: Vec<String> = (0..5).map(|i| format!("{base}-{i}")).collect();
+    // Taken last (the set is ordered by name), and busy.
+    let last = format!("{base}-~busy");
+    let busy = other.mutex(&last).unwrap().lock().await.unwrap();
+    names.push(last);
+    let set = locks.multi(&names).unwrap();
+    let budget = Duration::from_secs(1);
+    let started = Instant::now();
+    let (got, ()) = tokio::join!(set.lock_for(budget), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.pause();
+    });
+    let took = started.elapsed();
+    server.resume();
+    assert!(
+        !matches!(got, Ok(Some(_))),
+        "the set was taken while a member was busy"
+    );
+    assert!(
+        took < budget + Duration::from_millis(400),
+        "the multi-acquire took {took:?} with a {budget:?} budget on a frozen server"
+    );
+    drop(busy);
+}
