@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::ops::delete_node;
-use crate::queue::Node;
+use crate::queue::{Cleanup, Node};
 use crate::session::Session;
 
 /// For write locks: what a downgrade needs.
@@ -262,9 +262,10 @@ impl Held for ZkHeld {
                     ),
                 ))
             }
-            Err(e) if !e.is_retryable() => Err(e),
             Err(e) => {
-                // The node must not outlive the guard while the session lives.
+                // The node must not outlive the guard while the session lives, whatever the
+                // error: a refusal (`NoAuth` after an ACL change) can be lifted as well as a
+                // connection can come back, and the reaper tries until then.
                 self.reap_paths(self.paths.clone());
                 Err(e)
             }
@@ -286,12 +287,18 @@ impl Held for ZkHeld {
         let seq = &name[at + crate::node::WRITE_MARKER.len()..];
         // A read node with the write node's sequence takes its place in the queue in the same
         // transaction, so a writer waiting behind us stays behind us.
-        let read_path = format!(
-            "{}/{}{}{seq}",
-            write.dir,
+        let prefix = format!(
+            "{}{}",
             crate::node::protected_prefix(&uuid::Uuid::new_v4()),
             crate::node::READ_MARKER
         );
+        let read_path = format!("{}/{prefix}{seq}", write.dir);
+        // The read node is owned by this call until a guard takes it: if the call is dropped or
+        // fails not knowing whether the multi committed (a frozen server may commit it when it
+        // resumes), the reaper deletes whatever node of ours carries its protected prefix. The
+        // write node is the write guard's, which the core releases if the downgrade fails.
+        let mut cleanup = Cleanup::new(&self.session, self.client.clone());
+        cleanup.push_prefix(&write.dir, &prefix);
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls));
         let mut multi = self.client.new_multi_writer();
         multi
@@ -307,6 +314,8 @@ impl Held for ZkHeld {
             Ok(Ok(_)) => None,
             Ok(Err(e)) => match zk::Error::from(e) {
                 zk::Error::NoNode => {
+                    // The multi failed as a whole: no read node.
+                    cleanup.disarm();
                     self.state.mark_lost(LostReason::Deleted);
                     return Err(Error::lost(&self.name));
                 }
@@ -319,25 +328,21 @@ impl Held for ZkHeld {
         };
         if let Some(e) = failed {
             // The reply was lost: the multi may have committed, or may still commit when a
-            // frozen server resumes. If our read node is there, it did; if we cannot tell, the
-            // reaper deletes the read node should it exist (or appear).
+            // frozen server resumes. If our read node is there, it did; otherwise (or if we
+            // cannot tell) the armed cleanup deletes the read node should it exist (or appear).
             let lookup = async {
                 crate::ops::retry(limit, "sync", || self.client.sync(&write.dir)).await?;
                 crate::ops::retry(limit, "stat", || self.client.check_stat(&read_path)).await
             };
             match tokio::time::timeout(limit, lookup).await {
                 Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.client.session_id().0 => {}
-                Ok(Ok(_)) => {
-                    self.rearm_loss_watch();
-                    return Err(e);
-                }
-                Ok(Err(_)) | Err(_) => {
-                    self.reap_paths(vec![read_path]);
+                _ => {
                     self.rearm_loss_watch();
                     return Err(e);
                 }
             }
         }
+        cleanup.disarm();
         self.finish();
         Ok(parts_for_paths(
             &self.session,

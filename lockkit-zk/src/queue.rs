@@ -47,10 +47,10 @@ enum Item {
     Prefix { dir: String, prefix: String },
 }
 
-/// Deletes the nodes of an unfinished acquire when dropped (a cancelled or failed acquire),
+/// Deletes the nodes of an unfinished acquire or downgrade when dropped (cancelled or failed),
 /// in order; what the server does not take at once goes to the handle's reaper, which retries
 /// until the nodes are gone or their session has ended (with it, its ephemeral nodes).
-/// Disarmed once the acquire hands its nodes to a guard.
+/// Disarmed once its nodes belong to a guard.
 pub(crate) struct Cleanup {
     client: zk::Client,
     items: Vec<Item>,
@@ -68,7 +68,9 @@ impl Cleanup {
         }
     }
 
-    fn push_prefix(&mut self, dir: &str, prefix: &str) {
+    /// Adds whatever node of ours in `dir` carries protected prefix `prefix`: armed before the
+    /// create is sent, since a create whose reply never comes may still be applied.
+    pub(crate) fn push_prefix(&mut self, dir: &str, prefix: &str) {
         self.items.push(Item::Prefix {
             dir: dir.to_string(),
             prefix: prefix.to_string(),
@@ -105,7 +107,7 @@ impl Drop for Cleanup {
 /// has ended.
 fn reap(reaper: &Reaper, client: zk::Client, items: Vec<Item>, timeout: Duration) {
     let items = Arc::new(items);
-    reaper.retry("delete the nodes of an acquire", move || {
+    reaper.retry("delete the nodes no guard took", move || {
         let (client, items) = (client.clone(), items.clone());
         async move {
             if client.state().is_terminated() {

@@ -5,8 +5,11 @@
 //! also rules out a client that keeps reconnecting until its connect timeout). The checks shared
 //! by every backend are `lockkit_testing::assert_refused` and `bad_credentials_suite!`.
 
+mod common;
+
 use std::time::Duration;
 
+use common::zk_classpath;
 use lockkit_core::{Error, ErrorKind, LockConfig};
 use lockkit_testing::{
     assert_refused, free_port, secure_certs, wait_for_port, BadCredential, PrivateServer,
@@ -22,34 +25,6 @@ async fn refused(url: String, secret: &str) -> Error {
 }
 
 lockkit_testing::bad_credentials_suite!(secure_url, refused);
-
-/// ZooKeeper's class path as the secure profile builds it (Debian's jars; Netty for TLS).
-fn zk_classpath() -> String {
-    let jars = [
-        "zookeeper",
-        "zookeeper-jute",
-        "netty-handler",
-        "netty-transport",
-        "netty-common",
-        "netty-buffer",
-        "netty-codec",
-        "netty-resolver",
-        "netty-transport-native-unix-common",
-        "netty-transport-native-epoll",
-        "slf4j-api",
-        "commons-cli",
-        "commons-io",
-        "metrics-core",
-        "jackson-databind",
-        "jackson-core",
-        "jackson-annotations",
-    ];
-    jars.iter()
-        .map(|j| format!("/usr/share/java/{j}.jar"))
-        .filter(|p| std::path::Path::new(p).exists())
-        .collect::<Vec<_>>()
-        .join(":")
-}
 
 /// A private ZooKeeper whose TLS port presents a certificate that expired in 2020 is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

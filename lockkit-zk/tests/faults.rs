@@ -1,5 +1,6 @@
 //! The lost signal against a real server: stop and restart it (Suspect, then Held again), and
-//! expire the session (Lost). These tests stop the shared ZooKeeper, so they run one at a time.
+//! expire the session (Lost). The tests that stop the shared ZooKeeper run one at a time; those
+//! that freeze a server start their own (`PrivateZk`).
 
 mod common;
 
@@ -284,11 +285,12 @@ async fn releases_and_permit_waits_in_a_freeze_leave_no_node() {
 /// and the write node is released, so another client's writer gets the lock at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_downgrade_lost_in_a_freeze_leaves_no_read_node() {
-    let Some(url) = url() else { return };
-    let _serial = SERIAL.lock().await;
-    let url = with_params(
-        &url,
-        &format!("lease=15s&command_timeout=1s&prefix={}", prefix()),
+    let Some(_) = url() else { return };
+    let zk = PrivateZk::start().await;
+    let url = format!(
+        "{}?lease=15s&command_timeout=1s&prefix={}",
+        zk.url,
+        prefix()
     );
     let (a, c) = (
         backend(&url).await.into_locks(),
@@ -300,13 +302,13 @@ async fn a_downgrade_lost_in_a_freeze_leaves_no_read_node() {
         .write_lock()
         .await
         .unwrap();
-    let frozen = lockkit_testing::failover::Outage::pause("zk");
+    zk.pause();
     let r = tokio::time::timeout(Duration::from_secs(15), w.downgrade())
         .await
         .expect("a downgrade returns within its bound");
     assert!(r.is_err(), "a frozen server confirmed a downgrade");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    frozen.end();
+    zk.resume();
     let started = Instant::now();
     let g = c
         .rwlock("frozen-downgrade")
@@ -321,4 +323,52 @@ async fn a_downgrade_lost_in_a_freeze_leaves_no_read_node() {
         started.elapsed()
     );
     g.release().await.unwrap();
+}
+
+/// A downgrade future dropped while the server is frozen (its multi sent, no reply yet) must not
+/// leave the read node the multi creates when the server resumes: nothing owns that node, and it
+/// would keep writers out for the life of the session. The write lock the downgrade consumed is
+/// released too, so a writer on another session gets the lock while this session lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_downgrade_leaves_no_read_node() {
+    let Some(_) = url() else { return };
+    let zk = PrivateZk::start().await;
+    let url = format!(
+        "{}?lease=15s&command_timeout=1s&prefix={}",
+        zk.url,
+        prefix()
+    );
+    let b = backend(&url).await;
+    let dir = b.rwlock_path("dropped-downgrade");
+    let (a, c) = (b.clone().into_locks(), backend(&url).await.into_locks());
+    let w = a
+        .rwlock("dropped-downgrade")
+        .unwrap()
+        .write_lock()
+        .await
+        .unwrap();
+    zk.pause();
+    let r = tokio::time::timeout(Duration::from_millis(200), w.downgrade()).await;
+    assert!(r.is_err(), "a frozen server answered a downgrade: {r:?}");
+    // Well within the session's timeout: the connection survives the freeze, and the server
+    // commits the multi when it resumes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    zk.resume();
+    let Some(g) = c
+        .rwlock("dropped-downgrade")
+        .unwrap()
+        .write(&lockkit_core::AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+    else {
+        let left = children(&b, &dir).await;
+        panic!("a node of the dropped downgrade kept a writer out: {left:?}");
+    };
+    assert_eq!(
+        children(&b, &dir).await.len(),
+        1,
+        "only the new writer's node"
+    );
+    g.release().await.unwrap();
+    drop(a);
 }

@@ -435,3 +435,66 @@ async fn a_late_duplicate_of_our_node_is_deleted_not_waited_behind() {
         .expect("c gets the lock");
     gc.release().await.unwrap();
 }
+
+/// A release the server refuses with an error no retry of the release itself would cure
+/// (`NoAuth`: the delete permission was taken off the lock's directory) is not given up: the
+/// reaper retries it, and once the permission is back it deletes the node while the holder's
+/// session lives on (else the node would stay for the whole session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_an_acl_is_finished_by_the_reaper() {
+    let Some(url) = url() else { return };
+    let url = format!(
+        "zk://carol:secret-c@{}?prefix={}",
+        server_addr(&url),
+        prefix()
+    );
+    // The same identity on another session changes the ACL, as an operator would.
+    let (holder, admin, other) = (
+        backend(&url).await,
+        backend(&url).await,
+        backend(&url).await,
+    );
+    let dir = holder.mutex_path("refused");
+    let session = holder.zk_client().unwrap().session_id();
+    let g = holder.mutex("refused").unwrap().lock().await.unwrap();
+    let raw = admin.zk_client().unwrap();
+    let (acls, _) = raw.get_acl(&dir).await.unwrap();
+    let no_delete = zk::Permission::READ
+        | zk::Permission::WRITE
+        | zk::Permission::CREATE
+        | zk::Permission::ADMIN;
+    let refusing = [zk::Acl::new(no_delete, zk::AuthId::authed())];
+    raw.set_acl(&dir, &refusing, None).await.unwrap();
+
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    assert!(!e.is_retryable(), "{e}");
+    assert_eq!(children(&admin, &dir).await.len(), 1, "the refused node");
+
+    raw.set_acl(&dir, &acls, None).await.unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = children(&admin, &dir).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the refused release was never finished: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        holder.zk_client().unwrap().session_id(),
+        session,
+        "the node went with the session, not by a delete"
+    );
+    let g = other
+        .mutex("refused")
+        .unwrap()
+        .try_lock()
+        .await
+        .unwrap()
+        .expect("free once the node is gone");
+    g.release().await.unwrap();
+}
