@@ -186,7 +186,8 @@ impl WriteGuard {
     /// only hold of the write ownership. The read lock keeps the write lock's token.
     ///
     /// # Cancel safety
-    /// Dropping the future may leave the write lock held until the guard's lease backstop.
+    /// Dropping the future gives the lock up: the write lock is released in the background, and
+    /// a read hold the server may still create for it is cleaned up by the backend's reaper.
     pub async fn downgrade(self) -> Result<ReadGuard> {
         Ok(ReadGuard {
             core: self.core.downgrade().await?,
