@@ -187,7 +187,8 @@ impl WriteGuard {
     ///
     /// # Cancel safety
     /// Dropping the future gives the lock up: the write lock is released in the background, and
-    /// a read hold the server may still create for it is cleaned up by the backend's reaper.
+    /// a read hold the server may still create for it is removed by the backend's cleanup
+    /// (ZooKeeper) or ends with its lease, which nothing renews any more.
     pub async fn downgrade(self) -> Result<ReadGuard> {
         Ok(ReadGuard {
             core: self.core.downgrade().await?,
