@@ -297,8 +297,35 @@ pub(crate) fn wall_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// When a holder's lease ends, from the PTTL an acquire script read for it (ms), as a bound on
+/// how long a waiter listens for a wake-up before it tries again: `None` when the lease has no
+/// expiry (-1) or there is no holder's lease to wait for (-2: other waiters keep us out).
+/// Redis answers 0 in the very millisecond the key expires: the lease ends within the next one,
+/// so the waiter tries again then, not a heartbeat later.
+pub(crate) fn lease_ends_in(pttl: i64) -> Option<Duration> {
+    (pttl >= 0).then(|| Duration::from_millis(pttl.max(1) as u64))
+}
+
 /// How long after a release whose reply never came the released key can still be on the
 /// server: what is left of the guard's lease (its deadline, plus the margin and a second).
 pub(crate) fn expiry_bound(state: &StateCell) -> Duration {
     state.clock().remaining().unwrap_or_default() + Duration::from_secs(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 25, item 7: Redis answers PTTL 0 in the millisecond a key expires; the waiter
+    /// tries again in the next one, not a heartbeat later.
+    #[test]
+    fn a_lease_read_at_pttl_0_ends_within_a_millisecond() {
+        let ms = Duration::from_millis;
+        assert_eq!(lease_ends_in(0), Some(ms(1)));
+        assert_eq!(lease_ends_in(1), Some(ms(1)));
+        assert_eq!(lease_ends_in(1500), Some(ms(1500)));
+        // No expiry, or no holder's lease to wait for: the heartbeat bounds the wait.
+        assert_eq!(lease_ends_in(-1), None);
+        assert_eq!(lease_ends_in(-2), None);
+    }
 }

@@ -14,7 +14,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
-use crate::client::{expiry_bound, Inner};
+use crate::client::{expiry_bound, lease_ends_in, Inner};
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 
@@ -265,8 +265,8 @@ impl Core {
             // Bounded by the holder's remaining lease and, since intents and blocked readers
             // have no lease to wait for, by the heartbeat.
             let mut wait = heartbeat;
-            if value > 0 {
-                wait = wait.min(Duration::from_millis(value as u64));
+            if let Some(end) = lease_ends_in(value) {
+                wait = wait.min(end);
             }
             if let Some(left) = left {
                 wait = wait.min(left);

@@ -425,3 +425,21 @@ async fn inspect_lists_waiters_and_force_unlock_hands_the_lock_on() {
         .unwrap();
     g2.release().await.unwrap();
 }
+
+/// Issue 25, item 7: a queued waiter that reads PTTL 0 (the holder's lease ends in this very
+/// millisecond) tries again at once instead of sleeping a heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_reads_pttl_0_tries_again_at_once() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("waiter_heartbeat", "60s")]).await;
+    let names: Vec<String> = (0..8).map(|i| unique_name(&format!("pttl0-{i}"))).collect();
+    let hold = |i: usize| {
+        let fields = vec![("foreign-client:1".to_string(), "1".to_string())];
+        (keys(&names[i]).lock, fields)
+    };
+    let wait = |i: usize, within: Duration| {
+        let m = locks.mutex(&names[i]).unwrap();
+        async move { m.lock_for(within).await.unwrap().is_some() }
+    };
+    waiters_see_unannounced_ends(&url, names.len(), hold, wait).await;
+}

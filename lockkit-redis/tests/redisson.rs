@@ -397,3 +397,43 @@ async fn a_fair_try_lock_never_queues() {
     assert_eq!(after - before, 1, "a try queued and left again");
     g.release().await.unwrap();
 }
+
+/// Issue 25, item 7: on Redisson's layouts, a fair mutex waiter and a write-lock waiter that
+/// read PTTL 0 (the holder's lease ends in this very millisecond) try again at once instead of
+/// sleeping a heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_waiters_that_read_pttl_0_try_again_at_once() {
+    let Some(url) = shared_url() else { return };
+    let options = [("redisson_compat", "true"), ("waiter_heartbeat", "60s")];
+    let locks = connect(&url, &options).await;
+    let names: Vec<String> = (0..8)
+        .map(|i| compat_name(&format!("rs-pttl0-{i}")))
+        .collect();
+    let hold = |i: usize| {
+        let fields = if i.is_multiple_of(2) {
+            vec![("foreign-client:1".to_string(), "1".to_string())]
+        } else {
+            vec![
+                ("foreign-client:1:write".to_string(), "1".to_string()),
+                ("mode".to_string(), "write".to_string()),
+            ]
+        };
+        (names[i].clone(), fields)
+    };
+    let wait = |i: usize, within: Duration| {
+        let (mutex, rw) = (
+            locks.mutex(&names[i]).unwrap(),
+            locks.rwlock(&names[i]).unwrap(),
+        );
+        let opts = AcquireOptions::new().wait(within);
+        async move {
+            if i.is_multiple_of(2) {
+                let fair = opts.fair(true);
+                mutex.acquire(&fair).await.unwrap().is_some()
+            } else {
+                rw.write(&opts).await.unwrap().is_some()
+            }
+        }
+    };
+    waiters_see_unannounced_ends(&url, names.len(), hold, wait).await;
+}

@@ -121,3 +121,35 @@ async fn dead_reader_comes_back_within_one_lease_and_try_write_leaves_no_intent(
     );
     w.release().await.unwrap();
 }
+
+/// Issue 25, item 7: a writer or reader waiting for a write lock that reads PTTL 0 (the
+/// holder's lease ends in this very millisecond) tries again at once instead of sleeping a
+/// heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_reads_pttl_0_tries_again_at_once() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("waiter_heartbeat", "60s")]).await;
+    let names: Vec<String> = (0..8)
+        .map(|i| unique_name(&format!("rw-pttl0-{i}")))
+        .collect();
+    let hold = |i: usize| {
+        let fields = vec![("foreign-client:1".to_string(), "1".to_string())];
+        (
+            lockkit_redis::LockKeys::rwlock("lockkit", &names[i]).lock,
+            fields,
+        )
+    };
+    let wait = |i: usize, within: Duration| {
+        let rw = locks.rwlock(&names[i]).unwrap();
+        let opts = AcquireOptions::new().wait(within);
+        async move {
+            // Writers and readers wait in different scripts.
+            if i.is_multiple_of(2) {
+                rw.write(&opts).await.unwrap().is_some()
+            } else {
+                rw.read(&opts).await.unwrap().is_some()
+            }
+        }
+    };
+    waiters_see_unannounced_ends(&url, names.len(), hold, wait).await;
+}

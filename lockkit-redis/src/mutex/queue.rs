@@ -16,6 +16,7 @@ use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::{LeaveOnDrop, RedisMutex};
+use crate::client::lease_ends_in;
 
 /// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.
 pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
@@ -154,8 +155,8 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
         if failing_since.is_some() {
             wait = wait.min(retry.next_pause());
         }
-        if pttl > 0 {
-            wait = wait.min(Duration::from_millis(pttl as u64));
+        if let Some(end) = lease_ends_in(pttl) {
+            wait = wait.min(end);
         }
         let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
         if let Some(left) = left {

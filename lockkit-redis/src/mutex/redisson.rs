@@ -11,6 +11,7 @@ use lockkit_core::{ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::{LeaveOnDrop, RedisMutex};
+use crate::client::lease_ends_in;
 
 /// How long a woken waiter that found the lock re-taken waits before it listens again.
 const BARGED_BACKOFF: Duration = Duration::from_millis(1);
@@ -143,12 +144,9 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
             // A release between the attempt and the subscription sent no message we saw.
             continue;
         };
-        // A missed message costs at most the holder's remaining lease.
-        let mut wait = match pttl {
-            p if p > 0 => Duration::from_millis(p as u64),
-            -1 => Duration::from_secs(1),
-            _ => Duration::from_millis(1),
-        };
+        // A missed message costs at most the holder's remaining lease (a second when it has
+        // no expiry).
+        let mut wait = lease_ends_in(pttl).unwrap_or(Duration::from_secs(1));
         if let Some(left) = left {
             wait = wait.min(left);
         }
@@ -210,8 +208,8 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
         };
         // A missed message costs at most a heartbeat (or the holder's remaining lease).
         let mut wait = settings.waiter_heartbeat;
-        if pttl > 0 {
-            wait = wait.min(Duration::from_millis(pttl as u64));
+        if let Some(end) = lease_ends_in(pttl) {
+            wait = wait.min(end);
         }
         if let Some(left) = left {
             wait = wait.min(left);

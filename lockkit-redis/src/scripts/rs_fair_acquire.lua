@@ -7,7 +7,8 @@
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms, ARGV[4] wait ms (how long
 -- the waiter keeps its place after the one before it), ARGV[5] now (client ms), ARGV[6] channel,
 -- ARGV[7] '1' to queue when it cannot take the lock, '0' for a try
--- Returns {1, token} when acquired, {0, ms to wait at most} when queued.
+-- Returns {1, token} when acquired, {0, the holder's PTTL} when not (-1: no expiry, -2: free,
+-- but another waiter is first).
 local held, err = lock_fields(KEYS[1])
 if not held then
   return err
@@ -41,4 +42,4 @@ if held == 0 then
   -- Free, but someone else is first: make sure they know.
   redis.call('publish', ARGV[6] .. ':' .. first, '0')
 end
-return {0, math.max(pttl, 0)}
+return {0, pttl}

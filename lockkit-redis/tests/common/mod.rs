@@ -236,3 +236,102 @@ pub async fn dead_holder(
     let mut child = h.spawn(name, hold, lease).await;
     child.kill().await;
 }
+
+/// Issue 25, item 7: Redis answers PTTL 0 in the millisecond a key expires, and a waiter that
+/// reads it must try again then, not sleep a heartbeat.
+///
+/// `n` locks are held by a foreign holder (`hold(i)`: the lock hash and its fields, the
+/// holder's first) whose lease the test keeps 1 ms from its end for 300 ms, refreshing it about
+/// every 300 µs: a waiter, told by PTTL to retry within a millisecond, keeps reading 1 or 0.
+/// Then the leases end with no release, so no message wakes a waiter: it sees the end only
+/// through PTTL. Each lock is waited for by `wait(i, 5 s)` on a client whose heartbeat is far
+/// longer (`waiter_heartbeat=60s`), and every waiter must get its lock; 2 s after the leases
+/// ended, the foreign holder takes every lock still free again for 10 s, so a waiter that
+/// slept through the end does not get it on a last try at its deadline either.
+pub async fn waiters_see_unannounced_ends<F, Fut>(
+    url: &str,
+    n: usize,
+    hold: impl Fn(usize) -> (String, Vec<(String, String)>),
+    wait: F,
+) where
+    F: Fn(usize, Duration) -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    // ARGV[1]: the lease (ms); ARGV[1 + i]: the fields of KEYS[i], a JSON array of field,
+    // value, ... Begins a foreign hold of each lock that is free, and keeps one that is ours.
+    const HOLD: &str = r"
+        for i, key in ipairs(KEYS) do
+          local fields = cjson.decode(ARGV[i + 1])
+          if redis.call('exists', key) == 0 then
+            redis.call('hset', key, unpack(fields))
+            redis.call('pexpire', key, ARGV[1])
+          elseif redis.call('hexists', key, fields[1]) == 1 then
+            redis.call('pexpire', key, ARGV[1])
+          end
+        end
+        return 0";
+    // EVAL, not a prepared script: the command is moved to the keeper thread.
+    let holds = |lease_ms: u64| {
+        let locks: Vec<_> = (0..n).map(&hold).collect();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(HOLD).arg(n);
+        for (key, _) in &locks {
+            cmd.arg(key);
+        }
+        cmd.arg(lease_ms);
+        for (_, fields) in &locks {
+            let json: Vec<String> = fields
+                .iter()
+                .map(|(f, v)| format!("\"{f}\",\"{v}\""))
+                .collect();
+            cmd.arg(format!("[{}]", json.join(",")));
+        }
+        cmd
+    };
+    let keep = holds(1);
+    let mut keeper_conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: i64 = keep.query(&mut keeper_conn).unwrap();
+    let keeper = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            let _: i64 = keep.query(&mut keeper_conn).unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+        }
+    });
+    let mut waiters = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let waiter = wait(i, Duration::from_secs(5));
+        waiters.spawn(async move { (i, waiter.await) });
+    }
+    tokio::task::spawn_blocking(move || keeper.join().unwrap())
+        .await
+        .unwrap();
+    let settled = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut missed = Vec::new();
+    let mut taken_again = false;
+    loop {
+        let next = if taken_again {
+            waiters.join_next().await
+        } else {
+            match tokio::time::timeout_at(settled, waiters.join_next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    let mut admin = admin(url).await;
+                    let _: i64 = holds(10_000).query_async(&mut admin).await.unwrap();
+                    taken_again = true;
+                    continue;
+                }
+            }
+        };
+        let Some(r) = next else { break };
+        let (i, got) = r.unwrap();
+        if !got {
+            missed.push(i);
+        }
+    }
+    missed.sort();
+    assert!(
+        missed.is_empty(),
+        "waiters {missed:?} of {n} slept through the end of their holder's lease"
+    );
+}
