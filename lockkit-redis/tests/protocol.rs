@@ -8,7 +8,8 @@
 //! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
 //! - a release on a just-demoted primary, or one an ACL refuses a command inside the script,
 //!   fails (and is retried) instead of reading "not ours";
-//! - a shared lock's unlock latch follows the command timeout, as the mutex's does.
+//! - a shared lock's unlock latch follows the command timeout, as the mutex's does (on
+//!   Redisson's layouts too: issue 25, item 11).
 
 mod common;
 
@@ -350,6 +351,64 @@ async fn a_shared_unlock_latch_follows_the_command_timeout() {
         .unwrap();
     // 4 retries of a 4 s command, twice over: 32 s, not a fixed 20 s.
     assert!(pttl > 25_000, "latch TTL {pttl} ms");
+}
+
+/// The remaining TTLs of the unlock latches under `prefix` (`LockKeys::unlock`).
+async fn latch_pttls(admin: &mut redis::aio::MultiplexedConnection, prefix: &str) -> Vec<i64> {
+    let latches: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(admin)
+        .await
+        .unwrap();
+    let mut ttls = Vec::new();
+    for latch in latches {
+        ttls.push(pttl(admin, &latch).await);
+    }
+    ttls
+}
+
+/// Issue 25, item 11: on Redisson's layouts too, the read-write lock's and the semaphore's
+/// unlock latches live as long as the mutex's, which follows the command timeout (a release is
+/// retried for up to 4 commands of 4 s), not a fixed 20 s that a retried release can outlive.
+#[tokio::test]
+async fn a_redisson_unlock_latch_follows_the_command_timeout() {
+    let Some(url) = shared_url() else { return };
+    let compat = [("redisson_compat", "true"), ("command_timeout", "4s")];
+    let locks = connect(&url, &compat).await;
+    let mut admin = admin(&url).await;
+    let name = compat_name("latch");
+    let mutex = locks.mutex(&name).unwrap();
+    mutex.lock().await.unwrap().release().await.unwrap();
+    let mutex_keys = LockKeys::redisson_mutex(&name).unwrap();
+    let [mutex_latch] = latch_pttls(&mut admin, &mutex_keys.unlock).await[..] else {
+        panic!("not one mutex latch");
+    };
+    assert!(mutex_latch > 25_000, "mutex latch TTL {mutex_latch} ms");
+    let rw = locks.rwlock(&name).unwrap();
+    rw.write_lock().await.unwrap().release().await.unwrap();
+    rw.read_lock().await.unwrap().release().await.unwrap();
+    let sem_name = compat_name("latch-sem");
+    let sem = locks.semaphore(&sem_name, 2).unwrap();
+    sem.acquire_one().await.unwrap().release().await.unwrap();
+    let rw_keys = LockKeys::redisson_rwlock(&name).unwrap();
+    let sem_keys = LockKeys::redisson_semaphore(&sem_name).unwrap();
+    let latches = [
+        (
+            "read-write lock",
+            latch_pttls(&mut admin, &rw_keys.unlock).await,
+        ),
+        ("semaphore", latch_pttls(&mut admin, &sem_keys.unlock).await),
+    ];
+    for (what, ttls) in latches {
+        assert!(!ttls.is_empty(), "no {what} latch");
+        for ttl in ttls {
+            // Set no earlier than the mutex's, within a few round trips.
+            assert!(
+                (mutex_latch - 2_000..=mutex_latch).contains(&ttl),
+                "{what} latch TTL {ttl} ms, the mutex's {mutex_latch} ms"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -12,9 +12,6 @@ use super::{Core, Mode};
 use crate::client::Inner;
 use crate::keys::LockKeys;
 
-/// How long an unlock latch answers retries of one release.
-const LATCH_TTL_MS: u64 = 20_000;
-
 /// The acquire call of `mode` for `member` (sent unchanged on every attempt).
 pub(super) fn acquire_call<'a>(
     core: &'a Core,
@@ -68,6 +65,8 @@ pub(super) async fn release(
         return Ok(true);
     }
     let latch = keys.unlock_latch(member);
+    // As long as the mutex's: every retry of the release below finds it.
+    let latch_ttl = inner.latch_ttl_ms();
     let inv = if is_semaphore(keys) {
         let mut inv = inner.scripts.rs_sem_release.prepare_invoke();
         inv.key(&keys.lock)
@@ -75,7 +74,7 @@ pub(super) async fn release(
             .key(&latch)
             .arg(member)
             .arg(&keys.channel)
-            .arg(LATCH_TTL_MS);
+            .arg(latch_ttl);
         inv
     } else {
         let mut inv = inner.scripts.rs_rw_release.prepare_invoke();
@@ -84,7 +83,7 @@ pub(super) async fn release(
             .key(&keys.waiters)
             .arg(member)
             .arg(&keys.channel)
-            .arg(LATCH_TTL_MS)
+            .arg(latch_ttl)
             .arg(mode)
             .arg(&keys.holders);
         inv
