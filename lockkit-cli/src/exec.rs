@@ -1,5 +1,7 @@
 //! `lockkit exec`: run a command while holding a lock.
 
+mod stop;
+
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -7,10 +9,13 @@ use clap::Args;
 use lockkit::{AcquireOptions, LockState};
 use rustix::process::{kill_process, Pid, Signal};
 use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
 
+use crate::duration;
 use crate::guard::{AnyLock, HoldKind};
 use crate::target::Target;
-use crate::{code, complain, error_code, parse_duration};
+use crate::{code, complain, error_code};
+use stop::Stop;
 
 /// Arguments of `lockkit exec`.
 #[derive(Debug, Args)]
@@ -19,15 +24,21 @@ pub(crate) struct ExecArgs {
     name: String,
 
     /// How long to wait for a busy lock (`0` = fail at once with exit code 75). Default: forever.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
     wait: Option<Duration>,
 
     /// Watchdog lease: renewed while lockkit runs, so a crashed lockkit frees the lock after it.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "fixed_lease")]
+    #[arg(
+        long,
+        value_parser = duration::lease,
+        value_name = "DURATION",
+        conflicts_with = "fixed_lease",
+        allow_hyphen_values = true
+    )]
     lease: Option<Duration>,
 
-    /// Fixed lease, not renewed: the lock is lost when it runs out (and the command terminated).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    /// Fixed lease, not renewed: the command is stopped before it runs out (see --kill-after).
+    #[arg(long, value_parser = duration::lease, value_name = "DURATION", allow_hyphen_values = true)]
     fixed_lease: Option<Duration>,
 
     /// Take the read (shared) side of the RW lock NAME.
@@ -42,9 +53,13 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_name = "N")]
     semaphore: Option<u32>,
 
-    /// After a lost lock: how long the command gets between SIGTERM and SIGKILL.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", default_value = "10s")]
-    kill_after: Duration,
+    /// How long the command gets between SIGTERM and SIGKILL when its lock is lost or at risk.
+    /// SIGKILL goes out 100ms (a tenth of the lease if shorter) before the lease's deadline at
+    /// the latest, SIGTERM this long before that: from the start for a fixed lease, once a
+    /// renewal failed for a watchdog lease. At most a third of the lease (exit 64 otherwise).
+    /// Default: 10s, or a third of the lease if shorter.
+    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
+    kill_after: Option<Duration>,
 
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -86,6 +101,10 @@ pub(crate) fn status_code(status: ExitStatus) -> u8 {
 /// How long the supervisor gets to kill the command's group before it is SIGKILLed itself.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
+/// How often the lease's deadline is looked at again while it may move (a renewal moves it
+/// later; a renewal whose answer was lost can move it earlier).
+const RECHECK: Duration = Duration::from_millis(100);
+
 fn send(pid: Option<u32>, sig: Signal) {
     if let Some(pid) = pid.and_then(|p| Pid::from_raw(p as i32)) {
         // The child may have exited already; nothing to do then.
@@ -101,6 +120,12 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
     let (kind, permits) = args.hold_kind();
     if kind == HoldKind::Permit && permits == 0 {
         complain("--semaphore needs at least one permit");
+        return code::USAGE;
+    }
+    // Said before waiting for the lock: a --kill-after that does not fit the lease.
+    let asked_lease = args.fixed_lease.unwrap_or_else(|| locks.default_lease());
+    if let Err(e) = Stop::new(args.kill_after, asked_lease) {
+        complain(e);
         return code::USAGE;
     }
     let lock = match AnyLock::new(&locks, &args.name, kind, permits) {
@@ -152,6 +177,16 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
         }
     };
 
+    // From the lease the guard has (a server may grant another than the one asked for).
+    let stop = match Stop::new(args.kill_after, guard.lease().duration()) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = guard.release().await;
+            complain(e);
+            return code::USAGE;
+        }
+    };
+
     // A SIGCHLD that our parent ignores would be ignored by the supervisor too (the kernel
     // would then reap the command unseen): handling it here makes the supervisor start with the
     // default action, since exec resets handled signals.
@@ -184,39 +219,91 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
     };
     let pid = child.id();
     let mut lost = guard.lost();
+    let mut lost_seen = false;
+    // When SIGTERM went out (the deadline near, or the lock lost), and the group's SIGKILL.
+    let mut termed: Option<Instant> = None;
+    let mut killed: Option<Instant> = None;
+    let fixed = !guard.lease().is_watchdog();
     let status = loop {
+        let left = guard.remaining();
+        // A watchdog lease is at risk once its guard no longer reads Held (module `stop`).
+        let at_risk = fixed || guard.state() != LockState::Held;
+        if termed.is_none() && left.is_some_and(|l| stop.term_in(l, at_risk).is_zero()) {
+            // Signalled before anything is written: with `stty tostop`, a write from a
+            // background lockkit (the command has the terminal) would stop lockkit first.
+            send(pid, Signal::TERM);
+            termed = Some(Instant::now());
+            complain(format!(
+                "the lease of lock {:?} (token {}) ends in {}; sent the command SIGTERM \
+                 (SIGKILL in {} at the latest)",
+                args.name,
+                guard.token(),
+                duration::human(left.unwrap_or_default()),
+                duration::human(stop.kill_in(left, Duration::ZERO)),
+            ));
+        }
+        if let (Some(t), None) = (termed, killed) {
+            if stop.kill_in(left, t.elapsed()).is_zero() {
+                // The supervisor SIGKILLs the whole group; SIGKILL to the supervisor itself
+                // would take only the command's main process along.
+                send(pid, crate::child::KILL_NOW);
+                killed = Some(Instant::now());
+                complain(format!(
+                    "the command did not exit {} after SIGTERM{}; sent its process group SIGKILL",
+                    duration::human(t.elapsed()),
+                    if t.elapsed() < stop.kill_after {
+                        ", and the lease's deadline is near"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        if killed.is_some_and(|k| k.elapsed() >= KILL_GRACE) {
+            send(pid, Signal::KILL);
+            break child.wait().await;
+        }
+        // The next step's time; while there is a deadline, it is looked at again meanwhile.
+        let next = match (termed, killed) {
+            (None, _) => left.map(|l| stop.term_in(l, at_risk)),
+            (Some(t), None) => Some(stop.kill_in(left, t.elapsed())),
+            (Some(_), Some(k)) => Some(KILL_GRACE.saturating_sub(k.elapsed())),
+        };
+        let next = match left {
+            Some(_) => next.map(|n| n.min(RECHECK)),
+            None => next,
+        };
         tokio::select! {
             s = child.wait() => break s,
             _ = sigint.recv() => send(pid, Signal::INT),
             _ = sigterm.recv() => send(pid, Signal::TERM),
             _ = sighup.recv() => send(pid, Signal::HUP),
-            _ = &mut lost => {
-                // Signalled before anything is written: with `stty tostop`, a write from a
-                // background lockkit (the command has the terminal) would stop lockkit first.
-                send(pid, Signal::TERM);
-                complain(format!(
-                    "lost lock {:?} (token {}) while the command ran; sent it SIGTERM",
-                    args.name,
-                    guard.token()
-                ));
-                if tokio::time::timeout(args.kill_after, child.wait()).await.is_err() {
-                    // The supervisor SIGKILLs the whole group; SIGKILL to the supervisor
-                    // itself would take only the command's main process along.
-                    send(pid, crate::child::KILL_NOW);
+            _ = &mut lost, if !lost_seen => {
+                lost_seen = true;
+                if termed.is_none() {
+                    send(pid, Signal::TERM);
+                    termed = Some(Instant::now());
                     complain(format!(
-                        "the command did not exit within {}; sent its process group SIGKILL",
-                        humantime::format_duration(args.kill_after)
+                        "lost lock {:?} (token {}) while the command ran; sent it SIGTERM",
+                        args.name,
+                        guard.token()
                     ));
-                    if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
-                        send(pid, Signal::KILL);
-                        let _ = child.wait().await;
-                    }
+                } else {
+                    complain(format!(
+                        "lost lock {:?} (token {}) while the command was being stopped",
+                        args.name,
+                        guard.token()
+                    ));
                 }
-                let _ = guard.release().await;
-                return code::LOST;
             }
+            _ = tokio::time::sleep(next.unwrap_or(Duration::MAX)), if next.is_some() => {}
         }
     };
+    if termed.is_some() {
+        // Stopped for the lock's sake: the command's own status does not count.
+        let _ = guard.release().await;
+        return code::LOST;
+    }
     let lost_meanwhile = guard.state() == LockState::Lost;
     let released = guard.release().await;
     let status = match status {

@@ -79,6 +79,15 @@ impl AnyGuard {
         each!(self, g => g.lost())
     }
 
+    pub(crate) fn lease(&self) -> lockkit::Lease {
+        each!(self, g => g.lease())
+    }
+
+    /// Time left before the lease's deadline as the guard computes it (`None`: no deadline).
+    pub(crate) fn remaining(&self) -> Option<std::time::Duration> {
+        each!(self, g => g.remaining())
+    }
+
     pub(crate) fn state(&self) -> lockkit::LockState {
         each!(self, g => g.state())
     }

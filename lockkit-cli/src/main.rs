@@ -2,6 +2,7 @@
 
 mod bench;
 mod child;
+mod duration;
 mod exec;
 mod guard;
 mod inspect;
@@ -21,7 +22,8 @@ pub(crate) mod code {
     pub const USAGE: u8 = 64;
     /// The backend does not support the operation (EX_UNAVAILABLE).
     pub const UNSUPPORTED: u8 = 69;
-    /// The lock was lost while the command ran; the command was terminated (EX_SOFTWARE).
+    /// The lock was lost, or at risk near its lease's deadline, while the command ran; the
+    /// command was terminated (EX_SOFTWARE).
     pub const LOST: u8 = 70;
     /// The lock stayed busy for the whole `--wait` (EX_TEMPFAIL).
     pub const BUSY: u8 = 75;
@@ -38,10 +40,12 @@ URLs: mem://  file:///var/lock/app  redis://host:6379  zk://h1:2181,h2:2181/chro
 Exit codes:
   0..255  exec: the command's own status (128+N when it died from signal N)
   1       error (configuration, connection, backend), or a refused confirmation
-  2       bad command line
+  2       bad command line, a duration flag's value included (malformed, negative, out of
+          range: at most 365 days, a lease at least 100ms)
   64      invalid lock name or argument
   69      the backend does not support this operation
-  70      exec: the lock was lost while the command ran; its group got SIGTERM (SIGKILL after --kill-after)
+  70      exec: the lock was lost, or at risk near its lease's deadline, while the command
+          ran; its group got SIGTERM, then SIGKILL by the deadline (see --kill-after)
   75      exec: the lock stayed busy for the whole --wait (e.g. --wait 0 on a held lock)
   126     exec: the command could not be executed
   127     exec: the command was not found";
@@ -80,10 +84,16 @@ enum Command {
     ///
     /// The command gets LOCKKIT_FENCING_TOKEN and LOCKKIT_LOCK_NAME in its environment;
     /// SIGINT, SIGTERM and SIGHUP sent to lockkit are forwarded to its process group; the lock
-    /// is released on every exit path. If the lock is lost while it runs, its process group
-    /// gets SIGTERM (then SIGKILL after --kill-after) and lockkit exits 70. On Linux the command
-    /// and everything in its process group are SIGKILLed when lockkit dies (kill -9 included)
-    /// and when the command exits.
+    /// is released on every exit path. On Linux the command and everything in its process group
+    /// are SIGKILLed when lockkit dies (kill -9 included) and when the command exits.
+    ///
+    /// The command is stopped before the lock can be anyone else's, and lockkit exits 70: its
+    /// process group gets SIGKILL 100ms before the lease's deadline (as lockkit computes it) at
+    /// the latest, and SIGTERM --kill-after before that. A fixed lease ends at its deadline, so
+    /// its command is always stopped so; a watchdog lease's deadline moves on with every
+    /// renewal, so its command is stopped only once a renewal failed and the deadline came that
+    /// near. A lock lost early (force-unlock, an expired session) has SIGTERM sent at once and
+    /// SIGKILL --kill-after later. --kill-after is at most a third of the lease.
     #[command(after_help = AFTER_HELP)]
     Exec(exec::ExecArgs),
 
@@ -124,16 +134,6 @@ enum Command {
     /// latency, fairness and violations.
     #[command(after_help = AFTER_HELP)]
     Bench(bench::BenchArgs),
-}
-
-/// Parses `10s`, `500ms`, `1m` or a bare number of seconds (`0` = do not wait).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.parse::<f64>() {
-        if secs >= 0.0 && secs.is_finite() {
-            return Ok(Duration::from_secs_f64(secs));
-        }
-    }
-    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration: {e}"))
 }
 
 /// Prints an error the same way everywhere.

@@ -118,6 +118,55 @@ fn the_command_starts_with_clean_signals() {
 }
 
 #[test]
+fn file_fixed_lease_command_is_dead_before_the_next_holder() {
+    let d = TempDir::new("nextholder");
+    suite::fixed_lease_command_is_dead_before_the_next_holder(&d.url());
+}
+
+#[test]
+fn file_fixed_lease_sigterm_leaves_kill_after_before_the_next_holder() {
+    let d = TempDir::new("termearly");
+    suite::fixed_lease_sigterm_leaves_kill_after_before_the_next_holder(&d.url());
+}
+
+/// `--kill-after` must fit before the lease's deadline: at most a third of the lease (fixed,
+/// watchdog, or the handle's default of 30 s); said before the lock is taken, exit 64.
+#[test]
+fn kill_after_must_fit_the_lease() {
+    let d = TempDir::new("fit");
+    let url = d.url();
+    let n = name("fit");
+    for extra in [
+        &["--fixed-lease", "2s", "--kill-after", "1s"][..],
+        &["--lease", "3s", "--kill-after", "1001ms"],
+        &["--kill-after", "11s"],
+    ] {
+        let mut args = vec!["exec", n.as_str()];
+        args.extend_from_slice(extra);
+        args.extend(["--", "true"]);
+        let o = run(lockkit(&url, &args), LIMIT);
+        let (_, err) = text(&o);
+        assert_eq!(code(&o), 64, "{extra:?}: {err}");
+        assert!(
+            err.contains("at most a third of the lease"),
+            "{extra:?}: {err}"
+        );
+    }
+    for extra in [
+        &["--fixed-lease", "3s", "--kill-after", "1s"][..],
+        &["--lease", "60s", "--kill-after", "20s"],
+        &["--kill-after", "10s"],
+        &["--fixed-lease", "100ms"],
+    ] {
+        let mut args = vec!["exec", n.as_str()];
+        args.extend_from_slice(extra);
+        args.extend(["--", "true"]);
+        let o = run(lockkit(&url, &args), LIMIT);
+        assert_eq!(code(&o), 0, "{extra:?}: {:?}", text(&o));
+    }
+}
+
+#[test]
 fn file_fixed_lease_runs_out() {
     let d = TempDir::new("fixed");
     suite::fixed_lease_runs_out(&d.url());

@@ -43,6 +43,8 @@ async fn exec_on(backend: &str) {
         if caps.mutex.fixed_lease {
             suite::fixed_lease_runs_out(&url);
             suite::lost_lock_kills_the_group(&url);
+            suite::fixed_lease_command_is_dead_before_the_next_holder(&url);
+            suite::fixed_lease_sigterm_leaves_kill_after_before_the_next_holder(&url);
         }
     })
     .await

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use results::{Report, Row};
 
 use crate::target::Target;
-use crate::{code, complain, parse_duration};
+use crate::{code, complain};
 
 pub(crate) use scenario::Scenario;
 
@@ -61,7 +61,13 @@ pub(crate) struct BenchArgs {
     ops: u64,
 
     /// How long each holder stays inside its critical section.
-    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DURATION")]
+    #[arg(
+        long,
+        value_parser = crate::duration::any,
+        default_value = "0s",
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     hold: Duration,
 
     /// Print JSON instead of the table.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::target::Target;
-use crate::{complain, error_code, parse_duration};
+use crate::{complain, error_code};
 use model::{arrange, cells, snapshot, Sort, Tracker, COLUMNS, HEADER};
 
 /// `lockkit top`'s arguments.
@@ -20,7 +20,13 @@ pub(crate) struct TopArgs {
     #[arg(default_value = "")]
     prefix: String,
     /// Time between refreshes (at least 100ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(
+        long,
+        default_value = "1s",
+        value_parser = crate::duration::interval,
+        value_name = "DURATION",
+        allow_hyphen_values = true
+    )]
     interval: Duration,
     /// Print one plain table and exit.
     #[arg(long, conflicts_with = "interval")]
@@ -34,10 +40,6 @@ pub(crate) struct TopArgs {
 }
 
 pub(crate) async fn run(target: &Target, args: TopArgs) -> u8 {
-    if args.interval < Duration::from_millis(100) {
-        complain("--interval must be at least 100ms");
-        return crate::code::USAGE;
-    }
     let (cfg, locks) = match target.connect().await {
         Ok(c) => c,
         Err(code) => return code,

@@ -141,7 +141,7 @@ pub fn fixed_lease_runs_out(url: &str) {
         exec(
             url,
             &n,
-            &["--fixed-lease", "1s", "--kill-after", "2s"],
+            &["--fixed-lease", "1s", "--kill-after", "300ms"],
             &["sleep", "30"],
         ),
         LIMIT,
@@ -233,6 +233,18 @@ fn read_pids(pidfile: &std::path::Path) -> Vec<u32> {
     pids
 }
 
+/// A shell snippet that exits 9 (saying which) when any of `pids` still runs.
+fn none_running(pids: &[u32]) -> String {
+    format!(
+        "for p in {}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); case \"$s\" in \
+         ''|Z|X) ;; *) echo \"pid $p still runs (state $s)\" >&2; exit 9;; esac; done",
+        pids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
 /// SIGKILL of `lockkit exec` takes its command and everything the command started along, so
 /// nothing runs unprotected; the next holder gets the lock once the dead holder's lease
 /// (`lease`) has run out, and not much later, and finds none of them running.
@@ -252,14 +264,7 @@ pub fn killed_lockkit_takes_its_command_along(url: &str, lease: Duration) {
     let killed = Instant::now();
     let _ = holder.wait(LIMIT);
     // Checked by the next holder's command, the moment it holds the lock.
-    let check = format!(
-        "for p in {}; do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); case \"$s\" in \
-         ''|Z|X) ;; *) echo \"pid $p still runs (state $s)\" >&2; exit 9;; esac; done",
-        pids.iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let check = none_running(&pids);
     let o = run(
         exec(url, &n, &["--wait", "30s"], &["sh", "-c", &check]),
         LIMIT,
@@ -323,7 +328,7 @@ pub fn lost_lock_kills_the_group(url: &str) {
     let mut holder = Bg::spawn(exec(
         url,
         &n,
-        &["--fixed-lease", "1s", "--kill-after", "1s"],
+        &["--fixed-lease", "2s", "--kill-after", "500ms"],
         &["sh", "-c", &family_script(&pidfile, "trap '' TERM;")],
     ));
     let pids = read_pids(&pidfile);
@@ -332,4 +337,148 @@ pub fn lost_lock_kills_the_group(url: &str) {
     assert_eq!(status.code(), Some(70), "{err}");
     assert!(err.contains("SIGKILL"), "{err}");
     wait_gone(&pids, Duration::from_secs(5), "after the lock was lost");
+}
+
+/// Issue 25, item 13: a command that ignores SIGTERM under a fixed lease of 2s (default
+/// `--kill-after`), and a second `exec --wait 20s` started alongside for the same lock: the
+/// second command never starts while any process of the first still runs. (Before, the first
+/// got SIGTERM only when its guard read Lost and SIGKILL 10 s later, while the second got the
+/// lock at the lease's end.)
+pub fn fixed_lease_command_is_dead_before_the_next_holder(url: &str) {
+    let n = name("nextholder");
+    let dir = TempDir::new("nextholder");
+    let pidfile = dir.path("pids");
+    let mut first = Bg::spawn(exec(
+        url,
+        &n,
+        &["--fixed-lease", "2s"],
+        &["sh", "-c", &family_script(&pidfile, "trap '' TERM;")],
+    ));
+    let pids = read_pids(&pidfile);
+    // The second holder's watchdog lease (the default) is not given up while it is renewed,
+    // though on Redis a hand-off's first expiry is short: its command runs to the end.
+    let check = format!("{}; date; sleep 1", none_running(&pids));
+    let o = run(
+        exec(url, &n, &["--wait", "20s"], &["sh", "-c", &check]),
+        LIMIT,
+    );
+    assert_eq!(
+        code(&o),
+        0,
+        "the second command started while the first one's processes ran, or never: {:?}",
+        text(&o)
+    );
+    let status = first.wait(LIMIT);
+    let err = first.stderr();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(err.contains("SIGKILL"), "{err}");
+    wait_gone(&pids, Duration::from_secs(5), "after the fixed lease");
+}
+
+/// Nanoseconds since the epoch, as `date +%s%N` printed them.
+fn epoch_ns(s: &str) -> u128 {
+    s.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("not a date +%s%N: {s:?}"))
+}
+
+/// The SIGTERM of a fixed lease leaves the command all of `--kill-after` before the lock can be
+/// anyone else's: a command that survives SIGTERM (its shell records when it came) and a next
+/// holder that records when it started; at least `--kill-after` (1s) lies between the two, less
+/// 200ms for the trap's own delay. (Before, SIGTERM came when the guard read Lost, at the
+/// lease's end, a moment before the next holder started.)
+pub fn fixed_lease_sigterm_leaves_kill_after_before_the_next_holder(url: &str) {
+    let n = name("termearly");
+    let dir = TempDir::new("termearly");
+    let (pidfile, term) = (dir.path("pids"), dir.path("term"));
+    let script = format!(
+        "trap 'date +%s%N > {t}.tmp && mv {t}.tmp {t}' TERM; \
+         (trap '' TERM; exec sleep 600) >/dev/null 2>&1 & \
+         echo \"$$ $!\" > {p}.tmp && mv {p}.tmp {p}; \
+         while :; do sleep 0.05; done",
+        t = term.display(),
+        p = pidfile.display()
+    );
+    let mut first = Bg::spawn(exec(
+        url,
+        &n,
+        &["--fixed-lease", "3s", "--kill-after", "1s"],
+        &["sh", "-c", &script],
+    ));
+    let pids = read_pids(&pidfile);
+    let check = format!("{}; date +%s%N", none_running(&pids));
+    let o = run(
+        exec(url, &n, &["--wait", "20s"], &["sh", "-c", &check]),
+        LIMIT,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(
+        code(&o),
+        0,
+        "the second command started while the first one's processes ran, or never: {err}"
+    );
+    let status = first.wait(LIMIT);
+    let first_err = first.stderr();
+    assert_eq!(status.code(), Some(70), "{first_err}");
+    let termed = std::fs::read_to_string(&term)
+        .unwrap_or_else(|e| panic!("the first command never got SIGTERM ({e}): {first_err}"));
+    let gap = epoch_ns(&out).saturating_sub(epoch_ns(&termed));
+    let gap = Duration::from_nanos(u64::try_from(gap).unwrap_or(u64::MAX));
+    assert!(
+        gap >= Duration::from_millis(800),
+        "SIGTERM came only {gap:?} before the next holder started (--kill-after 1s): \
+         {first_err}"
+    );
+}
+
+/// A watchdog lease of 3s (default `--kill-after`: a third of it) whose server freezes while
+/// the command runs (`freeze`: SIGSTOP; `thaw`: SIGCONT): the renewals fail, and the command,
+/// whose shell survives SIGTERM (and records it) and whose child ignores it, is stopped before
+/// the lease's deadline. The server is thawed once the lease has ended on its clock, and the
+/// next holder's command checks that nothing of the first one runs. (Before, SIGTERM came when
+/// the guard read Lost and SIGKILL 10 s after it.)
+pub fn watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
+    url: &str,
+    freeze: impl FnOnce(),
+    thaw: impl FnOnce(),
+) {
+    let n = name("frozen");
+    let dir = TempDir::new("frozen");
+    let (pidfile, term) = (dir.path("pids"), dir.path("term"));
+    let script = format!(
+        "trap 'echo term > {t}.tmp && mv {t}.tmp {t}' TERM; \
+         (trap '' TERM; exec sleep 600) >/dev/null 2>&1 & \
+         echo \"$$ $!\" > {p}.tmp && mv {p}.tmp {p}; \
+         while :; do sleep 0.05; done",
+        t = term.display(),
+        p = pidfile.display()
+    );
+    let mut first = Bg::spawn(exec(url, &n, &["--lease", "3s"], &["sh", "-c", &script]));
+    let pids = read_pids(&pidfile);
+    freeze();
+    let frozen = Instant::now();
+    // The last renewal the server answered was sent before the freeze: its lease has ended by
+    // then, on the server's clock too.
+    std::thread::sleep(Duration::from_millis(3500));
+    thaw();
+    let o = run(
+        exec(
+            url,
+            &n,
+            &["--wait", "20s"],
+            &["sh", "-c", &none_running(&pids)],
+        ),
+        LIMIT,
+    );
+    assert_eq!(
+        code(&o),
+        0,
+        "{:?} after the freeze, the first command still ran: {:?}",
+        frozen.elapsed(),
+        text(&o)
+    );
+    let status = first.wait(LIMIT);
+    let err = first.stderr();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(term.exists(), "SIGKILL without SIGTERM first: {err}");
 }
