@@ -212,25 +212,56 @@ impl Inner {
         }
     }
 
-    /// Owner-checked reentry of watched ownership `id`: its hold count becomes `holds` (1 + its
-    /// reentries so far, this one included) unless it is higher already, so a resent or
-    /// overtaken reentry counts once.
+    /// Owner-checked reentry of watched ownership `id`, whose reentries so far are `reentries`:
+    /// its hold count on the server becomes 1 + those + this one, and `reentries` counts this
+    /// one only once the server has said so. A reentry whose answer is never seen (it failed, or
+    /// its future was dropped, perhaps after the server ran it) is undone in the background,
+    /// so the server's count stays the guard's; the next reentry waits for that undo, for at
+    /// most a command timeout.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the count as it was (see above).
     pub(crate) async fn reenter(
-        &self,
+        self: &Arc<Self>,
+        reentries: &Reentries,
         key: &str,
         owner: &str,
-        holds: u64,
         id: u64,
         name: &str,
     ) -> Result<()> {
+        let turn = tokio::time::timeout(
+            self.settings.command_timeout,
+            reentries.confirmed.clone().lock_owned(),
+        )
+        .await
+        .map_err(|_| error::timeout("reenter (the undo of an earlier one is still pending)"))?;
+        let holds = *turn + 1;
+        let pending = UnseenReentry {
+            inner: self,
+            key,
+            owner,
+            holds,
+            state: &reentries.state,
+            turn: Some(turn),
+        };
         let mut inv = self.scripts.reenter.prepare_invoke();
-        inv.key(key).arg(owner).arg(holds);
-        if self.invoke::<i64>(&inv, "reenter").await? > 0 {
+        inv.key(key).arg(owner).arg(holds + 1).arg("+");
+        let answer = self.invoke::<i64>(&inv, "reenter").await?;
+        pending.answered(answer > 0);
+        if answer > 0 {
             Ok(())
         } else {
             self.watchdog.lost(id);
             Err(Error::lost(name))
         }
+    }
+
+    /// Sets the hold count of `owner` back to `holds` if it is higher: the undo of a reentry
+    /// whose answer was never seen. Done too when the ownership is gone.
+    async fn unreenter(&self, key: &str, owner: &str, holds: u64) -> Result<()> {
+        let mut inv = self.scripts.reenter.prepare_invoke();
+        inv.key(key).arg(owner).arg(holds).arg("-");
+        self.invoke::<i64>(&inv, "undo a reentry").await.map(drop)
     }
 
     /// A waiter leaves a mutex's queue; natively this also passes on a lock handed to it (or
@@ -285,6 +316,67 @@ impl Inner {
                     Err(e) => Attempt::Retry(e),
                 }
             }
+        });
+    }
+}
+
+/// The reentries of one held ownership whose hold count the server keeps (a mutex, a write
+/// lock): see [`Inner::reenter`].
+#[derive(Debug)]
+pub(crate) struct Reentries {
+    /// How many the server has confirmed: its hold count is one more. Locked by each reentry
+    /// while it runs, and by the undo of one whose answer was never seen until it is done.
+    confirmed: Arc<tokio::sync::Mutex<u64>>,
+    /// The ownership's state, whose deadline bounds how long an undo is worth trying.
+    state: StateCell,
+}
+
+impl Reentries {
+    /// None yet, for the ownership in `state`.
+    pub(crate) fn new(state: StateCell) -> Self {
+        Reentries {
+            confirmed: Arc::default(),
+            state,
+        }
+    }
+}
+
+/// A reentry in flight: if it ends without an answer (an error, or its future is dropped), the
+/// server may or may not have counted it, so the reaper sets the count back to `holds`,
+/// keeping the ownership's turn until it has.
+struct UnseenReentry<'a> {
+    inner: &'a Arc<Inner>,
+    key: &'a str,
+    owner: &'a str,
+    /// The hold count before this reentry.
+    holds: u64,
+    state: &'a StateCell,
+    turn: Option<tokio::sync::OwnedMutexGuard<u64>>,
+}
+
+impl UnseenReentry<'_> {
+    /// The server answered, so there is nothing to undo; `counted`: it counted the reentry.
+    fn answered(mut self, counted: bool) {
+        if let Some(turn) = self.turn.as_mut() {
+            **turn += u64::from(counted);
+        }
+        self.turn = None;
+    }
+}
+
+impl Drop for UnseenReentry<'_> {
+    fn drop(&mut self) {
+        let Some(turn) = self.turn.take() else {
+            return;
+        };
+        let (key, owner, holds) = (self.key.to_string(), self.owner.to_string(), self.holds);
+        // Past the ownership's deadline, its hash and count are gone with it.
+        let moot = expiry_bound(self.state);
+        self.inner.reap("undo a reentry", moot, move |inner| {
+            // Held until the undo is done (or moot): the next reentry comes after it.
+            let _turn = &turn;
+            let (key, owner) = (key.clone(), owner.clone());
+            async move { inner.unreenter(&key, &owner, holds).await }
         });
     }
 }

@@ -3,7 +3,6 @@
 //! queue with a direct hand-off ([`queue`]), with `redisson_compat` Redisson's own wake-ups
 //! ([`redisson`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use lockkit_core::{async_trait, Error, FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
-use crate::client::{expiry_bound, Inner};
+use crate::client::{expiry_bound, Inner, Reentries};
 use crate::keys::LockKeys;
 use crate::replicas::Ticket;
 use crate::watchdog::Watched;
@@ -126,7 +125,7 @@ impl RedisMutex {
             owner,
             id,
             fair,
-            reentries: AtomicU64::new(0),
+            reentries: Reentries::new(state.clone()),
             state: state.clone(),
         };
         GuardParts::new(FencingToken(token), lease, state, Box::new(held))
@@ -236,8 +235,8 @@ struct RedisHeld {
     /// Acquired in fair mode with `redisson_compat`: the release wakes the first queued waiter
     /// by name. (A native release always hands the lock to the first queued waiter.)
     fair: bool,
-    /// Reentries so far; the server's hold count is one more (see `Inner::reenter`).
-    reentries: AtomicU64,
+    /// The reentries the server counts (see `Inner::reenter`).
+    reentries: Reentries,
     state: StateCell,
 }
 
@@ -285,9 +284,9 @@ impl Held for RedisHeld {
     }
 
     async fn reenter(&self) -> Result<()> {
-        let holds = self.reentries.fetch_add(1, Ordering::Relaxed) + 2;
+        let (keys, owner) = (&self.keys, &self.owner);
         self.inner
-            .reenter(&self.keys.lock, &self.owner, holds, self.id, &self.name)
+            .reenter(&self.reentries, &keys.lock, owner, self.id, &self.name)
             .await
     }
 }

@@ -4,7 +4,6 @@
 
 mod redisson;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
-use crate::client::{expiry_bound, lease_ends_in, Inner};
+use crate::client::{expiry_bound, lease_ends_in, Inner, Reentries};
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 
@@ -298,7 +297,7 @@ impl Core {
             id,
             token: got.token,
             lease,
-            reentries: AtomicU64::new(0),
+            reentries: Reentries::new(state.clone()),
             state: state.clone(),
         };
         GuardParts::new(FencingToken(got.token), lease, state, Box::new(held))
@@ -442,8 +441,8 @@ struct SharedHeld {
     id: u64,
     token: u64,
     lease: Lease,
-    /// Write holds: reentries so far; the server's hold count is one more.
-    reentries: AtomicU64,
+    /// Write holds: the reentries the server counts (see `Inner::reenter`).
+    reentries: Reentries,
     state: StateCell,
 }
 
@@ -491,9 +490,9 @@ impl Held for SharedHeld {
         if self.mode != Mode::Write {
             return Ok(());
         }
-        let holds = self.reentries.fetch_add(1, Ordering::Relaxed) + 2;
+        let (keys, member) = (&self.keys, &self.member);
         self.inner
-            .reenter(&self.keys.lock, &self.member, holds, self.id, &self.name)
+            .reenter(&self.reentries, &keys.lock, member, self.id, &self.name)
             .await
     }
 

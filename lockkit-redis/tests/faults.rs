@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, LockState};
+use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, LockState, Primitive};
 use lockkit_redis::LockKeys;
 use lockkit_testing::failover::free_soon_after;
 use lockkit_testing::unique_name;
@@ -566,4 +566,43 @@ async fn close_finishes_a_release_that_failed_in_an_outage() {
         .release()
         .await
         .unwrap();
+}
+
+/// Issue 25, item 12: a reentry that fails (the server is frozen past the command timeout)
+/// leaves the hold count the server keeps (what `inspect` and `top` read) at the guard's, though
+/// the frozen server runs it when it wakes; so does one whose future is dropped mid-call. The
+/// next reentry then counts one hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_or_dropped_reentry_leaves_the_server_hold_count() {
+    let server = PrivateRedis::start(&[]);
+    let url = server.url();
+    let locks = connect(&url, &[("command_timeout", "300ms")]).await;
+    let name = unique_name("reenter-freeze");
+    let key = LockKeys::mutex("lockkit", &name).lock;
+    // The reentry script is loaded first: a frozen server that wakes to an unknown script runs
+    // nothing.
+    let warm = locks.mutex("warm").unwrap().lock().await.unwrap();
+    warm.reenter().await.unwrap().release().await.unwrap();
+    warm.release().await.unwrap();
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let count = |want| server_hold_count(&locks, &url, &name, Primitive::Mutex, &key, want);
+
+    server.pause();
+    let e = g.reenter().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    server.resume();
+    assert_eq!(g.hold_count(), 1);
+    assert_eq!(count(1).await, 1, "a failed reentry counted on the server");
+
+    server.pause();
+    let dropped = tokio::time::timeout(Duration::from_millis(100), g.reenter()).await;
+    assert!(dropped.is_err(), "a frozen server answered");
+    server.resume();
+    assert_eq!(count(1).await, 1, "a dropped reentry counted on the server");
+
+    let again = g.reenter().await.unwrap();
+    assert_eq!(g.hold_count(), 2);
+    assert_eq!(count(2).await, 2);
+    again.release().await.unwrap();
+    g.release().await.unwrap();
 }

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
+use futures::FutureExt;
 use lockkit_core::{AcquireOptions, HoldMode, Locks, Primitive};
 use lockkit_redis::LockKeys;
 use lockkit_testing::unique_name;
@@ -442,4 +443,37 @@ async fn a_waiter_that_reads_pttl_0_tries_again_at_once() {
         async move { m.lock_for(within).await.unwrap().is_some() }
     };
     waiters_see_unannounced_ends(&url, names.len(), hold, wait).await;
+}
+
+/// Issue 25, item 12: a reentry cancelled mid-call (its future dropped before the answer, and
+/// perhaps before the request was sent) leaves the hold count the server keeps (what `inspect` and `top`
+/// read) at the guard's, and so does every reentry after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_reentry_leaves_the_server_hold_count() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let name = unique_name("reenter-cancel");
+    let key = keys(&name).lock;
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    let mut holds = Vec::new();
+    for _ in 0..3 {
+        // Dropped after its first poll, which queues the request: it may or may not be sent,
+        // and (rarely, the connection's task running on the other thread) it may be answered.
+        if let Some(held) = g.reenter().now_or_never() {
+            holds.push(held.unwrap());
+        }
+        // Dropped after 1 ms, which the answer usually beats.
+        if let Ok(held) = tokio::time::timeout(Duration::from_millis(1), g.reenter()).await {
+            holds.push(held.unwrap());
+        }
+    }
+    holds.push(g.reenter().await.unwrap());
+    let want = g.hold_count();
+    assert_eq!(want as usize, 1 + holds.len());
+    let count = server_hold_count(&locks, &url, &name, Primitive::Mutex, &key, want).await;
+    assert_eq!(count, want, "the server's hold count is not the guard's");
+    for h in holds {
+        h.release().await.unwrap();
+    }
+    g.release().await.unwrap();
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use futures::FutureExt;
 use lockkit_core::{AcquireOptions, ErrorKind, LockState};
 use lockkit_testing::unique_name;
 
@@ -152,4 +153,37 @@ async fn a_waiter_that_reads_pttl_0_tries_again_at_once() {
         }
     };
     waiters_see_unannounced_ends(&url, names.len(), hold, wait).await;
+}
+
+/// Issue 25, item 12: a write lock's reentry cancelled mid-call leaves the hold count the
+/// server keeps at the guard's, and so does every reentry after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_write_reentry_leaves_the_server_hold_count() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let name = unique_name("rw-reenter-cancel");
+    let key = lockkit_redis::LockKeys::rwlock("lockkit", &name).lock;
+    let g = locks.rwlock(&name).unwrap().write_lock().await.unwrap();
+    let mut holds = Vec::new();
+    for _ in 0..3 {
+        // Dropped after its first poll, which queues the request: it may or may not be sent,
+        // and (rarely, the connection's task running on the other thread) it may be answered.
+        if let Some(held) = g.reenter().now_or_never() {
+            holds.push(held.unwrap());
+        }
+        // Dropped after 1 ms, which the answer usually beats.
+        if let Ok(held) = tokio::time::timeout(Duration::from_millis(1), g.reenter()).await {
+            holds.push(held.unwrap());
+        }
+    }
+    holds.push(g.reenter().await.unwrap());
+    let want = g.hold_count();
+    assert_eq!(want as usize, 1 + holds.len());
+    let primitive = lockkit_core::Primitive::RwLock;
+    let count = server_hold_count(&locks, &url, &name, primitive, &key, want).await;
+    assert_eq!(count, want, "the server's hold count is not the guard's");
+    for h in holds {
+        h.release().await.unwrap();
+    }
+    g.release().await.unwrap();
 }

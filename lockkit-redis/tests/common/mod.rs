@@ -335,3 +335,36 @@ pub async fn waiters_see_unannounced_ends<F, Fut>(
         "waiters {missed:?} of {n} slept through the end of their holder's lease"
     );
 }
+
+/// Issue 25, item 12: the hold count the server at `url` keeps for the one holder `inspect`
+/// shows of lock `name` (a mutex, or a read-write lock's writer), whose hash is `key`, once it
+/// is `want` or 3 s have passed: the last count seen. `inspect` runs on `locks`'s command
+/// connection, so every reentry `locks` sent before has run on the server by the time it
+/// answers.
+pub async fn server_hold_count(
+    locks: &Locks,
+    url: &str,
+    name: &str,
+    primitive: lockkit_core::Primitive,
+    key: &str,
+    want: u32,
+) -> u32 {
+    let mut admin = admin(url).await;
+    let started = Instant::now();
+    loop {
+        let info = locks.inspect(name, primitive).await.unwrap();
+        let [holder] = &info.holders[..] else {
+            panic!("not one holder: {info:?}")
+        };
+        let count: u32 = redis::cmd("HGET")
+            .arg(key)
+            .arg(&holder.owner)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if count == want || started.elapsed() > Duration::from_secs(3) {
+            return count;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
