@@ -176,7 +176,8 @@ impl Kernel {
         outcome
     }
 
-    /// Closes the handle: later acquires fail with `Closed`, every live guard turns Lost and is
+    /// Closes the handle: acquires under way stop (`Closed`), later acquires fail with `Closed`,
+    /// every live guard turns Lost and is
     /// released on the backend (so the lock is free for others now, handed to the next waiter
     /// where the backend hands over), then the backend gives its sessions and leases back.
     /// The first error is reported, after everything was tried.
@@ -309,5 +310,132 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         panic!("the refused ownership was never released on the backend");
+    }
+
+    /// A backend whose extends the "server" applies when they are sent, with the 30 s one
+    /// answered slowly: without one extend at a time, the slow answer would land last and
+    /// leave the guard on 30 s while the server applied 2 s last.
+    #[derive(Debug, Default)]
+    struct SlowExtends {
+        server_deadline: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
+    }
+
+    #[derive(Debug)]
+    struct SlowExtendHeld(Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+    #[async_trait]
+    impl Held for SlowExtendHeld {
+        async fn release(&self) -> Result<()> {
+            Ok(())
+        }
+        async fn extend(&self, lease: Duration) -> Result<()> {
+            *self.0.lock().unwrap() = Some(tokio::time::Instant::now() + lease);
+            if lease > Duration::from_secs(10) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl Backend for SlowExtends {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Memory
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::new(Support::all())
+        }
+        fn default_lease(&self) -> Duration {
+            Duration::from_secs(30)
+        }
+        fn reaper(&self) -> Reaper {
+            Reaper::new(Backoff::new(
+                Duration::from_millis(1),
+                Duration::from_millis(10),
+            ))
+        }
+        fn mutex(&self, _name: &str) -> Result<Box<dyn RawMutex>> {
+            Ok(Box::new(SlowExtendMutex(self.server_deadline.clone())))
+        }
+        async fn close(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[derive(Debug)]
+    struct SlowExtendMutex(Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+    #[async_trait]
+    impl RawMutex for SlowExtendMutex {
+        async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+            let clock = LeaseClock::starting(tokio::time::Instant::now(), req.lease().duration());
+            Ok(Some(GuardParts::new(
+                FencingToken(1),
+                req.lease(),
+                StateCell::new(clock),
+                Box::new(SlowExtendHeld(self.0.clone())),
+            )))
+        }
+        async fn is_locked(&self) -> Result<bool> {
+            Ok(true)
+        }
+        async fn force_unlock(&self) -> Result<bool> {
+            Ok(false)
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_extends_leave_the_deadline_the_server_applied_last() {
+        let backend = SlowExtends::default();
+        let server = backend.server_deadline.clone();
+        let locks = Locks::new(backend);
+        let g = locks
+            .mutex("extends")
+            .unwrap()
+            .acquire(&crate::AcquireOptions::new().fixed_lease(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .unwrap();
+        let (slow, fast) = tokio::join!(
+            g.extend(Duration::from_secs(30)),
+            g.extend(Duration::from_secs(2))
+        );
+        slow.unwrap();
+        fast.unwrap();
+        let server_left = server
+            .lock()
+            .unwrap()
+            .unwrap()
+            .saturating_duration_since(tokio::time::Instant::now());
+        let guard_left = g.remaining().unwrap();
+        assert!(
+            guard_left <= server_left,
+            "the guard has {guard_left:?} left, the server {server_left:?}"
+        );
+    }
+
+    /// An acquire future that was polled and then kept, unpolled, does not make `close()`
+    /// wait for it; polled again, it is refused.
+    #[tokio::test]
+    async fn close_does_not_wait_for_an_acquire_nobody_polls() {
+        let locks = crate::mem::connect(&crate::LockConfig::new("mem://close-unpolled"))
+            .await
+            .unwrap();
+        let m = locks.mutex("busy").unwrap();
+        let held = m.lock().await.unwrap();
+        let waiting = m.lock();
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut waiting)
+                .await
+                .is_err(),
+            "a busy lock was taken"
+        );
+        tokio::time::timeout(Duration::from_secs(5), locks.close())
+            .await
+            .expect("close() waited for an acquire nobody polls")
+            .unwrap();
+        assert_eq!(waiting.await.unwrap_err().kind(), ErrorKind::Closed);
+        drop(held);
     }
 }

@@ -222,7 +222,13 @@ impl MultiLock {
 
     /// Takes every member per `opts`, all within `opts.wait` for the whole set; `Ok(None)` when
     /// the budget ran out first. The lease and order options apply to each member. On `Ok(None)`
-    /// or an error, every member taken so far has been released.
+    /// or an error, every member taken so far has been given back: released, or (when the
+    /// server does not answer within the budget plus the core's 100 ms grace) being released in
+    /// the background.
+    ///
+    /// A set is never returned with a member that is already lost; it is taken again instead.
+    /// With [`Wait::Forever`] and a fixed lease shorter than the time the whole set takes to
+    /// acquire, that never ends: pick a lease that covers the set.
     ///
     /// # Cancel safety
     /// Dropping the future drops the members taken so far, which releases them in the

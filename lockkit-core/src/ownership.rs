@@ -38,6 +38,9 @@ pub(crate) struct Registry {
     reaper: Reaper,
 }
 
+/// How long `close()` waits for the acquires under way to stop.
+const CLOSE_SETTLE: Duration = Duration::from_secs(1);
+
 /// One acquire under way on a handle: `close()` ends it and waits for it to be gone, so that
 /// whatever it took is either released by `close()` or handed to the reaper before `close()`
 /// drains it.
@@ -159,16 +162,22 @@ impl Registry {
             self.closed.store(true, Ordering::Release);
         }
         self.closing.send_replace(true);
-        loop {
-            let settled = self.settled.notified();
-            tokio::pin!(settled);
-            // Registered before the count is read, so a last exit in between still wakes it.
-            settled.as_mut().enable();
-            if self.in_flight.load(Ordering::Acquire) == 0 {
-                break;
+        // An acquire being polled stops at once. One whose future is kept but no longer polled
+        // cannot be waited out: it is refused when it is next polled (the flag is set), and its
+        // cleanup then goes to the reaper, which outlives this handle.
+        let settled = async {
+            loop {
+                let settled = self.settled.notified();
+                tokio::pin!(settled);
+                // Registered before the count is read, so a last exit in between still wakes it.
+                settled.as_mut().enable();
+                if self.in_flight.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                settled.await;
             }
-            settled.await;
-        }
+        };
+        let _ = tokio::time::timeout(CLOSE_SETTLE, settled).await;
         self.live
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -383,13 +392,16 @@ impl GuardCore {
         // error after the primary applied it, a lost answer, a dropped future): until it
         // settles, the guard keeps whichever deadline comes first.
         clock.maybe_renewed(sent_at, lease);
+        let shortened = clock.deadline();
         if let Err(e) = own.held.extend(lease).await {
             self.note_lost(&e);
-            // Refused before anything reached the server: the old deadline stands.
+            // Refused before anything reached the server: the old deadline stands, unless
+            // something else moved the deadline meanwhile.
             if matches!(
                 e.kind(),
                 ErrorKind::InvalidArgument | ErrorKind::Unsupported
-            ) {
+            ) && clock.deadline() == shortened
+            {
                 clock.set_deadline(before);
             }
             return Err(e);
@@ -405,6 +417,8 @@ impl GuardCore {
 
     pub(crate) async fn downgrade(mut self) -> Result<GuardCore> {
         let own = self.own.clone();
+        // A downgrade makes a new ownership: `close()` waits for it like for an acquire.
+        let _in_flight = own.registry.enter()?;
         own.check_live()?;
         if own.holds.load(Ordering::Acquire) != 1 {
             return Err(Error::invalid(

@@ -164,15 +164,14 @@ impl Inner {
             Some(_) => true,
             None => false,
         };
+        // A session past its guards' deadline is not handed out any more, though its keepalive
+        // may not have noticed yet: that task still marks it dead and revokes its lease (or
+        // renews it for the guards it has), so it stays one of our leases until then.
         sessions.retain(|_, s| {
-            let alive = s.is_alive();
-            if !alive {
-                // Past its deadline, though its keepalive may not have noticed yet: its guards
-                // read Lost, and it is retired now rather than at that task's next round.
-                s.retire("the lease deadline passed");
+            if s.is_dead() {
                 self.strays.disown(s.id());
             }
-            alive
+            s.is_alive()
         });
         if sessions.len() >= MAX_SESSIONS {
             return Err(Error::invalid(format!(
@@ -353,6 +352,7 @@ mod tests {
             "a session whose guards read Lost was handed to a new acquire"
         );
         assert!(!first.is_alive());
+        first.retire("test over");
         inner.close().await.unwrap();
     }
 }

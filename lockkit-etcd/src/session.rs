@@ -75,6 +75,12 @@ impl Session {
         self.alive.load(Ordering::Acquire) && !self.clock.has_passed(Instant::now())
     }
 
+    /// Whether the session was marked dead (its keepalive gave up, the server dropped the lease,
+    /// or it was retired).
+    pub(crate) fn is_dead(&self) -> bool {
+        !self.alive.load(Ordering::Acquire)
+    }
+
     /// Tracks a guard's state so that a session loss makes it Lost.
     pub(crate) fn track(&self, cell: &StateCell) {
         let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
@@ -211,7 +217,9 @@ async fn keepalive(
     loop {
         tokio::time::sleep_until(next).await;
         let Some(s) = session.upgrade() else { return };
-        if !s.is_alive() {
+        // The flag, not `is_alive()`: past the guards' deadline (a margin before the server's)
+        // this task still has to mark the session dead and revoke its lease below.
+        if !s.alive.load(Ordering::Acquire) {
             return;
         }
         let sent = Instant::now();

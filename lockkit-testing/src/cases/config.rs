@@ -77,8 +77,8 @@ pub async fn asked_for_lease_is_the_lease_you_get(h: &Harness) {
                             left <= d,
                             "{lease:?}: the server keeps the lock for {left:?}"
                         ),
-                        // A lease this short may have run out already.
-                        None => assert!(d < SHORT, "{lease:?}: not held on the server"),
+                        // A lease this short may have run out already on a loaded machine.
+                        None => assert!(d <= SHORT, "{lease:?}: not held on the server"),
                     }
                 }
                 let _ = g.release().await;
