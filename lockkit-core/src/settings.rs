@@ -204,9 +204,16 @@ impl<K: OptionKey> Settings<K> {
         if let Some(l) = lease {
             check_lease(l)?;
         }
+        // A timeout no longer than the longest lease: a larger one is a typo, and it would
+        // overflow what the servers take (Redis's latch TTL is a multiple of it, in ms).
         let positive = |what: &str, d: Duration| {
             if d.is_zero() {
                 Err(Error::config(format!("{what} must be longer than zero")))
+            } else if d > crate::MAX_LEASE {
+                Err(Error::config(format!(
+                    "{what} {d:?} is longer than {} days",
+                    crate::MAX_LEASE.as_secs() / 86_400
+                )))
             } else {
                 Ok(d)
             }
@@ -380,6 +387,20 @@ mod tests {
             s.lease_or_alias(TestKey::SessionTimeout).unwrap(),
             Duration::from_secs(3)
         );
+    }
+
+    #[test]
+    fn timeouts_out_of_range_are_config_errors() {
+        for url in [
+            "zk://h?command_timeout=0s",
+            "zk://h?connect_timeout=0s",
+            "zk://h?command_timeout=500000000y",
+            "zk://h?connect_timeout=366days",
+        ] {
+            let e = parse(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
+        }
+        assert!(parse("zk://h?command_timeout=365days").is_ok());
     }
 
     #[test]
