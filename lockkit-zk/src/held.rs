@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
+use lockkit_core::spi::{GuardParts, Held, StateCell};
 use lockkit_core::{Error, ErrorKind, FencingToken, Lease, LostReason, Result};
 use zookeeper_client as zk;
 
@@ -210,18 +210,12 @@ impl ZkHeld {
 
     /// Deletes `paths` in the reaper: retried until they are gone or the session has ended.
     fn reap_paths(&self, paths: Vec<String>) {
-        let (client, paths) = (self.client.clone(), Arc::new(paths));
-        let limit = self.session.cfg.command_timeout;
-        self.session.reaper.retry("delete a lock node", move || {
-            let (client, paths) = (client.clone(), paths.clone());
-            async move {
-                match delete_all(&client, &paths, limit).await {
-                    Ok(_) => Attempt::Done,
-                    Err(_) if client.state().is_terminated() => Attempt::Moot,
-                    Err(e) => Attempt::Retry(e),
-                }
-            }
-        });
+        let (paths, limit) = (Arc::new(paths), self.session.cfg.command_timeout);
+        self.session
+            .reap("delete a lock node", &self.client, move |client| {
+                let paths = paths.clone();
+                async move { delete_all(&client, &paths, limit).await.map(drop) }
+            });
     }
 
     fn finish(&self) {

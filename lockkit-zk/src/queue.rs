@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Attempt, Reaper};
 use lockkit_core::{Error, ErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -52,19 +51,17 @@ enum Item {
 /// until the nodes are gone or their session has ended (with it, its ephemeral nodes).
 /// Disarmed once its nodes belong to a guard.
 pub(crate) struct Cleanup {
+    session: Arc<Session>,
     client: zk::Client,
     items: Vec<Item>,
-    timeout: Duration,
-    reaper: Reaper,
 }
 
 impl Cleanup {
-    pub(crate) fn new(session: &Session, client: zk::Client) -> Self {
+    pub(crate) fn new(session: &Arc<Session>, client: zk::Client) -> Self {
         Cleanup {
+            session: session.clone(),
             client,
             items: Vec::new(),
-            timeout: session.cfg.command_timeout,
-            reaper: session.reaper.clone(),
         }
     }
 
@@ -81,10 +78,11 @@ impl Cleanup {
     /// to the reaper. Armed until done: if this future is dropped half-way (the core keeps the
     /// wait budget), the drop hands the nodes to the reaper.
     pub(crate) async fn run(mut self) {
-        let deleted = delete_items(&self.client, &self.items, self.timeout).await;
+        let timeout = self.session.cfg.command_timeout;
+        let deleted = delete_items(&self.client, &self.items, timeout).await;
         let items = std::mem::take(&mut self.items);
         if deleted.is_err() {
-            reap(&self.reaper, self.client.clone(), items, self.timeout);
+            reap(&self.session, &self.client, items);
         }
     }
 
@@ -98,27 +96,18 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         if !self.items.is_empty() {
             let items = std::mem::take(&mut self.items);
-            reap(&self.reaper, self.client.clone(), items, self.timeout);
+            reap(&self.session, &self.client, items);
         }
     }
 }
 
 /// Retries deleting `items` in the reaper until they are gone or the session that made them
 /// has ended.
-fn reap(reaper: &Reaper, client: zk::Client, items: Vec<Item>, timeout: Duration) {
-    let items = Arc::new(items);
-    reaper.retry("delete the nodes no guard took", move || {
-        let (client, items) = (client.clone(), items.clone());
-        async move {
-            if client.state().is_terminated() {
-                return Attempt::Moot;
-            }
-            match delete_items(&client, &items, timeout).await {
-                Ok(()) => Attempt::Done,
-                Err(_) if client.state().is_terminated() => Attempt::Moot,
-                Err(e) => Attempt::Retry(e),
-            }
-        }
+fn reap(session: &Arc<Session>, client: &zk::Client, items: Vec<Item>) {
+    let (items, timeout) = (Arc::new(items), session.cfg.command_timeout);
+    session.reap("delete the nodes no guard took", client, move |client| {
+        let items = items.clone();
+        async move { delete_items(&client, &items, timeout).await }
     });
 }
 

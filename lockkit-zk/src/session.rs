@@ -9,11 +9,12 @@
 //! whatever this task saw. A heartbeat request every quarter of the timeout moves the clock on.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::spi::{LeaseClock, Reaper, StateCell};
+use lockkit_core::spi::{Attempt, LeaseClock, Reaper, StateCell};
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -105,6 +106,37 @@ impl Session {
         lock(&self.current)
             .clone()
             .ok_or_else(|| Error::new(ErrorKind::Closed, "the ZooKeeper handle was closed"))
+    }
+
+    /// Runs `job` in the handle's reaper with the client that made the nodes it deletes, again
+    /// after each failure, until it succeeds or the nodes' session is certainly over for us:
+    /// expired (a new client took its place), or the handle closed or dropped. The reaper keeps
+    /// no client between tries, since a ZooKeeper session lives as long as one of its clients
+    /// does: a delete the server keeps refusing (`NoAuth` after an ACL change) must not keep
+    /// the session, and so its ephemeral nodes, alive after the handle is gone.
+    pub(crate) fn reap<F, Fut>(self: &Arc<Self>, what: &'static str, client: &zk::Client, job: F)
+    where
+        F: Fn(zk::Client) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        let (session, id, job) = (Arc::downgrade(self), client.session_id(), Arc::new(job));
+        self.reaper.retry(what, move || {
+            let (session, job) = (session.clone(), job.clone());
+            async move {
+                let current = session.upgrade().and_then(|s| s.client().ok());
+                let Some(client) = current.filter(|c| c.session_id() == id) else {
+                    return Attempt::Moot;
+                };
+                if client.state().is_terminated() {
+                    return Attempt::Moot;
+                }
+                match job(client.clone()).await {
+                    Ok(()) => Attempt::Done,
+                    Err(_) if client.state().is_terminated() => Attempt::Moot,
+                    Err(e) => Attempt::Retry(e),
+                }
+            }
+        });
     }
 
     /// Tracks a guard so session events reach it. Returns the id to untrack it with.

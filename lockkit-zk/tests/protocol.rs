@@ -498,3 +498,70 @@ async fn a_release_refused_by_an_acl_is_finished_by_the_reaper() {
         .expect("free once the node is gone");
     g.release().await.unwrap();
 }
+
+/// A holder (4 s sessions) whose release the server refused (`NoAuth` after an ACL change that
+/// stays), the admin handle, and the lock's directory.
+async fn refused_release() -> (lockkit_zk::ZkLocks, lockkit_zk::ZkLocks, String) {
+    let url = url().unwrap();
+    let url = format!(
+        "zk://dave:secret-d@{}?prefix={}&lease=4s",
+        server_addr(&url),
+        prefix()
+    );
+    let (holder, admin) = (backend(&url).await, backend(&url).await);
+    let dir = holder.mutex_path("refused-for-good");
+    let g = holder
+        .mutex("refused-for-good")
+        .unwrap()
+        .lock()
+        .await
+        .unwrap();
+    let raw = admin.zk_client().unwrap();
+    let no_delete = zk::Permission::READ
+        | zk::Permission::WRITE
+        | zk::Permission::CREATE
+        | zk::Permission::ADMIN;
+    let refusing = [zk::Acl::new(no_delete, zk::AuthId::authed())];
+    raw.set_acl(&dir, &refusing, None).await.unwrap();
+    let e = g.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+    assert_eq!(children(&admin, &dir).await.len(), 1, "the refused node");
+    (holder, admin, dir)
+}
+
+/// Waits until the refused node is gone with its session (a lease and a bit).
+async fn refused_node_goes_with_the_session(admin: &lockkit_zk::ZkLocks, dir: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = children(admin, dir).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the session of a handle that is gone still holds {left:?}: the reaper kept it alive"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_for_good_ends_with_the_dropped_handle() {
+    if url().is_none() {
+        return;
+    }
+    let (holder, admin, dir) = refused_release().await;
+    drop(holder);
+    refused_node_goes_with_the_session(&admin, &dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_for_good_ends_with_the_closed_handle() {
+    if url().is_none() {
+        return;
+    }
+    let (holder, admin, dir) = refused_release().await;
+    let e = holder.close().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "the refused cleanup: {e}");
+    refused_node_goes_with_the_session(&admin, &dir).await;
+}
