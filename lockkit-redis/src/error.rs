@@ -19,6 +19,10 @@ pub(crate) fn map(e: RedisError, what: &str) -> Error {
         (ErrorKind::Timeout, true)
     } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
         (ErrorKind::Connection, true)
+    } else if code.as_deref() == Some("BUSY") {
+        // A script is running past the server's limit: every command waits for it to end (or
+        // for `SCRIPT KILL`), as after a restart.
+        (ErrorKind::Backend, true)
     } else {
         let retry = !matches!(e.retry_method(), RetryMethod::NoRetry);
         (ErrorKind::Backend, retry)

@@ -606,3 +606,78 @@ async fn a_failed_or_dropped_reentry_leaves_the_server_hold_count() {
     again.release().await.unwrap();
     g.release().await.unwrap();
 }
+
+/// A queued waiter whose last answer showed the holder's lease about to end paces its retries
+/// through an outage on the backoff (50 ms doubling to 400 ms), not at that stale lease. The
+/// holder's key is kept at 40 ms to live, then a script that never ends makes the server answer
+/// every other command with `BUSY` at once for 2 s: the waiter tries about 8 times meanwhile (it
+/// tried every 40 ms, about 50 times, at the stale lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_paces_retries_through_an_outage_on_the_backoff() {
+    assert!(lockkit_testing::spans::capture());
+    let server = PrivateRedis::start(&["--lua-time-limit", "10"]);
+    let name = unique_name("paced");
+    let opts = [("waiter_heartbeat", "1s"), ("command_timeout", "300ms")];
+    let (a, b) = (
+        connect(&server.url(), &opts).await,
+        connect(&server.url(), &opts).await,
+    );
+    let g = a.mutex(&name).unwrap().lock().await.unwrap();
+    let lock = b.mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move {
+        lock.acquire(&AcquireOptions::new().wait(Duration::from_secs(30)))
+            .await
+    });
+    // The holder's key lives 40 ms at most from now on, so every answer the waiter gets shows
+    // a lease about to end.
+    let key = LockKeys::mutex("lockkit", &name).lock;
+    let mut raw = admin(&server.url()).await;
+    let until = tokio::time::Instant::now() + Duration::from_millis(600);
+    while tokio::time::Instant::now() < until {
+        let set: i64 = redis::cmd("PEXPIRE")
+            .arg(&key)
+            .arg(40)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(set, 1, "the holder's key is there");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Busy from now on (past the 10 ms limit, every other command is answered `BUSY`).
+    let mut busy = admin(&server.url()).await;
+    let spinning = tokio::spawn(async move {
+        redis::cmd("EVAL")
+            .arg("while true do end")
+            .arg(0)
+            .query_async::<()>(&mut busy)
+            .await
+    });
+    let failures = || {
+        lockkit_testing::spans::events_of_lock(&name)
+            .iter()
+            .filter(|e| {
+                e.fields
+                    .get("message")
+                    .is_some_and(|m| m.contains("waiting through a failed request"))
+            })
+            .count()
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = failures();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = failures() - before;
+    let mut killer = admin(&server.url()).await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query_async(&mut killer)
+        .await
+        .unwrap();
+    assert!(spinning.await.unwrap().is_err(), "the script was killed");
+    assert!(
+        (2..=15).contains(&during),
+        "{during} failed attempts in 2 s of BUSY answers: the waiter spun at the stale lease"
+    );
+    assert!(!waiting.is_finished(), "the waiter bears a 2 s outage");
+    waiting.abort();
+    drop(g);
+}

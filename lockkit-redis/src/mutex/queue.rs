@@ -75,8 +75,10 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     };
     // When the last attempt that found the lock busy was sent: a hand-off came after it.
     let mut busy_sent = Instant::now();
-    // The holder's remaining lease at that attempt (ms; -1: none).
+    // The holder's remaining lease at that attempt (ms; -1: none), and when it ends, as far as
+    // the last answer tells (none after a failed attempt: the backoff paces those).
     let mut pttl = -1;
+    let mut holder_ends: Option<Instant>;
     // Since when attempts of a queued waiter have failed (the server is away, or fails over).
     let mut failing_since: Option<Instant> = None;
     let mut retry = RETRY_AFTER_FAILURE.start();
@@ -112,11 +114,14 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
                 }
                 busy_sent = sent_at;
                 pttl = holder_pttl;
+                holder_ends = lease_ends_in(pttl).map(|left| sent_at + left);
                 failing_since = None;
                 retry.reset();
             }
             Err(e) if queued && e.is_retryable() => {
+                holder_ends = None;
                 bear(
+                    &m.name,
                     e,
                     &mut failing_since,
                     sent_at,
@@ -135,6 +140,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
                 Ok(joined) => sub = Some(joined),
                 Err(e) if e.is_retryable() => {
                     bear(
+                        &m.name,
                         e,
                         &mut failing_since,
                         asked,
@@ -155,8 +161,8 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
         if failing_since.is_some() {
             wait = wait.min(retry.next_pause());
         }
-        if let Some(end) = lease_ends_in(pttl) {
-            wait = wait.min(end);
+        if let Some(end) = holder_ends {
+            wait = wait.min(end.saturating_duration_since(Instant::now()));
         }
         let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
         if let Some(left) = left {
@@ -205,6 +211,7 @@ const RETRY_AFTER_FAILURE: Backoff =
 /// lease as last seen (`pttl` ms) would have kept it waiting that long anyway. Past that, the
 /// error is the answer.
 fn bear(
+    lock: &str,
     e: Error,
     failing_since: &mut Option<Instant>,
     sent_at: Instant,
@@ -215,6 +222,11 @@ fn bear(
     if since.elapsed() >= waiter_timeout.max(Duration::from_millis(pttl.max(0) as u64)) {
         return Err(e);
     }
-    tracing::debug!(backend = "redis", error = %e, "lockkit: waiting through a failed request");
+    tracing::debug!(
+        backend = "redis",
+        lock,
+        error = %e,
+        "lockkit: waiting through a failed request"
+    );
     Ok(())
 }

@@ -143,6 +143,14 @@ impl PrivateRedis {
         }
     }
 
+    /// SIGKILL, at once: the server is gone within a millisecond, saving nothing.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Starts it again on the same port and directory.
     pub fn restart(&mut self) {
         self.stop();
