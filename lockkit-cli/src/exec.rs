@@ -56,7 +56,9 @@ pub(crate) struct ExecArgs {
     /// How long the command gets between SIGTERM and SIGKILL when its lock is lost or at risk.
     /// SIGKILL goes out 100ms (a tenth of the lease if shorter) before the lease's deadline at
     /// the latest, SIGTERM this long before that: from the start for a fixed lease, once a
-    /// renewal failed for a watchdog lease. At most a third of the lease (exit 64 otherwise).
+    /// renewal failed for a watchdog lease. At most a third of the lease (exit 64 otherwise,
+    /// checked before the lock is taken and again against the lease the server granted, which
+    /// a server may make shorter than the one asked for: the lock is then released unused).
     /// Default: 10s, or a third of the lease if shorter.
     #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
     kill_after: Option<Duration>,

@@ -156,7 +156,7 @@ fn kill_after_must_fit_the_lease() {
         &["--fixed-lease", "3s", "--kill-after", "1s"][..],
         &["--lease", "60s", "--kill-after", "20s"],
         &["--kill-after", "10s"],
-        &["--fixed-lease", "100ms"],
+        &["--fixed-lease", "1s"],
     ] {
         let mut args = vec!["exec", n.as_str()];
         args.extend_from_slice(extra);

@@ -424,8 +424,12 @@ pub fn fixed_lease_sigterm_leaves_kill_after_before_the_next_holder(url: &str) {
         .unwrap_or_else(|e| panic!("the first command never got SIGTERM ({e}): {first_err}"));
     let gap = epoch_ns(&out).saturating_sub(epoch_ns(&termed));
     let gap = Duration::from_nanos(u64::try_from(gap).unwrap_or(u64::MAX));
+    // SIGTERM comes 1.1 s before the deadline (--kill-after plus the 100 ms lead); the shell
+    // records it only once its `sleep 0.05` ends and `date` has run, which on a busy machine
+    // takes a while, so the recorded gap is shorter than the real one. Sent at the deadline
+    // instead, it would be under 100 ms.
     assert!(
-        gap >= Duration::from_millis(800),
+        gap >= Duration::from_millis(500),
         "SIGTERM came only {gap:?} before the next holder started (--kill-after 1s): \
          {first_err}"
     );
