@@ -166,21 +166,15 @@ impl Inner {
         };
         // A session past its guards' deadline is not handed out any more, though its keepalive
         // may not have noticed yet: that task still marks it dead and revokes its lease (or
-        // renews it for the guards it has), so it stays one of our leases until then.
-        sessions.retain(|_, s| {
-            if s.is_dead() {
-                self.strays.disown(s.id());
-            }
-            s.is_alive()
-        });
+        // renews it for the guards it has), and it stays one of our leases while it lives.
+        sessions.retain(|_, s| s.is_alive());
         if sessions.len() >= MAX_SESSIONS {
             return Err(Error::invalid(format!(
                 "this handle keeps {MAX_SESSIONS} session leases already (one per watchdog lease \
                  length asked for); set the lease on the handle (LockConfig::lease) instead"
             )));
         }
-        let fresh = Session::grant(&self.pool, ttl).await?;
-        self.strays.own(fresh.id());
+        let fresh = Session::grant(&self.pool, ttl, &self.strays).await?;
         if replacing {
             // The last lease of this TTL was lost: a new session, as a reconnect is for others.
             lockkit_core::telemetry::reconnected("etcd");
@@ -352,7 +346,16 @@ mod tests {
             "a session whose guards read Lost was handed to a new acquire"
         );
         assert!(!first.is_alive());
+        // Out of the map, but one of the handle's leases (a late create on it is a stray of
+        // ours) for as long as a guard may keep it; no longer once it is dropped.
+        let first_id = first.id();
+        assert!(inner.strays.owns(first_id) && inner.strays.owns(next.id()));
         first.retire("test over");
+        drop(first);
+        assert!(
+            !inner.strays.owns(first_id),
+            "a dropped session stays owned"
+        );
         inner.close().await.unwrap();
     }
 }

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::{is_lease_not_found, map_err, Pool};
+use crate::strays::Strays;
 
 /// One granted session lease and its keepalive task.
 #[derive(Debug)]
@@ -27,12 +28,20 @@ pub(crate) struct Session {
     alive: AtomicBool,
     guards: Mutex<Vec<StateCell>>,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// The handle's leases, this one among them for as long as it lives.
+    strays: Strays,
 }
 
 impl Session {
-    /// Grants a lease of exactly `ttl` and starts keeping it alive.
-    pub(crate) async fn grant(pool: &Arc<Pool>, ttl: Duration) -> Result<Arc<Session>> {
+    /// Grants a lease of exactly `ttl` and starts keeping it alive. It is one of the handle's
+    /// leases in `strays` until it is dropped.
+    pub(crate) async fn grant(
+        pool: &Arc<Pool>,
+        ttl: Duration,
+        strays: &Strays,
+    ) -> Result<Arc<Session>> {
         let (id, sent) = grant_exact(pool, ttl).await?;
+        strays.own(id);
         let clock = LeaseClock::new(LostReason::SessionExpired);
         clock.renewed(sent, ttl);
         let session = Arc::new(Session {
@@ -41,6 +50,7 @@ impl Session {
             alive: AtomicBool::new(true),
             guards: Mutex::new(Vec::new()),
             task: Mutex::new(None),
+            strays: strays.clone(),
         });
         let task = tokio::spawn(keepalive(
             Arc::downgrade(&session),
@@ -73,12 +83,6 @@ impl Session {
     /// never handed a session in its last moments.
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire) && !self.clock.has_passed(Instant::now())
-    }
-
-    /// Whether the session was marked dead (its keepalive gave up, the server dropped the lease,
-    /// or it was retired).
-    pub(crate) fn is_dead(&self) -> bool {
-        !self.alive.load(Ordering::Acquire)
     }
 
     /// Tracks a guard's state so that a session loss makes it Lost.
@@ -142,6 +146,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         abort_task(&self.task);
+        self.strays.disown(self.id);
     }
 }
 

@@ -46,6 +46,12 @@ impl Strays {
         self.leases().remove(&lease);
     }
 
+    /// Whether `lease` is one of the handle's session leases.
+    #[cfg(test)]
+    pub(crate) fn owns(&self, lease: i64) -> bool {
+        self.leases().contains(&lease)
+    }
+
     /// The slot of `key` (under `prefix`, on `lease`) if it is a key of one of our sessions.
     pub(crate) fn slot_of(&self, prefix: &[u8], key: &[u8], lease: i64) -> Option<u32> {
         if lease == 0 || !self.leases().contains(&lease) {
