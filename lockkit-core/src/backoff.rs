@@ -30,7 +30,28 @@ impl Default for Backoff {
     }
 }
 
+/// The schedules lockkit retries on, one per kind of retry: every retry loop of the core and
+/// of the backends takes one of these (bounded by its own deadline or attempt count).
 impl Backoff {
+    /// One request whose connection dropped or timed out, tried again while the caller's
+    /// budget lasts (a release, a create, asking the Sentinels for the primary): 25 ms to 200 ms.
+    pub const REQUEST: Backoff = Backoff::new(ms(25), ms(200));
+
+    /// The attempts of a queued waiter that failed (its heartbeat, the holder's lease end and
+    /// hand-off messages pace it otherwise): 50 ms to 400 ms.
+    pub const WAITER: Backoff = Backoff::new(ms(50), ms(400));
+
+    /// Setting a watch or a subscription up again, or creating a directory, after a failure:
+    /// 50 ms to 1 s.
+    pub const WATCH: Backoff = Backoff::new(ms(50), ms(1_000));
+
+    /// Keeping a session or lease alive, or opening a new one: 100 ms to 5 s (a keep-alive
+    /// caps it to fit its lease with [`Backoff::capped`]).
+    pub const SESSION: Backoff = Backoff::new(ms(100), ms(5_000));
+
+    /// Cleanup in the reaper: 50 ms to 2 s.
+    pub const CLEANUP: Backoff = Backoff::new(ms(50), ms(2_000));
+
     /// Starts at `initial` and doubles up to `max`.
     pub const fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
@@ -43,6 +64,14 @@ impl Backoff {
     /// Grows by `factor` (at least 1) instead of doubling.
     pub const fn with_factor(mut self, factor: u32) -> Self {
         self.factor = if factor == 0 { 1 } else { factor };
+        self
+    }
+
+    /// The same schedule with pauses of at most `max` (and a first pause no longer).
+    pub const fn capped(mut self, max: Duration) -> Self {
+        if max.as_nanos() < self.max.as_nanos() {
+            self.max = max;
+        }
         self
     }
 
@@ -59,6 +88,10 @@ impl Backoff {
             attempts: 0,
         }
     }
+}
+
+const fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
 }
 
 /// One sequence of pauses from a [`Backoff`].

@@ -29,6 +29,7 @@ pub mod settings;
 pub mod spi;
 mod state;
 pub mod telemetry;
+mod tls;
 mod url;
 
 #[cfg(feature = "tls-probe")]
@@ -53,6 +54,7 @@ pub use scheme::Scheme;
 pub use secret::Secret;
 pub use semaphore::Semaphore;
 pub use state::{LockState, Lost, StateChanges};
+pub use tls::{Tls, TlsKey, TlsRules};
 pub use url::{redact, HostPort, ServerUrl};
 
 /// Re-exported so backends implement the SPI traits with the same macro version.

@@ -57,10 +57,7 @@ impl fmt::Debug for Reaper {
 impl Default for Reaper {
     /// Retries from 50 ms, doubling, at most every 2 s.
     fn default() -> Self {
-        Reaper::new(Backoff::new(
-            Duration::from_millis(50),
-            Duration::from_secs(2),
-        ))
+        Reaper::new(Backoff::CLEANUP)
     }
 }
 

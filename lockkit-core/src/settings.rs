@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::config::LockConfig;
 use crate::error::{Error, Result};
 use crate::options::{lease_problem, DEFAULT_LEASE};
+use crate::tls::{Tls, TlsKey, TlsRules};
 use crate::url::ServerUrl;
 
 /// The default connect timeout.
@@ -105,10 +106,16 @@ option_keys! {
 /// The [`Config`](crate::ErrorKind::Config) error for an unknown key of a backend with keys
 /// `K` (the common keys are listed too).
 pub fn unknown_key<K: OptionKey>(key: &str) -> Error {
+    unknown_key_of::<K>(key, &[])
+}
+
+/// [`unknown_key`] for a backend that also takes the TLS options `tls`.
+fn unknown_key_of<K: OptionKey>(key: &str, tls: &[TlsKey]) -> Error {
     let known: Vec<&str> = CommonKey::ALL
         .iter()
         .map(|k| k.as_str())
         .chain(K::ALL.iter().map(|k| k.as_str()))
+        .chain(tls.iter().map(|k| k.as_str()))
         .collect();
     Error::config(format!(
         "unknown option {key:?}; known options: {}",
@@ -137,6 +144,8 @@ pub struct Settings<K: OptionKey> {
     command_timeout: Duration,
     /// The backend's own options: `LockConfig::options` first, then the URL's.
     own: Vec<(K, String)>,
+    /// TLS as the options and the URL's scheme ask (`None`: plain TCP).
+    tls: Option<Tls>,
 }
 
 impl<K: OptionKey> fmt::Debug for Settings<K> {
@@ -160,6 +169,7 @@ impl<K: OptionKey> fmt::Debug for Settings<K> {
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
             .field("options", &own)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -168,9 +178,22 @@ impl<K: OptionKey> Settings<K> {
     /// Reads `cfg`: its URL (with the config's credentials applied), the common options and the
     /// backend's own `K`s. Any other key, in the URL or in `cfg.options`, is an error.
     pub fn parse(cfg: &LockConfig) -> Result<Self> {
+        Self::parse_taking(cfg, None)
+    }
+
+    /// Like [`parse`](Self::parse), for a backend that also takes the TLS options `rules`
+    /// names: their PEM files are read now, and TLS options the URL cannot use are an error.
+    /// The result is [`tls`](Self::tls).
+    pub fn parse_with_tls(cfg: &LockConfig, rules: TlsRules) -> Result<Self> {
+        Self::parse_taking(cfg, Some(rules))
+    }
+
+    fn parse_taking(cfg: &LockConfig, rules: Option<TlsRules>) -> Result<Self> {
         let url = cfg.server_url()?;
+        let tls_keys = rules.map_or(&[][..], |r| r.keys());
         let mut common: Vec<(CommonKey, String)> = Vec::new();
         let mut own: Vec<(K, String)> = Vec::new();
+        let mut tls: Vec<(TlsKey, String)> = Vec::new();
         // Config options first: they win over the URL's.
         let pairs = cfg
             .options
@@ -187,8 +210,12 @@ impl<K: OptionKey> Settings<K> {
                 common.push((c, v.to_string()));
             } else if let Some(o) = K::lookup(k) {
                 own.push((o, v.to_string()));
+            } else if let Some(t) = TlsKey::lookup(k).filter(|t| tls_keys.contains(t)) {
+                if !tls.iter().any(|(seen, _)| *seen == t) {
+                    tls.push((t, v.to_string()));
+                }
             } else {
-                return Err(unknown_key::<K>(k));
+                return Err(unknown_key_of::<K>(k, tls_keys));
             }
         }
         let first = |key: CommonKey| common.iter().find(|(k, _)| *k == key).map(|(_, v)| v);
@@ -234,6 +261,10 @@ impl<K: OptionKey> Settings<K> {
             .key_prefix
             .clone()
             .or_else(|| first(CommonKey::Prefix).cloned());
+        let tls = match rules {
+            Some(rules) => rules.resolve(url.scheme.as_str(), &tls)?,
+            None => None,
+        };
         Ok(Settings {
             url,
             prefix,
@@ -241,6 +272,7 @@ impl<K: OptionKey> Settings<K> {
             connect_timeout,
             command_timeout,
             own,
+            tls,
         })
     }
 
@@ -301,6 +333,12 @@ impl<K: OptionKey> Settings<K> {
     /// How long one server command may take.
     pub fn command_timeout(&self) -> Duration {
         self.command_timeout
+    }
+
+    /// The TLS to connect with (`None`: plain TCP), as [`parse_with_tls`](Self::parse_with_tls)
+    /// found it.
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     /// The raw value of the backend option `key`, if given.

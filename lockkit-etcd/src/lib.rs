@@ -33,14 +33,6 @@ lockkit_core::option_keys! {
         /// `lease_ttl`: the session lease's TTL, the handle's default lease under its older
         /// name (whole seconds).
         LeaseTtl = "lease_ttl",
-        /// `tls_ca`: PEM file of the CA that signed the servers' certificates.
-        TlsCa = "tls_ca",
-        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
-        TlsCert = "tls_cert",
-        /// `tls_key`: PEM file of the client certificate's private key.
-        TlsKey = "tls_key",
-        /// `tls_domain`: the name to check in the servers' certificates.
-        TlsDomain = "tls_domain",
     }
 }
 
@@ -67,32 +59,15 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 /// Like [`connect`], but returns an [`EtcdLocks`], which also offers etcd-specific extensions
 /// such as [`EtcdLocks::is_owner`].
 pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
-    let settings = Settings::<EtcdKey>::parse(cfg)?;
+    let settings = Settings::<EtcdKey>::parse_with_tls(cfg, tls::RULES)?;
     let url = settings.url().clone();
-    let tls = match url.scheme {
-        Scheme::Etcd => {
-            if [
-                EtcdKey::TlsCa,
-                EtcdKey::TlsCert,
-                EtcdKey::TlsKey,
-                EtcdKey::TlsDomain,
-            ]
-            .iter()
-            .any(|k| settings.is_set(*k))
-            {
-                return Err(Error::config(
-                    "options tls_ca, tls_cert, tls_key and tls_domain need an etcds:// URL",
-                ));
-            }
-            None
-        }
-        Scheme::Etcds => Some(tls::options(&settings)?),
-        other => {
-            return Err(Error::config(format!(
-                "lockkit-etcd cannot serve {other}:// URLs"
-            )))
-        }
-    };
+    if !matches!(url.scheme, Scheme::Etcd | Scheme::Etcds) {
+        return Err(Error::config(format!(
+            "lockkit-etcd cannot serve {}:// URLs",
+            url.scheme
+        )));
+    }
+    let tls = settings.tls().map(tls::options);
     let lease = settings.lease_or_alias(EtcdKey::LeaseTtl)?;
     session::whole_seconds(lease).map_err(|e| Error::config(e.message().to_string()))?;
     let http = if tls.is_some() { "https" } else { "http" };
@@ -118,16 +93,14 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
     .await;
     let pool = match connected {
         Err(e) if tls_on && e.kind() == ErrorKind::Connection => {
-            return Err(
-                match tls::refusal(&settings, &url.hosts, settings.connect_timeout()).await {
-                    Some(why) => Error::new(
-                        ErrorKind::Auth,
-                        format!("etcd: TLS with {} refused: {why}", url.host_list()),
-                    )
-                    .with_retryable(false),
-                    None => e,
-                },
-            )
+            return Err(match tls::refusal(&settings, &url.hosts).await {
+                Some(why) => Error::new(
+                    ErrorKind::Auth,
+                    format!("etcd: TLS with {} refused: {why}", url.host_list()),
+                )
+                .with_retryable(false),
+                None => e,
+            })
         }
         connected => connected?,
     };

@@ -212,11 +212,9 @@ async fn keepalive(
     let period = (ttl / 3).max(Duration::from_millis(100));
     // After a failure, try again soon (on the next endpoint), jittered so that the clients of a
     // failed member do not all come back at once.
-    let mut retry = Backoff::new(
-        Duration::from_millis(100),
-        (period / 2).max(Duration::from_millis(200)),
-    )
-    .start();
+    let mut retry = Backoff::SESSION
+        .capped((period / 2).max(Duration::from_millis(200)))
+        .start();
     let mut stream = None;
     let mut next = Instant::now() + period;
     loop {

@@ -1,74 +1,44 @@
-//! TLS for `etcds://` URLs: the CA to trust and an optional client certificate, from options.
+//! TLS for `etcds://` URLs: the core's [`Tls`] (from `tls_ca`, `tls_cert`, `tls_key` and
+//! `tls_domain`) as etcd-client's options, and why a handshake was refused.
 
 use etcd_client::{Certificate, Identity, TlsOptions};
 use lockkit_core::settings::Settings;
-use lockkit_core::{Error, Result};
+use lockkit_core::{Tls, TlsRules};
 
 use crate::EtcdKey;
 
-/// TLS options from `tls_ca` (PEM file of the CA that signed the server's certificate; without
-/// it the server must present a certificate that a public root signed), `tls_cert` + `tls_key`
-/// (PEM files of a client certificate, for servers started with `--client-cert-auth`) and
-/// `tls_domain` (the name to check in the server's certificate, when it differs from the host
-/// in the URL).
-pub(crate) fn options(cfg: &Settings<EtcdKey>) -> Result<TlsOptions> {
-    let mut tls = TlsOptions::new();
-    if let Some(ca) = cfg.get(EtcdKey::TlsCa) {
-        tls = tls.ca_certificate(Certificate::from_pem(read(ca, "tls_ca")?));
+/// The TLS options of `etcds://`: without `tls_ca` the server must present a certificate that
+/// a public root signed; `tls_domain` is the name to check when it differs from the host.
+pub(crate) const RULES: TlsRules = TlsRules {
+    backend: "etcd",
+    scheme: Some("etcds"),
+    domain: true,
+    needs_ca: false,
+};
+
+/// etcd-client's options for `tls`.
+pub(crate) fn options(tls: &Tls) -> TlsOptions {
+    let mut options = TlsOptions::new();
+    if let Some(ca) = tls.ca() {
+        options = options.ca_certificate(Certificate::from_pem(ca));
     }
-    match (cfg.get(EtcdKey::TlsCert), cfg.get(EtcdKey::TlsKey)) {
-        (Some(cert), Some(key)) => {
-            tls = tls.identity(Identity::from_pem(
-                read(cert, "tls_cert")?,
-                read(key, "tls_key")?,
-            ));
-        }
-        (None, None) => {}
-        _ => {
-            return Err(Error::config(
-                "tls_cert and tls_key go together: give both or neither",
-            ))
-        }
+    if let Some((cert, key)) = tls.identity() {
+        options = options.identity(Identity::from_pem(cert, key.expose()));
     }
-    if let Some(domain) = cfg.get(EtcdKey::TlsDomain) {
-        tls = tls.domain_name(domain);
+    if let Some(domain) = tls.domain() {
+        options = options.domain_name(domain);
     }
-    Ok(tls)
+    options
 }
 
-fn read(path: &str, option: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        Error::config(format!("cannot read {option} file {path:?}: {e}")).with_source(e)
-    })
-}
-
-/// Why TLS refused us, found by one handshake of our own with each host: etcd-client reports a
-/// client certificate the server rejects (expired, missing, from another CA) sometimes as the
-/// server's alert and sometimes only as a closed connection, which would look retryable.
-/// `None` when every handshake succeeds or fails for another reason.
+/// Why TLS refused us ([`Tls::refusal`]): etcd-client reports a client certificate the server
+/// rejects (expired, missing, from another CA) sometimes as the server's alert and sometimes
+/// only as a closed connection, which would look retryable. `None` when every handshake
+/// succeeds or fails for another reason.
 pub(crate) async fn refusal(
-    cfg: &Settings<EtcdKey>,
+    settings: &Settings<EtcdKey>,
     hosts: &[lockkit_core::HostPort],
-    timeout: std::time::Duration,
 ) -> Option<String> {
-    let ca = std::fs::read(cfg.get(EtcdKey::TlsCa)?).ok()?;
-    let identity = match (cfg.get(EtcdKey::TlsCert), cfg.get(EtcdKey::TlsKey)) {
-        (Some(cert), Some(key)) => Some((std::fs::read(cert).ok()?, std::fs::read(key).ok()?)),
-        _ => None,
-    };
-    let pem = lockkit_core::tls_probe::TlsPem {
-        ca: &ca,
-        identity: identity.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
-    };
-    let domain = cfg.get(EtcdKey::TlsDomain).map(str::to_string);
-    let hosts = hosts
-        .iter()
-        .map(|h| {
-            (
-                domain.clone().unwrap_or_else(|| h.host.clone()),
-                h.to_string(),
-            )
-        })
-        .collect();
-    lockkit_core::tls_probe::tls_refusal(pem, hosts, timeout).await
+    let tls = settings.tls()?;
+    tls.refusal(hosts, settings.connect_timeout()).await
 }

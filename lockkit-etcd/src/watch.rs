@@ -396,7 +396,7 @@ impl Drop for Slot {
 }
 
 async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
-    let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).start();
+    let mut retry = Backoff::WATCH.start();
     loop {
         let Some(prefix) = nw.upgrade().map(|n| n.prefix.clone()) else {
             return;

@@ -172,7 +172,7 @@ impl Inner {
         inv: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<i64> {
-        let mut retry = Backoff::new(Duration::from_millis(25), Duration::from_millis(200)).start();
+        let mut retry = Backoff::REQUEST.start();
         loop {
             match self.invoke::<i64>(inv, what).await {
                 Ok(r) => return Ok(r),

@@ -1,10 +1,9 @@
 //! Typed settings of the Redis backend, read from a [`LockConfig`].
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use lockkit_core::settings::Settings as Common;
-use lockkit_core::{Error, LockConfig, Result, Scheme};
+use lockkit_core::{Error, LockConfig, Result, Scheme, Tls, TlsRules};
 use redis::aio::ConnectionManagerConfig;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
@@ -28,12 +27,6 @@ lockkit_core::option_keys! {
         /// place in Redisson's fair queue after the one before it (Redisson's
         /// `fairLockWaitTimeout`).
         FairLockWaitTimeout = "fair_lock_wait_timeout",
-        /// `tls_ca`: PEM file of the CA to trust (`rediss://`).
-        TlsCa = "tls_ca",
-        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
-        TlsCert = "tls_cert",
-        /// `tls_key`: PEM file of the client certificate's private key.
-        TlsKey = "tls_key",
         /// `sentinel_username`: the Sentinels' own user.
         SentinelUsername = "sentinel_username",
         /// `sentinel_password`: the Sentinels' own password.
@@ -158,8 +151,9 @@ pub(crate) struct Settings {
     /// With `redisson_compat`: how long a fair waiter that waits without a deadline keeps its
     /// place after the one before it (one with a deadline: its wait), as Redisson's are.
     pub(crate) fair_lock_wait: Duration,
-    /// For rediss://: the CA to trust and the client certificate to present.
-    pub(crate) tls: TlsFiles,
+    /// For rediss://: the CA to trust and the client certificate to present (`None`: plain
+    /// TCP).
+    pub(crate) tls: Option<Tls>,
     /// redis+sentinel://: credentials for the Sentinels themselves (`requirepass` / ACL in
     /// sentinel.conf); the URL's credentials are for the data nodes.
     pub(crate) sentinel_auth: Option<(Option<String>, lockkit_core::Secret)>,
@@ -173,53 +167,13 @@ impl Settings {
     }
 }
 
-/// The PEM files of a `rediss://` connection (paths only: the key's contents are read when the
-/// client is built and never kept in the settings).
-#[derive(Clone, Default)]
-pub(crate) struct TlsFiles {
-    /// `tls_ca`: the CA to trust instead of the system's roots.
-    pub(crate) ca: Option<PathBuf>,
-    /// `tls_cert` + `tls_key`: a client certificate and its private key, for servers started
-    /// with `--tls-auth-clients yes`.
-    pub(crate) client: Option<(PathBuf, PathBuf)>,
-}
-
-impl std::fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The key's path is treated like the other `*key` options: never shown.
-        f.debug_struct("TlsFiles")
-            .field("ca", &self.ca)
-            .field("cert", &self.client.as_ref().map(|(c, _)| c))
-            .field("key", &self.client.as_ref().map(|_| "***"))
-            .finish()
-    }
-}
-
-impl TlsFiles {
-    fn from_settings(cfg: &Common<RedisKey>, tls: bool) -> Result<TlsFiles> {
-        let path = |k: RedisKey| cfg.get(k).map(PathBuf::from);
-        let ca = path(RedisKey::TlsCa);
-        let client = match (path(RedisKey::TlsCert), path(RedisKey::TlsKey)) {
-            (Some(c), Some(k)) => Some((c, k)),
-            (None, None) => None,
-            _ => {
-                return Err(Error::config(
-                    "tls_cert and tls_key go together: give both or neither",
-                ))
-            }
-        };
-        if !tls && (ca.is_some() || client.is_some()) {
-            return Err(Error::config(
-                "options tls_ca, tls_cert and tls_key need a TLS URL (rediss://)",
-            ));
-        }
-        Ok(TlsFiles { ca, client })
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.ca.is_none() && self.client.is_none()
-    }
-}
+/// The TLS options of `rediss://` (Redis checks no other name than the host: no `tls_domain`).
+pub(crate) const TLS: TlsRules = TlsRules {
+    backend: "Redis",
+    scheme: Some("rediss"),
+    domain: false,
+    needs_ca: false,
+};
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -240,7 +194,7 @@ impl std::fmt::Debug for Settings {
 
 impl Settings {
     pub(crate) fn from_config(cfg: &LockConfig) -> Result<Settings> {
-        let common = Common::<RedisKey>::parse(cfg)?;
+        let common = Common::<RedisKey>::parse_with_tls(cfg, TLS)?;
         let url = common.url();
         if url.scheme.backend() != lockkit_core::BackendKind::Redis {
             return Err(Error::config(format!(
@@ -327,7 +281,7 @@ impl Settings {
                     .duration(RedisKey::FairHeartbeat)?
                     .unwrap_or(Duration::from_secs(1)),
             },
-            tls: TlsFiles::from_settings(&common, url.scheme == Scheme::Rediss)?,
+            tls: common.tls().cloned(),
             redisson_compat: common.flag(RedisKey::RedissonCompat)?.unwrap_or(false),
             fair_lock_wait: common
                 .duration(RedisKey::FairLockWaitTimeout)?
@@ -507,11 +461,12 @@ mod tests {
         {
             let e = parse("rediss://127.0.0.1?tls_cert=/c.pem").err().unwrap();
             assert!(e.to_string().contains("together"), "{e}");
-            let s = parse("rediss://127.0.0.1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/secret.pem")
+            let e = parse("rediss://127.0.0.1?tls_ca=/ca.pem&tls_cert=/c.pem&tls_key=/secret.pem")
+                .err()
                 .unwrap();
-            assert_eq!(s.tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
-            assert!(s.tls.client.is_some());
-            assert!(!format!("{s:?}").contains("secret"), "{s:?}");
+            assert!(e.to_string().contains("cannot read tls_ca"), "{e}");
+            assert!(parse("rediss://127.0.0.1").unwrap().tls.is_some());
+            assert!(parse("redis://127.0.0.1").unwrap().tls.is_none());
         }
     }
 

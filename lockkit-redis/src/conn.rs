@@ -141,12 +141,13 @@ pub(crate) struct Connections {
 pub(crate) async fn connect(settings: &Settings, pushes: impl PushSink) -> Result<Connections> {
     match &settings.topology {
         Topology::Single => {
-            let client = crate::tls::client(settings.info.clone(), &settings.tls)?;
+            let client = crate::tls::client(settings.info.clone(), settings.tls.as_ref())?;
             let conn = client
                 .get_connection_manager_with_config(manager_config(settings))
                 .await
                 .map_err(|e| error::map(e, "connect"))?;
-            let pubsub_client = crate::tls::client(settings.pubsub_info.clone(), &settings.tls)?;
+            let pubsub_client =
+                crate::tls::client(settings.pubsub_info.clone(), settings.tls.as_ref())?;
             let pubsub = pubsub_client
                 .get_connection_manager_with_config(
                     manager_config(settings)

@@ -293,7 +293,7 @@ impl Pushes {
 pub(crate) async fn keep_connected(pushes: Pushes) {
     loop {
         pushes.0.disconnected.notified().await;
-        let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).start();
+        let mut retry = Backoff::WATCH.start();
         loop {
             let Some(subs) = pushes.subs() else {
                 return;

@@ -48,7 +48,7 @@ use redis::{ConnectionInfo, RedisError, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::config::{Settings, TlsFiles, WaitReplicas};
+use crate::config::{Settings, WaitReplicas};
 use crate::conn::Conn;
 use crate::error;
 use crate::sentinel::Switchable;
@@ -383,7 +383,7 @@ struct Worker {
     timeout: Duration,
     command_timeout: Duration,
     connect_timeout: Duration,
-    tls: TlsFiles,
+    tls: Option<lockkit_core::Tls>,
     connected: Arc<AtomicI64>,
     refused: Arc<AtomicBool>,
     shared: Conn,
@@ -537,7 +537,7 @@ impl Worker {
             self.own = None;
         }
         if self.own.is_none() {
-            let client = crate::tls::client(info, &self.tls)?;
+            let client = crate::tls::client(info, self.tls.as_ref())?;
             let config = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(self.connect_timeout))
                 .set_response_timeout(Some(self.timeout + self.command_timeout));

@@ -289,7 +289,7 @@ async fn open<P: PushSink>(
             .set_tcp_settings(template.tcp_settings().clone()))
     };
     let conn_info = info(&settings.info)?;
-    let client = crate::tls::client(conn_info.clone(), &settings.tls)?;
+    let client = crate::tls::client(conn_info.clone(), settings.tls.as_ref())?;
     let mut conn = client
         .get_connection_manager_with_config(manager_config(settings))
         .await
@@ -310,7 +310,7 @@ async fn open<P: PushSink>(
         .with_retryable(true));
     }
     let pubsub_info = info(&settings.pubsub_info)?;
-    let pubsub_client = crate::tls::client(pubsub_info.clone(), &settings.tls)?;
+    let pubsub_client = crate::tls::client(pubsub_info.clone(), settings.tls.as_ref())?;
     let pubsub = pubsub_client
         .get_connection_manager_with_config(
             manager_config(settings)
@@ -341,7 +341,7 @@ pub(crate) async fn connect<P: PushSink>(
         last: None,
     };
     let deadline = tokio::time::Instant::now() + settings.connect_timeout;
-    let mut retry = Backoff::new(MIN_GAP, MIN_GAP * 8).start();
+    let mut retry = Backoff::REQUEST.start();
     let (addr, conn, pubsub) = loop {
         let attempt = async {
             let addr = resolver.primary().await?;
@@ -384,7 +384,7 @@ async fn run<P: PushSink>(
 ) {
     // Failed resolutions and unusable new primaries are retried on a jittered backoff, so the
     // clients of one failover do not ask the Sentinels in lockstep.
-    let mut retry = Backoff::new(MIN_GAP, MIN_GAP * 8).start();
+    let mut retry = Backoff::REQUEST.start();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}

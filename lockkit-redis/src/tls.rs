@@ -1,49 +1,28 @@
-//! TLS for `rediss://`: the CA to trust and an optional client certificate, read from the PEM
-//! files named by the `tls_ca`, `tls_cert` and `tls_key` options.
+//! TLS for `rediss://`: the CA to trust and an optional client certificate, as the core read
+//! them from the `tls_ca`, `tls_cert` and `tls_key` options, handed to redis-rs.
 
-use lockkit_core::Result;
 #[cfg(feature = "tls")]
 use lockkit_core::{Error, ErrorKind};
+use lockkit_core::{Result, Tls};
 
-use crate::config::TlsFiles;
-
-/// The certificates for `files`, or `None` when no option was given (system roots, no client
-/// certificate). Errors name the option, and the path except for `tls_key` (whose value is
-/// treated as a secret, like every `*key` option); never a file's contents.
+/// The certificates of `tls` for redis-rs, or `None` when no option named any (system roots,
+/// no client certificate).
 #[cfg(feature = "tls")]
-pub(crate) fn certificates(files: &TlsFiles) -> Result<Option<redis::TlsCertificates>> {
-    if files.is_empty() {
-        return Ok(None);
+fn certificates(tls: &Tls) -> Option<redis::TlsCertificates> {
+    if tls.ca().is_none() && tls.identity().is_none() {
+        return None;
     }
-    let read = |path: &std::path::Path, what: &str| {
-        let shown = if what == "tls_key" {
-            String::new()
-        } else {
-            format!(" {}", path.display())
-        };
-        let pem = std::fs::read(path)
-            .map_err(|e| Error::config(format!("cannot read {what}{shown}: {e}")))?;
-        if !String::from_utf8_lossy(&pem).contains("-----BEGIN") {
-            return Err(Error::config(format!("{what}{shown} is not a PEM file")));
-        }
-        Ok(pem)
-    };
-    let root_cert = files.ca.as_deref().map(|p| read(p, "tls_ca")).transpose()?;
-    let client_tls = match &files.client {
-        Some((cert, key)) => Some(redis::ClientTlsConfig {
-            client_cert: read(cert, "tls_cert")?,
-            client_key: read(key, "tls_key")?,
+    Some(redis::TlsCertificates {
+        client_tls: tls.identity().map(|(cert, key)| redis::ClientTlsConfig {
+            client_cert: cert.to_vec(),
+            client_key: key.expose().as_bytes().to_vec(),
         }),
-        None => None,
-    };
-    Ok(Some(redis::TlsCertificates {
-        client_tls,
-        root_cert,
-    }))
+        root_cert: tls.ca().map(<[u8]>::to_vec),
+    })
 }
 
-/// A redis-rs client for `info` with `files` applied (for a `rediss://` address).
-pub(crate) fn client(info: redis::ConnectionInfo, files: &TlsFiles) -> Result<redis::Client> {
+/// A redis-rs client for `info` with `tls` applied (for a `rediss://` address).
+pub(crate) fn client(info: redis::ConnectionInfo, tls: Option<&Tls>) -> Result<redis::Client> {
     #[cfg(feature = "tls")]
     {
         if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
@@ -51,13 +30,13 @@ pub(crate) fn client(info: redis::ConnectionInfo, files: &TlsFiles) -> Result<re
             // application installed one already.
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
-        if let Some(certs) = certificates(files)? {
+        if let Some(certs) = tls.and_then(certificates) {
             return redis::Client::build_with_tls(info, certs).map_err(setup_error);
         }
     }
     #[cfg(not(feature = "tls"))]
     debug_assert!(
-        files.is_empty(),
+        tls.is_none_or(|t| t.ca().is_none() && t.identity().is_none()),
         "TLS options are rejected without rediss://"
     );
     redis::Client::open(info).map_err(|e| crate::error::map(e, "client setup"))

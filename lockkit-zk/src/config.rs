@@ -63,7 +63,9 @@ pub(crate) struct ZkConfig {
     pub digest: Option<(String, Secret)>,
     pub acl: AclMode,
     /// TLS to the secure client port, when any `tls_*` option is given.
-    pub tls: Option<crate::tls::Tls>,
+    pub tls: Option<lockkit_core::Tls>,
+    /// The hosts, one by one (for the TLS probe).
+    pub addrs: Vec<lockkit_core::HostPort>,
 }
 
 impl fmt::Debug for ZkConfig {
@@ -93,7 +95,7 @@ fn join_path(parts: &[&str]) -> String {
 
 impl ZkConfig {
     pub(crate) fn from_lock_config(cfg: &LockConfig) -> Result<ZkConfig> {
-        let settings = Settings::<ZkKey>::parse(cfg)?;
+        let settings = Settings::<ZkKey>::parse_with_tls(cfg, crate::tls::RULES)?;
         let url = settings.url();
         if url.scheme != Scheme::Zk {
             return Err(Error::config(format!(
@@ -124,6 +126,10 @@ impl ZkConfig {
                 "acl=creator and acl=creator_read need credentials (zk://user:password@…)",
             ));
         }
+        let tls = settings.tls().cloned();
+        if let Some(tls) = &tls {
+            crate::tls::check(tls)?;
+        }
         let root = join_path(&[&url.path, settings.prefix()]);
         if root.is_empty() {
             return Err(Error::config(
@@ -138,7 +144,8 @@ impl ZkConfig {
             command_timeout,
             digest,
             acl,
-            tls: crate::tls::Tls::from_settings(&settings)?,
+            addrs: url.hosts.clone(),
+            tls,
         })
     }
 
@@ -184,7 +191,7 @@ impl ZkConfig {
             #[cfg(feature = "tls")]
             if let (zk::Error::NoHosts, Some(tls)) = (&failed, &self.tls) {
                 let limit = self.connect_timeout;
-                if let Some(why) = crate::tls::refusal(tls, &self.hosts, limit).await {
+                if let Some(why) = tls.refusal(&self.addrs, limit).await {
                     return Err(Error::new(
                         lockkit_core::ErrorKind::Auth,
                         format!("zookeeper: TLS with {} refused: {why}", self.hosts),
@@ -230,7 +237,7 @@ impl ZkConfig {
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.tls {
-            connector = connector.with_tls(tls.options()?);
+            connector = connector.with_tls(crate::tls::options(tls)?);
         }
         Ok(connector)
     }

@@ -138,9 +138,7 @@ fn watch_for_loss(
             }
         };
         tokio::time::sleep(WATCH_AFTER).await;
-        let mut retry =
-            lockkit_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(500))
-                .start();
+        let mut retry = lockkit_core::Backoff::WATCH.start();
         loop {
             if released.load(Ordering::Acquire) {
                 return;

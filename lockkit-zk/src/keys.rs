@@ -8,11 +8,5 @@ lockkit_core::option_keys! {
         SessionTimeout = "session_timeout",
         /// `acl`: `open`, `creator` or `creator_read` (the default with credentials).
         Acl = "acl",
-        /// `tls_ca`: PEM file of the CA that signed the servers' certificates (turns TLS on).
-        TlsCa = "tls_ca",
-        /// `tls_cert`: PEM file of a client certificate (with `tls_key`).
-        TlsCert = "tls_cert",
-        /// `tls_key`: PEM file of the client certificate's private key.
-        TlsKey = "tls_key",
     }
 }

@@ -10,8 +10,7 @@ use zookeeper_client as zk;
 use crate::error::{is_transient, map};
 
 /// How a request that failed only because the connection dropped is tried again.
-pub(crate) const TRANSIENT: Backoff =
-    Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+pub(crate) const TRANSIENT: Backoff = Backoff::REQUEST;
 
 /// Retries `op` while the connection is down (the session lives on), up to `limit`.
 pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>

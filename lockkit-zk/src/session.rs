@@ -207,7 +207,7 @@ impl Session {
         // Every directory we create carries our ACL: with `acl=creator`, a world-writable
         // parent would let another identity pre-create a lock directory and shut us out.
         let ours = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
-        let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).start();
+        let mut retry = Backoff::WATCH.start();
         let until = Instant::now() + self.cfg.command_timeout;
         loop {
             let mut result = Ok(());
@@ -254,7 +254,7 @@ async fn connect(cfg: &ZkConfig) -> Result<Current> {
 /// timeout; each answer moves the deadline to the request's send time plus the timeout. A
 /// failed request is tried again soon, with backoff, until the deadline passes.
 async fn heartbeat(session: Weak<Session>) {
-    let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).start();
+    let mut retry = Backoff::WATCH.start();
     loop {
         let Some(s) = session.upgrade() else { return };
         let Ok(Current { client, clock }) = s.current() else {
@@ -314,7 +314,7 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
             }
         }
         // Open a new session for new acquires; the old guards stay Lost.
-        let mut retry = Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).start();
+        let mut retry = Backoff::SESSION.start();
         let current = loop {
             let Some(s) = session.upgrade() else { return };
             let cfg = s.cfg.clone();

@@ -203,8 +203,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
 
 /// How soon a queued waiter tries again after failed attempts (at most: a heartbeat is sooner):
 /// from 50 ms, jittered, up to 400 ms.
-const RETRY_AFTER_FAILURE: Backoff =
-    Backoff::new(Duration::from_millis(50), Duration::from_millis(400));
+const RETRY_AFTER_FAILURE: Backoff = Backoff::WAITER;
 
 /// Whether a queued waiter bears the failure `e` of a request sent at `sent_at` (a failover, a
 /// restart): it keeps its place for a heartbeat timeout (`waiter_timeout`), and the holder's
