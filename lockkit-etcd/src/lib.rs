@@ -93,14 +93,21 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
     .await;
     let pool = match connected {
         Err(e) if tls_on && e.kind() == ErrorKind::Connection => {
-            return Err(match tls::refusal(&settings, &url.hosts).await {
+            // etcd-client reports a client certificate the server rejects (expired, missing,
+            // from another CA) sometimes as the server's alert and sometimes only as a closed
+            // connection, which would look retryable: a handshake of our own tells.
+            let refusal = match settings.tls() {
+                Some(tls) => tls.refusal(&url.hosts, settings.connect_timeout()).await,
+                None => None,
+            };
+            return Err(match refusal {
                 Some(why) => Error::new(
                     ErrorKind::Auth,
                     format!("etcd: TLS with {} refused: {why}", url.host_list()),
                 )
                 .with_retryable(false),
                 None => e,
-            })
+            });
         }
         connected => connected?,
     };
