@@ -73,11 +73,9 @@ impl TlsRules {
         if !on {
             return Ok(None);
         }
-        let identity = match (get(TlsKey::Cert), get(TlsKey::Key)) {
-            (Some(cert), Some(key)) => Some((
-                read_pem(cert, TlsKey::Cert)?,
-                Secret::new(String::from_utf8_lossy(&read_pem(key, TlsKey::Key)?)),
-            )),
+        // Rules first, files after: a wrong combination is reported before a missing file.
+        let pair = match (get(TlsKey::Cert), get(TlsKey::Key)) {
+            (Some(cert), Some(key)) => Some((cert, key)),
             (None, None) => None,
             _ => {
                 return Err(Error::config(
@@ -85,15 +83,22 @@ impl TlsRules {
                 ))
             }
         };
-        let ca = get(TlsKey::Ca)
-            .map(|p| read_pem(p, TlsKey::Ca))
-            .transpose()?;
-        if self.needs_ca && ca.is_none() {
+        if self.needs_ca && get(TlsKey::Ca).is_none() {
             return Err(Error::config(format!(
                 "{} over TLS needs tls_ca: the CA that signed the server's certificate",
                 self.backend
             )));
         }
+        let ca = get(TlsKey::Ca)
+            .map(|p| read_pem(p, TlsKey::Ca))
+            .transpose()?;
+        let identity = match pair {
+            Some((cert, key)) => Some((
+                read_pem(cert, TlsKey::Cert)?,
+                Secret::new(String::from_utf8_lossy(&read_pem(key, TlsKey::Key)?)),
+            )),
+            None => None,
+        };
         Ok(Some(Tls {
             ca,
             identity,
@@ -120,7 +125,7 @@ fn read_pem(path: &str, key: TlsKey) -> Result<Vec<u8>> {
         format!(" {path:?}")
     };
     let pem = std::fs::read(path)
-        .map_err(|e| Error::config(format!("cannot read {key}{shown}: {e}")).with_source(e))?;
+        .map_err(|e| Error::config(format!("cannot read {key}{shown}")).with_source(e))?;
     if !String::from_utf8_lossy(&pem).contains("-----BEGIN") {
         return Err(Error::config(format!("{key}{shown} is not a PEM file")));
     }
@@ -243,7 +248,10 @@ mod tests {
         let e = ZK.resolve("zk", &given(&[(TlsKey::Ca, junk)])).unwrap_err();
         assert!(e.message().contains("tls_ca") && e.message().contains("not a PEM"));
         let e = ZK
-            .resolve("zk", &given(&[(TlsKey::Cert, pem), (TlsKey::Key, junk)]))
+            .resolve(
+                "zk",
+                &given(&[(TlsKey::Ca, pem), (TlsKey::Cert, pem), (TlsKey::Key, junk)]),
+            )
             .unwrap_err();
         assert!(e.message().contains("tls_key is not a PEM file"), "{e}");
         assert!(!e.message().contains(junk), "the key's path is shown: {e}");
