@@ -30,14 +30,12 @@
 
 use std::ffi::OsString;
 
+mod args;
 #[cfg(target_os = "linux")]
 mod supervisor;
 
-/// The hidden first argument that makes this binary the supervisor.
-pub(crate) const ARG: &str = "__exec-child";
-
-/// The hidden first argument that makes this binary the command's last step before `exec`.
-pub(crate) const COMMAND_ARG: &str = "__exec-command";
+use crate::exit::{exec_error_code, fail};
+pub(crate) use args::{ARG, COMMAND_ARG};
 
 /// What lockkit sends the supervisor to have the command's whole group SIGKILLed at once (the
 /// same signal the supervisor gets when lockkit dies). Without a supervisor: SIGKILL itself.
@@ -95,7 +93,7 @@ pub(crate) fn run_command(args: &[OsString]) -> ! {
 fn parse(args: &[OsString], terminal_flag: bool) -> (i32, bool, &[OsString]) {
     let usage = || -> ! {
         fail(
-            crate::code::USAGE,
+            crate::exit::code::USAGE,
             if terminal_flag {
                 "usage: lockkit __exec-command PID [--terminal] -- CMD..."
             } else {
@@ -119,7 +117,7 @@ fn parse(args: &[OsString], terminal_flag: bool) -> (i32, bool, &[OsString]) {
         .to_str()
         .and_then(|p| p.parse().ok())
         .filter(|p| *p > 0)
-        .unwrap_or_else(|| fail(crate::code::USAGE, "bad parent pid"));
+        .unwrap_or_else(|| fail(crate::exit::code::USAGE, "bad parent pid"));
     (parent, terminal, cmd)
 }
 
@@ -131,17 +129,4 @@ fn exec(cmd: &[OsString]) -> ! {
         exec_error_code(&err),
         format!("cannot run {:?}: {err}", cmd[0]),
     )
-}
-
-/// The shell's exit code for a command that could not be started.
-fn exec_error_code(err: &std::io::Error) -> u8 {
-    match err.kind() {
-        std::io::ErrorKind::NotFound => crate::code::NOT_FOUND,
-        _ => crate::code::CANNOT_EXEC,
-    }
-}
-
-fn fail(code: u8, msg: impl std::fmt::Display) -> ! {
-    crate::complain(msg);
-    std::process::exit(i32::from(code))
 }

@@ -12,9 +12,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
 use crate::duration;
+use crate::exit::{code, complain, error_code};
 use crate::guard::{AnyLock, HoldKind};
 use crate::target::Target;
-use crate::{code, complain, error_code};
 use stop::Stop;
 
 /// Arguments of `lockkit exec`.

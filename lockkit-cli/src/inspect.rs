@@ -5,8 +5,19 @@ use std::io::{BufRead, IsTerminal, Write};
 use lockkit::{LockInfo, Primitive};
 use serde::Serialize;
 
+use crate::exit::{code, complain, error_code};
 use crate::target::Target;
-use crate::{code, complain, error_code, Kind};
+
+/// Which primitive a name refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Kind {
+    /// A mutex.
+    Mutex,
+    /// A read-write lock.
+    Rwlock,
+    /// A semaphore.
+    Semaphore,
+}
 
 fn primitive(kind: Kind) -> Primitive {
     match kind {

@@ -4,6 +4,7 @@ mod bench;
 mod child;
 mod duration;
 mod exec;
+mod exit;
 mod guard;
 mod inspect;
 mod target;
@@ -12,26 +13,10 @@ mod top;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 
-/// Exit codes of `lockkit` itself (a command run by `exec` passes its own status through).
-pub(crate) mod code {
-    /// Generic failure: bad configuration, connection or backend error, refused confirmation.
-    pub const FAILURE: u8 = 1;
-    /// Bad usage (clap's own errors exit with 2).
-    pub const USAGE: u8 = 64;
-    /// The backend does not support the operation (EX_UNAVAILABLE).
-    pub const UNSUPPORTED: u8 = 69;
-    /// The lock was lost, or at risk near its lease's deadline, while the command ran; the
-    /// command was terminated (EX_SOFTWARE).
-    pub const LOST: u8 = 70;
-    /// The lock stayed busy for the whole `--wait` (EX_TEMPFAIL).
-    pub const BUSY: u8 = 75;
-    /// The command could not be executed (permission, not a program).
-    pub const CANNOT_EXEC: u8 = 126;
-    /// The command was not found.
-    pub const NOT_FOUND: u8 = 127;
-}
+use exit::{code, complain};
+use inspect::Kind;
 
 const AFTER_HELP: &str = "\
 Backend: --url URL, or LOCKKIT_URL, or --config FILE (TOML with url = \"...\").
@@ -65,17 +50,6 @@ struct Cli {
 
     #[command(subcommand)]
     command: Command,
-}
-
-/// Which primitive a name refers to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Kind {
-    /// A mutex.
-    Mutex,
-    /// A read-write lock.
-    Rwlock,
-    /// A semaphore.
-    Semaphore,
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,22 +108,6 @@ enum Command {
     /// latency, fairness and violations.
     #[command(after_help = AFTER_HELP)]
     Bench(bench::BenchArgs),
-}
-
-/// Prints an error the same way everywhere.
-pub(crate) fn complain(msg: impl std::fmt::Display) {
-    eprintln!("lockkit: {msg}");
-}
-
-/// The exit code for a lockkit error.
-pub(crate) fn error_code(e: &lockkit::Error) -> u8 {
-    match e.kind() {
-        lockkit::ErrorKind::Unsupported | lockkit::ErrorKind::BackendDisabled { .. } => {
-            code::UNSUPPORTED
-        }
-        lockkit::ErrorKind::InvalidName | lockkit::ErrorKind::InvalidArgument => code::USAGE,
-        _ => code::FAILURE,
-    }
 }
 
 fn main() -> ExitCode {

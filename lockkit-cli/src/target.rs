@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use lockkit::{LockConfig, Locks};
 
-use crate::code;
+use crate::exit::code;
 
 /// The backend selection from the command line and the environment.
 #[derive(Debug)]
@@ -74,7 +74,7 @@ impl Target {
         lease: Option<std::time::Duration>,
     ) -> Result<(LockConfig, Locks), u8> {
         let mut cfg = self.config().map_err(|e| {
-            crate::complain(e);
+            crate::exit::complain(e);
             code::FAILURE
         })?;
         if lease.is_some() {
@@ -83,11 +83,11 @@ impl Target {
         match lockkit::from_config(&cfg).await {
             Ok(locks) => Ok((cfg, locks)),
             Err(e) => {
-                crate::complain(format!(
+                crate::exit::complain(format!(
                     "cannot connect to {}: {e}",
                     lockkit::redact(&cfg.url)
                 ));
-                Err(crate::error_code(&e))
+                Err(crate::exit::error_code(&e))
             }
         }
     }

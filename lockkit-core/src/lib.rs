@@ -16,6 +16,7 @@ pub mod mem;
 mod multi;
 mod mutex;
 mod name;
+pub mod option_key;
 mod options;
 mod ownership;
 mod reaper;

@@ -1,6 +1,6 @@
 //! Typed option keys and the settings every backend shares, read once from a [`LockConfig`].
 //!
-//! Each backend names its options in an enum made by [`option_keys!`] (object_store's
+//! Each backend names its options in an enum made by [`option_keys!`](crate::option_keys) (object_store's
 //! `AmazonS3ConfigKey: FromStr` is the model), and reads them through [`Settings::parse`]. A key
 //! that is neither one of the [`CommonKey`]s nor one of the backend's is a
 //! [`Config`](crate::ErrorKind::Config) error naming the key and every known one, so a
@@ -14,6 +14,8 @@ use crate::config::LockConfig;
 use crate::error::{Error, Result};
 use crate::options::{lease_problem, DEFAULT_LEASE};
 use crate::tls::{Tls, TlsKey, TlsRules};
+
+pub use crate::option_key::{unknown_key, unknown_key_among, CommonKey, NoKey, OptionKey};
 use crate::url::ServerUrl;
 
 /// The default connect timeout.
@@ -27,111 +29,10 @@ fn check_lease(lease: Duration) -> Result<()> {
     lease_problem(lease).map_or(Ok(()), |why| Err(Error::config(why)))
 }
 
-/// A backend's set of option keys. Implement it with [`option_keys!`].
-pub trait OptionKey: Copy + Eq + fmt::Debug + Send + Sync + 'static {
-    /// Every key, in the order error messages list them.
-    const ALL: &'static [Self];
-
-    /// The key as written in URLs and `LockConfig::options`.
-    fn as_str(self) -> &'static str;
-
-    /// The key named `s`, if any.
-    fn lookup(s: &str) -> Option<Self> {
-        Self::ALL.iter().copied().find(|k| k.as_str() == s)
-    }
-}
-
-/// Declares an enum of option keys with [`OptionKey`], `FromStr` (unknown keys are
-/// [`Config`](crate::ErrorKind::Config) errors listing the known ones) and `Display`.
-///
-/// ```
-/// lockkit_core::option_keys! {
-///     /// My backend's options.
-///     pub enum MyKey {
-///         /// `depth`: how deep.
-///         Depth = "depth",
-///     }
-/// }
-/// assert_eq!("depth".parse::<MyKey>().unwrap(), MyKey::Depth);
-/// assert!("deep".parse::<MyKey>().is_err());
-/// ```
-#[macro_export]
-macro_rules! option_keys {
-    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $key:literal),* $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        $vis enum $name {
-            $($(#[$vmeta])* $variant),*
-        }
-
-        impl $crate::settings::OptionKey for $name {
-            const ALL: &'static [Self] = &[$($name::$variant),*];
-            fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $key),*
-                }
-            }
-        }
-
-        impl ::std::str::FromStr for $name {
-            type Err = $crate::Error;
-            fn from_str(s: &str) -> $crate::Result<Self> {
-                <Self as $crate::settings::OptionKey>::lookup(s)
-                    .ok_or_else(|| $crate::settings::unknown_key::<Self>(s))
-            }
-        }
-
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str($crate::settings::OptionKey::as_str(*self))
-            }
-        }
-    };
-}
-
-option_keys! {
-    /// The options every backend takes.
-    pub enum CommonKey {
-        /// `prefix`: the key prefix (also `LockConfig::key_prefix`).
-        Prefix = "prefix",
-        /// `lease`: the handle's default lease (also `LockConfig::lease`).
-        Lease = "lease",
-        /// `connect_timeout` (also `LockConfig::connect_timeout`).
-        ConnectTimeout = "connect_timeout",
-        /// `command_timeout` (also `LockConfig::command_timeout`).
-        CommandTimeout = "command_timeout",
-    }
-}
-
-/// The [`Config`](crate::ErrorKind::Config) error for an unknown key of a backend with keys
-/// `K` (the common keys are listed too).
-pub fn unknown_key<K: OptionKey>(key: &str) -> Error {
-    unknown_key_of::<K>(key, &[])
-}
-
 /// [`unknown_key`] for a backend that also takes the TLS options `tls`.
 fn unknown_key_of<K: OptionKey>(key: &str, tls: &[TlsKey]) -> Error {
-    let known: Vec<&str> = CommonKey::ALL
-        .iter()
-        .map(|k| k.as_str())
-        .chain(K::ALL.iter().map(|k| k.as_str()))
-        .chain(tls.iter().map(|k| k.as_str()))
-        .collect();
-    Error::config(format!(
-        "unknown option {key:?}; known options: {}",
-        known.join(", ")
-    ))
-}
-
-/// A backend without options of its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NoKey {}
-
-impl OptionKey for NoKey {
-    const ALL: &'static [Self] = &[];
-    fn as_str(self) -> &'static str {
-        match self {}
-    }
+    let tls: Vec<&str> = tls.iter().map(|k| k.as_str()).collect();
+    unknown_key_among::<K>(key, &tls)
 }
 
 /// A backend's settings: the common ones resolved, its own ones checked and typed.

@@ -4,8 +4,8 @@
 //! for clients that hide the reason is [`Tls::refusal`] (feature `tls-probe`).
 
 use crate::error::{Error, Result};
+use crate::option_key::OptionKey;
 use crate::secret::Secret;
-use crate::settings::OptionKey;
 
 crate::option_keys! {
     /// The TLS options. A backend takes those its [`TlsRules`] name.

@@ -79,7 +79,7 @@ enum Cmd {
         until: u64,
         #[arg(long)]
         seed: u64,
-        #[arg(long, value_parser = parse_range)]
+        #[arg(long, value_parser = run::parse_range)]
         hold_ms: (u64, u64),
     },
     /// Print a Markdown results table from runs' report.json files.
@@ -186,18 +186,6 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             }
         },
     }
-}
-
-pub(crate) fn parse_range(s: &str) -> Result<(u64, u64), String> {
-    let (a, b) = s.split_once('-').ok_or("expected MIN-MAX")?;
-    let (a, b) = (
-        a.parse().map_err(|e| format!("{e}"))?,
-        b.parse().map_err(|e| format!("{e}"))?,
-    );
-    if a > b {
-        return Err("MIN must not exceed MAX".into());
-    }
-    Ok((a, b))
 }
 
 fn read_log(path: &std::path::Path) -> std::io::Result<Vec<proto::LogLine>> {

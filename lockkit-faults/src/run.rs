@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(long, default_value = "target/faults")]
     pub out: PathBuf,
     /// Range of a hold's length in milliseconds (`MIN-MAX`).
-    #[arg(long, default_value = "50-250", value_parser = crate::parse_range)]
+    #[arg(long, default_value = "50-250", value_parser = parse_range)]
     pub hold_ms: (u64, u64),
 }
 
@@ -393,4 +393,17 @@ async fn inject(
             record(member, None, start)
         }
     }))
+}
+
+/// `MIN-MAX` (milliseconds), as the fault interval options take it.
+pub(crate) fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = s.split_once('-').ok_or("expected MIN-MAX")?;
+    let (a, b) = (
+        a.parse().map_err(|e| format!("{e}"))?,
+        b.parse().map_err(|e| format!("{e}"))?,
+    );
+    if a > b {
+        return Err("MIN must not exceed MAX".into());
+    }
+    Ok((a, b))
 }

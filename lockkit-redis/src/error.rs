@@ -85,3 +85,13 @@ fn is_handshake_refusal(e: &redis::RedisError) -> bool {
         false
     }
 }
+
+/// The error of an acquire the replicas did not acknowledge, which was rolled back.
+pub(crate) fn rolled_back(name: &str, e: Error) -> Error {
+    Error::new(
+        e.kind(),
+        format!("lock {name:?}: the acquire was rolled back: {e}"),
+    )
+    .with_retryable(true)
+    .with_source(e)
+}

@@ -337,6 +337,20 @@ impl Replicas {
         self.sync(what, None, ticket).await
     }
 
+    /// Waits until the replicas have the release of lock `name` sent with `ticket`, as
+    /// Redisson does; the lock is released on the primary either way, so a release they miss is
+    /// only logged (after a failover it comes back until its lease ends).
+    pub(crate) async fn released(&self, name: &str, ticket: Ticket) {
+        if let Err(e) = self.kept("release", ticket).await {
+            tracing::warn!(
+                backend = "redis",
+                lock = name,
+                error = %e,
+                "lockkit: a release did not reach the replicas"
+            );
+        }
+    }
+
     async fn sync(&self, what: &str, need: Option<u32>, ticket: Ticket) -> Result<()> {
         let no_replicas = self.connected.load(Ordering::Acquire) == 0;
         if !self.waits() || (need.is_none() && no_replicas) {

@@ -2,7 +2,10 @@
 //! deadline, an exclusive write hash, and waiting writers' intents that keep new readers out.
 //! With `redisson_compat`, the same primitives on Redisson's layouts ([`redisson`]).
 
+mod handle;
 mod redisson;
+
+use handle::{Core, Layout, Mode};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,67 +19,6 @@ use tokio::time::Instant;
 use crate::client::{expiry_bound, lease_ends_in, Inner, Reentries};
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Read,
-    Write,
-    Permits(u32),
-}
-
-/// Whose key layout a handle uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Layout {
-    Native,
-    /// Redisson's `RReadWriteLock` or `RSemaphore` (`redisson_compat`).
-    Redisson,
-}
-
-impl Mode {
-    fn renew_kind(self, layout: Layout) -> RenewKind {
-        match (self, layout) {
-            (Mode::Write, _) | (Mode::Read, Layout::Redisson) => RenewKind::Hash,
-            _ => RenewKind::Set,
-        }
-    }
-
-    /// The release script's mode: `w` write, `s` shared.
-    fn release_code(self) -> &'static str {
-        if self == Mode::Write {
-            "w"
-        } else {
-            "s"
-        }
-    }
-
-    /// The key holding this mode's ownership: the write hash or the holders set.
-    fn owned_key(self, layout: Layout, keys: &LockKeys) -> &str {
-        match self.renew_kind(layout) {
-            RenewKind::Hash => &keys.lock,
-            RenewKind::Set => &keys.holders,
-        }
-    }
-
-    /// The hash field or set member of one ownership by `owner`.
-    fn member(self, layout: Layout, owner: String) -> String {
-        match (self, layout) {
-            (Mode::Permits(n), _) => format!("{owner}|{n}"),
-            (Mode::Write, Layout::Redisson) => format!("{owner}:write"),
-            _ => owner,
-        }
-    }
-}
-
-/// What one shared-primitive handle needs.
-#[derive(Debug)]
-struct Core {
-    inner: Arc<Inner>,
-    name: Arc<str>,
-    keys: Arc<LockKeys>,
-    layout: Layout,
-    /// Semaphores: the number of permits (0 for read-write locks).
-    capacity: u32,
-}
 
 struct Acquired {
     token: u64,
@@ -221,7 +163,7 @@ impl Core {
                     let undone = release(&self.inner, self.layout, &self.keys, &member, code).await;
                     // A rollback the server did not take stays armed: the reaper retries it.
                     pending.armed = undone.is_err();
-                    return Err(crate::mutex::rolled_back(&self.keys.lock, e));
+                    return Err(crate::error::rolled_back(&self.keys.lock, e));
                 }
             }
             pending.armed = false;
@@ -454,7 +396,7 @@ impl Held for SharedHeld {
         let epoch = self.inner.replicas.ticket(&self.keys.lock);
         match release(&self.inner, self.layout, &self.keys, &self.member, code).await {
             Ok(true) => {
-                crate::mutex::released_on_replicas(&self.inner, &self.name, epoch).await;
+                self.inner.replicas.released(&self.name, epoch).await;
                 Ok(())
             }
             Ok(false) => Err(Error::lost(&self.name)),

@@ -14,8 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use results::{Report, Row};
 
+use crate::exit::{code, complain};
 use crate::target::Target;
-use crate::{code, complain};
 
 pub(crate) use scenario::Scenario;
 

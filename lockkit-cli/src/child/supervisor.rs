@@ -27,8 +27,9 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::{getpgrp, getpid, getppid, tcgetpgrp, tcsetpgrp, Pid};
 
-use super::{exec_error_code, fail, COMMAND_ARG};
-use crate::code;
+use super::args::COMMAND_ARG;
+use crate::exit::code;
+use crate::exit::{exec_error_code, fail};
 
 /// lockkit's death (`PR_SET_PDEATHSIG`) and its explicit "kill the group now".
 pub(super) const KILL_NOW: Signal = Signal::SIGUSR1;

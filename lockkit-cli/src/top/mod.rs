@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use crate::exit::{complain, error_code};
 use crate::target::Target;
-use crate::{complain, error_code};
 use model::{arrange, cells, snapshot, Sort, Tracker, COLUMNS, HEADER};
 
 /// `lockkit top`'s arguments.
@@ -46,7 +46,7 @@ pub(crate) async fn run(target: &Target, args: TopArgs) -> u8 {
     };
     if !locks.capabilities().list {
         complain(format!("the {} backend cannot list locks", locks.backend()));
-        return crate::code::UNSUPPORTED;
+        return crate::exit::code::UNSUPPORTED;
     }
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     // One refresh first: a bad prefix or an unreachable server is reported plainly, before any
@@ -78,7 +78,7 @@ pub(crate) async fn run(target: &Target, args: TopArgs) -> u8 {
     }
     if !std::io::stdout().is_terminal() {
         complain("top needs a terminal on stdout (use --once or --json in scripts)");
-        return crate::code::USAGE;
+        return crate::exit::code::USAGE;
     }
     let title = format!("{} {}", lockkit::redact(&cfg.url), args.prefix);
     let view = ui::Setup {

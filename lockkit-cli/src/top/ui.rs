@@ -15,7 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinHandle;
 
 use super::model::{self, arrange, cells, snapshot, Row, Snapshot, Sort, Tracker, HEADER};
-use crate::complain;
+use crate::exit::complain;
 
 const HELP: &str = "q quit   p pause   s sort   / filter   ↑↓ select";
 
@@ -214,7 +214,7 @@ pub(super) async fn run(locks: Locks, setup: Setup, first: Snapshot) -> u8 {
         Err(e) => {
             ratatui::restore();
             complain(format!("top: cannot take over the terminal: {e}"));
-            return crate::code::FAILURE;
+            return crate::exit::code::FAILURE;
         }
     };
     let signals = [
@@ -226,7 +226,7 @@ pub(super) async fn run(locks: Locks, setup: Setup, first: Snapshot) -> u8 {
     let [Ok(mut int), Ok(mut term), Ok(mut hup)] = signals else {
         drop(screen);
         complain("top: cannot listen for signals");
-        return crate::code::FAILURE;
+        return crate::exit::code::FAILURE;
     };
     let (tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
     // crossterm's reads block: a thread of their own, ending when the view is gone.
@@ -291,7 +291,7 @@ pub(super) async fn run(locks: Locks, setup: Setup, first: Snapshot) -> u8 {
     match failed {
         Some(e) => {
             complain(format!("top: {e}"));
-            crate::code::FAILURE
+            crate::exit::code::FAILURE
         }
         None => 0,
     }

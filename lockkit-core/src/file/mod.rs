@@ -56,6 +56,8 @@
 //! case-insensitive file system folds names that differ only in case.
 
 mod held;
+mod inner;
+mod mutex;
 mod oslock;
 mod paths;
 mod rwlock;
@@ -64,7 +66,7 @@ mod sidecar;
 mod token;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,16 +74,14 @@ use async_trait::async_trait;
 
 use crate::capabilities::{Capabilities, Support};
 use crate::error::{Error, ErrorKind, Result};
-use crate::inspect::{HoldMode, HolderInfo, LockEntry, LockInfo, Primitive, WaiterInfo};
+use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
-use crate::options::{Lease, DEFAULT_LEASE};
+use crate::options::DEFAULT_LEASE;
 use crate::settings::Settings;
-use crate::spi::{Backend, GuardParts, RawMutex, RawRwLock, RawSemaphore, Reaper, Request};
+use crate::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use crate::{LockConfig, Locks};
-use held::{FileHeld, Parts};
-use oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode, Locked};
-use paths::LockPaths;
-use sidecar::Record;
+use inner::Inner;
+use oslock::io_error;
 
 crate::option_keys! {
     /// The `file://` backend's own options.
@@ -118,16 +118,6 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 #[derive(Debug, Clone)]
 pub struct FileBackend {
     inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    dir: PathBuf,
-    sync: bool,
-    lease: Duration,
-    reaper: Reaper,
-    id: String,
-    seq: AtomicU64,
 }
 
 impl FileBackend {
@@ -186,75 +176,6 @@ impl FileBackend {
     }
 }
 
-/// What an acquire hands to [`Inner::finish`].
-struct Acquired {
-    name: Arc<str>,
-    files: Vec<Locked>,
-    lease: Lease,
-    mode: HoldMode,
-    check_identity: bool,
-    sidecars: Vec<PathBuf>,
-    remove_sidecars: bool,
-    owner: String,
-    downgrade: Option<held::Downgrade>,
-}
-
-impl Inner {
-    fn owner(&self) -> String {
-        format!("{}-{}", self.id, self.seq.fetch_add(1, Ordering::Relaxed))
-    }
-
-    fn paths(&self, kind: &str, name: &str) -> LockPaths {
-        LockPaths::new(&self.dir, kind, name)
-    }
-
-    /// Draws the fencing token and builds the guard parts. The OS locks are held already; if
-    /// this future is dropped they are closed with it.
-    async fn finish(&self, counter: PathBuf, a: Acquired) -> Result<GuardParts> {
-        let sync = self.sync;
-        let token = tokio::task::spawn_blocking(move || token::next_token(&counter, sync))
-            .await
-            .map_err(|e| Error::new(ErrorKind::Backend, format!("token task failed: {e}")))?
-            .map_err(io_error)?;
-        let record = held::record(a.owner, token, a.mode, a.lease);
-        let held = FileHeld::start(Parts {
-            name: a.name,
-            files: a.files,
-            lease: a.lease,
-            check_identity: a.check_identity,
-            sidecars: a.sidecars,
-            remove_sidecars: a.remove_sidecars,
-            record,
-            clock: None,
-            downgrade: a.downgrade,
-        });
-        Ok(held.into_parts(token))
-    }
-
-    /// Finishes an exclusive hold of a mutex or RW lock: one holder sidecar, kept on release.
-    async fn finish_exclusive(
-        &self,
-        name: &Arc<str>,
-        paths: &LockPaths,
-        files: Vec<Locked>,
-        lease: Lease,
-        downgrade: Option<held::Downgrade>,
-    ) -> Result<GuardParts> {
-        let acquired = Acquired {
-            name: name.clone(),
-            files,
-            lease,
-            mode: HoldMode::Exclusive,
-            check_identity: true,
-            sidecars: vec![paths.holder()],
-            remove_sidecars: false,
-            owner: self.owner(),
-            downgrade,
-        };
-        self.finish(paths.counter(), acquired).await
-    }
-}
-
 #[async_trait]
 impl Backend for FileBackend {
     fn kind(&self) -> BackendKind {
@@ -279,7 +200,7 @@ impl Backend for FileBackend {
     }
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
-        Ok(Box::new(FileMutex {
+        Ok(Box::new(mutex::FileMutex {
             inner: self.inner.clone(),
             name: name.into(),
             paths: self.inner.paths("mutex", name),
@@ -327,75 +248,10 @@ impl Backend for FileBackend {
 
     async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
         match primitive {
-            Primitive::Mutex => inspect_exclusive(&self.inner.paths("mutex", name)),
+            Primitive::Mutex => mutex::inspect(&self.inner.paths("mutex", name)),
             Primitive::RwLock => rwlock::inspect(&self.inner.paths("rw", name)),
             _ => semaphore::inspect(&self.inner.paths("sem", name)),
         }
         .map_err(io_error)
-    }
-}
-
-fn inspect_exclusive(p: &LockPaths) -> std::io::Result<LockInfo> {
-    if !is_held(&p.lock(), LockMode::Shared)? {
-        return Ok(LockInfo::default());
-    }
-    Ok(LockInfo::new(vec![holder_info(&p.holder())], Vec::new()))
-}
-
-fn holder_info(sidecar: &Path) -> HolderInfo {
-    Record::read(sidecar).map_or_else(
-        || HolderInfo::new("unknown (no holder record yet)", HoldMode::Exclusive),
-        |r| r.info(),
-    )
-}
-
-fn waiting_writer() -> WaiterInfo {
-    WaiterInfo::new("a writer (file locks keep no queue)", HoldMode::Exclusive)
-}
-
-#[derive(Debug)]
-struct FileMutex {
-    inner: Arc<Inner>,
-    name: Arc<str>,
-    paths: LockPaths,
-}
-
-#[async_trait]
-impl RawMutex for FileMutex {
-    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
-        let path = self.paths.lock();
-        let files = poll(req, &self.paths.waiting(), || {
-            Ok(try_lock_path(&path, LockMode::Exclusive)?.map(|l| vec![l]))
-        })
-        .await?;
-        let Some(files) = files else {
-            return Ok(None);
-        };
-        let parts = self
-            .inner
-            .finish_exclusive(&self.name, &self.paths, files, req.lease(), None)
-            .await?;
-        Ok(Some(parts))
-    }
-
-    async fn is_locked(&self) -> Result<bool> {
-        is_held(&self.paths.lock(), LockMode::Shared).map_err(io_error)
-    }
-
-    async fn force_unlock(&self) -> Result<bool> {
-        let path = self.paths.lock();
-        if !is_held(&path, LockMode::Exclusive).map_err(io_error)? {
-            return Ok(false);
-        }
-        remove(&path).map_err(io_error)?;
-        Ok(true)
-    }
-
-    async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        if !self.is_locked().await? {
-            return Ok(None);
-        }
-        // A watchdog lease counts as renewed for as long as its holder lives: its full length.
-        Ok(Record::read(&self.paths.holder()).and_then(|r| r.info().remaining_lease))
     }
 }

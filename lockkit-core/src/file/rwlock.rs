@@ -12,12 +12,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::held::{FileHeld, Parts};
+use super::inner::{Acquired, Inner};
 use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode, Locked};
 use super::paths::LockPaths;
 use super::sidecar::Record;
-use super::{holder_info, waiting_writer, Acquired, Inner};
 use crate::error::{Error, ErrorKind, Result};
-use crate::inspect::{HoldMode, LockInfo};
+use crate::inspect::{HoldMode, LockInfo, WaiterInfo};
 use crate::spi::{GuardParts, RawRwLock, Request};
 
 #[derive(Debug)]
@@ -156,7 +156,10 @@ pub(super) fn inspect(p: &LockPaths) -> std::io::Result<LockInfo> {
         return Ok(LockInfo::default());
     }
     if is_held(&main, LockMode::Shared)? {
-        return Ok(LockInfo::new(vec![holder_info(&p.holder())], Vec::new()));
+        return Ok(LockInfo::new(
+            vec![Record::holder_info(&p.holder())],
+            Vec::new(),
+        ));
     }
     let holders = p
         .readers_present()
@@ -171,4 +174,8 @@ pub(super) fn inspect(p: &LockPaths) -> std::io::Result<LockInfo> {
         Vec::new()
     };
     Ok(LockInfo::new(holders, waiters))
+}
+
+fn waiting_writer() -> WaiterInfo {
+    WaiterInfo::new("a writer (file locks keep no queue)", HoldMode::Exclusive)
 }

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use super::inner::{Acquired, Inner};
 use super::oslock::{io_error, is_held, poll, try_lock_path, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
-use super::{Acquired, Inner};
 use crate::error::Result;
 use crate::inspect::{HoldMode, LockInfo};
 use crate::spi::{GuardParts, RawSemaphore, Request};

@@ -30,6 +30,14 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 impl Record {
+    /// The holder recorded in `sidecar`, or an unknown exclusive holder while it has none yet.
+    pub(crate) fn holder_info(sidecar: &Path) -> HolderInfo {
+        Record::read(sidecar).map_or_else(
+            || HolderInfo::new("unknown (no holder record yet)", HoldMode::Exclusive),
+            |r| r.info(),
+        )
+    }
+
     pub(crate) fn write(&self, path: &Path) {
         let mode = match self.mode {
             HoldMode::Shared => "shared".to_string(),

@@ -15,7 +15,7 @@ use lockkit_core::spi::{GuardParts, Request};
 use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::time::Instant;
 
-use super::{LeaveOnDrop, RedisMutex};
+use super::handle::{LeaveOnDrop, RedisMutex};
 use crate::client::lease_ends_in;
 
 /// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.

@@ -10,7 +10,7 @@ use lockkit_core::spi::{GuardParts, Request};
 use lockkit_core::{ErrorKind, Result};
 use tokio::time::Instant;
 
-use super::{LeaveOnDrop, RedisMutex};
+use super::handle::{LeaveOnDrop, RedisMutex};
 use crate::client::lease_ends_in;
 
 /// How long a woken waiter that found the lock re-taken waits before it listens again.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockkit_core::Result;
 use redis::ScriptInvocation;
 
-use super::{Core, Mode};
+use super::handle::{Core, Mode};
 use crate::client::Inner;
 use crate::keys::LockKeys;
 

@@ -1,0 +1,95 @@
+//! What every `file://` handle shares: the lock directory and its settings, owner ids, and the
+//! last step of every acquire (drawing the token and starting the hold).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::held::{self, FileHeld, Parts};
+use super::oslock::{io_error, Locked};
+use super::paths::LockPaths;
+use super::token;
+use crate::error::{Error, ErrorKind, Result};
+use crate::inspect::HoldMode;
+use crate::options::Lease;
+use crate::spi::{GuardParts, Reaper};
+
+#[derive(Debug)]
+pub(super) struct Inner {
+    pub(super) dir: PathBuf,
+    pub(super) sync: bool,
+    pub(super) lease: Duration,
+    pub(super) reaper: Reaper,
+    pub(super) id: String,
+    pub(super) seq: AtomicU64,
+}
+
+/// What an acquire hands to [`Inner::finish`].
+pub(super) struct Acquired {
+    pub(super) name: Arc<str>,
+    pub(super) files: Vec<Locked>,
+    pub(super) lease: Lease,
+    pub(super) mode: HoldMode,
+    pub(super) check_identity: bool,
+    pub(super) sidecars: Vec<PathBuf>,
+    pub(super) remove_sidecars: bool,
+    pub(super) owner: String,
+    pub(super) downgrade: Option<held::Downgrade>,
+}
+
+impl Inner {
+    pub(super) fn owner(&self) -> String {
+        format!("{}-{}", self.id, self.seq.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(super) fn paths(&self, kind: &str, name: &str) -> LockPaths {
+        LockPaths::new(&self.dir, kind, name)
+    }
+
+    /// Draws the fencing token and builds the guard parts. The OS locks are held already; if
+    /// this future is dropped they are closed with it.
+    pub(super) async fn finish(&self, counter: PathBuf, a: Acquired) -> Result<GuardParts> {
+        let sync = self.sync;
+        let token = tokio::task::spawn_blocking(move || token::next_token(&counter, sync))
+            .await
+            .map_err(|e| Error::new(ErrorKind::Backend, format!("token task failed: {e}")))?
+            .map_err(io_error)?;
+        let record = held::record(a.owner, token, a.mode, a.lease);
+        let held = FileHeld::start(Parts {
+            name: a.name,
+            files: a.files,
+            lease: a.lease,
+            check_identity: a.check_identity,
+            sidecars: a.sidecars,
+            remove_sidecars: a.remove_sidecars,
+            record,
+            clock: None,
+            downgrade: a.downgrade,
+        });
+        Ok(held.into_parts(token))
+    }
+
+    /// Finishes an exclusive hold of a mutex or RW lock: one holder sidecar, kept on release.
+    pub(super) async fn finish_exclusive(
+        &self,
+        name: &Arc<str>,
+        paths: &LockPaths,
+        files: Vec<Locked>,
+        lease: Lease,
+        downgrade: Option<held::Downgrade>,
+    ) -> Result<GuardParts> {
+        let acquired = Acquired {
+            name: name.clone(),
+            files,
+            lease,
+            mode: HoldMode::Exclusive,
+            check_identity: true,
+            sidecars: vec![paths.holder()],
+            remove_sidecars: false,
+            owner: self.owner(),
+            downgrade,
+        };
+        self.finish(paths.counter(), acquired).await
+    }
+}

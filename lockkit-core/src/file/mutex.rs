@@ -1,0 +1,72 @@
+//! The `file://` mutex: an exclusive OS lock on one file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::inner::Inner;
+use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode};
+use super::paths::LockPaths;
+use super::sidecar::Record;
+use crate::error::Result;
+use crate::inspect::LockInfo;
+use crate::spi::{GuardParts, RawMutex, Request};
+
+#[derive(Debug)]
+pub(super) struct FileMutex {
+    pub(super) inner: Arc<Inner>,
+    pub(super) name: Arc<str>,
+    pub(super) paths: LockPaths,
+}
+
+#[async_trait]
+impl RawMutex for FileMutex {
+    async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+        let path = self.paths.lock();
+        let files = poll(req, &self.paths.waiting(), || {
+            Ok(try_lock_path(&path, LockMode::Exclusive)?.map(|l| vec![l]))
+        })
+        .await?;
+        let Some(files) = files else {
+            return Ok(None);
+        };
+        let parts = self
+            .inner
+            .finish_exclusive(&self.name, &self.paths, files, req.lease(), None)
+            .await?;
+        Ok(Some(parts))
+    }
+
+    async fn is_locked(&self) -> Result<bool> {
+        is_held(&self.paths.lock(), LockMode::Shared).map_err(io_error)
+    }
+
+    async fn force_unlock(&self) -> Result<bool> {
+        let path = self.paths.lock();
+        if !is_held(&path, LockMode::Exclusive).map_err(io_error)? {
+            return Ok(false);
+        }
+        remove(&path).map_err(io_error)?;
+        Ok(true)
+    }
+
+    async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        if !self.is_locked().await? {
+            return Ok(None);
+        }
+        // A watchdog lease counts as renewed for as long as its holder lives: its full length.
+        Ok(Record::read(&self.paths.holder()).and_then(|r| r.info().remaining_lease))
+    }
+}
+
+/// Who holds the mutex at `p`.
+pub(super) fn inspect(p: &LockPaths) -> std::io::Result<LockInfo> {
+    if !is_held(&p.lock(), LockMode::Shared)? {
+        return Ok(LockInfo::default());
+    }
+    Ok(LockInfo::new(
+        vec![Record::holder_info(&p.holder())],
+        Vec::new(),
+    ))
+}

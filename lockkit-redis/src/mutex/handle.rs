@@ -1,0 +1,134 @@
+//! The mutex handle: what every acquire of one mutex shares, whatever the layout, from the
+//! first script call to the guard's parts, and the cleanup of a waiter that leaves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::spi::{GuardParts, LeaseClock, StateCell};
+use lockkit_core::{FencingToken, Lease, Result};
+use redis::{Script, ScriptInvocation};
+use tokio::time::Instant;
+
+use super::held::RedisHeld;
+use crate::client::{Inner, Reentries};
+use crate::keys::LockKeys;
+use crate::replicas::Ticket;
+use crate::watchdog::Watched;
+
+/// Takes a waiter out of the mutex's queue if its acquire ends without the lock (its wait ran
+/// out, it failed, or the future was dropped); natively this also passes on a lock handed to it
+/// meanwhile.
+pub(super) struct LeaveOnDrop<'a> {
+    pub(super) mutex: &'a RedisMutex,
+    pub(super) owner: &'a str,
+    /// How long the waiter's place lasts once it stops renewing it (natively its heartbeat
+    /// timeout; in Redisson's fair queue, its wait).
+    pub(super) wait: Duration,
+    pub(super) armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (keys, owner, wait) = (self.mutex.keys.clone(), self.owner.to_string(), self.wait);
+            let inner = &self.mutex.inner;
+            // A waiter that never left is skipped once its place lapses, and natively a lock
+            // handed to it lapses after as long.
+            inner.reap("leave a lock queue", wait * 2, move |inner| {
+                let (keys, owner) = (keys.clone(), owner.clone());
+                async move { inner.leave_queue(&keys, &owner, wait).await }
+            });
+        }
+    }
+}
+
+/// A mutex handle.
+#[derive(Debug)]
+pub(crate) struct RedisMutex {
+    pub(super) inner: Arc<Inner>,
+    pub(super) name: Arc<str>,
+    pub(super) keys: Arc<LockKeys>,
+}
+
+impl RedisMutex {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Result<Self> {
+        let keys = Arc::new(inner.keys(name)?);
+        Ok(RedisMutex {
+            inner,
+            name: name.into(),
+            keys,
+        })
+    }
+
+    /// An invocation of the acquire script `script` for `owner` with `lease`: the keys and
+    /// arguments every acquire script starts with (lock hash and fencing counter; owner, lease
+    /// ms, counter TTL ms). A script that needs more adds them after.
+    pub(super) fn acquire_invocation<'a>(
+        &self,
+        script: &'a Script,
+        owner: &str,
+        lease: Duration,
+    ) -> ScriptInvocation<'a> {
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .arg(owner)
+            .arg(lease.as_millis() as u64)
+            .arg(self.inner.settings.fence_ttl.as_millis() as u64);
+        inv
+    }
+
+    /// Waits until the replicas have our acquire (`wait_replicas`); when they do not, releases
+    /// it again and fails with `ReplicaSync`.
+    /// (`epoch`: the Sentinel epoch the acquire was sent in.) The callers keep their cleanup
+    /// armed while this runs, so a rollback that fails is retried by the reaper.
+    pub(super) async fn confirm_replicas(
+        &self,
+        owner: &str,
+        fair: bool,
+        epoch: Ticket,
+    ) -> Result<()> {
+        let synced = self.inner.replicas.acquired(epoch).await;
+        if let Err(e) = synced {
+            self.inner.release_mutex(&self.keys, owner, fair).await?;
+            return Err(crate::error::rolled_back(&self.name, e));
+        }
+        Ok(())
+    }
+
+    /// The guard parts of a new ownership whose server expiry, `expiry`, was set no earlier
+    /// than `sent_at`.
+    pub(super) fn guard(
+        &self,
+        owner: String,
+        token: u64,
+        lease: Lease,
+        sent_at: Instant,
+        expiry: Duration,
+        fair: bool,
+    ) -> GuardParts {
+        let state = StateCell::new(LeaseClock::starting(sent_at, expiry));
+        let id = self.inner.watchdog.register(Watched {
+            kind: crate::watchdog::RenewKind::Hash,
+            name: self.name.clone(),
+            key: self.keys.lock.clone(),
+            owner: owner.clone(),
+            lease: lease.duration(),
+            renew: lease.is_watchdog(),
+            sent_at,
+            expiry,
+            state: state.clone(),
+        });
+        let held = RedisHeld {
+            inner: self.inner.clone(),
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            owner,
+            id,
+            fair,
+            reentries: Reentries::new(state.clone()),
+            state: state.clone(),
+        };
+        GuardParts::new(FencingToken(token), lease, state, Box::new(held))
+    }
+}

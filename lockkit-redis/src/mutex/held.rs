@@ -1,0 +1,77 @@
+//! One held ownership of a mutex: release, extend and reentry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::spi::{Held, StateCell};
+use lockkit_core::{async_trait, Error, Result};
+
+use crate::client::{expiry_bound, Inner, Reentries};
+use crate::keys::LockKeys;
+
+/// One held ownership of a mutex.
+#[derive(Debug)]
+pub(super) struct RedisHeld {
+    pub(super) inner: Arc<Inner>,
+    pub(super) name: Arc<str>,
+    pub(super) keys: Arc<LockKeys>,
+    pub(super) owner: String,
+    pub(super) id: u64,
+    /// Acquired in fair mode with `redisson_compat`: the release wakes the first queued waiter
+    /// by name. (A native release always hands the lock to the first queued waiter.)
+    pub(super) fair: bool,
+    /// The reentries the server counts (see `Inner::reenter`).
+    pub(super) reentries: Reentries,
+    pub(super) state: StateCell,
+}
+
+#[async_trait]
+impl Held for RedisHeld {
+    async fn release(&self) -> Result<()> {
+        self.inner.watchdog.unregister(self.id);
+        let epoch = self.inner.replicas.ticket(&self.keys.lock);
+        match self
+            .inner
+            .release_mutex(&self.keys, &self.owner, self.fair)
+            .await
+        {
+            Ok(true) => {
+                self.inner.replicas.released(&self.name, epoch).await;
+                Ok(())
+            }
+            Ok(false) => Err(Error::lost(&self.name)),
+            Err(e) => {
+                // Retried until it succeeds (the unlock latch makes a retry answer like the
+                // first try) or the lock has certainly expired; it then hands the lock on.
+                let (keys, owner, fair) = (self.keys.clone(), self.owner.clone(), self.fair);
+                let moot = expiry_bound(&self.state);
+                self.inner.reap("release a lock", moot, move |inner| {
+                    let (keys, owner) = (keys.clone(), owner.clone());
+                    async move { inner.release_mutex(&keys, &owner, fair).await.map(drop) }
+                });
+                Err(e)
+            }
+        }
+    }
+
+    async fn extend(&self, lease: Duration) -> Result<()> {
+        let renew = &self.inner.scripts.renew;
+        self.inner
+            .extend(
+                renew,
+                &self.keys.lock,
+                &self.owner,
+                lease,
+                self.id,
+                &self.name,
+            )
+            .await
+    }
+
+    async fn reenter(&self) -> Result<()> {
+        let (keys, owner) = (&self.keys, &self.owner);
+        self.inner
+            .reenter(&self.reentries, &keys.lock, owner, self.id, &self.name)
+            .await
+    }
+}
