@@ -1,4 +1,4 @@
-//! Typed option keys and the settings every backend shares, read once from a [`LockConfig`].
+//! The settings every backend shares, read once from a [`LockConfig`], and its typed option keys.
 //!
 //! Each backend names its options in an enum made by [`option_keys!`](crate::option_keys) (object_store's
 //! `AmazonS3ConfigKey: FromStr` is the model), and reads them through [`Settings::parse`]. A key
@@ -298,7 +298,7 @@ mod tests {
     use super::*;
     use crate::ErrorKind;
 
-    option_keys! {
+    crate::option_keys! {
         enum TestKey {
             SessionTimeout = "session_timeout",
             Acl = "acl",
