@@ -3,6 +3,7 @@
 mod acquire;
 mod backend;
 mod client;
+mod config;
 mod held;
 mod inner;
 mod mutex;
@@ -25,16 +26,8 @@ use lockkit_core::{
 pub use etcd_client;
 
 use backend::EtcdBackend;
+pub use config::EtcdKey;
 use inner::Inner;
-
-lockkit_core::option_keys! {
-    /// The etcd backend's own options (URL query or `LockConfig::options`).
-    pub enum EtcdKey {
-        /// `lease_ttl`: the session lease's TTL, the handle's default lease under its older
-        /// name (whole seconds).
-        LeaseTtl = "lease_ttl",
-    }
-}
 
 /// Connects to etcd as described by `cfg` and returns a [`Locks`] handle.
 ///

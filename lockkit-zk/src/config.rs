@@ -7,7 +7,16 @@ use lockkit_core::settings::Settings;
 use lockkit_core::{Error, LockConfig, Result, Scheme, Secret};
 use zookeeper_client as zk;
 
-use crate::keys::ZkKey;
+lockkit_core::option_keys! {
+    /// The ZooKeeper backend's own options (URL query or `LockConfig::options`).
+    pub enum ZkKey {
+        /// `session_timeout`: the handle's default lease under its ZooKeeper name: how long
+        /// ZooKeeper keeps our ephemeral nodes after it last heard from us.
+        SessionTimeout = "session_timeout",
+        /// `acl`: `open`, `creator` or `creator_read` (the default with credentials).
+        Acl = "acl",
+    }
+}
 
 /// Which ACL the nodes we create carry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

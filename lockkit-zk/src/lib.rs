@@ -3,7 +3,6 @@
 mod config;
 mod error;
 mod held;
-mod keys;
 mod mutex;
 pub mod node;
 mod ops;
@@ -25,7 +24,7 @@ use lockkit_core::{
 };
 
 use crate::config::ZkConfig;
-pub use crate::keys::ZkKey;
+pub use crate::config::ZkKey;
 use crate::sessions::Sessions;
 
 pub use crate::queue::find_by_prefix;
