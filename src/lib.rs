@@ -14,6 +14,37 @@ pub use lockkit_zk as zk;
 #[cfg(feature = "etcd")]
 pub use lockkit_etcd as etcd;
 
+/// The backends compiled in, in the order URLs are matched against their schemes.
+pub const BACKENDS: &[&BackendInfo] = &[
+    &lockkit_core::mem::INFO,
+    &lockkit_core::file::INFO,
+    #[cfg(feature = "redis")]
+    &lockkit_redis::INFO,
+    #[cfg(feature = "zk")]
+    &lockkit_zk::INFO,
+    #[cfg(feature = "etcd")]
+    &lockkit_etcd::INFO,
+];
+
+/// The schemes of the backends compiled out, by the cargo feature that compiles each in: their
+/// URLs fail with [`ErrorKind::BackendDisabled`] rather than as an unknown scheme.
+const DISABLED: &[(&str, &[&str])] = &[
+    #[cfg(not(feature = "redis"))]
+    (
+        "redis",
+        &["redis", "rediss", "redis+sentinel", "redis+cluster"],
+    ),
+    #[cfg(not(feature = "zk"))]
+    ("zk", &["zk", "zookeeper"]),
+    #[cfg(not(feature = "etcd"))]
+    ("etcd", &["etcd", "etcds"]),
+];
+
+/// The backend that takes URL scheme `scheme` (any case, or an alias such as `zookeeper`).
+pub fn backend_for(scheme: &str) -> Result<&'static BackendInfo> {
+    route(scheme, BACKENDS, DISABLED)
+}
+
 /// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`,
 /// `redis+sentinel://…`, `redis+cluster://…`, `zk://…`, `etcd://…` or `etcds://…`, with default
 /// options.
@@ -23,7 +54,7 @@ pub use lockkit_etcd as etcd;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lockkit::Result<()> {
 /// let locks = lockkit::connect("mem://").await?;
-/// assert_eq!(locks.backend(), lockkit::BackendKind::Memory);
+/// assert_eq!(locks.backend(), lockkit::BackendKind::MEMORY);
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<Locks> {
@@ -40,43 +71,7 @@ pub async fn connect(url: &str) -> Result<Locks> {
 /// ```
 pub async fn from_config(cfg: &LockConfig) -> Result<Locks> {
     let url = cfg.server_url()?;
-    match url.scheme {
-        Scheme::Mem => lockkit_core::mem::connect(cfg).await,
-        Scheme::File => lockkit_core::file::connect(cfg).await,
-        Scheme::Redis | Scheme::Rediss | Scheme::RedisSentinel | Scheme::RedisCluster => {
-            redis_backend(cfg, url.scheme).await
-        }
-        Scheme::Zk => zk_backend(cfg, url.scheme).await,
-        Scheme::Etcd | Scheme::Etcds => etcd_backend(cfg, url.scheme).await,
-        other => Err(other.disabled_error()),
-    }
-}
-
-#[cfg(feature = "redis")]
-async fn redis_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
-    lockkit_redis::connect(cfg).await
-}
-#[cfg(not(feature = "redis"))]
-async fn redis_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
-    Err(scheme.disabled_error())
-}
-
-#[cfg(feature = "zk")]
-async fn zk_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
-    lockkit_zk::connect(cfg).await
-}
-#[cfg(not(feature = "zk"))]
-async fn zk_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
-    Err(scheme.disabled_error())
-}
-
-#[cfg(feature = "etcd")]
-async fn etcd_backend(cfg: &LockConfig, _: Scheme) -> Result<Locks> {
-    lockkit_etcd::connect(cfg).await
-}
-#[cfg(not(feature = "etcd"))]
-async fn etcd_backend(_: &LockConfig, scheme: Scheme) -> Result<Locks> {
-    Err(scheme.disabled_error())
+    (backend_for(&url.scheme)?.connect)(cfg).await
 }
 
 #[cfg(test)]

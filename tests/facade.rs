@@ -11,7 +11,7 @@ use lockkit::{BackendKind, ErrorKind, LockConfig};
 #[tokio::test]
 async fn mem_connects_share_one_table_per_name() {
     let locks = lockkit::connect("mem://").await.unwrap();
-    assert_eq!(locks.backend(), BackendKind::Memory);
+    assert_eq!(locks.backend(), BackendKind::MEMORY);
     let name = "facade/shared";
     let g = locks.mutex(name).unwrap().lock().await.unwrap();
     for other in [
@@ -43,13 +43,22 @@ async fn malformed_urls_are_config_errors() {
         "",
         "localhost:6379",
         "nope://h",
-        "redis://",
+        "2redis://h",
         "zk://h:notaport",
         "etcd://h:70000",
     ] {
         let e = lockkit::connect(url).await.expect_err(url);
         assert_eq!(e.kind(), ErrorKind::Config, "{url}: {e}");
         assert!(!e.is_retryable());
+    }
+    // A URL that names no host is the backend's to refuse: where it is compiled out, the
+    // missing feature is the answer.
+    let e = lockkit::connect("redis://").await.unwrap_err();
+    if cfg!(feature = "redis") {
+        assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+        assert!(e.to_string().contains("needs at least one host"), "{e}");
+    } else {
+        assert!(matches!(e.kind(), ErrorKind::BackendDisabled { .. }), "{e}");
     }
 }
 
@@ -151,4 +160,33 @@ async fn etcd_urls_without_the_feature_say_which_feature() {
             "{e:?}"
         );
     }
+}
+
+/// Every backend compiled in is found by each of its schemes and aliases, in any case, and no
+/// two backends claim a scheme or a kind: routing comes from the backends' descriptors alone.
+#[tokio::test]
+async fn every_backend_is_routed_by_its_own_descriptor() {
+    let mut schemes = Vec::new();
+    let mut kinds = Vec::new();
+    for b in lockkit::BACKENDS {
+        kinds.push(b.kind.as_str());
+        for s in b.schemes {
+            for name in std::iter::once(&s.name).chain(s.aliases) {
+                schemes.push(*name);
+                for spelled in [name.to_string(), name.to_ascii_uppercase()] {
+                    let found = lockkit::backend_for(&spelled).unwrap();
+                    assert_eq!(found.kind, b.kind, "{spelled}");
+                }
+            }
+        }
+    }
+    for list in [&mut schemes, &mut kinds] {
+        let n = list.len();
+        list.sort();
+        list.dedup();
+        assert_eq!(list.len(), n, "claimed twice: {list:?}");
+    }
+    // An alias connects as its scheme does.
+    let locks = lockkit::connect("MEMORY://facade-alias").await.unwrap();
+    assert_eq!(locks.backend(), BackendKind::MEMORY);
 }

@@ -241,7 +241,8 @@ mod tests {
 
         for bad in [
             vars(&[]),
-            vars(&[("LOCKKIT_URL", "nope://x")]),
+            vars(&[("LOCKKIT_URL", "nope:/x")]),
+            vars(&[("LOCKKIT_URL", "2redis://x")]),
             vars(&[("LOCKKIT_URL", "mem://"), ("LOCKKIT_LEASE", "soon")]),
             vars(&[("LOCKKIT_URL", "mem://"), ("LOCKKIT_LEASE", "1ms")]),
             vars(&[("LOCKKIT_URL", "mem://"), ("LOCKKIT_LEASES", "1s")]),

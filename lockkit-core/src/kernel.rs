@@ -251,7 +251,7 @@ mod tests {
     #[async_trait]
     impl Backend for LateBackend {
         fn kind(&self) -> BackendKind {
-            BackendKind::Memory
+            BackendKind::MEMORY
         }
         fn capabilities(&self) -> Capabilities {
             Capabilities::new(Support::basic())
@@ -340,7 +340,7 @@ mod tests {
     #[async_trait]
     impl Backend for SlowExtends {
         fn kind(&self) -> BackendKind {
-            BackendKind::Memory
+            BackendKind::MEMORY
         }
         fn capabilities(&self) -> Capabilities {
             Capabilities::new(Support::all())

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod backend_info;
 mod backoff;
 mod capabilities;
 mod clock;
@@ -23,7 +24,6 @@ mod reaper;
 mod reason;
 mod redact;
 mod rwlock;
-mod scheme;
 mod secret;
 mod semaphore;
 pub mod settings;
@@ -36,6 +36,7 @@ mod url;
 #[cfg(feature = "tls-probe")]
 pub mod tls_probe;
 
+pub use backend_info::{route, BackendInfo, ConnectFn, SchemeInfo};
 pub use backoff::{Backoff, Retry};
 pub use capabilities::{Capabilities, Support};
 pub use config::LockConfig;
@@ -51,7 +52,6 @@ pub use name::{decode_name, encode_name, validate_name, MAX_NAME_LEN};
 pub use options::{AcquireOptions, Lease, Wait, DEFAULT_LEASE, MAX_LEASE, MIN_LEASE};
 pub use reason::LostReason;
 pub use rwlock::RwLock;
-pub use scheme::Scheme;
 pub use secret::Secret;
 pub use semaphore::Semaphore;
 pub use state::{LockState, Lost, StateChanges};

@@ -10,6 +10,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::backend_info::{BackendInfo, SchemeInfo};
 use crate::config::LockConfig;
 use crate::error::{Error, Result};
 use crate::options::{lease_problem, DEFAULT_LEASE};
@@ -39,6 +40,7 @@ fn unknown_key_of<K: OptionKey>(key: &str, tls: &[TlsKey]) -> Error {
 #[derive(Clone)]
 pub struct Settings<K: OptionKey> {
     url: ServerUrl,
+    scheme: &'static SchemeInfo,
     prefix: Option<String>,
     lease: Option<Duration>,
     connect_timeout: Duration,
@@ -76,21 +78,31 @@ impl<K: OptionKey> fmt::Debug for Settings<K> {
 }
 
 impl<K: OptionKey> Settings<K> {
-    /// Reads `cfg`: its URL (with the config's credentials applied), the common options and the
+    /// Reads `cfg` for `backend`: its URL (with the config's credentials applied,
+    /// [resolved](ServerUrl::resolve) against the backend's schemes), the common options and the
     /// backend's own `K`s. Any other key, in the URL or in `cfg.options`, is an error.
-    pub fn parse(cfg: &LockConfig) -> Result<Self> {
-        Self::parse_taking(cfg, None)
+    pub fn parse(cfg: &LockConfig, backend: &BackendInfo) -> Result<Self> {
+        Self::parse_taking(cfg, backend, None)
     }
 
     /// Like [`parse`](Self::parse), for a backend that also takes the TLS options `rules`
     /// names: their PEM files are read now, and TLS options the URL cannot use are an error.
     /// The result is [`tls`](Self::tls).
-    pub fn parse_with_tls(cfg: &LockConfig, rules: TlsRules) -> Result<Self> {
-        Self::parse_taking(cfg, Some(rules))
+    pub fn parse_with_tls(
+        cfg: &LockConfig,
+        backend: &BackendInfo,
+        rules: TlsRules,
+    ) -> Result<Self> {
+        Self::parse_taking(cfg, backend, Some(rules))
     }
 
-    fn parse_taking(cfg: &LockConfig, rules: Option<TlsRules>) -> Result<Self> {
-        let url = cfg.server_url()?;
+    fn parse_taking(
+        cfg: &LockConfig,
+        backend: &BackendInfo,
+        rules: Option<TlsRules>,
+    ) -> Result<Self> {
+        let mut url = cfg.server_url()?;
+        let scheme = url.resolve(backend)?;
         let tls_keys = rules.map_or(&[][..], |r| r.keys());
         let mut common: Vec<(CommonKey, String)> = Vec::new();
         let mut own: Vec<(K, String)> = Vec::new();
@@ -168,6 +180,7 @@ impl<K: OptionKey> Settings<K> {
         };
         Ok(Settings {
             url,
+            scheme,
             prefix,
             lease,
             connect_timeout,
@@ -177,9 +190,14 @@ impl<K: OptionKey> Settings<K> {
         })
     }
 
-    /// The parsed URL.
+    /// The parsed URL, resolved: its scheme the backend's name for it, every host with a port.
     pub fn url(&self) -> &ServerUrl {
         &self.url
+    }
+
+    /// The URL's scheme, as the backend describes it.
+    pub fn scheme(&self) -> &'static SchemeInfo {
+        self.scheme
     }
 
     /// Refuses a user name or password (in the URL or the config) for a backend with nobody to
@@ -305,8 +323,20 @@ mod tests {
         }
     }
 
+    static ZK: BackendInfo = BackendInfo {
+        kind: crate::BackendKind::new("zk"),
+        schemes: &[SchemeInfo {
+            name: "zk",
+            aliases: &[],
+            default_port: Some(2181),
+            tls: false,
+        }],
+        feature: None,
+        connect: |_| Box::pin(async { Err(Error::config("not here")) }),
+    };
+
     fn parse(url: &str) -> Result<Settings<TestKey>> {
-        Settings::parse(&LockConfig::new(url))
+        Settings::parse(&LockConfig::new(url), &ZK)
     }
 
     #[test]
@@ -354,7 +384,7 @@ mod tests {
             );
         }
         let cfg = LockConfig::new("zk://h").with_option("bogus", "1");
-        let e = Settings::<TestKey>::parse(&cfg).unwrap_err();
+        let e = Settings::<TestKey>::parse(&cfg, &ZK).unwrap_err();
         assert!(e.to_string().contains("\"bogus\""), "{e}");
         assert!("bogus".parse::<TestKey>().is_err());
     }
@@ -365,7 +395,7 @@ mod tests {
         cfg.key_prefix = Some("cfg".into());
         cfg.lease = Some(Duration::from_secs(4));
         cfg.options.insert("acl".into(), "creator".into());
-        let s = Settings::<TestKey>::parse(&cfg).unwrap();
+        let s = Settings::<TestKey>::parse(&cfg, &ZK).unwrap();
         assert_eq!(s.prefix(), "cfg");
         assert_eq!(s.lease(), Duration::from_secs(4));
         assert_eq!(s.get(TestKey::Acl), Some("creator"));

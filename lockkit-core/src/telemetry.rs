@@ -31,7 +31,7 @@
 //! etcd key or key prefix, a ZooKeeper node path), `primitive`, `token`, `error`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use metrics::{counter, histogram, Gauge, Histogram, Key, Label, Metadata};
@@ -163,44 +163,46 @@ struct HotKeys {
     hold: Key,
 }
 
-const BACKENDS: usize = 5;
-const PRIMITIVES: usize = 3;
-
-static HOT: [[OnceLock<HotKeys>; PRIMITIVES]; BACKENDS] =
-    [const { [const { OnceLock::new() }; PRIMITIVES] }; BACKENDS];
+/// The hot keys of every (backend, primitive) seen so far: a few dozen at most, built once
+/// each and kept for the life of the process.
+static HOT: RwLock<Vec<(BackendKind, Primitive, &'static HotKeys)>> = RwLock::new(Vec::new());
 
 fn hot_keys(kind: BackendKind, primitive: Primitive) -> &'static HotKeys {
-    let b = match kind {
-        BackendKind::Memory => 0,
-        BackendKind::File => 1,
-        BackendKind::Redis => 2,
-        BackendKind::ZooKeeper => 3,
-        BackendKind::Etcd => 4,
+    let find = |all: &[(BackendKind, Primitive, &'static HotKeys)]| {
+        all.iter()
+            .find(|(k, p, _)| *k == kind && *p == primitive)
+            .map(|(_, _, h)| *h)
     };
-    let p = match primitive {
-        Primitive::Mutex => 0,
-        Primitive::RwLock => 1,
-        Primitive::Semaphore => 2,
+    if let Some(h) = find(&HOT.read().unwrap_or_else(PoisonError::into_inner)) {
+        return h;
+    }
+    let mut all = HOT.write().unwrap_or_else(PoisonError::into_inner);
+    if let Some(h) = find(&all) {
+        return h;
+    }
+    let h: &'static HotKeys = Box::leak(Box::new(build_hot_keys(kind, primitive)));
+    all.push((kind, primitive, h));
+    h
+}
+
+fn build_hot_keys(kind: BackendKind, primitive: Primitive) -> HotKeys {
+    let base = [
+        Label::from_static_parts("backend", kind.as_str()),
+        Label::from_static_parts("primitive", primitive.as_str()),
+    ];
+    let key = |name: &'static str, extra: Option<Label>| {
+        let mut labels = base.to_vec();
+        labels.extend(extra);
+        Key::from_parts(name, labels)
     };
-    HOT[b][p].get_or_init(|| {
-        let base = [
-            Label::from_static_parts("backend", kind.as_str()),
-            Label::from_static_parts("primitive", primitive.as_str()),
-        ];
-        let key = |name: &'static str, extra: Option<Label>| {
-            let mut labels = base.to_vec();
-            labels.extend(extra);
-            Key::from_parts(name, labels)
-        };
-        let outcome = |o: Outcome| Some(Label::from_static_parts("outcome", o.as_str()));
-        HotKeys {
-            waiting: key(names::WAITING, None),
-            held: key(names::HELD, None),
-            acquire: [Outcome::Acquired, Outcome::TimedOut, Outcome::Error]
-                .map(|o| key(names::ACQUIRE_DURATION, outcome(o))),
-            hold: key(names::HOLD_DURATION, None),
-        }
-    })
+    let outcome = |o: Outcome| Some(Label::from_static_parts("outcome", o.as_str()));
+    HotKeys {
+        waiting: key(names::WAITING, None),
+        held: key(names::HELD, None),
+        acquire: [Outcome::Acquired, Outcome::TimedOut, Outcome::Error]
+            .map(|o| key(names::ACQUIRE_DURATION, outcome(o))),
+        hold: key(names::HOLD_DURATION, None),
+    }
 }
 
 /// How an acquire ended.

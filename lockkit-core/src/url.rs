@@ -6,9 +6,9 @@
 
 use std::fmt;
 
+use crate::backend_info::{BackendInfo, SchemeInfo};
 use crate::error::{Error, Result};
 use crate::redact::{is_secret_param, redact_raw};
-use crate::scheme::Scheme;
 use crate::secret::Secret;
 
 /// One `host:port` of a URL.
@@ -16,25 +16,31 @@ use crate::secret::Secret;
 pub struct HostPort {
     /// Host name or address (IPv6 without brackets).
     pub host: String,
-    /// Port (the scheme's default when the URL has none).
+    /// Port: the one the URL gives, or the scheme's default once the URL is
+    /// [resolved](ServerUrl::resolve); 0 until then when the URL gives none.
     pub port: u16,
 }
 
 impl fmt::Display for HostPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
+            write!(f, "[{}]", self.host)?;
         } else {
-            write!(f, "{}:{}", self.host, self.port)
+            f.write_str(&self.host)?;
         }
+        if self.port != 0 {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
     }
 }
 
 /// A parsed lockkit URL. Its `Debug` and `Display` never show the password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ServerUrl {
-    /// The scheme.
-    pub scheme: Scheme,
+    /// The scheme, in lower case: as written until the URL is [resolved](Self::resolve) by a
+    /// backend, which makes an alias its scheme's name (`zookeeper` becomes `zk`).
+    pub scheme: String,
     /// The user name, percent-decoded.
     pub username: Option<String>,
     /// The password, percent-decoded.
@@ -48,7 +54,8 @@ pub struct ServerUrl {
 }
 
 impl ServerUrl {
-    /// Parses a URL.
+    /// Parses a URL of any scheme; which backend takes it, and the default port of a host
+    /// given without one, come from that backend ([`resolve`](Self::resolve)).
     ///
     /// ```
     /// let u = lockkit_core::ServerUrl::parse("zk://alice:s3cret@h1:2181,h2/app?session_timeout=5s").unwrap();
@@ -64,8 +71,8 @@ impl ServerUrl {
                 redact_raw(url)
             ))
         })?;
-        let scheme = Scheme::parse(scheme)?;
-        if scheme == Scheme::File {
+        let scheme = parse_scheme(scheme)?;
+        if scheme == "file" {
             return parse_file(rest);
         }
         let (before_query, query) = match rest.split_once('?') {
@@ -95,13 +102,8 @@ impl ServerUrl {
         let mut hosts = Vec::new();
         if !hostlist.is_empty() {
             for h in hostlist.split(',') {
-                hosts.push(parse_host(h, scheme)?);
+                hosts.push(parse_host(h, &scheme)?);
             }
-        }
-        if hosts.is_empty() && scheme != Scheme::Mem {
-            return Err(Error::config(format!(
-                "{scheme}:// URL needs at least one host"
-            )));
         }
         let params = parse_query(query)?;
         Ok(ServerUrl {
@@ -112,6 +114,35 @@ impl ServerUrl {
             path: decode(path)?,
             params,
         })
+    }
+
+    /// Checks this URL against `backend`, whose scheme it must have: an alias becomes the
+    /// scheme's name, hosts given without a port get the scheme's default, and a server
+    /// backend's URL must name a host. Returns the scheme.
+    pub fn resolve(&mut self, backend: &BackendInfo) -> Result<&'static SchemeInfo> {
+        let scheme = backend.scheme(&self.scheme).ok_or_else(|| {
+            let names: Vec<&str> = backend.schemes.iter().map(|s| s.name).collect();
+            Error::config(format!(
+                "the {} backend takes {}:// URLs, not {}://",
+                backend.kind,
+                names.join("://, "),
+                self.scheme
+            ))
+        })?;
+        self.scheme = scheme.name.to_string();
+        match scheme.default_port {
+            Some(_) if self.hosts.is_empty() => Err(Error::config(format!(
+                "{}:// URL needs at least one host",
+                scheme.name
+            ))),
+            Some(port) => {
+                for h in self.hosts.iter_mut().filter(|h| h.port == 0) {
+                    h.port = port;
+                }
+                Ok(scheme)
+            }
+            None => Ok(scheme),
+        }
     }
 
     /// The last value of query parameter `key`.
@@ -136,7 +167,7 @@ impl ServerUrl {
 impl fmt::Display for ServerUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://", self.scheme)?;
-        if self.scheme == Scheme::File {
+        if self.scheme == "file" {
             return f.write_str(&self.path);
         }
         match (&self.username, &self.password) {
@@ -189,7 +220,7 @@ fn parse_file(rest: &str) -> Result<ServerUrl> {
     }
     let params = parse_query(query)?;
     Ok(ServerUrl {
-        scheme: Scheme::File,
+        scheme: "file".to_string(),
         username: None,
         password: None,
         hosts: Vec::new(),
@@ -198,7 +229,18 @@ fn parse_file(rest: &str) -> Result<ServerUrl> {
     })
 }
 
-fn parse_host(h: &str, scheme: Scheme) -> Result<HostPort> {
+/// The scheme, lower-cased: a letter, then letters, digits, `+`, `-` or `.` (RFC 3986).
+fn parse_scheme(s: &str) -> Result<String> {
+    let mut chars = s.chars();
+    let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !ok {
+        return Err(Error::config(format!("bad URL scheme {:?}", redact_raw(s))));
+    }
+    Ok(s.to_ascii_lowercase())
+}
+
+fn parse_host(h: &str, scheme: &str) -> Result<HostPort> {
     let bad = || Error::config(format!("bad host {h:?} in {scheme}:// URL"));
     if h.is_empty() {
         return Err(bad());
@@ -221,7 +263,7 @@ fn parse_host(h: &str, scheme: Scheme) -> Result<HostPort> {
         return Err(bad());
     }
     let port = match port {
-        None => scheme.default_port(),
+        None => 0,
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
             Error::config(format!(
                 "bad port {p:?} in {scheme}:// URL (expected 1-65535)"
@@ -266,8 +308,30 @@ fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend_info::{route, SchemeInfo};
     use crate::kind::BackendKind;
     use crate::ErrorKind;
+
+    /// A backend as a backend crate describes itself: two schemes, one an alias's target.
+    static DB: BackendInfo = BackendInfo {
+        kind: BackendKind::new("db"),
+        schemes: &[
+            SchemeInfo {
+                name: "db",
+                aliases: &["database"],
+                default_port: Some(4000),
+                tls: false,
+            },
+            SchemeInfo {
+                name: "dbs",
+                aliases: &[],
+                default_port: Some(4001),
+                tls: true,
+            },
+        ],
+        feature: Some("db"),
+        connect: |_| Box::pin(async { Err(Error::config("no db here")) }),
+    };
 
     #[test]
     fn parse_table() {
@@ -288,7 +352,7 @@ mod tests {
             },
             Case {
                 url: "redis://127.0.0.1",
-                hosts: "127.0.0.1:6379",
+                hosts: "127.0.0.1",
                 user: None,
                 pass: None,
                 path: "",
@@ -302,42 +366,42 @@ mod tests {
             },
             Case {
                 url: "rediss://u:p%40ss@h/0",
-                hosts: "h:6379",
+                hosts: "h",
                 user: Some("u"),
                 pass: Some("p@ss"),
                 path: "0",
             },
             Case {
                 url: "redis+sentinel://:pw@s1,s2:26380/lockkit/2",
-                hosts: "s1:26379,s2:26380",
+                hosts: "s1,s2:26380",
                 user: None,
                 pass: Some("pw"),
                 path: "lockkit/2",
             },
             Case {
                 url: "REDIS+CLUSTER://u:p@h1:7000,h2",
-                hosts: "h1:7000,h2:6379",
+                hosts: "h1:7000,h2",
                 user: Some("u"),
                 pass: Some("p"),
                 path: "",
             },
             Case {
                 url: "zk://a:1,b:2,c/app/x",
-                hosts: "a:1,b:2,c:2181",
+                hosts: "a:1,b:2,c",
                 user: None,
                 pass: None,
                 path: "app/x",
             },
             Case {
                 url: "etcd://[::1]:2379,[fe80::1]",
-                hosts: "[::1]:2379,[fe80::1]:2379",
+                hosts: "[::1]:2379,[fe80::1]",
                 user: None,
                 pass: None,
                 path: "",
             },
             Case {
                 url: "ETCDS://root:x@e1",
-                hosts: "e1:2379",
+                hosts: "e1",
                 user: Some("root"),
                 pass: Some("x"),
                 path: "",
@@ -357,8 +421,9 @@ mod tests {
         for bad in [
             "",
             "redis",
-            "redis://",
-            "ftp://h",
+            "://h",
+            "1db://h",
+            "re dis://h",
             "redis://h:0",
             "redis://h:99999",
             "redis://h:x",
@@ -386,25 +451,48 @@ mod tests {
     }
 
     #[test]
-    fn schemes_name_their_features() {
-        assert_eq!(Scheme::parse("zk").unwrap().feature(), Some("zk"));
-        assert_eq!(Scheme::parse("rediss").unwrap().feature(), Some("redis"));
-        assert_eq!(Scheme::parse("mem").unwrap().feature(), None);
-        for s in ["redis+sentinel", "redis+cluster"] {
-            let scheme = Scheme::parse(s).unwrap();
-            assert_eq!(scheme.as_str(), s);
-            assert_eq!(scheme.feature(), Some("redis"));
-            assert_eq!(scheme.backend(), BackendKind::Redis);
+    fn a_backend_resolves_its_own_urls() {
+        let mut u = ServerUrl::parse("DATABASE://u:pw@h1,h2:9/x").unwrap();
+        assert_eq!(u.scheme, "database");
+        assert_eq!(u.resolve(&DB).unwrap().name, "db");
+        assert_eq!(u.scheme, "db");
+        assert_eq!(u.host_list(), "h1:4000,h2:9");
+        assert!(!u.to_string().contains("pw"), "{u}");
+        let mut u = ServerUrl::parse("dbs://h").unwrap();
+        assert!(u.resolve(&DB).unwrap().tls);
+        assert_eq!(u.host_list(), "h:4001");
+        for (bad, says) in [
+            ("db://", "needs at least one host"),
+            ("redis://h", "takes db://, dbs:// URLs"),
+        ] {
+            let e = ServerUrl::parse(bad).unwrap().resolve(&DB).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{bad}");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
         }
-        let shown = redact("redis+sentinel://u:hunter2@s1,s2/m");
-        assert_eq!(shown, "redis+sentinel://u:***@s1:26379,s2:26379/m");
-        let e = Scheme::Etcds.disabled_error();
+    }
+
+    #[test]
+    fn urls_are_routed_by_the_descriptors() {
+        let disabled: &[(&str, &[&str])] = &[("etcd", &["etcd", "etcds"])];
+        assert_eq!(
+            route("Database", &[&DB], disabled).unwrap().kind.as_str(),
+            "db"
+        );
+        let e = route("etcds", &[&DB], disabled).unwrap_err();
         assert!(matches!(
             e.kind(),
             ErrorKind::BackendDisabled {
+                scheme: "etcds",
                 feature: "etcd",
-                ..
             }
         ));
+        let e = route("ftp", &[&DB], disabled).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config);
+        assert!(
+            e.to_string().contains("expected db, dbs, etcd, etcds"),
+            "{e}"
+        );
+        let shown = redact("redis+sentinel://u:hunter2@s1,s2/m");
+        assert_eq!(shown, "redis+sentinel://u:***@s1,s2/m");
     }
 }

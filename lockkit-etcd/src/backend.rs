@@ -32,7 +32,7 @@ impl Drop for EtcdBackend {
 #[async_trait]
 impl Backend for EtcdBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::Etcd
+        crate::config::KIND
     }
 
     fn capabilities(&self) -> Capabilities {

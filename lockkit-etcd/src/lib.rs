@@ -19,15 +19,36 @@ use std::sync::Arc;
 
 use lockkit_core::settings::Settings;
 use lockkit_core::{
-    Error, ErrorKind, LockConfig, LockGuard, LockState, Locks, Permit, ReadGuard, Result, Scheme,
-    WriteGuard,
+    BackendInfo, Error, ErrorKind, LockConfig, LockGuard, LockState, Locks, Permit, ReadGuard,
+    Result, SchemeInfo, WriteGuard,
 };
 
 pub use etcd_client;
 
 use backend::EtcdBackend;
-pub use config::EtcdKey;
+pub use config::{EtcdKey, KIND};
 use inner::Inner;
+
+/// The etcd backend's descriptor: `etcd://` and `etcds://` (TLS), port 2379 by default.
+pub static INFO: BackendInfo = BackendInfo {
+    kind: KIND,
+    schemes: &[
+        SchemeInfo {
+            name: "etcd",
+            aliases: &[],
+            default_port: Some(2379),
+            tls: false,
+        },
+        SchemeInfo {
+            name: "etcds",
+            aliases: &[],
+            default_port: Some(2379),
+            tls: true,
+        },
+    ],
+    feature: Some("etcd"),
+    connect: |cfg| Box::pin(connect(cfg)),
+};
 
 /// Connects to etcd as described by `cfg` and returns a [`Locks`] handle.
 ///
@@ -52,14 +73,8 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 /// Like [`connect`], but returns an [`EtcdLocks`], which also offers etcd-specific extensions
 /// such as [`EtcdLocks::is_owner`].
 pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
-    let settings = Settings::<EtcdKey>::parse_with_tls(cfg, tls::RULES)?;
+    let settings = Settings::<EtcdKey>::parse_with_tls(cfg, &INFO, tls::RULES)?;
     let url = settings.url().clone();
-    if !matches!(url.scheme, Scheme::Etcd | Scheme::Etcds) {
-        return Err(Error::config(format!(
-            "lockkit-etcd cannot serve {}:// URLs",
-            url.scheme
-        )));
-    }
     let tls = settings.tls().map(tls::options);
     let lease = settings.lease_or_alias(EtcdKey::LeaseTtl)?;
     session::whole_seconds(lease).map_err(|e| Error::config(e.message().to_string()))?;

@@ -127,7 +127,7 @@ impl RedisBackend {
 #[async_trait]
 impl Backend for RedisBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::Redis
+        crate::config::KIND
     }
 
     fn capabilities(&self) -> Capabilities {

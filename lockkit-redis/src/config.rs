@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lockkit_core::settings::Settings as Common;
-use lockkit_core::{Error, LockConfig, Result, Scheme, Tls, TlsRules};
+use lockkit_core::{BackendInfo, BackendKind, Error, LockConfig, Result, Tls, TlsRules};
 use redis::aio::ConnectionManagerConfig;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
@@ -84,8 +84,8 @@ impl Topology {
             }
         };
         let path = url.path.trim_matches('/');
-        match url.scheme {
-            Scheme::RedisSentinel => {
+        match url.scheme.as_str() {
+            "redis+sentinel" => {
                 let (master, rest) = path.split_once('/').unwrap_or((path, ""));
                 if master.is_empty() {
                     return Err(Error::config(
@@ -99,7 +99,7 @@ impl Topology {
                 };
                 Ok((topology, db(rest)?))
             }
-            Scheme::RedisCluster => {
+            "redis+cluster" => {
                 if !path.is_empty() {
                     return Err(Error::config(format!(
                         "a redis+cluster:// URL takes no path (a cluster has only db 0), got {path:?}"
@@ -168,6 +168,9 @@ impl Settings {
 }
 
 /// The TLS options of `rediss://` (Redis checks no other name than the host: no `tls_domain`).
+/// The Redis backend's kind: `locks.backend() == lockkit_redis::KIND`.
+pub const KIND: BackendKind = BackendKind::new("redis");
+
 pub(crate) const TLS: TlsRules = TlsRules {
     backend: "Redis",
     scheme: Some("rediss"),
@@ -193,19 +196,13 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
-    pub(crate) fn from_config(cfg: &LockConfig) -> Result<Settings> {
-        let common = Common::<RedisKey>::parse_with_tls(cfg, TLS)?;
+    /// Reads `cfg`, whose URL has one of `backend`'s schemes.
+    pub(crate) fn from_config(cfg: &LockConfig, backend: &BackendInfo) -> Result<Settings> {
+        let common = Common::<RedisKey>::parse_with_tls(cfg, backend, TLS)?;
         let url = common.url();
-        if url.scheme.backend() != lockkit_core::BackendKind::Redis {
-            return Err(Error::config(format!(
-                "the Redis backend takes redis://, rediss://, redis+sentinel:// or \
-                 redis+cluster:// URLs, not {}://",
-                url.scheme
-            )));
-        }
         let (topology, db) = Topology::from_url(url)?;
         let host = &url.hosts[0];
-        let addr = if url.scheme == Scheme::Rediss {
+        let addr = if common.scheme().tls {
             tls_addr(&host.host, host.port)?
         } else {
             ConnectionAddr::Tcp(host.host.clone(), host.port)
@@ -364,7 +361,7 @@ mod tests {
     use super::*;
 
     fn parse(url: &str) -> Result<Settings> {
-        Settings::from_config(&LockConfig::new(url))
+        Settings::from_config(&LockConfig::new(url), &crate::INFO)
     }
 
     #[test]
@@ -475,7 +472,7 @@ mod tests {
         let mut cfg = LockConfig::new("redis://127.0.0.1?prefix=url");
         cfg.key_prefix = Some("cfg".into());
         cfg.options.insert("wait_replicas".into(), "1".into());
-        let s = Settings::from_config(&cfg).unwrap();
+        let s = Settings::from_config(&cfg, &crate::INFO).unwrap();
         assert_eq!(s.prefix, "cfg");
         assert_eq!(s.wait_replicas, WaitReplicas::AtLeast(1));
     }

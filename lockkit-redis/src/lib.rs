@@ -22,10 +22,44 @@ mod watchdog;
 pub use redis;
 
 pub use backend::RedisBackend;
+pub use config::KIND;
 pub use keys::LockKeys;
 pub use script_set::source as scripts;
 
-use lockkit_core::{LockConfig, Locks, Result};
+use lockkit_core::{BackendInfo, LockConfig, Locks, Result, SchemeInfo};
+
+/// The Redis backend's descriptor: its schemes and default ports, for the facade's routing.
+pub static INFO: BackendInfo = BackendInfo {
+    kind: KIND,
+    schemes: &[
+        SchemeInfo {
+            name: "redis",
+            aliases: &[],
+            default_port: Some(6379),
+            tls: false,
+        },
+        SchemeInfo {
+            name: "rediss",
+            aliases: &[],
+            default_port: Some(6379),
+            tls: true,
+        },
+        SchemeInfo {
+            name: "redis+sentinel",
+            aliases: &[],
+            default_port: Some(26379),
+            tls: false,
+        },
+        SchemeInfo {
+            name: "redis+cluster",
+            aliases: &[],
+            default_port: Some(6379),
+            tls: false,
+        },
+    ],
+    feature: Some("redis"),
+    connect: |cfg| Box::pin(connect(cfg)),
+};
 
 /// Connects to Redis as described by `cfg` (`redis://[user:pass@]host:port[/db]` or
 /// `rediss://…`, plus the options in the crate docs).
@@ -40,6 +74,6 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 /// Like [`connect`], but returns the backend itself, for its Redis-specific methods; wrap it with
 /// [`Locks::new`] to use it.
 pub async fn connect_backend(cfg: &LockConfig) -> Result<RedisBackend> {
-    let settings = config::Settings::from_config(cfg)?;
+    let settings = config::Settings::from_config(cfg, &INFO)?;
     RedisBackend::connect(settings).await
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lockkit_core::settings::Settings;
-use lockkit_core::{Error, LockConfig, Result, Scheme, Secret};
+use lockkit_core::{BackendInfo, BackendKind, Error, LockConfig, Result, Secret};
 use zookeeper_client as zk;
 
 lockkit_core::option_keys! {
@@ -102,16 +102,14 @@ fn join_path(parts: &[&str]) -> String {
     out
 }
 
+/// The ZooKeeper backend's kind: `locks.backend() == lockkit_zk::KIND`.
+pub const KIND: BackendKind = BackendKind::new("zk");
+
 impl ZkConfig {
-    pub(crate) fn from_lock_config(cfg: &LockConfig) -> Result<ZkConfig> {
-        let settings = Settings::<ZkKey>::parse_with_tls(cfg, crate::tls::RULES)?;
+    /// Reads `cfg`, whose URL has `backend`'s scheme.
+    pub(crate) fn from_lock_config(cfg: &LockConfig, backend: &BackendInfo) -> Result<ZkConfig> {
+        let settings = Settings::<ZkKey>::parse_with_tls(cfg, backend, crate::tls::RULES)?;
         let url = settings.url();
-        if url.scheme != Scheme::Zk {
-            return Err(Error::config(format!(
-                "the ZooKeeper backend needs a zk:// URL, not {}://",
-                url.scheme
-            )));
-        }
         let session_timeout = settings.lease_or_alias(ZkKey::SessionTimeout)?;
         let connect_timeout = settings.connect_timeout();
         let command_timeout = settings.command_timeout();
@@ -262,7 +260,7 @@ mod tests {
     use lockkit_core::ErrorKind;
 
     fn parse(url: &str) -> Result<ZkConfig> {
-        ZkConfig::from_lock_config(&LockConfig::new(url))
+        ZkConfig::from_lock_config(&LockConfig::new(url), &crate::INFO)
     }
 
     #[test]

@@ -19,12 +19,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
-    encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig, LockEntry, LockInfo,
-    Locks, Primitive, Result, Support, WaiterInfo,
+    encode_name, BackendInfo, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig,
+    LockEntry, LockInfo, Locks, Primitive, Result, SchemeInfo, Support, WaiterInfo,
 };
 
 use crate::config::ZkConfig;
-pub use crate::config::ZkKey;
+pub use crate::config::{ZkKey, KIND};
 use crate::sessions::Sessions;
 
 pub use crate::queue::find_by_prefix;
@@ -49,6 +49,19 @@ pub async fn find_own_node(
     Ok(ours.into_iter().next())
 }
 
+/// The ZooKeeper backend's descriptor: `zk://` (or `zookeeper://`), port 2181 by default.
+pub static INFO: BackendInfo = BackendInfo {
+    kind: KIND,
+    schemes: &[SchemeInfo {
+        name: "zk",
+        aliases: &["zookeeper"],
+        default_port: Some(2181),
+        tls: false,
+    }],
+    feature: Some("zk"),
+    connect: |cfg| Box::pin(connect(cfg)),
+};
+
 /// Connects to ZooKeeper as described by `cfg` and returns a [`Locks`] handle. The handle owns
 /// one ZooKeeper session whose timeout is its default lease (`lease`, or `session_timeout`, its
 /// ZooKeeper name; 30 s unless set), shared by all its locks; an acquire that asks for another
@@ -65,7 +78,7 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
 /// Like [`connect`], but returns a [`ZkLocks`], which also offers ZooKeeper-specific methods
 /// ([`ZkLocks::mutex_path`] for Curator interop, [`ZkLocks::wake_count`]).
 pub async fn connect_zk(cfg: &LockConfig) -> Result<ZkLocks> {
-    let zk_cfg = ZkConfig::from_lock_config(cfg)?;
+    let zk_cfg = ZkConfig::from_lock_config(cfg, &INFO)?;
     let sessions = Sessions::open(zk_cfg).await?;
     Ok(ZkLocks {
         locks: Locks::new(ZkBackend {
@@ -179,7 +192,7 @@ impl ZkBackend {
 #[async_trait]
 impl Backend for ZkBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::ZooKeeper
+        KIND
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -29,7 +29,7 @@ pub(crate) async fn run(s: &Setup<'_>) -> Row {
 
 async fn raw_floor(s: &Setup<'_>) -> RawFloor {
     match s.locks.backend() {
-        BackendKind::Memory => {
+        BackendKind::MEMORY => {
             // An uncontended in-process mutex cycle: the floor under any mem:// lock.
             let m = std::sync::Mutex::new(0u64);
             let mut waits = Vec::with_capacity(s.ops as usize);
@@ -44,7 +44,7 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
             }
             RawFloor::Measured(waits, started.elapsed(), "std Mutex lock + unlock")
         }
-        BackendKind::File => match s.cfg.server_url() {
+        BackendKind::FILE => match s.cfg.server_url() {
             Ok(url) => {
                 let dir = std::path::PathBuf::from(url.path);
                 let path = dir.join(format!("raw-floor.{}.lock", std::process::id()));

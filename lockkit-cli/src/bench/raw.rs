@@ -29,7 +29,10 @@ pub(crate) enum RawFloor {
 #[cfg(feature = "full")]
 /// The server URL, or why this module cannot measure it.
 fn hosts(cfg: &LockConfig) -> Result<lockkit::ServerUrl, &'static str> {
-    let url = cfg.server_url().map_err(|_| "no raw floor for this URL")?;
+    let mut url = cfg.server_url().map_err(|_| "no raw floor for this URL")?;
+    let backend = lockkit::backend_for(&url.scheme).map_err(|_| "no raw floor for this URL")?;
+    url.resolve(backend)
+        .map_err(|_| "no raw floor for this URL")?;
     if url.username.is_some() || url.password.is_some() {
         return Err("no raw floor with credentials (plain URLs only)");
     }
@@ -49,10 +52,10 @@ pub(super) async fn floor(
         Err(why) => return RawFloor::NotMeasured(why),
     };
     let key = format!("lockkit-raw-floor-{:016x}", rand::random::<u64>());
-    let r = match (kind, url.scheme) {
-        (BackendKind::Redis, lockkit::Scheme::Redis) => redis_floor(&url, &key, ops, pb).await,
-        (BackendKind::ZooKeeper, _) => zk_floor(&url, &key, ops, pb).await,
-        (BackendKind::Etcd, lockkit::Scheme::Etcd) => etcd_floor(&url, &key, ops, pb).await,
+    let r = match (kind.as_str(), url.scheme.as_str()) {
+        ("redis", "redis") => redis_floor(&url, &key, ops, pb).await,
+        ("zk", _) => zk_floor(&url, &key, ops, pb).await,
+        ("etcd", "etcd") => etcd_floor(&url, &key, ops, pb).await,
         _ => return RawFloor::NotMeasured(
             "no raw floor over TLS or for Sentinel/Cluster URLs (plain single-server URLs only)",
         ),

@@ -133,7 +133,7 @@ impl Scenario {
         // Each client gets its own connection, except mem:// whose lock table is per handle.
         let mut handles = Vec::with_capacity(clients);
         for _ in 0..clients {
-            if s.locks.backend() == BackendKind::Memory {
+            if s.locks.backend() == BackendKind::MEMORY {
                 handles.push(s.locks.clone());
             } else {
                 match lockkit::from_config(s.cfg).await {
@@ -182,7 +182,7 @@ impl Scenario {
             }
         }
         let elapsed = started.elapsed();
-        if s.locks.backend() != BackendKind::Memory {
+        if s.locks.backend() != BackendKind::MEMORY {
             for l in &handles {
                 let _ = l.close().await;
             }

@@ -72,6 +72,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::backend_info::{BackendInfo, SchemeInfo};
 use crate::capabilities::{Capabilities, Support};
 use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
@@ -91,11 +92,24 @@ crate::option_keys! {
     }
 }
 
+/// The lock-file backend's descriptor: `file://`, always compiled in.
+pub static INFO: BackendInfo = BackendInfo {
+    kind: BackendKind::FILE,
+    schemes: &[SchemeInfo {
+        name: "file",
+        aliases: &[],
+        default_port: None,
+        tls: false,
+    }],
+    feature: None,
+    connect: |cfg| Box::pin(connect(cfg)),
+};
+
 /// Opens the lock directory named by `cfg`'s `file://` URL, creating it if missing. With an
 /// explicit `prefix`, the locks live in the subdirectory of that name. `lease` sets the default
 /// lease; `connect_timeout` and `command_timeout` are accepted and have nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
-    let settings = Settings::<FileKey>::parse(cfg)?;
+    let settings = Settings::<FileKey>::parse(cfg, &INFO)?;
     settings.refuse_credentials("file")?;
     let sync = settings.flag(FileKey::Sync)?.unwrap_or(true);
     let mut dir = PathBuf::from(&settings.url().path);
@@ -179,7 +193,7 @@ impl FileBackend {
 #[async_trait]
 impl Backend for FileBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::File
+        BackendKind::FILE
     }
 
     fn capabilities(&self) -> Capabilities {

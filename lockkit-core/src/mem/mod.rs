@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::backend_info::{BackendInfo, SchemeInfo};
 use crate::capabilities::{Capabilities, Support};
 use crate::config::LockConfig;
 use crate::error::{Error, Result};
@@ -55,6 +56,19 @@ impl Locks {
     }
 }
 
+/// The in-process backend's descriptor: `mem://`, always compiled in.
+pub static INFO: BackendInfo = BackendInfo {
+    kind: BackendKind::MEMORY,
+    schemes: &[SchemeInfo {
+        name: "mem",
+        aliases: &["memory"],
+        default_port: None,
+        tls: false,
+    }],
+    feature: None,
+    connect: |cfg| Box::pin(connect(cfg)),
+};
+
 /// Connects to the in-process table named by `cfg`'s URL: `mem://` is the process's one shared
 /// table, `mem://NAME` a separate one. Every `connect` to the same URL shares its table, so
 /// parts of an application that connect separately exclude each other, as they would through a
@@ -62,7 +76,7 @@ impl Locks {
 /// `lease` (the default lease); `connect_timeout` and `command_timeout` are accepted and have
 /// nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
-    let settings = Settings::<NoKey>::parse(cfg)?;
+    let settings = Settings::<NoKey>::parse(cfg, &INFO)?;
     settings.refuse_credentials("mem")?;
     let url = settings.url();
     let name = match (url.hosts.as_slice(), url.path.as_str()) {
@@ -112,7 +126,7 @@ impl MemBackend {
 #[async_trait]
 impl Backend for MemBackend {
     fn kind(&self) -> BackendKind {
-        BackendKind::Memory
+        BackendKind::MEMORY
     }
 
     fn capabilities(&self) -> Capabilities {
