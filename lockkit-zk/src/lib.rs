@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod backend;
 mod config;
 mod error;
 mod held;
@@ -14,15 +15,10 @@ mod sessions;
 mod tls;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
-use lockkit_core::{
-    encode_name, BackendInfo, BackendKind, Capabilities, HoldMode, HolderInfo, LockConfig,
-    LockEntry, LockInfo, Locks, Primitive, Result, SchemeInfo, Support, WaiterInfo,
-};
+use lockkit_core::{BackendInfo, LockConfig, Locks, Result, SchemeInfo};
 
+pub use crate::backend::ZkBackend;
 use crate::config::ZkConfig;
 pub use crate::config::{ZkKey, KIND};
 use crate::sessions::Sessions;
@@ -81,18 +77,9 @@ pub async fn connect_zk(cfg: &LockConfig) -> Result<ZkLocks> {
     let zk_cfg = ZkConfig::from_lock_config(cfg, &INFO)?;
     let sessions = Sessions::open(zk_cfg).await?;
     Ok(ZkLocks {
-        locks: Locks::new(ZkBackend {
-            sessions: sessions.clone(),
-        }),
+        locks: Locks::new(ZkBackend::new(sessions.clone())),
         sessions,
     })
-}
-
-/// The ZooKeeper backend behind a [`Locks`] handle. Its sessions close when the last handle,
-/// lock and guard made from it is dropped.
-#[derive(Debug)]
-pub struct ZkBackend {
-    sessions: Arc<Sessions>,
 }
 
 /// A [`Locks`] handle on ZooKeeper with ZooKeeper-specific extensions. It dereferences to
@@ -158,166 +145,6 @@ impl ZkLocks {
     }
 
     fn dir(&self, kind: &str, name: &str) -> String {
-        dir(&self.sessions, kind, name)
-    }
-}
-
-fn dir(sessions: &Sessions, kind: &str, name: &str) -> String {
-    format!("{}/{}", kind_root(sessions, kind), encode_name(name))
-}
-
-/// The directory holding every lock directory of one primitive (`mutex`, `rwlock`, `semaphore`).
-fn kind_root(sessions: &Sessions, kind: &str) -> String {
-    format!("{}/{kind}", sessions.default().cfg.root)
-}
-
-impl ZkBackend {
-    fn dir(&self, kind: &str, name: &str) -> String {
-        dir(&self.sessions, kind, name)
-    }
-
-    fn mutex_path(&self, name: &str) -> String {
-        self.dir("mutex", name)
-    }
-
-    fn rwlock_path(&self, name: &str) -> String {
-        self.dir("rwlock", name)
-    }
-
-    fn semaphore_path(&self, name: &str) -> String {
-        self.dir("semaphore", name)
-    }
-}
-
-#[async_trait]
-impl Backend for ZkBackend {
-    fn kind(&self) -> BackendKind {
-        KIND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        // Ephemeral nodes live as long as their session: no fixed leases, and no remaining
-        // lease to tell. Nodes are served in sequence order: fair always.
-        let support = Support::all().fixed_lease(false).remaining_lease(false);
-        Capabilities::new(support)
-            .with_rwlock(support)
-            .with_semaphore(support)
-            .list(true)
-    }
-
-    fn default_lease(&self) -> Duration {
-        self.sessions.default().cfg.session_timeout
-    }
-
-    fn reaper(&self) -> Reaper {
-        self.sessions.reaper()
-    }
-
-    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
-        Ok(Box::new(mutex::ZkMutex {
-            sessions: self.sessions.clone(),
-            name: name.to_string(),
-            dir: self.mutex_path(name),
-        }))
-    }
-
-    fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
-        Ok(Box::new(rwlock::ZkRwLock {
-            sessions: self.sessions.clone(),
-            name: name.to_string(),
-            dir: self.rwlock_path(name),
-        }))
-    }
-
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
-        Ok(Box::new(semaphore::ZkSemaphore {
-            sessions: self.sessions.clone(),
-            name: name.to_string(),
-            dir: self.semaphore_path(name),
-            permits,
-        }))
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.sessions.close().await
-    }
-
-    /// The lock directories under each primitive's root whose name starts with `prefix` and
-    /// that have a child (a holder or waiter; a semaphore's in `leases` or `locks`). Directories
-    /// stay after their last node goes (they are containers ZooKeeper removes later), so each
-    /// one is looked into.
-    async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
-        let session = self.sessions.default();
-        let client = session.client()?;
-        let limit = session.cfg.command_timeout;
-        let mut found = Vec::new();
-        for (kind, primitive, inside) in [
-            ("mutex", Primitive::Mutex, &[""][..]),
-            ("rwlock", Primitive::RwLock, &[""][..]),
-            (
-                "semaphore",
-                Primitive::Semaphore,
-                &["/leases", "/locks"][..],
-            ),
-        ] {
-            let root = kind_root(&self.sessions, kind);
-            for child in ops::list_or_empty(&client, &root, limit).await? {
-                let Some(name) = lockkit_core::decode_name(&child) else {
-                    continue;
-                };
-                if !name.starts_with(prefix) {
-                    continue;
-                }
-                for sub in inside {
-                    let dir = format!("{root}/{child}{sub}");
-                    if !ops::list_or_empty(&client, &dir, limit).await?.is_empty() {
-                        found.push(LockEntry::new(name, primitive));
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    async fn inspect(&self, name: &str, primitive: Primitive) -> Result<LockInfo> {
-        let (dir, markers): (String, &[&str]) = match primitive {
-            Primitive::Mutex => (self.mutex_path(name), mutex::MARKERS),
-            Primitive::RwLock => (self.rwlock_path(name), rwlock::MARKERS),
-            Primitive::Semaphore => (
-                format!("{}/leases", self.semaphore_path(name)),
-                &[node::LEASE_MARKER],
-            ),
-            _ => return Err(lockkit_core::Error::unsupported("unknown primitive")),
-        };
-        let session = self.sessions.default();
-        let all = queue::participants(session, &dir, markers).await?;
-        let mode = |p: &node::Participant| match primitive {
-            Primitive::RwLock if p.marker == 0 => HoldMode::Shared,
-            Primitive::Semaphore => HoldMode::Permits(1),
-            _ => HoldMode::Exclusive,
-        };
-        let holding = match primitive {
-            Primitive::Semaphore => all.len(),
-            Primitive::RwLock => rwlock::holder_count(&all),
-            _ => all.len().min(1),
-        };
-        let client = session.client()?;
-        let mut holders = Vec::with_capacity(holding);
-        for p in &all[..holding] {
-            let path = format!("{dir}/{}", p.name);
-            let mut info = HolderInfo::new(path.clone(), mode(p));
-            if let Ok(Some(stat)) = client.check_stat(&path).await {
-                info = info.with_token(lockkit_core::FencingToken(
-                    u64::try_from(stat.czxid).unwrap_or(0),
-                ));
-            }
-            holders.push(info);
-        }
-        let waiters = all[holding..]
-            .iter()
-            .map(|p| WaiterInfo::new(format!("{dir}/{}", p.name), mode(p)))
-            .collect();
-        Ok(LockInfo::new(holders, waiters))
+        backend::dir(&self.sessions, kind, name)
     }
 }
