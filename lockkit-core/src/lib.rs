@@ -3,6 +3,7 @@
 mod backend_info;
 mod backoff;
 mod capabilities;
+mod cleanup;
 mod clock;
 mod config;
 mod error;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
-use lockkit_core::spi::{GuardParts, LeaseClock, Request, StateCell};
+use lockkit_core::spi::{GuardParts, LeaseClock, OnDrop, Request, StateCell};
 use lockkit_core::{Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
@@ -163,14 +163,8 @@ async fn wait_turn(
     need: Need,
     deadline: Option<Instant>,
 ) -> Standing {
-    struct Unregister<'a>(&'a NameWatch, i64);
-    impl Drop for Unregister<'_> {
-        fn drop(&mut self) {
-            self.0.remove_waiter(self.1);
-        }
-    }
     let notify = nw.add_waiter(rev, need);
-    let _unregister = Unregister(nw, rev);
+    let _unregister = OnDrop::armed(|| nw.remove_waiter(rev));
     loop {
         if let s @ (Standing::Owner | Standing::Gone) = nw.standing(rev, need) {
             return s;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{
-    GuardParts, Held, LeaseClock, RawRwLock, RawSemaphore, Request, StateCell,
+    GuardParts, Held, LeaseClock, OnDrop, RawRwLock, RawSemaphore, Request, StateCell,
 };
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
@@ -26,37 +26,25 @@ struct Acquired {
     member: String,
 }
 
-/// Undoes an acquire whose reply was never seen, or withdraws a writer's intent.
-struct Cleanup<'a> {
-    core: &'a Core,
-    member: &'a str,
-    mode: Mode,
-    /// The lease the acquire asks for: the longest what it took can live.
-    lease: Duration,
-    armed: bool,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (keys, member, mode) = (self.core.keys.clone(), self.member.to_string(), self.mode);
-        let layout = self.core.layout;
-        let inner = &self.core.inner;
-        // What this attempt may have taken lives at most a lease; an intent, a heartbeat timeout.
-        let moot = self.lease.max(inner.settings.waiter_timeout()) + Duration::from_secs(1);
-        inner.reap("undo an unanswered acquire", moot, move |inner| {
-            let (keys, member) = (keys.clone(), member.clone());
-            async move {
-                release(&inner, layout, &keys, &member, mode.release_code()).await?;
-                if mode == Mode::Write {
-                    release(&inner, layout, &keys, &member, "i").await?;
-                }
-                Ok(())
+/// Hands the reaper undoing an acquire of `member` whose reply was never seen, or withdrawing a
+/// writer's intent (`mode` Write). `lease`: the lease the acquire asks for, the longest what it
+/// took can live.
+fn undo_later(core: &Core, member: &str, mode: Mode, lease: Duration) {
+    let (keys, member) = (core.keys.clone(), member.to_string());
+    let layout = core.layout;
+    let inner = &core.inner;
+    // What this attempt may have taken lives at most a lease; an intent, a heartbeat timeout.
+    let moot = lease.max(inner.settings.waiter_timeout()) + Duration::from_secs(1);
+    inner.reap("undo an unanswered acquire", moot, move |inner| {
+        let (keys, member) = (keys.clone(), member.clone());
+        async move {
+            release(&inner, layout, &keys, &member, mode.release_code()).await?;
+            if mode == Mode::Write {
+                release(&inner, layout, &keys, &member, "i").await?;
             }
-        });
-    }
+            Ok(())
+        }
+    });
 }
 
 /// Runs the shared release script: `w` write, `s` shared, `i` writer intent.
@@ -126,32 +114,20 @@ impl Core {
         let mut sub: Option<crate::pubsub::Subscription> = None;
         let mut woken = false;
         // A writer that had to wait has registered its intent: withdraw it if we give up.
-        let mut intent = Cleanup {
-            core: self,
-            member: &member,
-            mode: Mode::Write,
-            lease,
-            armed: false,
-        };
+        let mut intent = OnDrop::disarmed(|| undo_later(self, &member, Mode::Write, lease));
         // The same call is sent on every attempt.
         let inv = match self.layout {
             Layout::Native => self.native_acquire_call(mode, &member, lease),
             Layout::Redisson => redisson::acquire_call(self, mode, &member, lease),
         };
         loop {
-            let mut pending = Cleanup {
-                core: self,
-                member: &member,
-                mode,
-                lease,
-                armed: true,
-            };
+            let mut pending = OnDrop::armed(|| undo_later(self, &member, mode, lease));
             let sent_at = Instant::now();
             let epoch = self.inner.replicas.ticket(&self.keys.lock);
             let (ok, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
                 Ok(r) => r,
                 Err(e) if e.kind() == ErrorKind::WrongType => {
-                    pending.armed = false;
+                    pending.disarm();
                     return Err(e);
                 }
                 Err(e) => return Err(e),
@@ -162,13 +138,13 @@ impl Core {
                     let code = mode.release_code();
                     let undone = release(&self.inner, self.layout, &self.keys, &member, code).await;
                     // A rollback the server did not take stays armed: the reaper retries it.
-                    pending.armed = undone.is_err();
+                    pending.set_armed(undone.is_err());
                     return Err(crate::error::rolled_back(&self.keys.lock, e));
                 }
             }
-            pending.armed = false;
+            pending.disarm();
             if ok == 1 {
-                intent.armed = false;
+                intent.disarm();
                 if woken && mode != Mode::Write {
                     if let Some(s) = sub.as_ref() {
                         // Shared holders can come in together: pass the wake-up on.
@@ -183,7 +159,7 @@ impl Core {
                 }));
             }
             if mode == Mode::Write {
-                intent.armed = true;
+                intent.arm();
             }
             let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
@@ -192,10 +168,10 @@ impl Core {
                         s.forward();
                     }
                 }
-                if intent.armed {
+                if intent.is_armed() {
                     // Still armed while it runs and when it fails: the reaper takes it over.
                     let undone = release(&self.inner, self.layout, &self.keys, &member, "i").await;
-                    intent.armed = undone.is_err();
+                    intent.set_armed(undone.is_err());
                 }
                 return Ok(None);
             }

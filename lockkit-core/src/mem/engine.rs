@@ -17,7 +17,7 @@ use crate::fencing::FencingToken;
 use crate::inspect::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
 use crate::options::Lease;
 use crate::reason::LostReason;
-use crate::spi::{Request, StateCell};
+use crate::spi::{OnDrop, Request, StateCell};
 
 /// Which primitive a resource is; each has its own name space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -172,19 +172,6 @@ enum Step {
     Busy,
 }
 
-/// Removes a queued waiter if the acquire future is dropped or times out.
-struct CancelOnDrop<'a> {
-    engine: &'a Arc<Engine>,
-    key: &'a Key,
-    id: u64,
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        self.engine.cancel(self.key, self.id);
-    }
-}
-
 impl Engine {
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
@@ -202,18 +189,15 @@ impl Engine {
             Step::Granted(g) => g,
             Step::Busy => return Ok(None),
             Step::Queued(id, rx) => {
-                let cancel = CancelOnDrop {
-                    engine: self,
-                    key: &key,
-                    id,
-                };
+                // Removes the queued waiter if the acquire future is dropped or times out.
+                let mut cancel = OnDrop::armed(|| self.cancel(&key, id));
                 let received = match req.deadline() {
                     None => Some(rx.await),
                     Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
                 };
                 match received {
                     Some(Ok(g)) => {
-                        std::mem::forget(cancel);
+                        cancel.disarm();
                         g
                     }
                     Some(Err(_)) => {

@@ -16,6 +16,7 @@ pub use backend::{Backend, RawMutex, RawRwLock, RawSemaphore};
 pub use held::{GuardParts, Held};
 pub use request::Request;
 
+pub use crate::cleanup::OnDrop;
 pub use crate::clock::{margin, LeaseClock};
 pub use crate::reaper::{Attempt, Reaper};
 pub use crate::state::StateCell;

@@ -15,33 +15,6 @@ use crate::keys::LockKeys;
 use crate::replicas::Ticket;
 use crate::watchdog::Watched;
 
-/// Takes a waiter out of the mutex's queue if its acquire ends without the lock (its wait ran
-/// out, it failed, or the future was dropped); natively this also passes on a lock handed to it
-/// meanwhile.
-pub(super) struct LeaveOnDrop<'a> {
-    pub(super) mutex: &'a RedisMutex,
-    pub(super) owner: &'a str,
-    /// How long the waiter's place lasts once it stops renewing it (natively its heartbeat
-    /// timeout; in Redisson's fair queue, its wait).
-    pub(super) wait: Duration,
-    pub(super) armed: bool,
-}
-
-impl Drop for LeaveOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let (keys, owner, wait) = (self.mutex.keys.clone(), self.owner.to_string(), self.wait);
-            let inner = &self.mutex.inner;
-            // A waiter that never left is skipped once its place lapses, and natively a lock
-            // handed to it lapses after as long.
-            inner.reap("leave a lock queue", wait * 2, move |inner| {
-                let (keys, owner) = (keys.clone(), owner.clone());
-                async move { inner.leave_queue(&keys, &owner, wait).await }
-            });
-        }
-    }
-}
-
 /// A mutex handle.
 #[derive(Debug)]
 pub(crate) struct RedisMutex {
@@ -58,6 +31,22 @@ impl RedisMutex {
             name: name.into(),
             keys,
         })
+    }
+
+    /// Hands the reaper taking `owner` out of the mutex's queue, for an acquire that ends
+    /// without the lock (its wait ran out, it failed, or its future was dropped): natively this
+    /// also passes on a lock handed to it meanwhile. `wait`: how long the waiter's place lasts
+    /// once it stops renewing it (natively its heartbeat timeout; in Redisson's fair queue, its
+    /// wait). Called from an acquire's [`OnDrop`](lockkit_core::spi::OnDrop).
+    pub(super) fn leave_later(&self, owner: &str, wait: Duration) {
+        let (keys, owner) = (self.keys.clone(), owner.to_string());
+        // A waiter that never left is skipped once its place lapses, and natively a lock
+        // handed to it lapses after as long.
+        self.inner
+            .reap("leave a lock queue", wait * 2, move |inner| {
+                let (keys, owner) = (keys.clone(), owner.clone());
+                async move { inner.leave_queue(&keys, &owner, wait).await }
+            });
     }
 
     /// An invocation of the acquire script `script` for `owner` with `lease`: the keys and

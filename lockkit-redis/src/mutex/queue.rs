@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, Request};
+use lockkit_core::spi::{GuardParts, OnDrop, Request};
 use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::time::Instant;
 
-use super::handle::{LeaveOnDrop, RedisMutex};
+use super::handle::RedisMutex;
 use crate::client::lease_ends_in;
 
 /// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.
@@ -67,12 +67,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     } else {
         (String::new(), None)
     };
-    let mut leave = LeaveOnDrop {
-        mutex: m,
-        owner: &owner,
-        wait: settings.waiter_timeout(),
-        armed: false,
-    };
+    let mut leave = OnDrop::disarmed(|| m.leave_later(&owner, settings.waiter_timeout()));
     // When the last attempt that found the lock busy was sent: a hand-off came after it.
     let mut busy_sent = Instant::now();
     // The holder's remaining lease at that attempt (ms; -1: none), and when it ends, as far as
@@ -84,14 +79,14 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
     let mut retry = RETRY_AFTER_FAILURE.start();
     loop {
         // An attempt in flight may queue us or take the lock: a dropped future must undo it.
-        leave.armed = true;
+        leave.arm();
         let sent_at = Instant::now();
         let epoch = inner.replicas.ticket(&m.keys.lock);
         match inner.invoke::<(i64, i64)>(&inv, "acquire").await {
             Ok((1, token)) => {
                 // Still armed: if the replicas fail us, or the future is dropped, we let go.
                 m.confirm_replicas(&owner, false, epoch).await?;
-                leave.armed = false;
+                leave.disarm();
                 drop(leave);
                 let token = token as u64;
                 return Ok(Some(m.guard(
@@ -105,7 +100,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
             }
             Ok((_, holder_pttl)) => {
                 if !waits {
-                    leave.armed = false;
+                    leave.disarm();
                     return Ok(None);
                 }
                 if !queued {
@@ -130,7 +125,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
                 )?;
             }
             Err(e) => {
-                leave.armed = e.kind() != ErrorKind::WrongType;
+                leave.set_armed(e.kind() != ErrorKind::WrongType);
                 return Err(e);
             }
         }
@@ -175,7 +170,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
             // Handed over after our last busy attempt: its expiry runs from no earlier.
             let fresh = busy_sent + grant_expiry > Instant::now() + grant_expiry / 3;
             if take_grants && fresh {
-                leave.armed = false;
+                leave.disarm();
                 drop(leave);
                 return Ok(Some(m.guard(
                     owner,
@@ -195,7 +190,7 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
             inner
                 .leave_queue(&m.keys, &owner, settings.waiter_timeout())
                 .await?;
-            leave.armed = false;
+            leave.disarm();
             return Ok(None);
         }
     }

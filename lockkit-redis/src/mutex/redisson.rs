@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, Request};
+use lockkit_core::spi::{GuardParts, OnDrop, Request};
 use lockkit_core::{ErrorKind, Result};
 use tokio::time::Instant;
 
-use super::handle::{LeaveOnDrop, RedisMutex};
+use super::handle::RedisMutex;
 use crate::client::lease_ends_in;
 
 /// How long a woken waiter that found the lock re-taken waits before it listens again.
@@ -21,36 +21,24 @@ enum Attempt {
     Busy { pttl: i64 },
 }
 
-/// Releases an acquisition whose reply we never saw (the future was dropped, or the reply was
-/// lost), so a cancelled acquire leaves no lock behind.
-struct Pending<'a> {
-    mutex: &'a RedisMutex,
-    owner: &'a str,
-    /// A fair attempt's wait in Redisson's queue.
-    fair: Option<Duration>,
-    /// The lease the attempt asks for: the longest what it took can live.
-    lease: Duration,
-    armed: bool,
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let (keys, owner, fair) = (self.mutex.keys.clone(), self.owner.to_string(), self.fair);
-            let inner = &self.mutex.inner;
-            let moot = self.lease.max(fair.unwrap_or_default()) + Duration::from_secs(1);
-            inner.reap("undo an unanswered acquire", moot, move |inner| {
-                let (keys, owner) = (keys.clone(), owner.clone());
-                async move {
-                    inner.release_mutex(&keys, &owner, fair.is_some()).await?;
-                    if let Some(wait) = fair {
-                        inner.leave_queue(&keys, &owner, wait).await?;
-                    }
-                    Ok(())
+/// Hands the reaper the release of an acquisition whose reply `owner` never saw (the future was
+/// dropped, or the reply was lost), so a cancelled acquire leaves no lock behind. `fair`: a fair
+/// attempt's wait in Redisson's queue; `lease`: the lease the attempt asked for, the longest
+/// what it took can live.
+fn undo_later(m: &RedisMutex, owner: &str, fair: Option<Duration>, lease: Duration) {
+    let (keys, owner) = (m.keys.clone(), owner.to_string());
+    let moot = lease.max(fair.unwrap_or_default()) + Duration::from_secs(1);
+    m.inner
+        .reap("undo an unanswered acquire", moot, move |inner| {
+            let (keys, owner) = (keys.clone(), owner.clone());
+            async move {
+                inner.release_mutex(&keys, &owner, fair.is_some()).await?;
+                if let Some(wait) = fair {
+                    inner.leave_queue(&keys, &owner, wait).await?;
                 }
-            });
-        }
-    }
+                Ok(())
+            }
+        });
 }
 
 /// A fair attempt: the wait it queues with, and whether it queues at all (not a try).
@@ -82,29 +70,23 @@ async fn attempt(
             .arg(&m.keys.channel)
             .arg(if f.queue { "1" } else { "0" });
     }
-    let mut pending = Pending {
-        mutex: m,
-        owner,
-        fair: fair.map(|f| f.wait),
-        lease,
-        armed: true,
-    };
+    let mut pending = OnDrop::armed(|| undo_later(m, owner, fair.map(|f| f.wait), lease));
     let sent_at = Instant::now();
     let epoch = m.inner.replicas.ticket(&m.keys.lock);
     let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
         Ok(r) => r,
         Err(e) => {
-            pending.armed = e.kind() != ErrorKind::WrongType;
+            pending.set_armed(e.kind() != ErrorKind::WrongType);
             return Err(e);
         }
     };
     if acquired != 1 {
-        pending.armed = false;
+        pending.disarm();
         return Ok(Attempt::Busy { pttl: value });
     }
     // Still armed: if the replicas fail us, or the future is dropped, we let go.
     m.confirm_replicas(owner, fair.is_some(), epoch).await?;
-    pending.armed = false;
+    pending.disarm();
     Ok(Attempt::Acquired {
         token: value as u64,
         sent_at,
@@ -169,17 +151,12 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
         queue: req.waits(),
     };
     let owner = m.inner.new_owner();
-    let mut queued = LeaveOnDrop {
-        mutex: m,
-        owner: &owner,
-        wait,
-        armed: false,
-    };
+    let mut queued = OnDrop::disarmed(|| m.leave_later(&owner, wait));
     let mut sub: Option<crate::pubsub::Subscription> = None;
     loop {
         let pttl = match attempt(m, &owner, lease.duration(), Some(fair)).await {
             Ok(Attempt::Acquired { token, sent_at }) => {
-                queued.armed = false;
+                queued.disarm();
                 drop(queued);
                 let expiry = lease.duration();
                 return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, true)));
@@ -188,16 +165,16 @@ pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option
             Ok(Attempt::Busy { .. }) if !fair.queue => return Ok(None),
             Ok(Attempt::Busy { pttl }) => pttl,
             Err(e) => {
-                queued.armed = true;
+                queued.arm();
                 return Err(e);
             }
         };
-        queued.armed = true;
+        queued.arm();
         let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             // Still armed while it runs: a drop half-way hands the leave to the reaper.
             let left_queue = m.inner.leave_queue(&m.keys, &owner, wait).await;
-            queued.armed = left_queue.is_err();
+            queued.set_armed(left_queue.is_err());
             return Ok(None);
         }
         let Some(s) = sub.as_ref() else {
