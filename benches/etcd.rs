@@ -133,7 +133,7 @@ fn now_nanos() -> u64 {
 }
 
 fn endpoints(url: &str) -> Vec<String> {
-    let u = lockkit::ServerUrl::parse(url).expect("etcd URL");
+    let u = lockkit::ServerUrl::parse_for(url, &lockkit::etcd::INFO).expect("etcd URL");
     u.hosts.iter().map(|h| h.to_string()).collect()
 }
 

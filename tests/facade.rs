@@ -190,3 +190,25 @@ async fn every_backend_is_routed_by_its_own_descriptor() {
     let locks = lockkit::connect("MEMORY://facade-alias").await.unwrap();
     assert_eq!(locks.backend(), BackendKind::MEMORY);
 }
+
+/// The facade's list of optional backends' schemes (what a build without them still knows)
+/// is each backend's own list of schemes and aliases.
+#[cfg(all(feature = "redis", feature = "zk", feature = "etcd"))]
+#[test]
+fn optional_schemes_match_the_backends_descriptors() {
+    for (feature, names) in lockkit::OPTIONAL {
+        let b = lockkit::BACKENDS
+            .iter()
+            .find(|b| b.feature == Some(*feature))
+            .unwrap_or_else(|| panic!("no backend of feature {feature}"));
+        let mut theirs: Vec<&str> = b
+            .schemes
+            .iter()
+            .flat_map(|s| std::iter::once(s.name).chain(s.aliases.iter().copied()))
+            .collect();
+        let mut ours = names.to_vec();
+        theirs.sort();
+        ours.sort();
+        assert_eq!(ours, theirs, "{feature}");
+    }
+}

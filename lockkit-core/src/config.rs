@@ -184,7 +184,9 @@ impl LockConfig {
         ServerUrl::parse(&self.url).map(drop)
     }
 
-    /// The parsed URL, with this config's user name and password applied over the URL's.
+    /// The parsed URL, with this config's user name and password applied over the URL's. It is
+    /// not yet [resolved](ServerUrl::resolve): the scheme is as written (an alias stays an
+    /// alias) and a host given without a port has port 0, until a backend resolves it.
     pub fn server_url(&self) -> Result<ServerUrl> {
         let mut url = ServerUrl::parse(&self.url)?;
         if let Some(u) = &self.username {

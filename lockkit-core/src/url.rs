@@ -116,6 +116,14 @@ impl ServerUrl {
         })
     }
 
+    /// Parses `url` and [resolves](Self::resolve) it against `backend`: what the backend itself
+    /// will connect to, every host with a port.
+    pub fn parse_for(url: &str, backend: &BackendInfo) -> Result<ServerUrl> {
+        let mut parsed = ServerUrl::parse(url)?;
+        parsed.resolve(backend)?;
+        Ok(parsed)
+    }
+
     /// Checks this URL against `backend`, whose scheme it must have: an alias becomes the
     /// scheme's name, hosts given without a port get the scheme's default, and a server
     /// backend's URL must name a host. Returns the scheme.
@@ -195,9 +203,18 @@ impl fmt::Display for ServerUrl {
 /// A URL with any password replaced by `***`, for messages and logs. Works on unparsable input.
 pub fn redact(url: &str) -> String {
     match ServerUrl::parse(url) {
-        Ok(u) => u.to_string(),
-        Err(_) => redact_raw(url),
+        // An `@` that did not end up separating credentials may follow a password with a raw
+        // `/` or `?` in it (`redis://u:12/ab@h`), which parses as a host and a path: hide all
+        // of it.
+        Ok(u) if u.username.is_some() || u.password.is_some() || !has_at(url) => u.to_string(),
+        _ => redact_raw(url),
     }
+}
+
+/// Whether `url` has an `@` after its `://`.
+fn has_at(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(_, rest)| rest.contains('@'))
 }
 
 impl fmt::Debug for ServerUrl {
@@ -448,6 +465,11 @@ mod tests {
             "{shown}"
         );
         assert!(!redact("redis://u:hunter2@h:bad:port").contains("hunter2"));
+        // A raw `/` in a password, on any scheme, known or not.
+        for url in ["redis://u:12/hunter2@h", "reddis://u:12/hunter2@h?x=1"] {
+            let shown = redact(url);
+            assert!(!shown.contains("hunter2"), "{url}: {shown}");
+        }
     }
 
     #[test]

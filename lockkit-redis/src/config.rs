@@ -167,10 +167,10 @@ impl Settings {
     }
 }
 
-/// The TLS options of `rediss://` (Redis checks no other name than the host: no `tls_domain`).
 /// The Redis backend's kind: `locks.backend() == lockkit_redis::KIND`.
 pub const KIND: BackendKind = BackendKind::new("redis");
 
+/// The TLS options of `rediss://` (Redis checks no other name than the host: no `tls_domain`).
 pub(crate) const TLS: TlsRules = TlsRules {
     backend: "Redis",
     scheme: Some("rediss"),

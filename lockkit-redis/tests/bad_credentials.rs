@@ -18,9 +18,11 @@ fn secure_url() -> Option<String> {
 
 /// The connections the server has accepted so far, asked with `redis-cli` as the admin identity.
 fn connections_received() -> Option<u64> {
-    let admin =
-        lockkit_core::ServerUrl::parse(&std::env::var("LOCKKIT_TEST_REDIS_SECURE_ADMIN_URL").ok()?)
-            .ok()?;
+    let admin = lockkit_core::ServerUrl::parse_for(
+        &std::env::var("LOCKKIT_TEST_REDIS_SECURE_ADMIN_URL").ok()?,
+        &lockkit_redis::INFO,
+    )
+    .ok()?;
     let certs = std::path::PathBuf::from(std::env::var("LOCKKIT_TEST_SECURE_CERTS").ok()?);
     let out = std::process::Command::new("redis-cli")
         .arg("--tls")

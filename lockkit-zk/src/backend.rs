@@ -15,7 +15,7 @@ use crate::config::KIND;
 use crate::sessions::Sessions;
 use crate::{mutex, node, ops, queue, rwlock, semaphore};
 
-/// The ZooKeeper backend behind a [`Locks`] handle. Its sessions close when the last handle,
+/// The ZooKeeper backend behind a [`Locks`](lockkit_core::Locks) handle. Its sessions close when the last handle,
 /// lock and guard made from it is dropped.
 #[derive(Debug)]
 pub struct ZkBackend {

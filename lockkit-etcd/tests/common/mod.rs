@@ -27,7 +27,7 @@ pub async fn connect(url: &str, query: &str) -> EtcdLocks {
 
 /// A plain etcd client on the same server, for looking behind lockkit's back.
 pub async fn raw(url: &str) -> Client {
-    let u = lockkit_core::ServerUrl::parse(url).unwrap();
+    let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
     let eps: Vec<String> = u.hosts.iter().map(|h| h.to_string()).collect();
     Client::connect(eps, None).await.unwrap()
 }
