@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{eventually, name, url};
-use lockkit_core::{ErrorKind, LockConfig, LockState};
+use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, LockState};
 use lockkit_testing::failover::free_soon_after;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -236,4 +236,47 @@ async fn releases_and_permit_waits_in_a_freeze_leave_no_key() {
         &name("frozen"),
     )
     .await;
+}
+
+/// An extend future dropped after it was sent to a frozen server may still be applied when the
+/// server wakes: the guard keeps no later deadline than the 2 s it asked for, counted from the
+/// send, and the key it leaves on the server goes with the guard (issue 25, item 2, on etcd).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_extend_leaves_the_guard_no_later_than_the_server() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let (locks, other) = (
+        connect(&url, "lease=15s").await,
+        connect(&url, "lease=15s").await,
+    );
+    let n = name("extend-dropped");
+    let g = locks
+        .mutex(&n)
+        .unwrap()
+        .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .unwrap();
+    let frozen = lockkit_testing::failover::Outage::pause("etcd");
+    let sent = Instant::now();
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(50), g.extend(Duration::from_secs(2))).await;
+    assert!(dropped.is_err(), "the extend finished on a frozen server");
+    let left = g.remaining().expect("a fixed lease has a deadline");
+    assert!(
+        left + sent.elapsed() <= Duration::from_secs(2),
+        "after a dropped extend(2s) the guard still has {left:?} of its 60 s lease"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    frozen.end();
+    // Whatever the server made of it, the guard is done by the end of the 2 s.
+    tokio::time::sleep(Duration::from_secs(2).saturating_sub(sent.elapsed())).await;
+    assert_ne!(
+        g.state(),
+        LockState::Held,
+        "held past the lease it asked for"
+    );
+    drop(g);
+    let next = free_soon_after(&other.mutex(&n).unwrap(), "a dropped extend's key").await;
+    next.release().await.unwrap();
 }
