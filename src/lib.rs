@@ -27,7 +27,7 @@ pub const BACKENDS: &[&BackendInfo] = &[
 ];
 
 /// The schemes of the optional backends, by the cargo feature that compiles each in: a URL of
-/// one compiled out fails with [`ErrorKind::BackendDisabled`] rather than as an unknown scheme.
+/// one compiled out (not in [`BACKENDS`]) fails with [`ErrorKind::BackendDisabled`] rather than as an unknown scheme.
 /// (A test checks it against the backends' own descriptors.)
 #[doc(hidden)]
 pub const OPTIONAL: &[(&str, &[&str])] = &[
@@ -39,21 +39,11 @@ pub const OPTIONAL: &[(&str, &[&str])] = &[
     ("etcd", &["etcd", "etcds"]),
 ];
 
-/// Whether the optional backend of cargo feature `feature` is compiled in.
-fn compiled(feature: &str) -> bool {
-    (feature == "redis" && cfg!(feature = "redis"))
-        || (feature == "zk" && cfg!(feature = "zk"))
-        || (feature == "etcd" && cfg!(feature = "etcd"))
-}
-
 /// The backend that takes URL scheme `scheme` (any case, or an alias such as `zookeeper`).
 pub fn backend_for(scheme: &str) -> Result<&'static BackendInfo> {
-    let disabled: Vec<(&'static str, &'static [&'static str])> = OPTIONAL
-        .iter()
-        .copied()
-        .filter(|(feature, _)| !compiled(feature))
-        .collect();
-    route(scheme, BACKENDS, &disabled)
+    // The compiled-in backends are matched first, so only the schemes of those compiled out
+    // reach the optional list.
+    route(scheme, BACKENDS, OPTIONAL)
 }
 
 /// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`,

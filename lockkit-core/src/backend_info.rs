@@ -65,18 +65,18 @@ impl fmt::Debug for BackendInfo {
     }
 }
 
-/// The backend among `backends` that takes URL scheme `scheme`; `disabled` lists, by cargo
-/// feature, the schemes of backends known but not compiled in, so their URLs give
-/// [`ErrorKind::BackendDisabled`] rather than "unknown scheme".
+/// The backend among `backends` that takes URL scheme `scheme`; `optional` lists, by cargo
+/// feature, the schemes of backends that may be compiled out: a scheme none of `backends` takes
+/// but `optional` names gives [`ErrorKind::BackendDisabled`] rather than "unknown scheme".
 pub fn route(
     scheme: &str,
     backends: &[&'static BackendInfo],
-    disabled: &[(&'static str, &'static [&'static str])],
+    optional: &[(&'static str, &'static [&'static str])],
 ) -> Result<&'static BackendInfo> {
     if let Some(b) = backends.iter().find(|b| b.scheme(scheme).is_some()) {
         return Ok(b);
     }
-    for (feature, schemes) in disabled {
+    for (feature, schemes) in optional {
         if let Some(name) = schemes.iter().find(|s| s.eq_ignore_ascii_case(scheme)) {
             return Err(Error::new(
                 ErrorKind::BackendDisabled {
@@ -90,12 +90,16 @@ pub fn route(
             ));
         }
     }
-    let mut known: Vec<&str> = backends
+    let mut known: Vec<&str> = Vec::new();
+    let names = backends
         .iter()
         .flat_map(|b| b.schemes.iter().map(|s| s.name))
-        .chain(disabled.iter().flat_map(|(_, s)| s.iter().copied()))
-        .collect();
-    known.dedup();
+        .chain(optional.iter().flat_map(|(_, s)| s.iter().copied()));
+    for name in names {
+        if !known.contains(&name) {
+            known.push(name);
+        }
+    }
     Err(Error::config(format!(
         "unknown URL scheme {scheme:?}; expected {}",
         known.join(", ")
