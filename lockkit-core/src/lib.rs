@@ -6,6 +6,7 @@ mod capabilities;
 mod cleanup;
 mod clock;
 mod config;
+mod driver;
 mod error;
 mod fencing;
 pub mod file;

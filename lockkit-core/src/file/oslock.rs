@@ -12,10 +12,15 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
 
 use rand::Rng;
 
+use crate::driver::{drive, Exit, Queue, Standing, Woken};
 use crate::error::{Error, ErrorKind, Result};
 use crate::spi::Request;
 
@@ -135,8 +140,9 @@ fn jittered(step: Duration) -> Duration {
     step - step / 5 + Duration::from_nanos(jitter)
 }
 
-/// Repeats `attempt` until it yields a value or `req`'s wait budget runs out. `attempt` never
-/// blocks; whatever it holds is dropped, and so released, when this future is.
+/// Repeats `attempt` until it yields a value or `req`'s wait budget runs out, through the
+/// acquire driver. `attempt` never blocks; whatever it holds is dropped, and so released, when
+/// this future is.
 ///
 /// Every waiter holds a shared lock on `waiting` (the lock's waiting file) while it waits, so a
 /// newcomer can tell with one exclusive probe whether anyone waits. A newcomer tries at once only
@@ -145,34 +151,102 @@ fn jittered(step: Duration) -> Duration {
 /// lock goes to one of those that were there first.
 /// A holder that releases and acquires again therefore queues behind the others instead of
 /// taking the lock back before they wake (which let one of four clients take every acquisition).
-pub(crate) async fn poll<T>(
+pub(crate) async fn poll<T: Send>(
     req: &Request,
     waiting: &Path,
-    mut attempt: impl FnMut() -> io::Result<Option<T>>,
+    attempt: impl FnMut() -> io::Result<Option<T>> + Send,
 ) -> Result<Option<T>> {
-    // A try (no wait) tries once, whoever waits.
-    if !req.waits() || !is_held(waiting, LockMode::Exclusive).map_err(io_error)? {
-        if let Some(v) = attempt().map_err(io_error)? {
-            return Ok(Some(v));
-        }
-        if !req.waits() {
-            return Ok(None);
-        }
+    let queue = Polled {
+        waiting,
+        attempt: Mutex::new(attempt),
+    };
+    drive(&queue, req).await
+}
+
+/// OS locks as a queue: the waiters' file is the queue, a poll is the wait.
+struct Polled<'a, F> {
+    waiting: &'a Path,
+    attempt: Mutex<F>,
+}
+
+/// One poller: its registration among the waiters, its next pause, what it took.
+struct Poller<T> {
+    /// The shared lock on the waiting file (`Some(None)`: waits unregistered).
+    joined: Option<Option<File>>,
+    step: Duration,
+    got: Option<T>,
+}
+
+impl<T, F: FnMut() -> io::Result<Option<T>>> Polled<'_, F> {
+    fn try_once(&self, poller: &mut Poller<T>) -> Result<Standing> {
+        let mut attempt = self.attempt.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(match attempt().map_err(io_error)? {
+            Some(v) => {
+                poller.got = Some(v);
+                Standing::Owner
+            }
+            None => Standing::Waiting,
+        })
     }
-    let _queued = join(waiting).map_err(io_error)?;
-    let mut step = NEWCOMER;
-    loop {
-        let pause = jittered(step);
-        step = POLL;
-        let nap = match req.remaining() {
-            None => pause,
-            Some(left) if left.is_zero() => return Ok(None),
-            Some(left) => pause.min(left),
-        };
-        tokio::time::sleep(nap).await;
-        if let Some(v) = attempt().map_err(io_error)? {
-            return Ok(Some(v));
+}
+
+#[async_trait]
+impl<T: Send, F: FnMut() -> io::Result<Option<T>> + Send> Queue for Polled<'_, F> {
+    type Claim = Poller<T>;
+    type Output = T;
+
+    async fn claim(&self, _req: &Request) -> Result<Poller<T>> {
+        Ok(Poller {
+            joined: None,
+            step: NEWCOMER,
+            got: None,
+        })
+    }
+
+    async fn enqueue(&self, poller: &mut Poller<T>, req: &Request) -> Result<Standing> {
+        // A try (no wait) tries once, whoever waits.
+        if !req.waits() || !is_held(self.waiting, LockMode::Exclusive).map_err(io_error)? {
+            let standing = self.try_once(poller)?;
+            if standing == Standing::Owner || !req.waits() {
+                return Ok(standing);
+            }
         }
+        poller.joined = Some(join(self.waiting).map_err(io_error)?);
+        Ok(Standing::Waiting)
+    }
+
+    async fn wait(
+        &self,
+        poller: &mut Poller<T>,
+        _req: &Request,
+        until: Option<Instant>,
+    ) -> Result<Woken> {
+        let pause = Instant::now() + jittered(poller.step);
+        poller.step = POLL;
+        tokio::time::sleep_until(until.map_or(pause, |u| u.min(pause))).await;
+        Ok(Woken::Look)
+    }
+
+    async fn standing(&self, poller: &mut Poller<T>, _req: &Request) -> Result<Standing> {
+        if poller.got.is_some() {
+            return Ok(Standing::Owner);
+        }
+        self.try_once(poller)
+    }
+
+    async fn hold(&self, poller: &mut Poller<T>, _req: &Request) -> Result<Option<T>> {
+        Ok(poller.got.take())
+    }
+
+    async fn leave(&self, poller: &mut Poller<T>, _exit: Exit) -> Result<()> {
+        // Closing the waiting file leaves the waiters; a lock taken closes with its file.
+        poller.joined = None;
+        poller.got = None;
+        Ok(())
+    }
+
+    fn abandon(&self, poller: Poller<T>) {
+        drop(poller);
     }
 }
 

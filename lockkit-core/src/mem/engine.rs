@@ -12,12 +12,12 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::clock::LeaseClock;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::inspect::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
 use crate::options::Lease;
 use crate::reason::LostReason;
-use crate::spi::{OnDrop, Request, StateCell};
+use crate::spi::StateCell;
 
 /// Which primitive a resource is; each has its own name space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -166,7 +166,8 @@ impl Drop for Grant {
     }
 }
 
-enum Step {
+/// What [`Engine::try_or_queue`] did.
+pub(crate) enum Step {
     Granted(Grant),
     Queued(u64, oneshot::Receiver<Grant>),
     Busy,
@@ -177,40 +178,9 @@ impl Engine {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Acquires `key` in `mode`; `Ok(None)` when the wait budget ran out.
-    pub(crate) async fn acquire(
-        self: &Arc<Self>,
-        key: Key,
-        mode: Mode,
-        capacity: u32,
-        req: &Request,
-    ) -> Result<Option<Grant>> {
-        let grant = match self.try_or_queue(&key, mode, capacity, req.lease(), req.waits()) {
-            Step::Granted(g) => g,
-            Step::Busy => return Ok(None),
-            Step::Queued(id, rx) => {
-                // Removes the queued waiter if the acquire future is dropped or times out.
-                let mut cancel = OnDrop::armed(|| self.cancel(&key, id));
-                let received = match req.deadline() {
-                    None => Some(rx.await),
-                    Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
-                };
-                match received {
-                    Some(Ok(g)) => {
-                        cancel.disarm();
-                        g
-                    }
-                    Some(Err(_)) => {
-                        return Err(Error::new(ErrorKind::Closed, "the lock table was dropped"))
-                    }
-                    None => return Ok(None),
-                }
-            }
-        };
-        Ok(Some(grant))
-    }
-
-    fn try_or_queue(
+    /// Grants `key` in `mode` at once when the queue is empty and the holders allow it, else
+    /// queues a waiter (when `may_wait`) whose grant arrives on the returned receiver.
+    pub(crate) fn try_or_queue(
         self: &Arc<Self>,
         key: &Key,
         mode: Mode,
@@ -342,7 +312,9 @@ impl Engine {
         drop_if_idle(t, key);
     }
 
-    fn cancel(self: &Arc<Self>, key: &Key, id: u64) {
+    /// Removes a queued waiter (its grant, if one was sent already, is released when its
+    /// receiver drops).
+    pub(crate) fn cancel(self: &Arc<Self>, key: &Key, id: u64) {
         let mut undelivered = Vec::new();
         {
             let mut t = self.lock();

@@ -12,6 +12,8 @@
 //! server; `mem://NAME` names a separate table (a test that wants its own, say).
 
 mod engine;
+mod held;
+mod queue;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex, OnceLock};
@@ -23,14 +25,14 @@ use crate::backend_info::{BackendInfo, SchemeInfo};
 use crate::capabilities::{Capabilities, Support};
 use crate::config::LockConfig;
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
 use crate::locks::Locks;
-use crate::options::{Lease, DEFAULT_LEASE};
+use crate::options::DEFAULT_LEASE;
 use crate::settings::{NoKey, Settings};
-use crate::spi::{Backend, GuardParts, Held, RawMutex, RawRwLock, RawSemaphore, Reaper, Request};
-use engine::{Engine, Grant, Key, Mode, Prim};
+use crate::spi::{Backend, GuardParts, RawMutex, RawRwLock, RawSemaphore, Reaper, Request};
+use engine::{Engine, Key, Mode, Prim};
+use queue::MemQueue;
 
 /// Every named table of this process (`mem://` is the one named ""). A table lives as long as
 /// the process, so its fencing tokens keep increasing even when no handle is left for a while.
@@ -204,55 +206,6 @@ impl Backend for MemBackend {
 }
 
 #[derive(Debug)]
-struct MemHeld {
-    engine: Arc<Engine>,
-    key: Key,
-    owner: u64,
-    token: FencingToken,
-    lease: Lease,
-}
-
-#[async_trait]
-impl Held for MemHeld {
-    async fn release(&self) -> Result<()> {
-        self.engine.release(&self.key, self.owner)
-    }
-
-    async fn extend(&self, lease: Duration) -> Result<()> {
-        self.engine.extend(&self.key, self.owner, lease)
-    }
-
-    async fn downgrade(&self) -> Result<GuardParts> {
-        let state = self.engine.downgrade(&self.key, self.owner)?;
-        let held = MemHeld {
-            engine: self.engine.clone(),
-            key: self.key.clone(),
-            ..*self
-        };
-        // The read ownership keeps the write ownership's token: no writer came in between.
-        Ok(GuardParts::new(
-            self.token,
-            self.lease,
-            state,
-            Box::new(held),
-        ))
-    }
-}
-
-fn parts(engine: &Arc<Engine>, key: &Key, grant: Grant) -> GuardParts {
-    let held = MemHeld {
-        engine: engine.clone(),
-        key: key.clone(),
-        owner: grant.owner(),
-        token: grant.token(),
-        lease: grant.lease(),
-    };
-    let p = GuardParts::new(grant.token(), grant.lease(), grant.state(), Box::new(held));
-    grant.disarm();
-    p
-}
-
-#[derive(Debug)]
 struct MemMutex {
     engine: Arc<Engine>,
     key: Key,
@@ -261,11 +214,9 @@ struct MemMutex {
 #[async_trait]
 impl RawMutex for MemMutex {
     async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
-        let grant = self
-            .engine
-            .acquire(self.key.clone(), Mode::Exclusive, 1, req)
-            .await?;
-        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1)
+            .acquire(req)
+            .await
     }
 
     async fn is_locked(&self) -> Result<bool> {
@@ -290,19 +241,15 @@ struct MemRwLock {
 #[async_trait]
 impl RawRwLock for MemRwLock {
     async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
-        let grant = self
-            .engine
-            .acquire(self.key.clone(), Mode::Shared, 1, req)
-            .await?;
-        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
+        MemQueue::new(&self.engine, &self.key, Mode::Shared, 1)
+            .acquire(req)
+            .await
     }
 
     async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
-        let grant = self
-            .engine
-            .acquire(self.key.clone(), Mode::Exclusive, 1, req)
-            .await?;
-        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1)
+            .acquire(req)
+            .await
     }
 
     async fn is_locked(&self) -> Result<bool> {
@@ -324,11 +271,9 @@ struct MemSemaphore {
 #[async_trait]
 impl RawSemaphore for MemSemaphore {
     async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
-        let grant = self
-            .engine
-            .acquire(self.key.clone(), Mode::Permits(n), self.permits, req)
-            .await?;
-        Ok(grant.map(|g| parts(&self.engine, &self.key, g)))
+        MemQueue::new(&self.engine, &self.key, Mode::Permits(n), self.permits)
+            .acquire(req)
+            .await
     }
 
     async fn available(&self) -> Result<u32> {

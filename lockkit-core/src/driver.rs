@@ -1,0 +1,401 @@
+//! The acquire driver: the one loop that runs every queued acquire, whatever the backend.
+//!
+//! A backend describes its queue with the verbs of [`Queue`]: make a claim, enqueue it, wait
+//! for a change, read where it stands, turn it into a hold, leave. [`drive`] owns everything
+//! between the verbs, once for every backend:
+//!
+//! - the order: enqueue, then wait and look until the claim holds, is gone or the wait budget
+//!   runs out;
+//! - the deadline, and one last look when it passes (a hand-off may land at the deadline, and a
+//!   lagging watch may not have said so yet);
+//! - starting over with a new claim when the old one vanished (an admin deleted it, its lease
+//!   or session ended while it waited);
+//! - bearing transient failures while queued, for as long as the backend says its place
+//!   survives them (a failover), paced by [`Backoff::WAITER`];
+//! - leaving the queue on every way out but a hold, awaited, so that the caller finds nothing
+//!   of its claim once the acquire returned;
+//! - one cancel guard: a claim still unfinished when the acquire future is dropped goes to
+//!   [`Queue::abandon`], which hands it to the backend's reaper.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::error::Result;
+use crate::spi::Request;
+
+/// Where a claim stands in its queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// It holds: the driver turns it into a hold with [`Queue::hold`].
+    Owner,
+    /// Others stand before it.
+    Waiting,
+    /// It is no longer queued (deleted, its lease or session ended): the driver leaves and
+    /// starts over with a new claim.
+    Gone,
+}
+
+/// What ended a [`Queue::wait`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woken {
+    /// Something may have changed, or the wait reached its instant: the driver reads the
+    /// standing with [`Queue::standing`].
+    Look,
+    /// The queue itself handed the claim the lock (a hand-off the backend can trust without a
+    /// read): the driver holds at once.
+    Owner,
+}
+
+/// Why the driver leaves a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The wait budget ran out (or the acquire could not wait).
+    TimedOut,
+    /// A step failed; its error is the acquire's answer.
+    Failed,
+    /// The claim vanished, or could not be held: a new claim follows.
+    Restart,
+}
+
+/// One backend's queue protocol, as the acquire driver sees it.
+///
+/// Every method gets the claim by `&mut`: the driver keeps it, so that a claim whose step is
+/// cut off (the acquire future dropped) still reaches [`abandon`](Queue::abandon).
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// What the backend remembers about one claim: its key, node or owner id, what it learned.
+    type Claim: Send;
+    /// What a claim that holds becomes ([`GuardParts`](crate::spi::GuardParts) for most).
+    type Output: Send;
+
+    /// Makes a new claim: its identity, before anything of it is sent, so that a claim whose
+    /// enqueue never answered can still be found and left.
+    async fn claim(&self, req: &Request) -> Result<Self::Claim>;
+
+    /// Sends the claim: takes the lock if the queue lets it, else queues it when `req` may
+    /// wait. Returns where it stands.
+    async fn enqueue(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing>;
+
+    /// Waits until its standing may have changed, or until `until` (`None`: no bound but the
+    /// backend's own). May return early; the driver then looks.
+    async fn wait(
+        &self,
+        claim: &mut Self::Claim,
+        req: &Request,
+        until: Option<Instant>,
+    ) -> Result<Woken>;
+
+    /// Where the claim stands now, as the server says (a linearizable read where a watch may
+    /// lag).
+    async fn standing(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing>;
+
+    /// Turns a claim that holds into the hold; `None` when it turned out to be gone (the
+    /// driver leaves and starts over). On `Some`, whatever the claim owned belongs to the
+    /// output, and the claim is dropped without a leave.
+    async fn hold(&self, claim: &mut Self::Claim, req: &Request) -> Result<Option<Self::Output>>;
+
+    /// Leaves the queue now, awaited: deletes what the claim created, passing on a lock handed
+    /// to it meanwhile. What the server does not take now, the backend hands to its reaper
+    /// (and answers `Ok`); an `Err` sends the claim to [`abandon`](Queue::abandon).
+    async fn leave(&self, claim: &mut Self::Claim, exit: Exit) -> Result<()>;
+
+    /// Leaves in the background: the acquire future was dropped with the claim unfinished, or
+    /// a leave failed. Must not block: hand the work to the reaper.
+    fn abandon(&self, claim: Self::Claim);
+
+    /// How long a queued claim keeps its place through transient failures (a failover, a
+    /// restart), counted from the first failure: errors that are
+    /// [retryable](crate::Error::is_retryable) are borne that long, then the error is the
+    /// answer. Zero (the default) for a backend whose client retries on its own.
+    fn tolerance(&self, claim: &Self::Claim) -> Duration {
+        let _ = claim;
+        Duration::ZERO
+    }
+}
+
+/// Holds the claim of one attempt; hands it to [`Queue::abandon`] if dropped unfinished.
+struct Pending<'q, Q: Queue> {
+    queue: &'q Q,
+    claim: Option<Q::Claim>,
+}
+
+impl<Q: Queue> Pending<'_, Q> {
+    fn claim(&mut self) -> &mut Q::Claim {
+        self.claim
+            .as_mut()
+            .expect("a pending claim is present until finished")
+    }
+
+    /// Leaves the queue (awaited); a failed leave goes to the background.
+    async fn leave(mut self, exit: Exit) {
+        if self.queue.leave(self.claim(), exit).await.is_ok() {
+            self.claim = None;
+        }
+    }
+
+    /// The claim belongs to its output now.
+    fn finish(mut self) {
+        self.claim = None;
+    }
+}
+
+impl<Q: Queue> Drop for Pending<'_, Q> {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            self.queue.abandon(claim);
+        }
+    }
+}
+
+/// Runs one acquire on `queue` as `req` says: the output once a claim holds, `Ok(None)` when
+/// the wait budget ran out first. Whatever way it ends, nothing of a claim that does not hold
+/// is left behind; dropping the future hands an unfinished claim to [`Queue::abandon`].
+pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Output>> {
+    'claims: loop {
+        let mut pending = Pending {
+            queue,
+            claim: Some(queue.claim(req).await?),
+        };
+        let mut standing = match queue.enqueue(pending.claim(), req).await {
+            Ok(s) => s,
+            Err(e) => {
+                pending.leave(Exit::Failed).await;
+                return Err(e);
+            }
+        };
+        // Since when steps of this queued claim have failed, and the pacing of its retries.
+        let mut failing: Option<Instant> = None;
+        let mut retry = Backoff::WAITER.start();
+        loop {
+            match standing {
+                Standing::Owner => match queue.hold(pending.claim(), req).await {
+                    Ok(Some(out)) => {
+                        pending.finish();
+                        return Ok(Some(out));
+                    }
+                    Ok(None) => {
+                        pending.leave(Exit::Restart).await;
+                        continue 'claims;
+                    }
+                    Err(e) => {
+                        pending.leave(Exit::Failed).await;
+                        return Err(e);
+                    }
+                },
+                Standing::Gone => {
+                    pending.leave(Exit::Restart).await;
+                    continue 'claims;
+                }
+                Standing::Waiting => {}
+            }
+            // Waiting, and this look was the last one the budget allowed.
+            if req.expired() {
+                pending.leave(Exit::TimedOut).await;
+                return Ok(None);
+            }
+            let until = match failing {
+                Some(_) => {
+                    let pause = Instant::now() + retry.next_pause();
+                    Some(req.deadline().map_or(pause, |d| d.min(pause)))
+                }
+                None => req.deadline(),
+            };
+            let started = Instant::now();
+            let step = match queue.wait(pending.claim(), req, until).await {
+                Ok(Woken::Owner) => Ok(Standing::Owner),
+                Ok(Woken::Look) => queue.standing(pending.claim(), req).await,
+                Err(e) => Err(e),
+            };
+            standing = match step {
+                Ok(s) => {
+                    failing = None;
+                    retry.reset();
+                    s
+                }
+                Err(e) if e.is_retryable() => {
+                    let since = *failing.get_or_insert(started);
+                    if since.elapsed() >= queue.tolerance(pending.claim()) {
+                        pending.leave(Exit::Failed).await;
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, "lockkit: a queued claim waits through a failure");
+                    Standing::Waiting
+                }
+                Err(e) => {
+                    pending.leave(Exit::Failed).await;
+                    return Err(e);
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::error::{Error, ErrorKind};
+    use crate::options::AcquireOptions;
+
+    /// A queue that answers from a script and records every verb.
+    #[derive(Default)]
+    struct Scripted {
+        enqueued: Mutex<VecDeque<Result<Standing>>>,
+        looks: Mutex<VecDeque<Result<Standing>>>,
+        /// How long a wait lasts at most.
+        nap: Duration,
+        tolerance: Duration,
+        log: Mutex<Vec<String>>,
+    }
+
+    impl Scripted {
+        fn new(enqueued: Vec<Result<Standing>>, looks: Vec<Result<Standing>>) -> Self {
+            Scripted {
+                enqueued: Mutex::new(enqueued.into()),
+                looks: Mutex::new(looks.into()),
+                nap: Duration::from_millis(100),
+                ..Default::default()
+            }
+        }
+        fn note(&self, s: String) {
+            self.log.lock().unwrap().push(s);
+        }
+        fn log(&self) -> Vec<String> {
+            self.log.lock().unwrap().clone()
+        }
+    }
+
+    fn busy() -> Error {
+        Error::new(ErrorKind::Connection, "away")
+    }
+
+    #[async_trait]
+    impl Queue for Scripted {
+        type Claim = u32;
+        type Output = u32;
+
+        async fn claim(&self, _req: &Request) -> Result<u32> {
+            let n = self.log().iter().filter(|l| *l == "claim").count() as u32 + 1;
+            self.note("claim".into());
+            Ok(n)
+        }
+        async fn enqueue(&self, _c: &mut u32, _req: &Request) -> Result<Standing> {
+            self.note("enqueue".into());
+            self.enqueued
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Ok(Standing::Waiting))
+        }
+        async fn wait(&self, _c: &mut u32, _r: &Request, until: Option<Instant>) -> Result<Woken> {
+            let nap = Instant::now() + self.nap;
+            tokio::time::sleep_until(until.map_or(nap, |u| u.min(nap))).await;
+            Ok(Woken::Look)
+        }
+        async fn standing(&self, _c: &mut u32, _req: &Request) -> Result<Standing> {
+            self.note("look".into());
+            self.looks
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Ok(Standing::Waiting))
+        }
+        async fn hold(&self, c: &mut u32, _req: &Request) -> Result<Option<u32>> {
+            self.note(format!("hold {c}"));
+            Ok(Some(*c))
+        }
+        async fn leave(&self, c: &mut u32, exit: Exit) -> Result<()> {
+            self.note(format!("leave {c} {exit:?}"));
+            Ok(())
+        }
+        fn abandon(&self, c: u32) {
+            self.note(format!("abandon {c}"));
+        }
+        fn tolerance(&self, _c: &u32) -> Duration {
+            self.tolerance
+        }
+    }
+
+    fn req(wait: Duration) -> Request {
+        Request::new(&AcquireOptions::new().wait(wait), Duration::from_secs(30))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_vanished_is_left_and_a_new_one_follows() {
+        let q = Scripted::new(
+            vec![Ok(Standing::Waiting), Ok(Standing::Owner)],
+            vec![Ok(Standing::Gone)],
+        );
+        let got = drive(&q, &req(Duration::from_secs(5))).await.unwrap();
+        assert_eq!(got, Some(2), "{:?}", q.log());
+        assert!(q.log().contains(&"leave 1 Restart".to_string()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_that_runs_out_looks_once_more_then_leaves() {
+        let q = Scripted::new(vec![], vec![]);
+        let got = drive(&q, &req(Duration::from_millis(250))).await.unwrap();
+        assert_eq!(got, None);
+        let log = q.log();
+        // Waits of 100, 100 and the last 50 ms, each followed by a look.
+        assert_eq!(log.iter().filter(|l| *l == "look").count(), 3, "{log:?}");
+        assert_eq!(log.last().unwrap(), "leave 1 TimedOut");
+        // A hand-off seen at that last look is taken.
+        let q = Scripted::new(
+            vec![],
+            vec![
+                Ok(Standing::Waiting),
+                Ok(Standing::Waiting),
+                Ok(Standing::Owner),
+            ],
+        );
+        assert_eq!(
+            drive(&q, &req(Duration::from_millis(250))).await.unwrap(),
+            Some(1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acquire_that_may_not_wait_leaves_after_its_one_try() {
+        let q = Scripted::new(vec![Ok(Standing::Waiting)], vec![]);
+        let r = Request::new(&AcquireOptions::new().no_wait(), Duration::from_secs(30));
+        assert_eq!(drive(&q, &r).await.unwrap(), None);
+        assert_eq!(q.log(), ["claim", "enqueue", "leave 1 TimedOut"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_borne_for_the_tolerance_only() {
+        let mut q = Scripted::new(vec![], vec![Err(busy()), Err(busy()), Ok(Standing::Owner)]);
+        q.tolerance = Duration::from_secs(2);
+        assert_eq!(
+            drive(&q, &req(Duration::from_secs(10))).await.unwrap(),
+            Some(1)
+        );
+
+        let q = Scripted::new(vec![], vec![Err(busy())]);
+        let e = drive(&q, &req(Duration::from_secs(10))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Connection);
+        assert_eq!(q.log().last().unwrap(), "leave 1 Failed");
+
+        let q = Scripted::new(vec![], vec![Err(Error::new(ErrorKind::Auth, "no"))]);
+        let mut q = q;
+        q.tolerance = Duration::from_secs(2);
+        let e = drive(&q, &req(Duration::from_secs(10))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Auth, "only retryable errors are borne");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_acquire_abandons_its_claim() {
+        let q = Scripted::new(vec![], vec![]);
+        let r = req(Duration::from_secs(10));
+        let cut = tokio::time::timeout(Duration::from_millis(150), drive(&q, &r)).await;
+        assert!(cut.is_err());
+        assert_eq!(q.log().last().unwrap(), "abandon 1");
+        assert!(!q.log().iter().any(|l| l.starts_with("leave")));
+    }
+}

@@ -1,0 +1,134 @@
+//! The `mem://` queue as the acquire driver sees it: the engine grants at once or queues a
+//! waiter whose grant arrives on a channel, so a grant needs no second look.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::sync::oneshot::{self, error::TryRecvError};
+use tokio::time::Instant;
+
+use super::engine::{Engine, Grant, Key, Mode, Step};
+use super::held::parts;
+use crate::driver::{drive, Exit, Queue, Standing, Woken};
+use crate::error::{Error, ErrorKind, Result};
+use crate::spi::{GuardParts, Request};
+
+/// One acquire's view of one resource.
+pub(super) struct MemQueue<'a> {
+    engine: &'a Arc<Engine>,
+    key: &'a Key,
+    mode: Mode,
+    capacity: u32,
+}
+
+/// A claim: its place in the engine's queue, and its grant once one arrived.
+#[derive(Default)]
+pub(super) struct Claim {
+    queued: Option<(u64, oneshot::Receiver<Grant>)>,
+    grant: Option<Grant>,
+}
+
+impl<'a> MemQueue<'a> {
+    pub(super) fn new(engine: &'a Arc<Engine>, key: &'a Key, mode: Mode, capacity: u32) -> Self {
+        MemQueue {
+            engine,
+            key,
+            mode,
+            capacity,
+        }
+    }
+
+    /// Acquires through the driver.
+    pub(super) async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
+        drive(self, req).await
+    }
+}
+
+fn table_dropped() -> Error {
+    Error::new(ErrorKind::Closed, "the lock table was dropped")
+}
+
+#[async_trait]
+impl Queue for MemQueue<'_> {
+    type Claim = Claim;
+    type Output = GuardParts;
+
+    async fn claim(&self, _req: &Request) -> Result<Claim> {
+        Ok(Claim::default())
+    }
+
+    async fn enqueue(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
+        let step =
+            self.engine
+                .try_or_queue(self.key, self.mode, self.capacity, req.lease(), req.waits());
+        Ok(match step {
+            Step::Granted(g) => {
+                claim.grant = Some(g);
+                Standing::Owner
+            }
+            Step::Queued(id, rx) => {
+                claim.queued = Some((id, rx));
+                Standing::Waiting
+            }
+            Step::Busy => Standing::Waiting,
+        })
+    }
+
+    async fn wait(
+        &self,
+        claim: &mut Claim,
+        _req: &Request,
+        until: Option<Instant>,
+    ) -> Result<Woken> {
+        let Some((_, rx)) = claim.queued.as_mut() else {
+            return Ok(Woken::Look);
+        };
+        let received = match until {
+            None => Some(rx.await),
+            Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
+        };
+        match received {
+            Some(Ok(g)) => {
+                claim.grant = Some(g);
+                Ok(Woken::Owner)
+            }
+            Some(Err(_)) => Err(table_dropped()),
+            None => Ok(Woken::Look),
+        }
+    }
+
+    async fn standing(&self, claim: &mut Claim, _req: &Request) -> Result<Standing> {
+        if claim.grant.is_some() {
+            return Ok(Standing::Owner);
+        }
+        let Some((_, rx)) = claim.queued.as_mut() else {
+            return Ok(Standing::Waiting);
+        };
+        match rx.try_recv() {
+            Ok(g) => {
+                claim.grant = Some(g);
+                Ok(Standing::Owner)
+            }
+            Err(TryRecvError::Empty) => Ok(Standing::Waiting),
+            Err(TryRecvError::Closed) => Err(table_dropped()),
+        }
+    }
+
+    async fn hold(&self, claim: &mut Claim, _req: &Request) -> Result<Option<GuardParts>> {
+        Ok(claim.grant.take().map(|g| parts(self.engine, self.key, g)))
+    }
+
+    async fn leave(&self, claim: &mut Claim, _exit: Exit) -> Result<()> {
+        self.abandon(std::mem::take(claim));
+        Ok(())
+    }
+
+    /// The engine is local: leaving is done at once. A grant that arrived, or arrives after
+    /// the waiter left, is released when it drops.
+    fn abandon(&self, claim: Claim) {
+        if let Some((id, _)) = &claim.queued {
+            self.engine.cancel(self.key, *id);
+        }
+        drop(claim);
+    }
+}
