@@ -11,12 +11,16 @@
 //! deletes our key (etcd issue 9715).
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
-use lockkit_core::spi::{GuardParts, LeaseClock, OnDrop, Request, StateCell};
-use lockkit_core::{Error, ErrorKind, FencingToken, Lease, Result};
+use lockkit_core::spi::{
+    drive, Exit, GuardParts, LeaseClock, Queue, Request, Standing as Turn, StateCell, Woken,
+};
+use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::client::is_lease_not_found;
@@ -37,153 +41,221 @@ pub(crate) struct Want<'a> {
     pub(crate) value: String,
 }
 
-/// Acquires per `want` and `r`; `Ok(None)` when the wait budget ran out (our key deleted by
-/// then).
+/// Acquires per `want` and `r` through the core's driver; `Ok(None)` when the wait budget ran
+/// out (our key deleted by then).
 pub(crate) async fn acquire(
     inner: &Arc<Inner>,
     want: Want<'_>,
     r: &Request,
 ) -> Result<Option<GuardParts>> {
-    let deadline = r.deadline();
-    let req = want;
-    let nw = req.nw;
-    let prefix = nw.prefix().to_vec();
-    loop {
+    drive(&EtcdQueue { inner, want }, r).await
+}
+
+/// A lock prefix as the driver's queue: a claim is our key, ranked by its create revision.
+struct EtcdQueue<'a> {
+    inner: &'a Arc<Inner>,
+    want: Want<'a>,
+}
+
+/// One claim: our key and the lease it is on. Left (deleted) on every way out but a hold; a
+/// create still in flight is driven to its end first, so that a cancelled acquire cannot leave
+/// us unsure whether the key exists.
+struct Claim {
+    key: Vec<u8>,
+    lease: KeyLease,
+    slot: Option<Slot>,
+    inflight: Option<InFlight>,
+    /// The guard's clock: the session's, or a fixed lease's from its grant.
+    clock: Arc<LeaseClock>,
+    /// Our key's create revision, once created.
+    rev: i64,
+    /// Whether a fixed-lease claim moved onto the session lease to wait.
+    parked: bool,
+    /// Our registration with the name's watch, while we wait.
+    waiter: Option<Arc<Notify>>,
+    /// What the watch last showed of our key.
+    seen: Standing,
+}
+
+#[async_trait]
+impl Queue for EtcdQueue<'_> {
+    type Claim = Claim;
+    type Output = GuardParts;
+
+    async fn claim(&self, r: &Request) -> Result<Claim> {
         let d = r.lease().duration();
-        let (lease, mut clock) = if r.lease().is_watchdog() {
-            let s = inner.session(d).await?;
+        let (lease, clock) = if r.lease().is_watchdog() {
+            let s = self.inner.session(d).await?;
             let clock = s.clock().clone();
             (KeyLease::Session(s), clock)
         } else {
-            let (id, sent) = grant_exact(&inner.pool, d).await?;
+            let (id, sent) = grant_exact(&self.inner.pool, d).await?;
             (KeyLease::Fixed(id), LeaseClock::starting(sent, d))
         };
-        let slot = nw.take_slot();
+        let slot = self.want.nw.take_slot();
         let key = match &lease {
             KeyLease::Session(s) => slot.key(s.id()),
             KeyLease::Fixed(id) => {
-                let mut k = prefix.clone();
+                let mut k = self.want.nw.prefix().to_vec();
                 k.extend_from_slice(format!("{id:x}").as_bytes());
                 k
             }
         };
-        let mut attempt = Attempt {
-            inner: inner.clone(),
+        Ok(Claim {
             key,
-            lease: lease.clone(),
+            lease,
             slot: Some(slot),
             inflight: None,
-            armed: true,
-        };
-        let (rev, holds) = match attempt
-            .create(&prefix, &req.value, req.need, req.kind)
+            clock,
+            rev: 0,
+            parked: false,
+            waiter: None,
+            seen: Standing::Unknown,
+        })
+    }
+
+    async fn enqueue(&self, c: &mut Claim, _r: &Request) -> Result<Turn> {
+        let w = &self.want;
+        match c
+            .create(self.inner, w.nw.prefix(), &w.value, w.need, w.kind)
             .await
         {
-            Ok(v) => v,
+            Ok(true) => Ok(Turn::Owner),
+            Ok(false) => Ok(Turn::Waiting),
+            // The lease went away under us: a new claim on a new one.
             Err(e) if is_lease_not_found(&e) => {
-                if let KeyLease::Session(s) = &lease {
-                    inner.drop_session(s).await;
+                if let KeyLease::Session(s) = &c.lease {
+                    self.inner.drop_session(s).await;
                 }
-                attempt.cleanup().await;
-                continue;
+                Ok(Turn::Gone)
             }
-            Err(e) => {
-                attempt.cleanup().await;
-                return Err(e);
-            }
-        };
-        if !holds {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                attempt.cleanup().await;
-                return Ok(None);
-            }
-            // A fixed lease starts when the lock is taken: while we wait, our key lives on the
-            // handle's session lease instead.
-            let fixed = !r.lease().is_watchdog();
-            let parked = !fixed || attempt.park(rev, inner.session(inner.lease).await?).await?;
-            let standing = if parked {
-                wait_turn(nw, rev, req.need, deadline).await
-            } else {
-                Standing::Gone
-            };
-            // The watch shows our turn as of the last event it delivered, and the server may be
-            // past it: our key deleted a moment later (a lease revoked), the lock already taken
-            // by someone who saw both deletes. A watch may also lag so far that our turn came
-            // and the wait budget ran out before it said so; giving up then would send us to
-            // the back of the queue, and waiters that all lag would leapfrog each other for
-            // ever. So a turn, and a wait that ran out, are settled by a linearizable read (Go's
-            // `Mutex.Lock` reads its key again too).
-            let standing = match standing {
-                Standing::Gone => Standing::Gone,
-                _ if inner.check_open().is_err() => Standing::Waiting,
-                _ => turn_on_server(inner, &prefix, &attempt.key, rev, req.need, req.kind).await?,
-            };
-            match standing {
-                Standing::Owner if fixed => match attempt.unpark(rev, d).await? {
-                    Some(c) => clock = c,
-                    None => {
-                        attempt.cleanup().await;
-                        inner.check_open()?;
-                        continue;
-                    }
-                },
-                Standing::Owner => {}
-                Standing::Gone => {
-                    // Our key vanished while we waited (lease lost, force_unlock): start over.
-                    attempt.cleanup().await;
-                    inner.check_open()?;
-                    continue;
-                }
-                _ => {
-                    attempt.cleanup().await;
-                    inner.check_open()?;
-                    return Ok(None);
-                }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until the name's watch shows our turn or our key gone, or until `until`. A fixed
+    /// lease starts when the lock is taken: before its first wait, our key moves onto the
+    /// handle's session lease.
+    async fn wait(&self, c: &mut Claim, r: &Request, until: Option<Instant>) -> Result<Woken> {
+        let (nw, need) = (self.want.nw, self.want.need);
+        if !r.lease().is_watchdog() && !c.parked {
+            let s = self.inner.session(self.inner.lease).await?;
+            if !c.park(self.inner, s).await? {
+                c.seen = Standing::Gone;
+                return Ok(Woken::Look);
             }
         }
-        let state = StateCell::new(clock);
-        if let KeyLease::Session(s) = &attempt.lease {
+        let notify = c
+            .waiter
+            .get_or_insert_with(|| nw.add_waiter(c.rev, need))
+            .clone();
+        loop {
+            c.seen = nw.standing(c.rev, need);
+            if matches!(c.seen, Standing::Owner | Standing::Gone) || nw.is_stopped() {
+                return Ok(Woken::Look);
+            }
+            match until {
+                Some(at) => {
+                    if tokio::time::timeout_at(at, notify.notified())
+                        .await
+                        .is_err()
+                    {
+                        c.seen = nw.standing(c.rev, need);
+                        return Ok(Woken::Look);
+                    }
+                }
+                None => notify.notified().await,
+            }
+        }
+    }
+
+    /// The watch shows our turn as of the last event it delivered, and the server may be past
+    /// it: our key deleted a moment later (a lease revoked), the lock already taken by someone
+    /// who saw both deletes. A watch may also lag so far that our turn came and the wait budget
+    /// ran out before it said so; giving up then would send us to the back of the queue, and
+    /// waiters that all lag would leapfrog each other for ever. So a turn, and a wait that ran
+    /// out, are settled by a linearizable read (Go's `Mutex.Lock` reads its key again too).
+    async fn standing(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+        if c.seen == Standing::Gone {
+            return Ok(Turn::Gone);
+        }
+        self.inner.check_open()?;
+        let w = &self.want;
+        let on_server =
+            turn_on_server(self.inner, w.nw.prefix(), &c.key, c.rev, w.need, w.kind).await?;
+        Ok(match on_server {
+            Standing::Owner => Turn::Owner,
+            Standing::Gone => Turn::Gone,
+            // The watch said our turn came, the server says it did not: never trust that watch
+            // again for this key; a fresh key settles it.
+            _ if c.seen == Standing::Owner && !r.expired() => Turn::Gone,
+            _ => Turn::Waiting,
+        })
+    }
+
+    async fn hold(&self, c: &mut Claim, r: &Request) -> Result<Option<GuardParts>> {
+        c.unregister(self.want.nw);
+        // A fixed lease that waited is granted now that we hold: its clock starts here.
+        if c.parked {
+            match c.unpark(self.inner, r.lease().duration()).await? {
+                Some(clock) => c.clock = clock,
+                None => return Ok(None),
+            }
+        }
+        let state = StateCell::new(c.clock.clone());
+        if let KeyLease::Session(s) = &c.lease {
             s.track(&state);
         }
-        nw.add_holder(rev, &state);
-        let held = attempt.into_held(r.lease(), req.name.clone(), nw.clone(), rev, state.clone());
-        return Ok(Some(GuardParts::new(
+        let w = &self.want;
+        w.nw.add_holder(c.rev, &state);
+        let rev = c.rev;
+        let held = c.take_held(
+            self.inner,
+            r.lease(),
+            w.name.clone(),
+            w.nw.clone(),
+            state.clone(),
+        );
+        Ok(Some(GuardParts::new(
             FencingToken(rev as u64),
             r.lease(),
             state,
             Box::new(held),
-        )));
+        )))
     }
-}
 
-/// Waits until our key holds, vanishes, or the deadline passes (then `Waiting`).
-async fn wait_turn(
-    nw: &Arc<NameWatch>,
-    rev: i64,
-    need: Need,
-    deadline: Option<Instant>,
-) -> Standing {
-    let notify = nw.add_waiter(rev, need);
-    let _unregister = OnDrop::armed(|| nw.remove_waiter(rev));
-    loop {
-        if let s @ (Standing::Owner | Standing::Gone) = nw.standing(rev, need) {
-            return s;
+    /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours; a delete
+    /// the server does not take now goes to the reaper.
+    async fn leave(&self, c: &mut Claim, _exit: Exit) -> Result<()> {
+        c.unregister(self.want.nw);
+        if let Some(create) = c.inflight.as_mut() {
+            let _ = create.await;
+            c.inflight = None;
         }
-        match deadline {
-            Some(d) => {
-                if tokio::time::timeout_at(d, notify.notified()).await.is_err() {
-                    // One last look: the hand-off may have landed at the deadline.
-                    return match nw.standing(rev, need) {
-                        Standing::Owner => Standing::Owner,
-                        _ => Standing::Waiting,
-                    };
-                }
-            }
-            None => notify.notified().await,
+        if delete_key(self.inner, &c.key, &c.lease).await.is_ok() {
+            c.slot = None;
+        } else {
+            let key = std::mem::take(&mut c.key);
+            reap_key(self.inner, key, c.lease.clone(), None, c.slot.take());
         }
-        if nw.is_stopped() {
-            return Standing::Waiting;
-        }
+        Ok(())
+    }
+
+    /// Hands the key, and a create still in flight, to the reaper.
+    fn abandon(&self, mut c: Claim) {
+        c.unregister(self.want.nw);
+        reap_key(
+            self.inner,
+            std::mem::take(&mut c.key),
+            c.lease.clone(),
+            c.inflight.take(),
+            c.slot.take(),
+        );
+    }
+
+    fn tolerance(&self, _c: &Claim) -> Duration {
+        // The endpoint pool retries a request on every member already.
+        Duration::ZERO
     }
 }
 
@@ -237,39 +309,29 @@ async fn turn_on_server(
     })
 }
 
-/// One try at creating our key. Dropping it (a cancelled acquire) deletes the key in the
-/// background, after the create transaction, if still in flight, has finished.
-struct Attempt {
-    inner: Arc<Inner>,
-    key: Vec<u8>,
-    lease: KeyLease,
-    slot: Option<Slot>,
-    inflight: Option<InFlight>,
-    armed: bool,
-}
-
-impl Attempt {
-    /// Creates our key (deleting a stale key of ours in the slot first) and returns our create
-    /// revision and whether we hold at once.
+impl Claim {
+    /// Creates our key (deleting a stale key of ours in the slot first), records our create
+    /// revision and tells whether we hold at once.
     async fn create(
         &mut self,
+        inner: &Inner,
         prefix: &[u8],
         value: &str,
         need: Need,
         kind: Kind,
-    ) -> Result<(i64, bool)> {
+    ) -> Result<bool> {
         // The mutex only needs the first key; the others need everyone ranked before them.
         let limit = if need == Need::Exclusive { 1 } else { 0 };
         for _ in 0..3 {
             let (pool, key, lease, prefix, value) = (
-                self.inner.pool.clone(),
+                inner.pool.clone(),
                 self.key.clone(),
                 self.lease.id(),
                 prefix.to_vec(),
                 value.to_string(),
             );
-            // Owned by the attempt, so that a cancelled acquire cannot cut the request and leave
-            // us unsure whether the key exists: a dropped attempt hands the unfinished request
+            // Owned by the claim, so that a cancelled acquire cannot cut the request and leave
+            // us unsure whether the key exists: an abandoned claim hands the unfinished request
             // to its cleanup task, which drives it to the end before deleting the key.
             let fut: InFlight = Box::pin(async move {
                 pool.run("acquire", true, move |mut c| {
@@ -304,7 +366,8 @@ impl Attempt {
             let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
             let ops = resp.op_responses();
             if resp.succeeded() {
-                let holds = match ops.get(1) {
+                self.rev = rev;
+                return Ok(match ops.get(1) {
                     Some(TxnOpResponse::Get(g)) => {
                         let before: Vec<_> = g
                             .kvs()
@@ -315,8 +378,7 @@ impl Attempt {
                         need.holds(before.iter())
                     }
                     _ => false,
-                };
-                return Ok((rev, holds));
+                });
             }
             // Our slot's key exists: left over from an earlier acquisition whose delete failed,
             // or from a retried request. Never adopt it (its token would repeat): delete it.
@@ -325,7 +387,7 @@ impl Attempt {
                 _ => None,
             };
             if let Some(stale) = stale {
-                delete_if_ours(&self.inner, &self.key, stale).await?;
+                delete_if_ours(inner, &self.key, stale).await?;
             }
         }
         Err(Error::new(
@@ -334,94 +396,65 @@ impl Attempt {
         ))
     }
 
-    /// Moves our key (create revision `rev`) onto the session lease `s`, keeping its value, and
-    /// revokes the fixed lease it was on: a waiter's key then lives as long as we wait. `false`
-    /// when the key is gone.
-    async fn park(&mut self, rev: i64, s: Arc<Session>) -> Result<bool> {
+    /// Moves our key onto the session lease `s`, keeping its value, and revokes the fixed lease
+    /// it was on: a waiter's key then lives as long as we wait. `false` when the key is gone.
+    async fn park(&mut self, inner: &Inner, s: Arc<Session>) -> Result<bool> {
         let KeyLease::Fixed(fixed) = self.lease else {
             return Ok(true);
         };
-        if !move_to_lease(&self.inner, &self.key, rev, s.id()).await? {
+        if !move_to_lease(inner, &self.key, self.rev, s.id()).await? {
             return Ok(false);
         }
         self.lease = KeyLease::Session(s);
-        let _ = revoke(&self.inner, fixed).await;
+        self.parked = true;
+        let _ = revoke(inner, fixed).await;
         Ok(true)
     }
 
     /// Grants the fixed lease of `d` now that we hold, and moves our key onto it: its clock
     /// starts here. `None` when the key is gone.
-    async fn unpark(
-        &mut self,
-        rev: i64,
-        d: std::time::Duration,
-    ) -> Result<Option<Arc<LeaseClock>>> {
-        let (id, sent) = grant_exact(&self.inner.pool, d).await?;
-        match move_to_lease(&self.inner, &self.key, rev, id).await {
+    async fn unpark(&mut self, inner: &Inner, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
+        let (id, sent) = grant_exact(&inner.pool, d).await?;
+        match move_to_lease(inner, &self.key, self.rev, id).await {
             Ok(true) => {
                 self.lease = KeyLease::Fixed(id);
+                self.parked = false;
                 Ok(Some(LeaseClock::starting(sent, d)))
             }
             other => {
-                let _ = revoke(&self.inner, id).await;
+                let _ = revoke(inner, id).await;
                 other.map(|_| None)
             }
         }
     }
 
-    /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours; a delete
-    /// the server does not take now goes to the reaper. Armed until done: if this future is
-    /// dropped half-way (the core keeps the wait budget), the drop hands the rest to the reaper.
-    async fn cleanup(&mut self) {
-        if let Some(create) = self.inflight.as_mut() {
-            let _ = create.await;
-            self.inflight = None;
-        }
-        let deleted = delete_key(&self.inner, &self.key, &self.lease).await;
-        self.armed = false;
-        if deleted.is_ok() {
-            self.slot = None;
-        } else {
-            let key = std::mem::take(&mut self.key);
-            reap_key(&self.inner, key, self.lease.clone(), None, self.slot.take());
+    /// Ends our registration with the name's watch.
+    fn unregister(&mut self, nw: &NameWatch) {
+        if self.waiter.take().is_some() {
+            nw.remove_waiter(self.rev);
         }
     }
 
-    fn into_held(
-        mut self,
+    /// Hands the key, its lease and its slot to the hold; the claim keeps nothing to leave.
+    fn take_held(
+        &mut self,
+        inner: &Arc<Inner>,
         guard_lease: Lease,
         name: Arc<str>,
         nw: Arc<NameWatch>,
-        rev: i64,
         state: StateCell,
     ) -> EtcdHeld {
-        self.armed = false;
         let shared = Arc::new(HeldShared {
-            inner: self.inner.clone(),
+            inner: inner.clone(),
             name,
             nw,
             key: std::mem::take(&mut self.key),
-            rev,
+            rev: self.rev,
             lease: Mutex::new(self.lease.clone()),
             slot: Mutex::new(self.slot.take()),
             state,
             guard_lease,
         });
         EtcdHeld::new(shared)
-    }
-}
-
-impl Drop for Attempt {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        reap_key(
-            &self.inner,
-            std::mem::take(&mut self.key),
-            self.lease.clone(),
-            self.inflight.take(),
-            self.slot.take(),
-        );
     }
 }
