@@ -38,7 +38,7 @@ impl RawMutex for ZkMutex {
     async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
         let session = self.sessions.for_lease(req.lease().duration()).await?;
         let spec = self.spec();
-        let Some(node) = queue::contend(&session, &spec, req.deadline()).await? else {
+        let Some(node) = queue::contend(&session, &spec, req).await? else {
             return Ok(None);
         };
         Ok(Some(held::parts(

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::{Error, ErrorKind, Result};
+use lockkit_core::spi::{drive, Exit, Queue, Request, Standing, Woken};
+use lockkit_core::{async_trait, Error, ErrorKind, Result, Retry};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -282,101 +283,186 @@ pub(crate) fn decide(spec: &Spec<'_>, children: &[String], ours: &str) -> Turn {
     }
 }
 
-/// Waits for our turn. `Ok(true)` when we hold it, `Ok(false)` when `deadline` passed first (our
-/// node is then still there: the caller deletes it).
-pub(crate) async fn wait_turn(
+/// A directory of sequential nodes as the core driver's queue: a claim is our node, and a wait
+/// watches only the node that stands in our way.
+pub(crate) struct ZkQueue<'a> {
+    pub session: &'a Arc<Session>,
+    pub spec: Spec<'a>,
+}
+
+/// One claim: our node once created, the last listing of the directory, and the cleanup that
+/// deletes whatever node of ours carries its protected prefix if the claim does not hold.
+pub(crate) struct Claim {
+    client: zk::Client,
+    cleanup: Option<Cleanup>,
+    node: Option<Node>,
+    children: Vec<String>,
+    /// The node we wait for.
+    ahead: Option<String>,
+    watch_retry: Retry,
+}
+
+impl Claim {
+    /// Our node, once created.
+    pub(crate) fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// The cleanup that more nodes of this claim join.
+    pub(crate) fn cleanup(&mut self) -> &mut Cleanup {
+        self.cleanup
+            .as_mut()
+            .expect("a claim keeps its cleanup until it ends")
+    }
+
+    pub(crate) fn client(&self) -> &zk::Client {
+        &self.client
+    }
+
+    /// Its nodes belong to a guard now: nothing is left to delete.
+    pub(crate) fn disarm(&mut self) {
+        if let Some(cleanup) = self.cleanup.take() {
+            cleanup.disarm();
+        }
+    }
+}
+
+/// Acquires a node in `spec`'s queue through the core's driver. `Ok(None)` when the budget
+/// ran out; then our node is already deleted. Dropping the future deletes it in the background.
+pub(crate) async fn contend(
     session: &Arc<Session>,
     spec: &Spec<'_>,
-    node: &Node,
-    mut children: Vec<String>,
-    deadline: Option<Instant>,
-) -> Result<bool> {
-    let client = &node.client;
-    let ours = node.path.rsplit('/').next().unwrap_or_default().to_string();
-    let limit = session.cfg.command_timeout;
-    let mut watch_retry = TRANSIENT.start();
-    loop {
-        // A late create of a lost connection is a second node of ours: never wait behind it.
-        let extra: Vec<String> = children
+    req: &Request,
+) -> Result<Option<Node>> {
+    let queue = ZkQueue {
+        session,
+        spec: *spec,
+    };
+    drive(&queue, req).await
+}
+
+impl ZkQueue<'_> {
+    /// Where our node stands in the last listing. A late create of a lost connection is a second
+    /// node of ours: never wait behind it.
+    async fn settle(&self, c: &mut Claim) -> Result<Standing> {
+        let node = c.node.as_ref().expect("settled after the create");
+        let ours = node.path.rsplit('/').next().unwrap_or_default().to_string();
+        let limit = self.session.cfg.command_timeout;
+        let extra: Vec<String> = c
+            .children
             .iter()
-            .filter(|c| c.starts_with(&node.prefix) && **c != ours)
+            .filter(|n| n.starts_with(&node.prefix) && **n != ours)
             .cloned()
             .collect();
-        for c in &extra {
-            delete_node(client, &format!("{}/{c}", spec.dir), limit).await?;
+        for n in &extra {
+            delete_node(&c.client, &format!("{}/{n}", self.spec.dir), limit).await?;
         }
-        children.retain(|c| !extra.contains(c));
-        match decide(spec, &children, &ours) {
-            Turn::Ours => return Ok(true),
-            Turn::Gone => {
-                return Err(Error::new(
-                    ErrorKind::LockLost,
-                    format!("our node {} was deleted while we waited", node.path),
-                ))
-            }
+        c.children.retain(|n| !extra.contains(n));
+        match decide(&self.spec, &c.children, &ours) {
+            Turn::Ours => Ok(Standing::Owner),
+            Turn::Gone => Err(Error::new(
+                ErrorKind::LockLost,
+                format!("our node {} was deleted while we waited", node.path),
+            )),
             Turn::WaitFor(other) => {
-                if deadline.is_some_and(|d| d <= Instant::now()) {
-                    return Ok(false);
-                }
-                let path = format!("{}/{other}", spec.dir);
-                match client.get_and_watch_data(&path).await {
-                    Ok((_, _, watcher)) => {
-                        let event = match deadline {
-                            None => watcher.changed().await,
-                            Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
-                                Ok(ev) => ev,
-                                Err(_) => return Ok(false),
-                            },
-                        };
-                        session.count_wake();
-                        if event.event_type == zk::EventType::Session
-                            && event.session_state.is_terminated()
-                        {
-                            return Err(map(
-                                zk::Error::SessionExpired,
-                                "session ended while waiting",
-                            ));
-                        }
-                    }
-                    Err(zk::Error::NoNode) => {}
-                    Err(e) if is_transient(&e) => watch_retry.wait().await,
-                    Err(e) => return Err(map(e, "cannot watch the node ahead")),
-                }
-                children = retry(limit, "list", || client.list_children(spec.dir)).await?;
+                c.ahead = Some(other);
+                Ok(Standing::Waiting)
             }
         }
     }
 }
 
-/// Creates our node and waits for our turn. `Ok(None)` when the budget ran out; then our node is
-/// already deleted. Dropping the future deletes it in the background.
-pub(crate) async fn contend(
-    session: &Arc<Session>,
-    spec: &Spec<'_>,
-    deadline: Option<Instant>,
-) -> Result<Option<Node>> {
-    let client = session.client()?;
-    let mut cleanup = Cleanup::new(session, client.clone());
-    let result = async {
-        let (node, children) =
-            create(session, &client, &mut cleanup, spec.dir, spec.marker).await?;
-        let ok = wait_turn(session, spec, &node, children, deadline).await?;
-        Ok::<_, Error>(ok.then_some(node))
+#[async_trait]
+impl Queue for ZkQueue<'_> {
+    type Claim = Claim;
+    type Output = Node;
+
+    async fn claim(&self, _req: &Request) -> Result<Claim> {
+        let client = self.session.client()?;
+        Ok(Claim {
+            cleanup: Some(Cleanup::new(self.session, client.clone())),
+            client,
+            node: None,
+            children: Vec::new(),
+            ahead: None,
+            watch_retry: TRANSIENT.start(),
+        })
     }
-    .await;
-    match result {
-        Ok(Some(node)) => {
-            cleanup.disarm();
-            Ok(Some(node))
+
+    async fn enqueue(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
+        let client = c.client.clone();
+        let (node, children) = create(
+            self.session,
+            &client,
+            c.cleanup(),
+            self.spec.dir,
+            self.spec.marker,
+        )
+        .await?;
+        c.node = Some(node);
+        c.children = children;
+        self.settle(c).await
+    }
+
+    /// Watches the node ahead of ours until it changes or goes, or until `until`.
+    async fn wait(&self, c: &mut Claim, _req: &Request, until: Option<Instant>) -> Result<Woken> {
+        let Some(other) = c.ahead.take() else {
+            return Ok(Woken::Look);
+        };
+        let path = format!("{}/{other}", self.spec.dir);
+        match c.client.get_and_watch_data(&path).await {
+            Ok((_, _, watcher)) => {
+                let event = match until {
+                    None => watcher.changed().await,
+                    Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
+                        Ok(ev) => ev,
+                        Err(_) => return Ok(Woken::Look),
+                    },
+                };
+                self.session.count_wake();
+                if event.event_type == zk::EventType::Session && event.session_state.is_terminated()
+                {
+                    return Err(map(
+                        zk::Error::SessionExpired,
+                        "session ended while waiting",
+                    ));
+                }
+            }
+            Err(zk::Error::NoNode) => {}
+            Err(e) if is_transient(&e) => c.watch_retry.wait().await,
+            Err(e) => return Err(map(e, "cannot watch the node ahead")),
         }
-        Ok(None) => {
+        Ok(Woken::Look)
+    }
+
+    async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
+        let (client, dir) = (&c.client, self.spec.dir);
+        c.children = retry(self.session.cfg.command_timeout, "list", || {
+            client.list_children(dir)
+        })
+        .await?;
+        self.settle(c).await
+    }
+
+    /// Our node belongs to the guard now: the cleanup is disarmed.
+    async fn hold(&self, c: &mut Claim, _req: &Request) -> Result<Option<Node>> {
+        let node = c.node.take();
+        if node.is_some() {
+            c.disarm();
+        }
+        Ok(node)
+    }
+
+    async fn leave(&self, c: &mut Claim, _exit: Exit) -> Result<()> {
+        if let Some(cleanup) = c.cleanup.take() {
             cleanup.run().await;
-            Ok(None)
         }
-        Err(e) => {
-            cleanup.run().await;
-            Err(e)
-        }
+        Ok(())
+    }
+
+    /// The claim's cleanup hands its nodes to the reaper as it drops.
+    fn abandon(&self, c: Claim) {
+        drop(c);
     }
 }
 

@@ -40,7 +40,7 @@ impl ZkRwLock {
             markers: MARKERS,
             rule,
         };
-        queue::contend(session, &spec, req.deadline()).await
+        queue::contend(session, &spec, req).await
     }
 }
 

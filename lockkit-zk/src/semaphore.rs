@@ -4,7 +4,7 @@
 //! come back when ZooKeeper expires it.
 
 use async_trait::async_trait;
-use lockkit_core::spi::{GuardParts, RawSemaphore, Request};
+use lockkit_core::spi::{drive, Exit, GuardParts, Queue, RawSemaphore, Request, Standing, Woken};
 use lockkit_core::Result;
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -13,7 +13,7 @@ use zookeeper_client as zk;
 use crate::error::map;
 use crate::held;
 use crate::node::{self, LEASE_MARKER, MUTEX_MARKER};
-use crate::queue::{self, Cleanup, Rule, Spec};
+use crate::queue::{self, Node, Rule, Spec, ZkQueue};
 use crate::sessions::Sessions;
 
 #[derive(Debug)]
@@ -68,70 +68,25 @@ impl RawSemaphore for ZkSemaphore {
 
 impl ZkSemaphore {
     async fn acquire_permits(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
-        let deadline = req.deadline();
         let session = &self.sessions.for_lease(req.lease().duration()).await?;
-        let client = session.client()?;
-        let limit = session.cfg.command_timeout;
-        let locks_dir = self.locks_dir();
-        let leases_dir = self.leases_dir();
-        let spec = Spec {
-            dir: &locks_dir,
-            marker: MUTEX_MARKER,
-            markers: crate::mutex::MARKERS,
-            rule: Rule::Exclusive,
-        };
-        // Every node made below is deleted, leases first, if this future is dropped or fails.
-        let mut cleanup = Cleanup::new(session, client.clone());
-        let (entry, children) =
-            queue::create(session, &client, &mut cleanup, &locks_dir, MUTEX_MARKER).await?;
-        if !queue::wait_turn(session, &spec, &entry, children, deadline).await? {
-            cleanup.run().await;
-            return Ok(None);
-        }
-        let mut leases = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            let (lease, _) =
-                queue::create(session, &client, &mut cleanup, &leases_dir, LEASE_MARKER).await?;
-            leases.push(lease);
-        }
-        loop {
-            let listed = crate::ops::retry(limit, "watch leases", || {
-                client.list_and_watch_children(&leases_dir)
-            })
-            .await?;
-            let (children, watcher) = listed;
-            if count_leases(&children) <= self.permits as usize {
-                break;
-            }
-            let event = match deadline {
-                None => watcher.changed().await,
-                Some(d) if d <= Instant::now() => {
-                    cleanup.run().await;
-                    return Ok(None);
-                }
-                Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
-                    Ok(ev) => ev,
-                    Err(_) => {
-                        cleanup.run().await;
-                        return Ok(None);
-                    }
+        let (locks_dir, leases_dir) = (self.locks_dir(), self.leases_dir());
+        let queue = SemQueue {
+            entry: ZkQueue {
+                session,
+                spec: Spec {
+                    dir: &locks_dir,
+                    marker: MUTEX_MARKER,
+                    markers: crate::mutex::MARKERS,
+                    rule: Rule::Exclusive,
                 },
-            };
-            session.count_wake();
-            if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
-                cleanup.run().await;
-                return Err(map(
-                    zk::Error::SessionExpired,
-                    "session ended while waiting",
-                ));
-            }
-        }
-        // Our leases fit: let the next acquirer in.
-        if let Err(e) = crate::ops::delete_node(&client, &entry.path, limit).await {
-            cleanup.run().await;
-            return Err(e);
-        }
-        cleanup.disarm();
+            },
+            leases_dir: &leases_dir,
+            n,
+            permits: self.permits,
+        };
+        let Some(leases) = drive(&queue, req).await? else {
+            return Ok(None);
+        };
         Ok(Some(held::parts(
             session,
             &self.name,
@@ -139,5 +94,120 @@ impl ZkSemaphore {
             req.lease(),
             None,
         )))
+    }
+}
+
+/// The semaphore as the core driver's queue: a claim first waits in the entry mutex's queue;
+/// once the entry is ours it adds its lease nodes and watches the lease set until they fit.
+/// Every node it made is deleted, leases first, if it ends without a hold.
+struct SemQueue<'a> {
+    entry: ZkQueue<'a>,
+    leases_dir: &'a str,
+    n: u32,
+    permits: u32,
+}
+
+struct SemClaim {
+    entry: queue::Claim,
+    leases: Vec<Node>,
+    /// The watch of the lease set, while our leases do not fit.
+    watcher: Option<zk::OneshotWatcher>,
+}
+
+impl SemQueue<'_> {
+    /// The entry is ours: adds our leases (once) and tells whether they fit.
+    async fn fit(&self, c: &mut SemClaim) -> Result<Standing> {
+        let session = self.entry.session;
+        let client = c.entry.client().clone();
+        if c.leases.is_empty() {
+            for _ in 0..self.n {
+                let cleanup = c.entry.cleanup();
+                let (lease, _) =
+                    queue::create(session, &client, cleanup, self.leases_dir, LEASE_MARKER).await?;
+                c.leases.push(lease);
+            }
+        }
+        let limit = session.cfg.command_timeout;
+        let (children, watcher) = crate::ops::retry(limit, "watch leases", || {
+            client.list_and_watch_children(self.leases_dir)
+        })
+        .await?;
+        if count_leases(&children) <= self.permits as usize {
+            return Ok(Standing::Owner);
+        }
+        c.watcher = Some(watcher);
+        Ok(Standing::Waiting)
+    }
+}
+
+#[async_trait]
+impl Queue for SemQueue<'_> {
+    type Claim = SemClaim;
+    type Output = Vec<Node>;
+
+    async fn claim(&self, req: &Request) -> Result<SemClaim> {
+        Ok(SemClaim {
+            entry: self.entry.claim(req).await?,
+            leases: Vec::new(),
+            watcher: None,
+        })
+    }
+
+    async fn enqueue(&self, c: &mut SemClaim, req: &Request) -> Result<Standing> {
+        match self.entry.enqueue(&mut c.entry, req).await? {
+            Standing::Owner => self.fit(c).await,
+            other => Ok(other),
+        }
+    }
+
+    async fn wait(&self, c: &mut SemClaim, req: &Request, until: Option<Instant>) -> Result<Woken> {
+        let Some(watcher) = c.watcher.take() else {
+            return self.entry.wait(&mut c.entry, req, until).await;
+        };
+        let event = match until {
+            None => watcher.changed().await,
+            Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
+                Ok(ev) => ev,
+                Err(_) => return Ok(Woken::Look),
+            },
+        };
+        self.entry.session.count_wake();
+        if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
+            return Err(map(
+                zk::Error::SessionExpired,
+                "session ended while waiting",
+            ));
+        }
+        Ok(Woken::Look)
+    }
+
+    async fn standing(&self, c: &mut SemClaim, req: &Request) -> Result<Standing> {
+        if c.leases.is_empty() {
+            match self.entry.standing(&mut c.entry, req).await? {
+                Standing::Owner => self.fit(c).await,
+                other => Ok(other),
+            }
+        } else {
+            self.fit(c).await
+        }
+    }
+
+    /// Our leases fit: deletes the entry node to let the next acquirer in; the leases belong
+    /// to the guard.
+    async fn hold(&self, c: &mut SemClaim, _req: &Request) -> Result<Option<Vec<Node>>> {
+        let limit = self.entry.session.cfg.command_timeout;
+        if let Some(entry) = c.entry.node() {
+            crate::ops::delete_node(c.entry.client(), &entry.path, limit).await?;
+        }
+        c.entry.disarm();
+        Ok(Some(std::mem::take(&mut c.leases)))
+    }
+
+    async fn leave(&self, c: &mut SemClaim, exit: Exit) -> Result<()> {
+        self.entry.leave(&mut c.entry, exit).await
+    }
+
+    fn abandon(&self, c: SemClaim) {
+        self.entry.abandon(c.entry);
     }
 }
