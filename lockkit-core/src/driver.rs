@@ -114,6 +114,11 @@ pub trait Queue: Send + Sync {
         let _ = claim;
         Duration::ZERO
     }
+
+    /// The lock's name, for the driver's trace events.
+    fn lock_name(&self) -> &str {
+        ""
+    }
 }
 
 /// Holds the claim of one attempt; hands it to [`Queue::abandon`] if dropped unfinished.
@@ -221,7 +226,11 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                         pending.leave(Exit::Failed).await;
                         return Err(e);
                     }
-                    tracing::debug!(error = %e, "lockkit: a queued claim waits through a failure");
+                    tracing::debug!(
+                        lock = queue.lock_name(),
+                        error = %e,
+                        "lockkit: waiting through a failed request"
+                    );
                     Standing::Waiting
                 }
                 Err(e) => {

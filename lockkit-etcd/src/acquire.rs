@@ -257,6 +257,10 @@ impl Queue for EtcdQueue<'_> {
         // The endpoint pool retries a request on every member already.
         Duration::ZERO
     }
+
+    fn lock_name(&self) -> &str {
+        self.want.name
+    }
 }
 
 /// Where our key (create revision `rev`) stands on the server now: one linearizable read of

@@ -8,219 +8,263 @@
 //! client, shared by its local waiters). A waiter that died is skipped once its heartbeat is 3
 //! beats old; a lock handed to a waiter that died just before expires after 3 beats. A message
 //! that is lost costs at most one heartbeat: every attempt also takes up a lock handed to us.
+//!
+//! The wait itself is the core's driver; this file supplies its verbs.
 
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, OnDrop, Request};
-use lockkit_core::{Backoff, Error, ErrorKind, Result};
+use lockkit_core::spi::{drive, Exit, GuardParts, Queue, Request, Standing, Woken};
+use lockkit_core::{async_trait, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::handle::RedisMutex;
 use crate::client::lease_ends_in;
+use crate::pubsub::Subscription;
+use crate::replicas::Ticket;
 
-/// Acquires `m` as `opts` asks: at once when free, else (when `opts` allows a wait) queued.
+/// Acquires `m` as `req` asks: at once when free, else (when `req` allows a wait) queued.
 pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
-    let inner = &m.inner;
-    let settings = &inner.settings;
-    let lease = req.lease();
-    let waits = req.waits();
-    let give_up_at = req.deadline();
-    let owner = inner.new_owner();
-    let heartbeat = settings.waiter_heartbeat;
-    // A hand-off sets this expiry; the watchdog extends it to the lease. A fixed lease is taken
-    // up by an attempt instead, which starts the whole lease then (the hand-off's expiry runs
-    // from a moment the waiter cannot know), as is a hand-off that must reach replicas first.
-    let grant_expiry = lease.duration().min(settings.waiter_timeout());
-    let take_grants = !inner.replicas.waits() && lease.is_watchdog();
+    drive(&NativeQueue { m }, req).await
+}
 
-    // The first attempt queues us if the lock is busy; later ones refresh our place and take up
-    // a hand-off whose message we missed.
-    let invocation = |attempt: &'static str| {
-        let mut inv = m.acquire_invocation(&inner.scripts.acquire, &owner, lease.duration());
-        inv.key(&m.keys.queue)
-            .key(&m.keys.waiters)
-            .arg(match (attempt, req.fair()) {
-                (_, false) => attempt,
-                ("0", true) => "0f",
-                ("1", true) => "1f",
-                _ => "2f",
-            })
-            .arg(settings.waiter_timeout().as_millis() as u64);
-        inv
-    };
-    let mut inv = if waits || req.fair() {
-        invocation(if waits { "1" } else { "0" })
-    } else {
-        // Neither waits nor defers to waiters: the lock is taken if free, and the queue is
-        // never looked at.
-        m.acquire_invocation(&inner.scripts.try_acquire, &owner, lease.duration())
-    };
-    let mut queued = false;
+struct NativeQueue<'a> {
+    m: &'a RedisMutex,
+}
 
-    // Only a waiting acquire listens (on its client's channel of the lock). It joins before
-    // queueing when the server already has the subscription, so the hand-off message cannot be
-    // missed; otherwise it queues first, subscribes, and looks once more.
-    let (channel, mut sub) = if waits {
-        let channel = inner.grant_channel(&m.keys);
-        let sub = inner.subs.join_active(&channel, &owner);
-        (channel, sub)
-    } else {
-        (String::new(), None)
-    };
-    let mut leave = OnDrop::disarmed(|| m.leave_later(&owner, settings.waiter_timeout()));
-    // When the last attempt that found the lock busy was sent: a hand-off came after it.
-    let mut busy_sent = Instant::now();
-    // The holder's remaining lease at that attempt (ms; -1: none), and when it ends, as far as
-    // the last answer tells (none after a failed attempt: the backoff paces those).
-    let mut pttl = -1;
-    let mut holder_ends: Option<Instant>;
-    // Since when attempts of a queued waiter have failed (the server is away, or fails over).
-    let mut failing_since: Option<Instant> = None;
-    let mut retry = RETRY_AFTER_FAILURE.start();
-    loop {
-        // An attempt in flight may queue us or take the lock: a dropped future must undo it.
-        leave.arm();
+/// How a claim came to hold.
+enum Won {
+    /// An attempt took the lock: replicas confirm it before it is ours.
+    Taken {
+        token: u64,
+        sent_at: Instant,
+        epoch: Ticket,
+    },
+    /// A release handed it to us; its expiry (`expiry`) runs from no earlier than `since`.
+    HandedOver {
+        token: u64,
+        since: Instant,
+        expiry: Duration,
+    },
+}
+
+/// One waiter: its owner id, its place, its share of the grant channel.
+struct Claim {
+    owner: String,
+    /// Whether a leave must follow: an attempt was sent that may have queued us or taken the
+    /// lock, and no answer has cleared it.
+    armed: bool,
+    /// Whether the first attempt queued us; later attempts refresh our place.
+    queued: bool,
+    channel: String,
+    sub: Option<Subscription>,
+    /// When the last attempt that found the lock busy was sent: a hand-off came after it.
+    busy_sent: Instant,
+    /// The holder's remaining lease at that attempt (ms; -1: none).
+    pttl: i64,
+    /// When the holder's lease ends, as far as the last answer tells.
+    holder_ends: Option<Instant>,
+    won: Option<Won>,
+}
+
+impl NativeQueue<'_> {
+    /// One run of the acquire script: the first queues us if the lock is busy (when `req` may
+    /// wait); later ones refresh our place and take up a hand-off whose message we missed.
+    async fn attempt(&self, c: &mut Claim, req: &Request) -> Result<Standing> {
+        let (m, inner) = (self.m, &self.m.inner);
+        let settings = &inner.settings;
+        let lease = req.lease().duration();
+        let inv = if req.waits() || req.fair() {
+            let attempt = match (c.queued, req.waits(), req.fair()) {
+                (true, _, false) => "2",
+                (true, _, true) => "2f",
+                (false, true, false) => "1",
+                (false, true, true) => "1f",
+                (false, false, false) => "0",
+                (false, false, true) => "0f",
+            };
+            let mut inv = m.acquire_invocation(&inner.scripts.acquire, &c.owner, lease);
+            inv.key(&m.keys.queue)
+                .key(&m.keys.waiters)
+                .arg(attempt)
+                .arg(settings.waiter_timeout().as_millis() as u64);
+            inv
+        } else {
+            // Neither waits nor defers to waiters: the lock is taken if free, and the queue is
+            // never looked at.
+            m.acquire_invocation(&inner.scripts.try_acquire, &c.owner, lease)
+        };
+        c.armed = true;
         let sent_at = Instant::now();
         let epoch = inner.replicas.ticket(&m.keys.lock);
         match inner.invoke::<(i64, i64)>(&inv, "acquire").await {
             Ok((1, token)) => {
-                // Still armed: if the replicas fail us, or the future is dropped, we let go.
-                m.confirm_replicas(&owner, false, epoch).await?;
-                leave.disarm();
-                drop(leave);
-                let token = token as u64;
-                return Ok(Some(m.guard(
-                    owner,
-                    token,
-                    lease,
+                c.won = Some(Won::Taken {
+                    token: token as u64,
                     sent_at,
-                    lease.duration(),
-                    false,
-                )));
+                    epoch,
+                });
+                Ok(Standing::Owner)
             }
             Ok((_, holder_pttl)) => {
-                if !waits {
-                    leave.disarm();
-                    return Ok(None);
+                if !req.waits() {
+                    c.armed = false;
+                    return Ok(Standing::Waiting);
                 }
-                if !queued {
-                    queued = true;
-                    inv = invocation("2");
-                }
-                busy_sent = sent_at;
-                pttl = holder_pttl;
-                holder_ends = lease_ends_in(pttl).map(|left| sent_at + left);
-                failing_since = None;
-                retry.reset();
-            }
-            Err(e) if queued && e.is_retryable() => {
-                holder_ends = None;
-                bear(
-                    &m.name,
-                    e,
-                    &mut failing_since,
-                    sent_at,
-                    settings.waiter_timeout(),
-                    pttl,
-                )?;
+                c.queued = true;
+                c.busy_sent = sent_at;
+                c.pttl = holder_pttl;
+                c.holder_ends = lease_ends_in(holder_pttl).map(|left| sent_at + left);
+                Ok(Standing::Waiting)
             }
             Err(e) => {
-                leave.set_armed(e.kind() != ErrorKind::WrongType);
-                return Err(e);
+                c.holder_ends = None;
+                // A key of another type was never touched: nothing to undo.
+                c.armed = e.kind() != ErrorKind::WrongType;
+                Err(e)
             }
-        }
-        let Some(s) = sub.as_ref() else {
-            let asked = Instant::now();
-            match inner.subs.subscribe_as(&channel, Some(&owner)).await {
-                Ok(joined) => sub = Some(joined),
-                Err(e) if e.is_retryable() => {
-                    bear(
-                        &m.name,
-                        e,
-                        &mut failing_since,
-                        asked,
-                        settings.waiter_timeout(),
-                        pttl,
-                    )?;
-                    retry.wait().await;
-                }
-                Err(e) => return Err(e),
-            }
-            // A hand-off before the subscription sent a message we did not see.
-            continue;
-        };
-        // Queued behind the holder. Listen until a hand-off, our heartbeat, the holder's
-        // lease end (it may have died) or our own deadline, whichever comes first; after a
-        // failed attempt, try again sooner.
-        let mut wait = heartbeat;
-        if failing_since.is_some() {
-            wait = wait.min(retry.next_pause());
-        }
-        if let Some(end) = holder_ends {
-            wait = wait.min(end.saturating_duration_since(Instant::now()));
-        }
-        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-        if let Some(left) = left {
-            wait = wait.min(left);
-        }
-        if !wait.is_zero() {
-            let _ = tokio::time::timeout(wait, s.notified()).await;
-        }
-        if let Some(token) = s.take_grant() {
-            // Handed over after our last busy attempt: its expiry runs from no earlier.
-            let fresh = busy_sent + grant_expiry > Instant::now() + grant_expiry / 3;
-            if take_grants && fresh {
-                leave.disarm();
-                drop(leave);
-                return Ok(Some(m.guard(
-                    owner,
-                    token,
-                    lease,
-                    busy_sent,
-                    grant_expiry,
-                    false,
-                )));
-            }
-            // Otherwise the next attempt takes it up (with the whole lease, from then).
-            continue;
-        }
-        if give_up_at.is_some_and(|at| Instant::now() >= at) {
-            // Out of time. Leaving also passes on a lock handed to us that we have not seen;
-            // if it fails (or this future is dropped meanwhile), the guard tries once more.
-            inner
-                .leave_queue(&m.keys, &owner, settings.waiter_timeout())
-                .await?;
-            leave.disarm();
-            return Ok(None);
         }
     }
 }
 
-/// How soon a queued waiter tries again after failed attempts (at most: a heartbeat is sooner):
-/// from 50 ms, jittered, up to 400 ms.
-const RETRY_AFTER_FAILURE: Backoff = Backoff::WAITER;
+#[async_trait]
+impl Queue for NativeQueue<'_> {
+    type Claim = Claim;
+    type Output = GuardParts;
 
-/// Whether a queued waiter bears the failure `e` of a request sent at `sent_at` (a failover, a
-/// restart): it keeps its place for a heartbeat timeout (`waiter_timeout`), and the holder's
-/// lease as last seen (`pttl` ms) would have kept it waiting that long anyway. Past that, the
-/// error is the answer.
-fn bear(
-    lock: &str,
-    e: Error,
-    failing_since: &mut Option<Instant>,
-    sent_at: Instant,
-    waiter_timeout: Duration,
-    pttl: i64,
-) -> Result<()> {
-    let since = *failing_since.get_or_insert(sent_at);
-    if since.elapsed() >= waiter_timeout.max(Duration::from_millis(pttl.max(0) as u64)) {
-        return Err(e);
+    /// A waiting acquire listens on its client's channel of the lock. It joins before queueing
+    /// when the server already has the subscription, so the hand-off message cannot be missed;
+    /// otherwise it queues first, subscribes, and looks once more.
+    async fn claim(&self, req: &Request) -> Result<Claim> {
+        let inner = &self.m.inner;
+        let owner = inner.new_owner();
+        let (channel, sub) = if req.waits() {
+            let channel = inner.grant_channel(&self.m.keys);
+            let sub = inner.subs.join_active(&channel, &owner);
+            (channel, sub)
+        } else {
+            (String::new(), None)
+        };
+        Ok(Claim {
+            owner,
+            armed: false,
+            queued: false,
+            channel,
+            sub,
+            busy_sent: Instant::now(),
+            pttl: -1,
+            holder_ends: None,
+            won: None,
+        })
     }
-    tracing::debug!(
-        backend = "redis",
-        lock,
-        error = %e,
-        "lockkit: waiting through a failed request"
-    );
-    Ok(())
+
+    async fn enqueue(&self, c: &mut Claim, req: &Request) -> Result<Standing> {
+        self.attempt(c, req).await
+    }
+
+    /// Listens until a hand-off, our heartbeat, the holder's lease end (it may have died) or
+    /// `until`, whichever comes first.
+    async fn wait(&self, c: &mut Claim, req: &Request, until: Option<Instant>) -> Result<Woken> {
+        let inner = &self.m.inner;
+        let Some(s) = c.sub.as_ref() else {
+            c.sub = Some(inner.subs.subscribe_as(&c.channel, Some(&c.owner)).await?);
+            // A hand-off before the subscription sent a message we did not see.
+            return Ok(Woken::Look);
+        };
+        let mut wake = Instant::now() + inner.settings.waiter_heartbeat;
+        if let Some(end) = c.holder_ends {
+            wake = wake.min(end);
+        }
+        if let Some(until) = until {
+            wake = wake.min(until);
+        }
+        let _ = tokio::time::timeout_at(wake, s.notified()).await;
+        if let Some(token) = s.take_grant() {
+            // Handed over after our last busy attempt: its expiry runs from no earlier. A
+            // fixed lease is taken up by an attempt instead, which starts the whole lease then
+            // (the hand-off's expiry runs from a moment the waiter cannot know), as is a
+            // hand-off that must reach replicas first.
+            let expiry = req.lease().duration().min(inner.settings.waiter_timeout());
+            let take = !inner.replicas.waits() && req.lease().is_watchdog();
+            let fresh = c.busy_sent + expiry > Instant::now() + expiry / 3;
+            if take && fresh {
+                c.won = Some(Won::HandedOver {
+                    token,
+                    since: c.busy_sent,
+                    expiry,
+                });
+                return Ok(Woken::Owner);
+            }
+        }
+        Ok(Woken::Look)
+    }
+
+    async fn standing(&self, c: &mut Claim, req: &Request) -> Result<Standing> {
+        self.attempt(c, req).await
+    }
+
+    async fn hold(&self, c: &mut Claim, req: &Request) -> Result<Option<GuardParts>> {
+        let m = self.m;
+        let lease = req.lease();
+        let parts = match c.won.take() {
+            None => return Ok(None),
+            Some(Won::Taken {
+                token,
+                sent_at,
+                epoch,
+            }) => {
+                // Still armed: if the replicas fail us, or the future is dropped, we let go.
+                m.confirm_replicas(&c.owner, false, epoch).await?;
+                let owner = std::mem::take(&mut c.owner);
+                m.guard(owner, token, lease, sent_at, lease.duration(), false)
+            }
+            Some(Won::HandedOver {
+                token,
+                since,
+                expiry,
+            }) => {
+                let owner = std::mem::take(&mut c.owner);
+                m.guard(owner, token, lease, since, expiry, false)
+            }
+        };
+        c.armed = false;
+        Ok(Some(parts))
+    }
+
+    /// Leaves the queue, passing on a lock handed to us that we have not seen. Out of time, the
+    /// leave is awaited; after a failure it goes to the background.
+    async fn leave(&self, c: &mut Claim, exit: Exit) -> Result<()> {
+        if !c.armed {
+            return Ok(());
+        }
+        let (inner, wait) = (&self.m.inner, self.m.inner.settings.waiter_timeout());
+        if exit == Exit::Failed {
+            self.m.leave_later(&c.owner, wait);
+        } else {
+            inner.leave_queue(&self.m.keys, &c.owner, wait).await?;
+        }
+        c.armed = false;
+        Ok(())
+    }
+
+    fn abandon(&self, c: Claim) {
+        if c.armed {
+            let wait = self.m.inner.settings.waiter_timeout();
+            self.m.leave_later(&c.owner, wait);
+        }
+    }
+
+    /// A queued waiter keeps its place through a failover or a restart for a heartbeat
+    /// timeout (`waiter_timeout`), and the holder's lease as last seen would have kept it
+    /// waiting that long anyway. Past that, the error is the answer.
+    fn tolerance(&self, c: &Claim) -> Duration {
+        if !c.queued {
+            return Duration::ZERO;
+        }
+        let waiter_timeout = self.m.inner.settings.waiter_timeout();
+        waiter_timeout.max(Duration::from_millis(c.pttl.max(0) as u64))
+    }
+
+    fn lock_name(&self) -> &str {
+        &self.m.name
+    }
 }
