@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{
-    GuardParts, Held, LeaseClock, OnDrop, RawRwLock, RawSemaphore, Request, StateCell,
+    drive, Exit, GuardParts, Held, LeaseClock, Queue, RawRwLock, RawSemaphore, Request, Standing,
+    StateCell, Woken,
 };
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
@@ -107,89 +108,20 @@ impl Core {
 
     async fn acquire(&self, mode: Mode, req: &Request) -> Result<Option<Acquired>> {
         let lease = req.lease().duration();
-        let settings = &self.inner.settings;
-        let heartbeat = settings.waiter_heartbeat;
-        let give_up_at = req.deadline();
-        let member = mode.member(self.layout, self.inner.new_owner());
-        let mut sub: Option<crate::pubsub::Subscription> = None;
-        let mut woken = false;
-        // A writer that had to wait has registered its intent: withdraw it if we give up.
-        let mut intent = OnDrop::disarmed(|| undo_later(self, &member, Mode::Write, lease));
         // The same call is sent on every attempt.
-        let inv = match self.layout {
+        let member = mode.member(self.layout, self.inner.new_owner());
+        let call = match self.layout {
             Layout::Native => self.native_acquire_call(mode, &member, lease),
             Layout::Redisson => redisson::acquire_call(self, mode, &member, lease),
         };
-        loop {
-            let mut pending = OnDrop::armed(|| undo_later(self, &member, mode, lease));
-            let sent_at = Instant::now();
-            let epoch = self.inner.replicas.ticket(&self.keys.lock);
-            let (ok, value): (i64, i64) = match self.inner.invoke(&inv, "acquire").await {
-                Ok(r) => r,
-                Err(e) if e.kind() == ErrorKind::WrongType => {
-                    pending.disarm();
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            };
-            if ok == 1 {
-                // Still armed: if the replicas fail us, or the future is dropped, we let go.
-                if let Err(e) = self.inner.replicas.acquired(epoch).await {
-                    let code = mode.release_code();
-                    let undone = release(&self.inner, self.layout, &self.keys, &member, code).await;
-                    // A rollback the server did not take stays armed: the reaper retries it.
-                    pending.set_armed(undone.is_err());
-                    return Err(crate::error::rolled_back(&self.keys.lock, e));
-                }
-            }
-            pending.disarm();
-            if ok == 1 {
-                intent.disarm();
-                if woken && mode != Mode::Write {
-                    if let Some(s) = sub.as_ref() {
-                        // Shared holders can come in together: pass the wake-up on.
-                        s.forward();
-                    }
-                }
-                let member = member.clone();
-                return Ok(Some(Acquired {
-                    token: value as u64,
-                    sent_at,
-                    member,
-                }));
-            }
-            if mode == Mode::Write {
-                intent.arm();
-            }
-            let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                if woken {
-                    if let Some(s) = sub.as_ref() {
-                        s.forward();
-                    }
-                }
-                if intent.is_armed() {
-                    // Still armed while it runs and when it fails: the reaper takes it over.
-                    let undone = release(&self.inner, self.layout, &self.keys, &member, "i").await;
-                    intent.set_armed(undone.is_err());
-                }
-                return Ok(None);
-            }
-            let Some(s) = sub.as_ref() else {
-                sub = Some(self.inner.subs.subscribe(&self.keys.channel).await?);
-                continue;
-            };
-            // Bounded by the holder's remaining lease and, since intents and blocked readers
-            // have no lease to wait for, by the heartbeat.
-            let mut wait = heartbeat;
-            if let Some(end) = lease_ends_in(value) {
-                wait = wait.min(end);
-            }
-            if let Some(left) = left {
-                wait = wait.min(left);
-            }
-            woken = tokio::time::timeout(wait, s.notified()).await.is_ok();
-        }
+        let queue = SharedQueue {
+            core: self,
+            mode,
+            lease,
+            member,
+            call,
+        };
+        drive(&queue, req).await
     }
 
     fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
@@ -293,6 +225,161 @@ impl RawRwLock for RedisRwLock {
 
     async fn force_unlock(&self) -> Result<bool> {
         force(&self.core).await
+    }
+}
+
+/// A shared primitive as the core driver's queue: every attempt sends the same call; a writer
+/// that had to wait has registered its intent (which keeps new readers out) until it holds or
+/// leaves. Waiters listen on the lock's channel.
+struct SharedQueue<'a> {
+    core: &'a Core,
+    mode: Mode,
+    lease: Duration,
+    member: String,
+    call: redis::ScriptInvocation<'a>,
+}
+
+/// One waiter of a shared primitive.
+struct SharedClaim {
+    /// An attempt was sent whose acquisition is not ours yet: undone if the claim ends.
+    undo: bool,
+    /// A waiting writer's intent is registered: withdrawn if the claim ends.
+    intent: bool,
+    sub: Option<crate::pubsub::Subscription>,
+    /// Whether the last wait ended with a message.
+    woken: bool,
+    /// The holder's remaining lease at the last attempt (ms).
+    pttl: i64,
+    won: Option<(u64, Instant, crate::replicas::Ticket)>,
+}
+
+impl SharedQueue<'_> {
+    async fn attempt(&self, c: &mut SharedClaim) -> Result<Standing> {
+        let inner = &self.core.inner;
+        c.undo = true;
+        let sent_at = Instant::now();
+        let epoch = inner.replicas.ticket(&self.core.keys.lock);
+        let (ok, value): (i64, i64) = match inner.invoke(&self.call, "acquire").await {
+            Ok(r) => r,
+            Err(e) => {
+                c.undo = e.kind() != ErrorKind::WrongType;
+                return Err(e);
+            }
+        };
+        if ok == 1 {
+            c.won = Some((value as u64, sent_at, epoch));
+            return Ok(Standing::Owner);
+        }
+        c.undo = false;
+        c.intent |= self.mode == Mode::Write;
+        c.pttl = value;
+        Ok(Standing::Waiting)
+    }
+
+    /// Passes a wake-up we took on to the next waiter.
+    fn forward(&self, c: &SharedClaim) {
+        if c.woken {
+            if let Some(s) = c.sub.as_ref() {
+                s.forward();
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Queue for SharedQueue<'_> {
+    type Claim = SharedClaim;
+    type Output = Acquired;
+
+    async fn claim(&self, _req: &Request) -> Result<SharedClaim> {
+        Ok(SharedClaim {
+            undo: false,
+            intent: false,
+            sub: None,
+            woken: false,
+            pttl: -1,
+            won: None,
+        })
+    }
+
+    async fn enqueue(&self, c: &mut SharedClaim, _req: &Request) -> Result<Standing> {
+        self.attempt(c).await
+    }
+
+    /// Bounded by the holder's remaining lease and, since intents and blocked readers have no
+    /// lease to wait for, by the heartbeat.
+    async fn wait(
+        &self,
+        c: &mut SharedClaim,
+        _req: &Request,
+        until: Option<Instant>,
+    ) -> Result<Woken> {
+        let inner = &self.core.inner;
+        let Some(s) = c.sub.as_ref() else {
+            c.sub = Some(inner.subs.subscribe(&self.core.keys.channel).await?);
+            return Ok(Woken::Look);
+        };
+        let mut wake = Instant::now() + inner.settings.waiter_heartbeat;
+        if let Some(end) = lease_ends_in(c.pttl) {
+            wake = wake.min(Instant::now() + end);
+        }
+        if let Some(until) = until {
+            wake = wake.min(until);
+        }
+        c.woken = tokio::time::timeout_at(wake, s.notified()).await.is_ok();
+        Ok(Woken::Look)
+    }
+
+    async fn standing(&self, c: &mut SharedClaim, _req: &Request) -> Result<Standing> {
+        self.attempt(c).await
+    }
+
+    async fn hold(&self, c: &mut SharedClaim, _req: &Request) -> Result<Option<Acquired>> {
+        let Some((token, sent_at, epoch)) = c.won.take() else {
+            return Ok(None);
+        };
+        let core = self.core;
+        // Still armed: if the replicas fail us, or the future is dropped, we let go.
+        if let Err(e) = core.inner.replicas.acquired(epoch).await {
+            let code = self.mode.release_code();
+            let undone = release(&core.inner, core.layout, &core.keys, &self.member, code).await;
+            // A rollback the server did not take stays armed: the reaper retries it.
+            c.undo = undone.is_err();
+            return Err(crate::error::rolled_back(&core.keys.lock, e));
+        }
+        (c.undo, c.intent) = (false, false);
+        if self.mode != Mode::Write {
+            // Shared holders can come in together: pass the wake-up on.
+            self.forward(c);
+        }
+        Ok(Some(Acquired {
+            token,
+            sent_at,
+            member: self.member.clone(),
+        }))
+    }
+
+    /// Out of time, a writer withdraws its intent now; every other end goes to the reaper.
+    async fn leave(&self, c: &mut SharedClaim, exit: Exit) -> Result<()> {
+        if exit == Exit::TimedOut {
+            self.forward(c);
+            if c.intent && !c.undo {
+                let core = self.core;
+                release(&core.inner, core.layout, &core.keys, &self.member, "i").await?;
+                c.intent = false;
+            }
+        }
+        let (undo, intent) = (std::mem::take(&mut c.undo), std::mem::take(&mut c.intent));
+        if undo || intent {
+            undo_later(self.core, &self.member, self.mode, self.lease);
+        }
+        Ok(())
+    }
+
+    fn abandon(&self, c: SharedClaim) {
+        if c.undo || c.intent {
+            undo_later(self.core, &self.member, self.mode, self.lease);
+        }
     }
 }
 

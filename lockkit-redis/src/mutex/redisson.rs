@@ -6,20 +6,16 @@
 
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, OnDrop, Request};
-use lockkit_core::{ErrorKind, Result};
+use lockkit_core::spi::{drive, Exit, GuardParts, Queue, Request, Standing, Woken};
+use lockkit_core::{async_trait, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::handle::RedisMutex;
 use crate::client::lease_ends_in;
+use crate::replicas::Ticket;
 
 /// How long a woken waiter that found the lock re-taken waits before it listens again.
 const BARGED_BACKOFF: Duration = Duration::from_millis(1);
-
-enum Attempt {
-    Acquired { token: u64, sent_at: Instant },
-    Busy { pttl: i64 },
-}
 
 /// Hands the reaper the release of an acquisition whose reply `owner` never saw (the future was
 /// dropped, or the reply was lost), so a cancelled acquire leaves no lock behind. `fair`: a fair
@@ -48,92 +44,18 @@ struct Fair {
     queue: bool,
 }
 
-/// One attempt; `fair`: in Redisson's fair queue.
-async fn attempt(
-    m: &RedisMutex,
-    owner: &str,
-    lease: Duration,
-    fair: Option<Fair>,
-) -> Result<Attempt> {
-    let scripts = &m.inner.scripts;
-    let script = if fair.is_some() {
-        &scripts.rs_fair_acquire
-    } else {
-        &scripts.try_acquire
-    };
-    let mut inv = m.acquire_invocation(script, owner, lease);
-    if let Some(f) = fair {
-        inv.key(&m.keys.queue)
-            .key(&m.keys.waiters)
-            .arg(f.wait.as_millis().max(1) as u64)
-            .arg(crate::client::wall_ms())
-            .arg(&m.keys.channel)
-            .arg(if f.queue { "1" } else { "0" });
-    }
-    let mut pending = OnDrop::armed(|| undo_later(m, owner, fair.map(|f| f.wait), lease));
-    let sent_at = Instant::now();
-    let epoch = m.inner.replicas.ticket(&m.keys.lock);
-    let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
-        Ok(r) => r,
-        Err(e) => {
-            pending.set_armed(e.kind() != ErrorKind::WrongType);
-            return Err(e);
-        }
-    };
-    if acquired != 1 {
-        pending.disarm();
-        return Ok(Attempt::Busy { pttl: value });
-    }
-    // Still armed: if the replicas fail us, or the future is dropped, we let go.
-    m.confirm_replicas(owner, fair.is_some(), epoch).await?;
-    pending.disarm();
-    Ok(Attempt::Acquired {
-        token: value as u64,
-        sent_at,
-    })
-}
-
 /// Redisson's RLock: a woken waiter tries again; the lock is not fair.
 pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
-    let lease = req.lease();
-    let give_up_at = req.deadline();
-    let owner = m.inner.new_owner();
-    let mut sub: Option<crate::pubsub::Subscription> = None;
-    let mut woken = false;
-    loop {
-        let pttl = match attempt(m, &owner, lease.duration(), None).await? {
-            Attempt::Acquired { token, sent_at } => {
-                let expiry = lease.duration();
-                return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, false)));
-            }
-            Attempt::Busy { pttl } => pttl,
-        };
-        if woken {
-            // Another client took the lock between the release and our attempt (it was
-            // probably the releaser, looping back): pause a moment before listening again, so
-            // a busy lock does not make its waiters retry on every release.
-            let pause = BARGED_BACKOFF.min(give_up_at.map_or(BARGED_BACKOFF, |at| {
-                at.saturating_duration_since(Instant::now())
-            }));
-            tokio::time::sleep(pause).await;
-        }
-        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) {
-            return Ok(None);
-        }
-        let Some(s) = sub.as_ref() else {
-            sub = Some(m.inner.subs.subscribe(&m.keys.channel).await?);
-            // A release between the attempt and the subscription sent no message we saw.
-            continue;
-        };
-        // A missed message costs at most the holder's remaining lease (a second when it has
-        // no expiry).
-        let mut wait = lease_ends_in(pttl).unwrap_or(Duration::from_secs(1));
-        if let Some(left) = left {
-            wait = wait.min(left);
-        }
-        woken = tokio::time::timeout(wait, s.notified()).await.is_ok();
-    }
+    let lease = req.lease().duration();
+    drive(
+        &RsQueue {
+            m,
+            lease,
+            fair: None,
+        },
+        req,
+    )
+    .await
 }
 
 /// Redisson's RFairLock: waiters, Redisson's and lockkit's, are served in arrival order from one
@@ -142,55 +64,201 @@ pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<Guar
 /// `<lock channel>:<owner>`. A waiter that gives up leaves the queue; one whose process died is
 /// skipped once its place lapses, as Redisson's are.
 pub(super) async fn acquire_fair(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
-    let lease = req.lease();
-    let settings = &m.inner.settings;
-    let give_up_at = req.deadline();
-    let wait = req.remaining().unwrap_or(settings.fair_lock_wait);
     let fair = Fair {
-        wait,
+        wait: req.remaining().unwrap_or(m.inner.settings.fair_lock_wait),
         queue: req.waits(),
     };
-    let owner = m.inner.new_owner();
-    let mut queued = OnDrop::disarmed(|| m.leave_later(&owner, wait));
-    let mut sub: Option<crate::pubsub::Subscription> = None;
-    loop {
-        let pttl = match attempt(m, &owner, lease.duration(), Some(fair)).await {
-            Ok(Attempt::Acquired { token, sent_at }) => {
-                queued.disarm();
-                drop(queued);
-                let expiry = lease.duration();
-                return Ok(Some(m.guard(owner, token, lease, sent_at, expiry, true)));
-            }
-            // A try never queued.
-            Ok(Attempt::Busy { .. }) if !fair.queue => return Ok(None),
-            Ok(Attempt::Busy { pttl }) => pttl,
+    let lease = req.lease().duration();
+    drive(
+        &RsQueue {
+            m,
+            lease,
+            fair: Some(fair),
+        },
+        req,
+    )
+    .await
+}
+
+/// Redisson's mutex protocols as the core driver's queue.
+struct RsQueue<'a> {
+    m: &'a RedisMutex,
+    lease: Duration,
+    fair: Option<Fair>,
+}
+
+/// One waiter in Redisson's layout.
+struct Claim {
+    owner: String,
+    /// An attempt was sent whose acquisition is not ours yet (no reply, or replicas to
+    /// confirm): undone if the claim ends.
+    undo: bool,
+    /// In the fair queue: left if the claim ends.
+    queued: bool,
+    sub: Option<crate::pubsub::Subscription>,
+    /// Whether the last wait ended with a message.
+    woken: bool,
+    /// The holder's remaining lease at the last attempt (ms).
+    pttl: i64,
+    won: Option<(u64, Instant, Ticket)>,
+}
+
+impl RsQueue<'_> {
+    /// One attempt; in Redisson's fair queue when fair.
+    async fn attempt(&self, c: &mut Claim) -> Result<Standing> {
+        let m = self.m;
+        let scripts = &m.inner.scripts;
+        let script = if self.fair.is_some() {
+            &scripts.rs_fair_acquire
+        } else {
+            &scripts.try_acquire
+        };
+        let mut inv = m.acquire_invocation(script, &c.owner, self.lease);
+        if let Some(f) = self.fair {
+            inv.key(&m.keys.queue)
+                .key(&m.keys.waiters)
+                .arg(f.wait.as_millis().max(1) as u64)
+                .arg(crate::client::wall_ms())
+                .arg(&m.keys.channel)
+                .arg(if f.queue { "1" } else { "0" });
+        }
+        c.undo = true;
+        let sent_at = Instant::now();
+        let epoch = m.inner.replicas.ticket(&m.keys.lock);
+        let (acquired, value): (i64, i64) = match m.inner.invoke(&inv, "acquire").await {
+            Ok(r) => r,
             Err(e) => {
-                queued.arm();
+                c.undo = e.kind() != ErrorKind::WrongType;
+                // A fair attempt whose reply was lost may have queued us.
+                c.queued |= self.fair.is_some_and(|f| f.queue);
                 return Err(e);
             }
         };
-        queued.arm();
-        let left = give_up_at.map(|at| at.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) {
-            // Still armed while it runs: a drop half-way hands the leave to the reaper.
-            let left_queue = m.inner.leave_queue(&m.keys, &owner, wait).await;
-            queued.set_armed(left_queue.is_err());
-            return Ok(None);
+        if acquired == 1 {
+            c.won = Some((value as u64, sent_at, epoch));
+            return Ok(Standing::Owner);
         }
-        let Some(s) = sub.as_ref() else {
-            let channel = format!("{}:{owner}", m.keys.channel);
-            sub = Some(m.inner.subs.subscribe(&channel).await?);
+        c.undo = false;
+        c.pttl = value;
+        // A try never queued.
+        c.queued |= self.fair.is_some_and(|f| f.queue);
+        Ok(Standing::Waiting)
+    }
+}
+
+#[async_trait]
+impl Queue for RsQueue<'_> {
+    type Claim = Claim;
+    type Output = GuardParts;
+
+    async fn claim(&self, _req: &Request) -> Result<Claim> {
+        Ok(Claim {
+            owner: self.m.inner.new_owner(),
+            ..self.empty()
+        })
+    }
+
+    async fn enqueue(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
+        self.attempt(c).await
+    }
+
+    async fn wait(&self, c: &mut Claim, _req: &Request, until: Option<Instant>) -> Result<Woken> {
+        let m = self.m;
+        if std::mem::take(&mut c.woken) && self.fair.is_none() {
+            // Another client took the lock between the release and our attempt (it was
+            // probably the releaser, looping back): pause a moment before listening again, so
+            // a busy lock does not make its waiters retry on every release.
+            let pause = Instant::now() + BARGED_BACKOFF;
+            tokio::time::sleep_until(until.map_or(pause, |u| u.min(pause))).await;
+            if until.is_some_and(|u| u <= Instant::now()) {
+                return Ok(Woken::Look);
+            }
+        }
+        let Some(s) = c.sub.as_ref() else {
+            let channel = match self.fair {
+                Some(_) => format!("{}:{}", m.keys.channel, c.owner),
+                None => m.keys.channel.clone(),
+            };
+            c.sub = Some(m.inner.subs.subscribe(&channel).await?);
             // A release between the attempt and the subscription sent no message we saw.
-            continue;
+            return Ok(Woken::Look);
         };
-        // A missed message costs at most a heartbeat (or the holder's remaining lease).
-        let mut wait = settings.waiter_heartbeat;
-        if let Some(end) = lease_ends_in(pttl) {
-            wait = wait.min(end);
+        // A missed message costs at most the holder's remaining lease (unfair: a second when it
+        // has no expiry; fair: a heartbeat at most).
+        let mut wake = match self.fair {
+            Some(_) => {
+                let beat = m.inner.settings.waiter_heartbeat;
+                Instant::now() + lease_ends_in(c.pttl).map_or(beat, |end| end.min(beat))
+            }
+            None => Instant::now() + lease_ends_in(c.pttl).unwrap_or(Duration::from_secs(1)),
+        };
+        if let Some(until) = until {
+            wake = wake.min(until);
         }
-        if let Some(left) = left {
-            wait = wait.min(left);
+        c.woken = tokio::time::timeout_at(wake, s.notified()).await.is_ok();
+        Ok(Woken::Look)
+    }
+
+    async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
+        self.attempt(c).await
+    }
+
+    async fn hold(&self, c: &mut Claim, req: &Request) -> Result<Option<GuardParts>> {
+        let Some((token, sent_at, epoch)) = c.won.take() else {
+            return Ok(None);
+        };
+        let fair = self.fair.is_some();
+        // Still armed: if the replicas fail us, or the future is dropped, we let go.
+        self.m.confirm_replicas(&c.owner, fair, epoch).await?;
+        (c.undo, c.queued) = (false, false);
+        let owner = std::mem::take(&mut c.owner);
+        let lease = req.lease();
+        Ok(Some(self.m.guard(
+            owner,
+            token,
+            lease,
+            sent_at,
+            lease.duration(),
+            fair,
+        )))
+    }
+
+    /// Out of time, a fair waiter leaves the queue now; every other end goes to the reaper.
+    async fn leave(&self, c: &mut Claim, exit: Exit) -> Result<()> {
+        match self.fair {
+            Some(f) if exit == Exit::TimedOut && c.queued && !c.undo => {
+                self.m
+                    .inner
+                    .leave_queue(&self.m.keys, &c.owner, f.wait)
+                    .await?;
+                c.queued = false;
+            }
+            _ => self.abandon(std::mem::replace(c, self.empty())),
         }
-        let _ = tokio::time::timeout(wait, s.notified()).await;
+        Ok(())
+    }
+
+    fn abandon(&self, c: Claim) {
+        let wait = self.fair.map(|f| f.wait);
+        if c.undo {
+            undo_later(self.m, &c.owner, wait, self.lease);
+        } else if c.queued {
+            self.m.leave_later(&c.owner, wait.unwrap_or_default());
+        }
+    }
+}
+
+impl RsQueue<'_> {
+    /// A claim with nothing to undo (what a left claim becomes).
+    fn empty(&self) -> Claim {
+        Claim {
+            owner: String::new(),
+            undo: false,
+            queued: false,
+            sub: None,
+            woken: false,
+            pttl: -1,
+            won: None,
+        }
     }
 }
