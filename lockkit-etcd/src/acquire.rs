@@ -133,7 +133,7 @@ impl Queue for EtcdQueue<'_> {
         }
     }
 
-    /// Waits until the name's watch shows our turn or our key gone, or until `until`. A fixed
+    /// Waits until the name's watch wakes us (our turn, or our key gone), or until `until`. A fixed
     /// lease starts when the lock is taken: before its first wait, our key moves onto the
     /// handle's session lease.
     async fn wait(&self, c: &mut Claim, r: &Request, until: Option<Instant>) -> Result<Woken> {
@@ -149,24 +149,19 @@ impl Queue for EtcdQueue<'_> {
             .waiter
             .get_or_insert_with(|| nw.add_waiter(c.rev, need))
             .clone();
-        loop {
-            c.seen = nw.standing(c.rev, need);
-            if matches!(c.seen, Standing::Owner | Standing::Gone) || nw.is_stopped() {
-                return Ok(Woken::Look);
-            }
-            match until {
-                Some(at) => {
-                    if tokio::time::timeout_at(at, notify.notified())
-                        .await
-                        .is_err()
-                    {
-                        c.seen = nw.standing(c.rev, need);
-                        return Ok(Woken::Look);
-                    }
-                }
-                None => notify.notified().await,
-            }
+        c.seen = nw.standing(c.rev, need);
+        if matches!(c.seen, Standing::Owner | Standing::Gone) || nw.is_stopped() {
+            return Ok(Woken::Look);
         }
+        // The watch wakes a waiter only when it became owner or lost its key.
+        match until {
+            Some(at) => {
+                let _ = tokio::time::timeout_at(at, notify.notified()).await;
+            }
+            None => notify.notified().await,
+        }
+        c.seen = nw.standing(c.rev, need);
+        Ok(Woken::Look)
     }
 
     /// The watch shows our turn as of the last event it delivered, and the server may be past
@@ -180,6 +175,10 @@ impl Queue for EtcdQueue<'_> {
             return Ok(Turn::Gone);
         }
         self.inner.check_open()?;
+        if c.seen != Standing::Owner && !r.expired() {
+            // Woken early, and the watch shows no turn: nothing to settle yet.
+            return Ok(Turn::Waiting);
+        }
         let w = &self.want;
         let on_server =
             turn_on_server(self.inner, w.nw.prefix(), &c.key, c.rev, w.need, w.kind).await?;
