@@ -14,6 +14,7 @@ mod guard;
 mod inspect;
 mod kernel;
 mod kind;
+mod lease;
 mod locks;
 pub mod mem;
 mod multi;

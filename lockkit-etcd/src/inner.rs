@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
-use lockkit_core::spi::Reaper;
+use lockkit_core::spi::{Reaper, SessionPool};
 use lockkit_core::{encode_name, Error, ErrorKind, Result};
 
 use crate::client::Pool;
@@ -47,7 +47,7 @@ pub(crate) struct Inner {
     /// The handle's default lease: its main session's TTL.
     pub(crate) lease: Duration,
     /// One session per watchdog lease length asked for (the default one first).
-    sessions: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    sessions: SessionPool<Session>,
     /// Every name's watch, kept for a while after its last use (see `name_watch`).
     names: Mutex<HashMap<Vec<u8>, WatchEntry>>,
     closed: AtomicBool,
@@ -64,7 +64,7 @@ impl Inner {
             pool: Arc::new(pool),
             root,
             lease,
-            sessions: tokio::sync::Mutex::new(HashMap::new()),
+            sessions: SessionPool::new("session leases", MAX_SESSIONS),
             names: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             strays: Strays::new(reaper.clone()),
@@ -158,39 +158,25 @@ impl Inner {
     /// was lost. A TTL etcd cannot keep exactly is an `InvalidArgument`.
     pub(crate) async fn session(&self, ttl: Duration) -> Result<Arc<Session>> {
         self.check_open()?;
-        let mut sessions = self.sessions.lock().await;
-        let replacing = match sessions.get(&ttl) {
-            Some(cur) if cur.is_alive() => return Ok(cur.clone()),
-            Some(_) => true,
-            None => false,
-        };
         // A session past its guards' deadline is not handed out any more, though its keepalive
         // may not have noticed yet: that task still marks it dead and revokes its lease (or
         // renews it for the guards it has), and it stays one of our leases while it lives.
-        sessions.retain(|_, s| s.is_alive());
-        if sessions.len() >= MAX_SESSIONS {
-            return Err(Error::invalid(format!(
-                "this handle keeps {MAX_SESSIONS} session leases already (one per watchdog lease \
-                 length asked for); set the lease on the handle (LockConfig::lease) instead"
-            )));
-        }
-        let fresh = Session::grant(&self.pool, ttl, &self.strays).await?;
-        if replacing {
+        let got = self
+            .sessions
+            .get(ttl, || Session::grant(&self.pool, ttl, &self.strays))
+            .await?;
+        if got.replaced {
             // The last lease of this TTL was lost: a new session, as a reconnect is for others.
             lockkit_core::telemetry::reconnected("etcd");
         }
-        sessions.insert(ttl, fresh.clone());
-        Ok(fresh)
+        Ok(got.session)
     }
 
     /// Forgets `dead` (after the server said its lease is gone).
     pub(crate) async fn drop_session(&self, dead: &Arc<Session>) {
         dead.retire("the server does not know the lease");
         self.strays.disown(dead.id());
-        self.sessions
-            .lock()
-            .await
-            .retain(|_, s| !Arc::ptr_eq(s, dead));
+        self.sessions.forget(dead).await;
     }
 
     /// The watch of `prefix`, created (and awaited until in place) if this client has none.
@@ -236,8 +222,7 @@ impl Inner {
     pub(crate) async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::Release);
         self.stop_watches();
-        let sessions: Vec<Arc<Session>> =
-            self.sessions.lock().await.drain().map(|(_, s)| s).collect();
+        let sessions = self.sessions.drain().await;
         let mut first_error = None;
         for s in sessions {
             if let Err(e) = s.revoke(&self.pool).await {
@@ -256,8 +241,8 @@ impl Inner {
             rt.spawn(async move {
                 let _ = self.close().await;
             });
-        } else if let Ok(mut sessions) = self.sessions.try_lock() {
-            for (_, s) in sessions.drain() {
+        } else if let Some(sessions) = self.sessions.try_drain() {
+            for s in sessions {
                 s.retire("the Locks handle was dropped");
             }
         }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit_core::spi::{LeaseClock, StateCell};
+use lockkit_core::spi::{every, Guards, LeaseClock, Pooled, StateCell};
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -26,7 +26,7 @@ pub(crate) struct Session {
     id: i64,
     clock: Arc<LeaseClock>,
     alive: AtomicBool,
-    guards: Mutex<Vec<StateCell>>,
+    guards: Guards,
     task: Mutex<Option<JoinHandle<()>>>,
     /// The handle's leases, this one among them for as long as it lives.
     strays: Strays,
@@ -48,7 +48,7 @@ impl Session {
             id,
             clock,
             alive: AtomicBool::new(true),
-            guards: Mutex::new(Vec::new()),
+            guards: Guards::default(),
             task: Mutex::new(None),
             strays: strays.clone(),
         });
@@ -87,18 +87,10 @@ impl Session {
 
     /// Tracks a guard's state so that a session loss makes it Lost.
     pub(crate) fn track(&self, cell: &StateCell) {
-        let mut g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
-        g.retain(|c| c.get().is_live());
-        g.push(cell.clone());
+        self.guards.prune();
+        self.guards.track(cell, ());
         if !self.is_alive() {
             cell.mark_lost(LostReason::SessionExpired);
-        }
-    }
-
-    fn each_guard(&self, f: impl Fn(&StateCell)) {
-        let g = self.guards.lock().unwrap_or_else(|e| e.into_inner());
-        for c in g.iter() {
-            f(c);
         }
     }
 
@@ -118,9 +110,7 @@ impl Session {
                 "lockkit: session lost"
             );
         }
-        self.each_guard(|c| {
-            c.mark_lost(LostReason::SessionExpired);
-        });
+        self.guards.lost(LostReason::SessionExpired, every);
     }
 
     /// Retires the session and revokes its lease (deleting every key attached to it).
@@ -140,6 +130,12 @@ impl Session {
                 Err(e)
             }
         })
+    }
+}
+
+impl Pooled for Session {
+    fn is_alive(&self) -> bool {
+        Session::is_alive(self)
     }
 }
 
@@ -258,9 +254,7 @@ async fn keepalive(
                 deadline = sent + granted;
                 s.clock.renewed(sent, granted);
                 // Suspect -> Held; mark_held leaves every other state alone.
-                s.each_guard(|c| {
-                    c.mark_held();
-                });
+                s.guards.held(every);
                 retry.reset();
                 next = sent + period;
             }
@@ -272,17 +266,13 @@ async fn keepalive(
                 tracing::debug!(backend = "etcd", error = %e, "lockkit: keepalive failed");
                 pool.failed(on);
                 stream = None;
-                s.each_guard(|c| {
-                    c.mark_suspect();
-                });
+                s.guards.suspect(every);
                 next = Instant::now() + retry.next_pause();
             }
             Err(_) => {
                 pool.failed(on);
                 stream = None;
-                s.each_guard(|c| {
-                    c.mark_suspect();
-                });
+                s.guards.suspect(every);
                 next = Instant::now() + retry.next_pause();
             }
         }

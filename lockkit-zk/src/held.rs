@@ -77,13 +77,15 @@ fn parts_for_paths(
     }
     let released = Arc::new(AtomicBool::new(false));
     let sid = client.session_id().0;
-    let track_id = session.track(crate::session::Tracked {
-        session_id: sid,
-        state: state.clone(),
-        client: client.clone(),
-        paths: paths.clone(),
-        released: released.clone(),
-    });
+    let track_id = session.track(
+        &state,
+        crate::session::Tracked {
+            session_id: sid,
+            client: client.clone(),
+            paths: paths.clone(),
+            released: released.clone(),
+        },
+    );
     if client.state() == zk::SessionState::Disconnected {
         state.mark_suspect();
     }

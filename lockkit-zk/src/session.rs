@@ -8,13 +8,12 @@
 //! guard reads Lost in time even when the process was paused or the connection went silent,
 //! whatever this task saw. A heartbeat request every quarter of the timeout moves the clock on.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::spi::{Attempt, LeaseClock, Reaper, StateCell};
+use lockkit_core::spi::{Attempt, Guards, LeaseClock, Pooled, Reaper, StateCell};
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -26,7 +25,6 @@ use crate::config::ZkConfig;
 #[derive(Debug)]
 pub(crate) struct Tracked {
     pub session_id: i64,
-    pub state: StateCell,
     pub client: zk::Client,
     pub paths: Vec<String>,
     pub released: Arc<std::sync::atomic::AtomicBool>,
@@ -47,14 +45,16 @@ pub(crate) struct Session {
     /// The handle's reaper (shared by its sessions): deletes retried until done.
     pub reaper: Reaper,
     current: Mutex<Option<Current>>,
-    live: Mutex<HashMap<u64, Tracked>>,
-    next_id: AtomicU64,
+    live: Guards<Tracked>,
     /// Watch events delivered to waiters (predecessor or lease-set watches), for the herd test.
     wakes: AtomicU64,
     /// Creates interrupted by a connection loss, looked up by their protected prefix.
     lookups: AtomicU64,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
+
+/// A ZooKeeper session reconnects, and opens a new session after an expiry, by itself.
+impl Pooled for Session {}
 
 impl Drop for Session {
     fn drop(&mut self) {
@@ -84,8 +84,7 @@ impl Session {
             acls,
             reaper,
             current: Mutex::new(Some(current.clone())),
-            live: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
+            live: Guards::default(),
             wakes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
             tasks: Mutex::new(Vec::new()),
@@ -140,23 +139,12 @@ impl Session {
     }
 
     /// Tracks a guard so session events reach it. Returns the id to untrack it with.
-    pub(crate) fn track(&self, tracked: Tracked) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.live).insert(id, tracked);
-        id
+    pub(crate) fn track(&self, state: &StateCell, tracked: Tracked) -> u64 {
+        self.live.track(state, tracked)
     }
 
     pub(crate) fn untrack(&self, id: u64) {
-        lock(&self.live).remove(&id);
-    }
-
-    fn each_state(&self, session_id: i64, f: impl Fn(&StateCell) -> bool) {
-        let live = lock(&self.live);
-        for t in live.values() {
-            if t.session_id == session_id {
-                f(&t.state);
-            }
-        }
+        self.live.untrack(id);
     }
 
     pub(crate) fn count_wake(&self) {
@@ -182,11 +170,11 @@ impl Session {
             task.abort();
         }
         let current = lock(&self.current).take();
-        let live = std::mem::take(&mut *lock(&self.live));
+        let live = self.live.take_all();
         let mut first_error = None;
-        for t in live.into_values() {
+        for (state, t) in live {
             t.released.store(true, Ordering::Release);
-            t.state.mark_lost(LostReason::Closed);
+            state.mark_lost(LostReason::Closed);
             for path in &t.paths {
                 if let Err(e) =
                     crate::ops::delete_node(&t.client, path, self.cfg.command_timeout).await
@@ -298,17 +286,18 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
                         session = sid,
                         "lockkit: disconnected; locks suspect"
                     );
-                    s.each_state(sid, StateCell::mark_suspect);
+                    s.live.suspect(|t| t.session_id == sid);
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                     lockkit_core::telemetry::reconnected("zk");
-                    s.each_state(sid, StateCell::mark_held);
+                    s.live.held(|t| t.session_id == sid);
                 }
                 zk::SessionState::Expired
                 | zk::SessionState::AuthFailed
                 | zk::SessionState::Closed => {
                     tracing::warn!(backend = "zk", session = sid, state = ?event, "lockkit: session ended; locks lost");
-                    s.each_state(sid, |c| c.mark_lost(LostReason::SessionExpired));
+                    s.live
+                        .lost(LostReason::SessionExpired, |t| t.session_id == sid);
                     break;
                 }
             }

@@ -2,11 +2,10 @@
 //! lease) and one more per other watchdog lease an acquire asks for, so that a lock's lease is
 //! always the one asked for: a holder that dies frees the lock after its own lease.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::Reaper;
+use lockkit_core::spi::{Reaper, SessionPool};
 use lockkit_core::{Error, ErrorKind, Result};
 
 use crate::config::ZkConfig;
@@ -19,7 +18,8 @@ const MAX_SESSIONS: usize = 8;
 pub(crate) struct Sessions {
     default: Arc<Session>,
     reaper: Reaper,
-    others: tokio::sync::Mutex<HashMap<Duration, Arc<Session>>>,
+    /// The sessions of other lease lengths: the default one counts towards the cap.
+    others: SessionPool<Session>,
 }
 
 impl Sessions {
@@ -29,7 +29,10 @@ impl Sessions {
         Ok(Arc::new(Sessions {
             default: Session::open(cfg, reaper.clone()).await?,
             reaper,
-            others: tokio::sync::Mutex::new(HashMap::new()),
+            others: SessionPool::new(
+                "ZooKeeper sessions besides the default one",
+                MAX_SESSIONS - 1,
+            ),
         }))
     }
 
@@ -44,28 +47,21 @@ impl Sessions {
         if lease == self.default.cfg.session_timeout {
             return Ok(self.default.clone());
         }
-        let mut others = self.others.lock().await;
-        if let Some(s) = others.get(&lease) {
-            return Ok(s.clone());
-        }
-        if others.len() + 1 >= MAX_SESSIONS {
-            return Err(Error::invalid(format!(
-                "this handle has {MAX_SESSIONS} ZooKeeper sessions already (one per lease length \
-                 asked for); set the lease on the handle (LockConfig::lease) instead"
-            )));
-        }
-        let session = Session::open(
-            self.default.cfg.with_session_timeout(lease),
-            self.reaper.clone(),
-        )
-        .await
-        .map_err(|e| match e.kind() {
-            // Here a timeout the server negotiates away is a bad argument, not bad config.
-            ErrorKind::Config => Error::invalid(e.message().to_string()),
-            _ => e,
-        })?;
-        others.insert(lease, session.clone());
-        Ok(session)
+        let cfg = self.default.cfg.with_session_timeout(lease);
+        let reaper = self.reaper.clone();
+        let got = self
+            .others
+            .get(lease, || async move {
+                Session::open(cfg, reaper)
+                    .await
+                    .map_err(|e| match e.kind() {
+                        // Here a timeout the server negotiates away is a bad argument, not bad config.
+                        ErrorKind::Config => Error::invalid(e.message().to_string()),
+                        _ => e,
+                    })
+            })
+            .await?;
+        Ok(got.session)
     }
 
     /// The handle's reaper.
@@ -76,7 +72,7 @@ impl Sessions {
     /// Every session open now.
     pub(crate) async fn all(&self) -> Vec<Arc<Session>> {
         let mut all = vec![self.default.clone()];
-        all.extend(self.others.lock().await.values().cloned());
+        all.extend(self.others.all().await);
         all
     }
 
