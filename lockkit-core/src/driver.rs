@@ -159,6 +159,8 @@ impl<Q: Queue> Drop for Pending<'_, Q> {
 /// the wait budget ran out first. Whatever way it ends, nothing of a claim that does not hold
 /// is left behind; dropping the future hands an unfinished claim to [`Queue::abandon`].
 pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Output>> {
+    // Claims that vanished one after another are replaced at a pace.
+    let mut restarts = Backoff::WAITER.start();
     'claims: loop {
         let mut pending = Pending {
             queue,
@@ -175,41 +177,49 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
         let mut failing: Option<Instant> = None;
         let mut retry = Backoff::WAITER.start();
         loop {
-            match standing {
+            let restart = match standing {
                 Standing::Owner => match queue.hold(pending.claim(), req).await {
                     Ok(Some(out)) => {
                         pending.finish();
                         return Ok(Some(out));
                     }
-                    Ok(None) => {
-                        pending.leave(Exit::Restart).await;
-                        continue 'claims;
-                    }
+                    Ok(None) => true,
                     Err(e) => {
                         pending.leave(Exit::Failed).await;
                         return Err(e);
                     }
                 },
-                Standing::Gone => {
-                    pending.leave(Exit::Restart).await;
-                    continue 'claims;
+                Standing::Gone => true,
+                Standing::Waiting => false,
+            };
+            if restart {
+                pending.leave(Exit::Restart).await;
+                if req.expired() {
+                    return Ok(None);
                 }
-                Standing::Waiting => {}
+                if restarts.attempts() > 0 {
+                    sleep_until(req, Instant::now() + restarts.next_pause()).await;
+                } else {
+                    restarts.next_pause();
+                }
+                continue 'claims;
             }
             // Waiting, and this look was the last one the budget allowed.
             if req.expired() {
                 pending.leave(Exit::TimedOut).await;
                 return Ok(None);
             }
-            let until = match failing {
+            // After a failure, the next look comes after a pause, without a wait: the wait
+            // may be what failed, and a look also keeps the claim's place.
+            let woken = match failing {
                 Some(_) => {
-                    let pause = Instant::now() + retry.next_pause();
-                    Some(req.deadline().map_or(pause, |d| d.min(pause)))
+                    sleep_until(req, Instant::now() + retry.next_pause()).await;
+                    Ok(Woken::Look)
                 }
-                None => req.deadline(),
+                None => queue.wait(pending.claim(), req, req.deadline()).await,
             };
-            let started = Instant::now();
-            let step = match queue.wait(pending.claim(), req, until).await {
+            let sent = Instant::now();
+            let step = match woken {
                 Ok(Woken::Owner) => Ok(Standing::Owner),
                 Ok(Woken::Look) => queue.standing(pending.claim(), req).await,
                 Err(e) => Err(e),
@@ -221,7 +231,7 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                     s
                 }
                 Err(e) if e.is_retryable() => {
-                    let since = *failing.get_or_insert(started);
+                    let since = *failing.get_or_insert(sent);
                     if since.elapsed() >= queue.tolerance(pending.claim()) {
                         pending.leave(Exit::Failed).await;
                         return Err(e);
@@ -242,6 +252,11 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
     }
 }
 
+/// Sleeps until `at`, or until `req`'s deadline if that comes first.
+async fn sleep_until(req: &Request, at: Instant) {
+    tokio::time::sleep_until(req.deadline().map_or(at, |d| d.min(at))).await;
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -259,6 +274,8 @@ mod tests {
         /// How long a wait lasts at most.
         nap: Duration,
         tolerance: Duration,
+        /// What every wait answers instead of sleeping.
+        wait_answer: Option<fn() -> Result<Woken>>,
         log: Mutex<Vec<String>>,
     }
 
@@ -302,6 +319,10 @@ mod tests {
                 .unwrap_or(Ok(Standing::Waiting))
         }
         async fn wait(&self, _c: &mut u32, _r: &Request, until: Option<Instant>) -> Result<Woken> {
+            self.note("wait".into());
+            if let Some(answer) = self.wait_answer {
+                return answer();
+            }
             let nap = Instant::now() + self.nap;
             tokio::time::sleep_until(until.map_or(nap, |u| u.min(nap))).await;
             Ok(Woken::Look)
@@ -352,6 +373,7 @@ mod tests {
         assert_eq!(got, None);
         let log = q.log();
         // Waits of 100, 100 and the last 50 ms, each followed by a look.
+        assert_eq!(log.iter().filter(|l| *l == "wait").count(), 3, "{log:?}");
         assert_eq!(log.iter().filter(|l| *l == "look").count(), 3, "{log:?}");
         assert_eq!(log.last().unwrap(), "leave 1 TimedOut");
         // A hand-off seen at that last look is taken.
@@ -406,5 +428,68 @@ mod tests {
         assert!(cut.is_err());
         assert_eq!(q.log().last().unwrap(), "abandon 1");
         assert!(!q.log().iter().any(|l| l.starts_with("leave")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_that_fails_at_once_is_retried_at_a_pace_with_a_look_between() {
+        let mut q = Scripted::new(vec![], vec![]);
+        q.tolerance = Duration::from_secs(60);
+        q.wait_answer = Some(|| Err(busy()));
+        let r = req(Duration::from_secs(2));
+        assert_eq!(drive(&q, &r).await.unwrap(), None);
+        let log = q.log();
+        let waits = log.iter().filter(|l| *l == "wait").count();
+        // Each failed wait is followed by a pause of the waiter backoff (25-50 ms growing to
+        // 200-400 ms) and a look that succeeds, which ends the failure: about 40 in 2 s.
+        assert!((5..=80).contains(&waits), "{waits} waits in 2 s: {log:?}");
+        let looks = log.iter().filter(|l| *l == "look").count();
+        assert!(looks >= waits, "a look follows every failed wait: {log:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_that_outlast_the_tolerance_end_the_acquire() {
+        let mut q = Scripted::new(vec![], (0..100).map(|_| Err(busy())).collect());
+        q.tolerance = Duration::from_secs(1);
+        let started = Instant::now();
+        let e = drive(&q, &req(Duration::from_secs(30))).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Connection);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+        assert_eq!(q.log().last().unwrap(), "leave 1 Failed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claim_that_vanishes_past_the_deadline_is_not_replaced() {
+        let q = Scripted::new(vec![], vec![Ok(Standing::Gone)]);
+        let r = req(Duration::from_millis(50));
+        assert_eq!(drive(&q, &r).await.unwrap(), None);
+        assert_eq!(
+            q.log().iter().filter(|l| *l == "claim").count(),
+            1,
+            "{:?}",
+            q.log()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn claims_that_keep_vanishing_are_replaced_at_a_pace() {
+        let q = Scripted::new((0..1000).map(|_| Ok(Standing::Gone)).collect(), vec![]);
+        assert_eq!(drive(&q, &req(Duration::from_secs(2))).await.unwrap(), None);
+        let claims = q.log().iter().filter(|l| *l == "claim").count();
+        assert!((3..=80).contains(&claims), "{claims} claims in 2 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_the_wait_reports_is_held_without_a_look() {
+        let mut q = Scripted::new(vec![], vec![]);
+        q.wait_answer = Some(|| Ok(Woken::Owner));
+        assert_eq!(
+            drive(&q, &req(Duration::from_secs(1))).await.unwrap(),
+            Some(1)
+        );
+        assert_eq!(q.log(), ["claim", "enqueue", "wait", "hold 1"]);
     }
 }

@@ -149,8 +149,13 @@ impl Queue for EtcdQueue<'_> {
             .waiter
             .get_or_insert_with(|| nw.add_waiter(c.rev, need))
             .clone();
+        if nw.is_stopped() {
+            // Only a closed handle stops its watches.
+            self.inner.check_open()?;
+            return Err(Error::new(ErrorKind::Closed, "the lock's watch has stopped"));
+        }
         c.seen = nw.standing(c.rev, need);
-        if matches!(c.seen, Standing::Owner | Standing::Gone) || nw.is_stopped() {
+        if matches!(c.seen, Standing::Owner | Standing::Gone) {
             return Ok(Woken::Look);
         }
         // The watch wakes a waiter only when it became owner or lost its key.
