@@ -3,7 +3,6 @@
 mod backend_info;
 mod backoff;
 mod capabilities;
-mod cleanup;
 mod clock;
 mod config;
 mod driver;

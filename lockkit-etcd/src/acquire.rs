@@ -152,7 +152,10 @@ impl Queue for EtcdQueue<'_> {
         if nw.is_stopped() {
             // Only a closed handle stops its watches.
             self.inner.check_open()?;
-            return Err(Error::new(ErrorKind::Closed, "the lock's watch has stopped"));
+            return Err(Error::new(
+                ErrorKind::Closed,
+                "the lock's watch has stopped",
+            ));
         }
         c.seen = nw.standing(c.rev, need);
         if matches!(c.seen, Standing::Owner | Standing::Gone) {

@@ -16,7 +16,6 @@ pub use backend::{Backend, RawMutex, RawRwLock, RawSemaphore};
 pub use held::{GuardParts, Held};
 pub use request::Request;
 
-pub use crate::cleanup::OnDrop;
 pub use crate::clock::{margin, LeaseClock};
 pub use crate::driver::{drive, Exit, Queue, Standing, Woken};
 pub use crate::lease::{every, Got, Guards, Pooled, SessionPool};

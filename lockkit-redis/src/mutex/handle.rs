@@ -37,7 +37,7 @@ impl RedisMutex {
     /// without the lock (its wait ran out, it failed, or its future was dropped): natively this
     /// also passes on a lock handed to it meanwhile. `wait`: how long the waiter's place lasts
     /// once it stops renewing it (natively its heartbeat timeout; in Redisson's fair queue, its
-    /// wait). Called from an acquire's [`OnDrop`](lockkit_core::spi::OnDrop).
+    /// wait). Called when an acquire's claim is left or abandoned.
     pub(super) fn leave_later(&self, owner: &str, wait: Duration) {
         let (keys, owner) = (self.keys.clone(), owner.to_string());
         // A waiter that never left is skipped once its place lapses, and natively a lock
