@@ -398,6 +398,18 @@ pub(crate) fn lease_ends_in(pttl: i64) -> Option<Duration> {
     (pttl >= 0).then(|| Duration::from_millis(pttl.max(1) as u64))
 }
 
+/// When a waiter that listens for a release wakes on its own to try again: after `most`, when
+/// the holder's lease (`pttl` ms as last answered) ends, or at `until`, whichever comes first.
+pub(crate) fn wake_at(
+    most: Duration,
+    pttl: i64,
+    until: Option<tokio::time::Instant>,
+) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    let wake = now + lease_ends_in(pttl).map_or(most, |end| end.min(most));
+    until.map_or(wake, |u| u.min(wake))
+}
+
 /// How long after a release whose reply never came the released key can still be on the
 /// server: what is left of the guard's lease (its deadline, plus the margin and a second).
 pub(crate) fn expiry_bound(state: &StateCell) -> Duration {

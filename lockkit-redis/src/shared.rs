@@ -17,7 +17,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::time::Instant;
 
-use crate::client::{expiry_bound, lease_ends_in, Inner, Reentries};
+use crate::client::{expiry_bound, wake_at, Inner, Reentries};
 use crate::keys::LockKeys;
 use crate::watchdog::{RenewKind, Watched};
 
@@ -319,13 +319,7 @@ impl Queue for SharedQueue<'_> {
             c.sub = Some(inner.subs.subscribe(&self.core.keys.channel).await?);
             return Ok(Woken::Look);
         };
-        let mut wake = Instant::now() + inner.settings.waiter_heartbeat;
-        if let Some(end) = lease_ends_in(c.pttl) {
-            wake = wake.min(Instant::now() + end);
-        }
-        if let Some(until) = until {
-            wake = wake.min(until);
-        }
+        let wake = wake_at(inner.settings.waiter_heartbeat, c.pttl, until);
         c.woken = tokio::time::timeout_at(wake, s.notified()).await.is_ok();
         Ok(Woken::Look)
     }

@@ -11,7 +11,7 @@ use lockkit_core::{async_trait, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::handle::RedisMutex;
-use crate::client::lease_ends_in;
+use crate::client::{lease_ends_in, wake_at};
 use crate::replicas::Ticket;
 
 /// How long a woken waiter that found the lock re-taken waits before it listens again.
@@ -185,16 +185,11 @@ impl Queue for RsQueue<'_> {
         };
         // A missed message costs at most the holder's remaining lease (unfair: a second when it
         // has no expiry; fair: a heartbeat at most).
-        let mut wake = match self.fair {
-            Some(_) => {
-                let beat = m.inner.settings.waiter_heartbeat;
-                Instant::now() + lease_ends_in(c.pttl).map_or(beat, |end| end.min(beat))
-            }
-            None => Instant::now() + lease_ends_in(c.pttl).unwrap_or(Duration::from_secs(1)),
+        let most = match self.fair {
+            Some(_) => m.inner.settings.waiter_heartbeat,
+            None => lease_ends_in(c.pttl).unwrap_or(Duration::from_secs(1)),
         };
-        if let Some(until) = until {
-            wake = wake.min(until);
-        }
+        let wake = wake_at(most, c.pttl, until);
         c.woken = tokio::time::timeout_at(wake, s.notified()).await.is_ok();
         Ok(Woken::Look)
     }
