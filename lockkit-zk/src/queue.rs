@@ -429,7 +429,10 @@ impl Queue for ZkQueue<'_> {
                 }
             }
             Err(zk::Error::NoNode) => {}
-            Err(e) if is_transient(&e) => c.watch_retry.wait().await,
+            Err(e) if is_transient(&e) => {
+                let pause = Instant::now() + c.watch_retry.next_pause();
+                tokio::time::sleep_until(until.map_or(pause, |u| u.min(pause))).await;
+            }
             Err(e) => return Err(map(e, "cannot watch the node ahead")),
         }
         Ok(Woken::Look)

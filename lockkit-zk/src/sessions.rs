@@ -47,18 +47,21 @@ impl Sessions {
         if lease == self.default.cfg.session_timeout {
             return Ok(self.default.clone());
         }
-        let cfg = self.default.cfg.with_session_timeout(lease);
-        let reaper = self.reaper.clone();
         let got = self
             .others
-            .get(lease, || async move {
-                Session::open(cfg, reaper)
-                    .await
-                    .map_err(|e| match e.kind() {
-                        // Here a timeout the server negotiates away is a bad argument, not bad config.
-                        ErrorKind::Config => Error::invalid(e.message().to_string()),
-                        _ => e,
-                    })
+            .get(lease, || {
+                let cfg = self.default.cfg.with_session_timeout(lease);
+                let reaper = self.reaper.clone();
+                async move {
+                    Session::open(cfg, reaper)
+                        .await
+                        .map_err(|e| match e.kind() {
+                            // Here a timeout the server negotiates away is a bad argument, not bad
+                            // config.
+                            ErrorKind::Config => Error::invalid(e.message().to_string()),
+                            _ => e,
+                        })
+                }
             })
             .await?;
         Ok(got.session)
