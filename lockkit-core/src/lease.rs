@@ -1,6 +1,7 @@
 //! The lease lifecycle's shared parts: [`Guards`], the live guards of one lease source that turn
-//! Suspect, Held or Lost together, and [`SessionPool`], the sessions (or session leases) of one
-//! handle pooled per lease length.
+//! Suspect, Held or Lost together; [`SharedLease`], one lease many guards share, kept alive by
+//! the core's keep-alive loop over a backend's [`KeepAlive`] round trip; and [`SessionPool`],
+//! the sessions (or session leases) of one handle pooled per lease length.
 //!
 //! A lease source is whatever keeps a backend's ownerships alive: an etcd session lease, a
 //! ZooKeeper session. Its backend supplies grant, keep-alive and revoke; what follows from their
@@ -9,9 +10,16 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
+use crate::clock::LeaseClock;
 use crate::error::{Error, Result};
 use crate::reason::LostReason;
 use crate::state::StateCell;
@@ -108,6 +116,202 @@ impl<T> Guards<T> {
 /// Every guard, whatever the backend keeps about it.
 pub fn every<T>(_: &T) -> bool {
     true
+}
+
+/// A backend's keep-alive round trip for one lease, driven by [`SharedLease`].
+#[async_trait]
+pub trait KeepAlive: Send + 'static {
+    /// Renews the lease once: the length the server granted, or `None` when the server says
+    /// the lease is gone.
+    async fn renew(&mut self) -> Result<Option<Duration>>;
+
+    /// The last round trip failed or did not answer in time: the next one should not use the
+    /// same connection or endpoint.
+    fn failed(&mut self) {}
+
+    /// Revokes the lease once its deadline passed without a renewal, so that what is attached
+    /// to it stops blocking others as soon as the server is back (best effort).
+    async fn revoke(&mut self);
+
+    /// The longest one request may take.
+    fn request_timeout(&self) -> Duration;
+}
+
+/// One lease that many guards share (a session lease), renewed every third of its length.
+///
+/// Its [`LeaseClock`] is every guard's deadline: the instant before the last successful renewal
+/// (or the grant) was sent plus the length the server granted, less the core's margin, so a
+/// guard reads Lost in time even if the keep-alive task is late. A failed renewal makes its
+/// guards Suspect and the next one comes after a backoff pause; a success makes them Held again;
+/// no success before the deadline, or a server that says the lease is gone, makes every guard
+/// Lost and the lease dead (its backend then grants a new one for new acquires).
+pub struct SharedLease {
+    backend: &'static str,
+    id: String,
+    clock: Arc<LeaseClock>,
+    alive: AtomicBool,
+    guards: Guards,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for SharedLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedLease")
+            .field("backend", &self.backend)
+            .field("id", &self.id)
+            .field("alive", &self.alive.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl SharedLease {
+    /// A lease of `length` granted by a request sent at `sent`, kept alive from now on by
+    /// `keeper`. `backend` and `id` name it in traces and metrics.
+    pub fn start(
+        backend: &'static str,
+        id: String,
+        length: Duration,
+        sent: Instant,
+        keeper: impl KeepAlive,
+    ) -> Arc<SharedLease> {
+        let clock = LeaseClock::new(LostReason::SessionExpired);
+        clock.renewed(sent, length);
+        let lease = Arc::new(SharedLease {
+            backend,
+            id,
+            clock,
+            alive: AtomicBool::new(true),
+            guards: Guards::default(),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(keep_alive(
+            Arc::downgrade(&lease),
+            keeper,
+            length,
+            sent + length,
+        ));
+        *lease.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        lease
+    }
+
+    /// The lease's deadline, shared by its guards.
+    pub fn clock(&self) -> &Arc<LeaseClock> {
+        &self.clock
+    }
+
+    /// Whether the lease is still believed alive: never once its guards would read Lost (its
+    /// deadline, a margin before the server's, has passed), so a new acquire is never handed a
+    /// lease in its last moments.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire) && !self.clock.has_passed(Instant::now())
+    }
+
+    /// Tracks a guard on this lease: it turns Lost with the lease (at once if the lease is no
+    /// longer alive).
+    pub fn track(&self, cell: &StateCell) {
+        self.guards.prune();
+        self.guards.track(cell, ());
+        if !self.is_alive() {
+            cell.mark_lost(LostReason::SessionExpired);
+        }
+    }
+
+    /// Ends the lease here: every guard turns Lost, the keep-alive stops. (Revoking it on the
+    /// server is the backend's.)
+    pub fn retire(&self, why: &str) {
+        self.mark_dead(why);
+        self.stop();
+    }
+
+    fn stop(&self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    fn mark_dead(&self, why: &str) {
+        if self.alive.swap(false, Ordering::AcqRel) {
+            tracing::warn!(
+                backend = self.backend,
+                lease = %self.id,
+                why,
+                "lockkit: session lost"
+            );
+        }
+        self.guards.lost(LostReason::SessionExpired, every);
+    }
+}
+
+impl Drop for SharedLease {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn keep_alive(
+    lease: Weak<SharedLease>,
+    mut keeper: impl KeepAlive,
+    length: Duration,
+    mut deadline: Instant,
+) {
+    let period = (length / 3).max(Duration::from_millis(100));
+    // After a failure, try again soon (on the next connection), jittered so that the clients
+    // of a failed server do not all come back at once.
+    let mut retry = Backoff::SESSION
+        .capped((period / 2).max(Duration::from_millis(200)))
+        .start();
+    let mut next = Instant::now() + period;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let Some(l) = lease.upgrade() else { return };
+        // The flag, not `is_alive()`: past the guards' deadline (a margin before the server's)
+        // this task still has to mark the lease dead and revoke it below.
+        if !l.alive.load(Ordering::Acquire) {
+            return;
+        }
+        let sent = Instant::now();
+        if sent >= deadline {
+            l.mark_dead("keepalive did not succeed before the lease deadline");
+            drop(l);
+            // What is attached to it may outlive our deadline on the server (until the
+            // server's own expiry): revoke it if the server is back.
+            let limit = keeper.request_timeout();
+            let _ = tokio::time::timeout(limit, keeper.revoke()).await;
+            return;
+        }
+        // A round trip that hangs is given up in time for the next one before the deadline.
+        let budget = (deadline - sent)
+            .min(keeper.request_timeout())
+            .min(period.max(Duration::from_millis(300)));
+        let outcome = tokio::time::timeout(budget, keeper.renew()).await;
+        crate::telemetry::renewal(
+            l.backend,
+            matches!(outcome, Ok(Ok(Some(_)))),
+            sent.elapsed(),
+        );
+        match outcome {
+            Ok(Ok(Some(granted))) => {
+                deadline = sent + granted;
+                l.clock.renewed(sent, granted);
+                // Suspect -> Held; every other state stays.
+                l.guards.held(every);
+                retry.reset();
+                next = sent + period;
+            }
+            Ok(Ok(None)) => {
+                l.mark_dead("the server says the lease is gone");
+                return;
+            }
+            failed => {
+                if let Ok(Err(e)) = failed {
+                    tracing::debug!(backend = l.backend, error = %e, "lockkit: keepalive failed");
+                }
+                keeper.failed();
+                l.guards.suspect(every);
+                next = Instant::now() + retry.next_pause();
+            }
+        }
+    }
 }
 
 /// A session a [`SessionPool`] keeps.
@@ -267,5 +471,86 @@ mod tests {
         assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
         pool.forget(&fresh.session).await;
         assert_eq!(pool.all().await.len(), 1);
+    }
+
+    /// Renewals answered from a script, each counted.
+    struct Scripted {
+        answers: std::collections::VecDeque<Result<Option<Duration>>>,
+        revoked: Arc<AtomicBool>,
+    }
+
+    #[async_trait]
+    impl KeepAlive for Scripted {
+        async fn renew(&mut self) -> Result<Option<Duration>> {
+            self.answers
+                .pop_front()
+                .unwrap_or_else(|| Err(Error::new(crate::ErrorKind::Connection, "away")))
+        }
+        async fn revoke(&mut self) {
+            self.revoked.store(true, Ordering::Relaxed);
+        }
+        fn request_timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_lease_turns_its_guards_suspect_held_and_lost_with_its_renewals() {
+        let revoked = Arc::new(AtomicBool::new(false));
+        let away = || Err(Error::new(crate::ErrorKind::Connection, "away"));
+        let keeper = Scripted {
+            answers: vec![away(), Ok(Some(Duration::from_secs(3)))].into(),
+            revoked: revoked.clone(),
+        };
+        let lease = SharedLease::start(
+            "test",
+            "1".into(),
+            Duration::from_secs(3),
+            Instant::now(),
+            keeper,
+        );
+        let guard = StateCell::new(lease.clock().clone());
+        lease.track(&guard);
+        // The first renewal (at 1 s) fails: Suspect until the retry, 50-100 ms later.
+        tokio::time::sleep(Duration::from_millis(1020)).await;
+        assert_eq!(guard.get(), LockState::Suspect);
+        // The retry, a backoff pause later, succeeds: Held again, the deadline moved.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(guard.get(), LockState::Held);
+        assert!(lease.is_alive());
+        // Every renewal fails from now on: Lost by the deadline, and the lease revoked.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(!guard.get().is_live());
+        assert!(!lease.is_alive());
+        assert!(
+            revoked.load(Ordering::Relaxed),
+            "the lease is revoked once its deadline passed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_the_server_says_is_gone_loses_its_guards_at_once() {
+        let keeper = Scripted {
+            answers: vec![Ok(None)].into(),
+            revoked: Arc::new(AtomicBool::new(false)),
+        };
+        let lease = SharedLease::start(
+            "test",
+            "2".into(),
+            Duration::from_secs(30),
+            Instant::now(),
+            keeper,
+        );
+        let guard = StateCell::new(lease.clock().clone());
+        lease.track(&guard);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert!(!guard.get().is_live());
+        assert!(!lease.is_alive());
+        let late = StateCell::new(lease.clock().clone());
+        lease.track(&late);
+        assert!(
+            !late.get().is_live(),
+            "a guard tracked on a dead lease is lost at once"
+        );
     }
 }

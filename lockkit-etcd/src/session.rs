@@ -1,33 +1,25 @@
 //! A session: one lease of one TTL, shared by every watchdog-leased lock of a `Locks` handle that
-//! asked for that lease, kept alive every TTL/3.
-//!
-//! The session's [`LeaseClock`] is every guard's deadline: the instant before the last
-//! successful keepalive (or the grant) was sent plus the TTL the server granted, less the core's
-//! margin, so a guard reads Lost in time even if this task is late. A failed keepalive makes the
-//! session's guards Suspect; a successful one makes them Held again; no success before the
-//! deadline, or a server answer that the lease is gone, makes every guard Lost and retires the
-//! session, so the next acquire grants a new lease transparently.
+//! asked for that lease. The core's [`SharedLease`] keeps it alive every TTL/3 and decides what
+//! its renewals mean for the guards (Suspect, Held, Lost); this file supplies the grant, the
+//! keep-alive round trip (on a stream that moves to the next endpoint after a failure) and the
+//! revoke.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit_core::spi::{every, Guards, LeaseClock, Pooled, StateCell};
-use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
+use lockkit_core::spi::{KeepAlive, LeaseClock, Pooled, SharedLease, StateCell};
+use lockkit_core::{async_trait, Error, ErrorKind, Result};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::{is_lease_not_found, map_err, Pool};
 use crate::strays::Strays;
 
-/// One granted session lease and its keepalive task.
+/// One granted session lease.
 #[derive(Debug)]
 pub(crate) struct Session {
     id: i64,
-    clock: Arc<LeaseClock>,
-    alive: AtomicBool,
-    guards: Guards,
-    task: Mutex<Option<JoinHandle<()>>>,
+    lease: Arc<SharedLease>,
     /// The handle's leases, this one among them for as long as it lives.
     strays: Strays,
 }
@@ -42,35 +34,29 @@ impl Session {
     ) -> Result<Arc<Session>> {
         let (id, sent) = grant_exact(pool, ttl).await?;
         strays.own(id);
-        let clock = LeaseClock::new(LostReason::SessionExpired);
-        clock.renewed(sent, ttl);
-        let session = Arc::new(Session {
+        let keeper = Keeper {
+            pool: pool.clone(),
             id,
-            clock,
-            alive: AtomicBool::new(true),
-            guards: Guards::default(),
-            task: Mutex::new(None),
-            strays: strays.clone(),
-        });
-        let task = tokio::spawn(keepalive(
-            Arc::downgrade(&session),
-            pool.clone(),
-            id,
-            ttl,
-            sent + ttl,
-        ));
-        *session.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+            ttl: ttl.as_secs() as i64,
+            stream: None,
+            on: 0,
+        };
+        let lease = SharedLease::start("etcd", format!("{id:x}"), ttl, sent, keeper);
         tracing::debug!(
             backend = "etcd",
             lease = format_args!("{id:x}"),
             "lockkit: session started"
         );
-        Ok(session)
+        Ok(Arc::new(Session {
+            id,
+            lease,
+            strays: strays.clone(),
+        }))
     }
 
     /// The session's deadline, shared by its guards.
     pub(crate) fn clock(&self) -> &Arc<LeaseClock> {
-        &self.clock
+        self.lease.clock()
     }
 
     /// The lease id.
@@ -78,58 +64,25 @@ impl Session {
         self.id
     }
 
-    /// Whether the lease is still believed alive: never once its guards would read Lost (its
-    /// deadline, which comes a margin before the server's, has passed), so a new acquire is
-    /// never handed a session in its last moments.
+    /// Whether the lease is still believed alive (see [`SharedLease::is_alive`]).
     pub(crate) fn is_alive(&self) -> bool {
-        self.alive.load(Ordering::Acquire) && !self.clock.has_passed(Instant::now())
+        self.lease.is_alive()
     }
 
     /// Tracks a guard's state so that a session loss makes it Lost.
     pub(crate) fn track(&self, cell: &StateCell) {
-        self.guards.prune();
-        self.guards.track(cell, ());
-        if !self.is_alive() {
-            cell.mark_lost(LostReason::SessionExpired);
-        }
+        self.lease.track(cell);
     }
 
     /// Retires the session: every guard turns Lost, the keepalive stops.
     pub(crate) fn retire(&self, why: &str) {
-        self.mark_dead(why);
-        abort_task(&self.task);
-    }
-
-    /// Marks the session dead: every guard turns Lost (the keepalive task calls this itself).
-    fn mark_dead(&self, why: &str) {
-        if self.alive.swap(false, Ordering::AcqRel) {
-            tracing::warn!(
-                backend = "etcd",
-                lease = format_args!("{:x}", self.id),
-                why,
-                "lockkit: session lost"
-            );
-        }
-        self.guards.lost(LostReason::SessionExpired, every);
+        self.lease.retire(why);
     }
 
     /// Retires the session and revokes its lease (deleting every key attached to it).
     pub(crate) async fn revoke(&self, pool: &Pool) -> Result<()> {
         self.retire("closed");
-        let id = self.id;
-        pool.run("lease revoke", true, |mut c| async move {
-            c.lease_revoke(id).await
-        })
-        .await
-        .map(drop)
-        .or_else(|e| {
-            // A lease that already expired is revoked as far as we care.
-            if is_lease_not_found(&e) {
-                Ok(())
-            } else {
-                Err(e)
-            }
-        })
+        revoke_lease(pool, self.id).await
     }
 }
 
@@ -141,9 +94,24 @@ impl Pooled for Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        abort_task(&self.task);
         self.strays.disown(self.id);
     }
+}
+
+/// Revokes lease `id`; a lease that already expired is revoked as far as we care.
+async fn revoke_lease(pool: &Pool, id: i64) -> Result<()> {
+    pool.run("lease revoke", true, |mut c| async move {
+        c.lease_revoke(id).await
+    })
+    .await
+    .map(drop)
+    .or_else(|e| {
+        if is_lease_not_found(&e) {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    })
 }
 
 /// Aborts the background task kept in `slot`, if it is still there (the session's keepalive, a
@@ -198,122 +166,71 @@ pub(crate) async fn grant_exact(pool: &Arc<Pool>, ttl: Duration) -> Result<(i64,
     Ok((resp.id(), sent))
 }
 
-async fn keepalive(
-    session: std::sync::Weak<Session>,
-    pool: Arc<Pool>,
-    id: i64,
-    ttl: Duration,
-    mut deadline: Instant,
-) {
-    let period = (ttl / 3).max(Duration::from_millis(100));
-    // After a failure, try again soon (on the next endpoint), jittered so that the clients of a
-    // failed member do not all come back at once.
-    let mut retry = Backoff::SESSION
-        .capped((period / 2).max(Duration::from_millis(200)))
-        .start();
-    let mut stream = None;
-    let mut next = Instant::now() + period;
-    loop {
-        tokio::time::sleep_until(next).await;
-        let Some(s) = session.upgrade() else { return };
-        // The flag, not `is_alive()`: past the guards' deadline (a margin before the server's)
-        // this task still has to mark the session dead and revoke its lease below.
-        if !s.alive.load(Ordering::Acquire) {
-            return;
-        }
-        let sent = Instant::now();
-        if sent >= deadline {
-            s.mark_dead("keepalive did not succeed before the lease deadline");
-            drop(s);
-            // Its keys may outlive our deadline on the server (until the server's own expiry):
-            // revoke it if the server is back, so they stop blocking other acquirers at once.
-            let _ = tokio::time::timeout(
-                pool.timeout(),
-                pool.run("lease revoke", true, |mut c| async move {
-                    c.lease_revoke(id).await
-                }),
-            )
-            .await;
-            return;
-        }
-        let budget = (deadline - sent)
-            .min(pool.timeout())
-            .min(period.max(Duration::from_millis(300)));
-        // The endpoint this round talks to: a failed or hung one is left for the next endpoint,
-        // or a hung member would keep every later round waiting until the lease ran out.
-        let on = stream
-            .as_ref()
-            .map_or_else(|| pool.current().0, |(i, _, _)| *i);
-        let outcome =
-            tokio::time::timeout(budget, renew(&pool, id, ttl.as_secs() as i64, &mut stream)).await;
-        let renewed = matches!(outcome, Ok(Ok(granted)) if granted > 0);
-        lockkit_core::telemetry::renewal("etcd", renewed, sent.elapsed());
-        match outcome {
-            Ok(Ok(granted)) if granted > 0 => {
-                let granted = Duration::from_secs(granted as u64);
-                deadline = sent + granted;
-                s.clock.renewed(sent, granted);
-                // Suspect -> Held; mark_held leaves every other state alone.
-                s.guards.held(every);
-                retry.reset();
-                next = sent + period;
-            }
-            Ok(Ok(_)) => {
-                s.mark_dead("the server says the lease is gone");
-                return;
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(backend = "etcd", error = %e, "lockkit: keepalive failed");
-                pool.failed(on);
-                stream = None;
-                s.guards.suspect(every);
-                next = Instant::now() + retry.next_pause();
-            }
-            Err(_) => {
-                pool.failed(on);
-                stream = None;
-                s.guards.suspect(every);
-                next = Instant::now() + retry.next_pause();
-            }
-        }
-    }
-}
-
 /// An open keepalive stream: the endpoint index it runs on, its sender and its receiver.
-type KeepAlive = (
+type KeepAliveStream = (
     usize,
     etcd_client::LeaseKeeper,
     etcd_client::LeaseKeepAliveStream,
 );
 
-/// One keepalive round trip; returns the TTL granted (0 when the lease is gone).
-async fn renew(pool: &Pool, id: i64, ttl: i64, stream: &mut Option<KeepAlive>) -> Result<i64> {
-    if stream.is_none() {
-        let (idx, mut c) = pool.current();
-        match c.lease_keep_alive(id).await {
-            Ok((keeper, rx)) => {
-                // Opening the stream already sent one keepalive and read its answer.
-                *stream = Some((idx, keeper, rx));
-                return Ok(ttl);
-            }
-            Err(e) => {
-                let err = map_err(e, "lease keepalive");
-                if is_lease_not_found(&err) {
-                    return Ok(0);
+/// The keep-alive round trip of one session lease.
+struct Keeper {
+    pool: Arc<Pool>,
+    id: i64,
+    ttl: i64,
+    stream: Option<KeepAliveStream>,
+    /// The endpoint of the last round trip.
+    on: usize,
+}
+
+#[async_trait]
+impl KeepAlive for Keeper {
+    async fn renew(&mut self) -> Result<Option<Duration>> {
+        let (pool, id) = (self.pool.clone(), self.id);
+        if self.stream.is_none() {
+            let (idx, mut c) = pool.current();
+            self.on = idx;
+            match c.lease_keep_alive(id).await {
+                Ok((keeper, rx)) => {
+                    // Opening the stream already sent one keepalive and read its answer.
+                    self.stream = Some((idx, keeper, rx));
+                    return Ok(Some(Duration::from_secs(self.ttl as u64)));
                 }
-                pool.failed(idx);
-                return Err(err);
+                Err(e) => {
+                    let err = map_err(e, "lease keepalive");
+                    if is_lease_not_found(&err) {
+                        return Ok(None);
+                    }
+                    return Err(err);
+                }
             }
         }
+        let (idx, keeper, rx) = self.stream.as_mut().expect("stream is open");
+        self.on = *idx;
+        keeper
+            .keep_alive()
+            .await
+            .map_err(|e| map_err(e, "lease keepalive"))?;
+        match rx.message().await {
+            Ok(Some(resp)) if resp.ttl() > 0 => Ok(Some(Duration::from_secs(resp.ttl() as u64))),
+            Ok(Some(_)) => Ok(None),
+            Ok(None) => Err(Error::new(ErrorKind::Connection, "keepalive stream closed")),
+            Err(e) => Err(map_err(e, "lease keepalive")),
+        }
     }
-    let (_, keeper, rx) = stream.as_mut().expect("stream is open");
-    keeper
-        .keep_alive()
-        .await
-        .map_err(|e| map_err(e, "lease keepalive"))?;
-    match rx.message().await {
-        Ok(Some(resp)) => Ok(resp.ttl()),
-        Ok(None) => Err(Error::new(ErrorKind::Connection, "keepalive stream closed")),
-        Err(e) => Err(map_err(e, "lease keepalive")),
+
+    /// The endpoint failed or hung: the next round trip opens a stream on the next one, or a
+    /// hung member would keep every later round waiting until the lease ran out.
+    fn failed(&mut self) {
+        self.pool.failed(self.on);
+        self.stream = None;
+    }
+
+    async fn revoke(&mut self) {
+        let _ = revoke_lease(&self.pool, self.id).await;
+    }
+
+    fn request_timeout(&self) -> Duration {
+        self.pool.timeout()
     }
 }
