@@ -175,7 +175,7 @@ impl<K: OptionKey> Settings<K> {
             .clone()
             .or_else(|| first(CommonKey::Prefix).cloned());
         let tls = match rules {
-            Some(rules) => rules.resolve(url.scheme.as_str(), &tls)?,
+            Some(rules) => rules.resolve(backend.schemes, url.scheme.as_str(), &tls)?,
             None => None,
         };
         Ok(Settings {

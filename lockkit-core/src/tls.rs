@@ -3,6 +3,7 @@
 //! A backend hands the bytes of a [`Tls`] to its client library; the handshake-refusal probe
 //! for clients that hide the reason is [`Tls::refusal`] (feature `tls-probe`).
 
+use crate::backend_info::SchemeInfo;
 use crate::error::{Error, Result};
 use crate::option_key::OptionKey;
 use crate::secret::Secret;
@@ -29,9 +30,6 @@ crate::option_keys! {
 pub struct TlsRules {
     /// The backend, as error messages name it (`Redis`, `ZooKeeper`, `etcd`).
     pub backend: &'static str,
-    /// The URL scheme that asks for TLS (`rediss`, `etcds`): TLS options on another scheme are
-    /// an error. `None`: any TLS option turns TLS on, on the backend's only scheme.
-    pub scheme: Option<&'static str>,
     /// Whether the client can check another name than the host (`tls_domain`).
     pub domain: bool,
     /// Whether TLS needs `tls_ca` (the client has no system roots).
@@ -48,22 +46,30 @@ impl TlsRules {
         }
     }
 
-    /// The TLS to use for options `given` on a URL of scheme `scheme`: `None` for plain TCP.
-    pub(crate) fn resolve(&self, scheme: &str, given: &[(TlsKey, String)]) -> Result<Option<Tls>> {
+    /// The TLS to use for options `given` on a URL of scheme `scheme`, one of the backend's
+    /// `schemes`: `None` for plain TCP. A backend with a TLS scheme (`rediss`, `etcds`) takes
+    /// TLS options on that scheme only; on a backend without one, any TLS option turns TLS on.
+    pub(crate) fn resolve(
+        &self,
+        schemes: &[SchemeInfo],
+        scheme: &str,
+        given: &[(TlsKey, String)],
+    ) -> Result<Option<Tls>> {
         let get = |key: TlsKey| {
             given
                 .iter()
                 .find(|(k, _)| *k == key)
                 .map(|(_, v)| v.as_str())
         };
-        let on = match self.scheme {
+        let on = match schemes.iter().find(|s| s.tls) {
             Some(tls_scheme) => {
-                let on = scheme.eq_ignore_ascii_case(tls_scheme);
+                let on = schemes.iter().any(|s| s.tls && s.matches(scheme));
                 if !on && !given.is_empty() {
                     let names: Vec<&str> = self.keys().iter().map(|k| k.as_str()).collect();
                     return Err(Error::config(format!(
-                        "options {} need a TLS URL ({tls_scheme}://)",
-                        list(&names)
+                        "options {} need a TLS URL ({}://)",
+                        list(&names),
+                        tls_scheme.name
                     )));
                 }
                 on
@@ -199,16 +205,24 @@ mod tests {
 
     const REDIS: TlsRules = TlsRules {
         backend: "Redis",
-        scheme: Some("rediss"),
         domain: false,
         needs_ca: false,
     };
     const ZK: TlsRules = TlsRules {
         backend: "ZooKeeper",
-        scheme: None,
         domain: false,
         needs_ca: true,
     };
+    const fn scheme(name: &'static str, tls: bool) -> SchemeInfo {
+        SchemeInfo {
+            name,
+            aliases: &[],
+            default_port: None,
+            tls,
+        }
+    }
+    const REDIS_SCHEMES: &[SchemeInfo] = &[scheme("redis", false), scheme("rediss", true)];
+    const ZK_SCHEMES: &[SchemeInfo] = &[scheme("zk", false)];
 
     fn given(pairs: &[(TlsKey, &str)]) -> Vec<(TlsKey, String)> {
         pairs.iter().map(|(k, v)| (*k, v.to_string())).collect()
@@ -217,7 +231,7 @@ mod tests {
     #[test]
     fn tls_options_on_a_plain_url_are_config_errors() {
         let e = REDIS
-            .resolve("redis", &given(&[(TlsKey::Ca, "/x.pem")]))
+            .resolve(REDIS_SCHEMES, "redis", &given(&[(TlsKey::Ca, "/x.pem")]))
             .unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Config);
         assert!(
@@ -225,10 +239,16 @@ mod tests {
                 .contains("tls_ca, tls_cert and tls_key need a TLS URL (rediss://)"),
             "{e}"
         );
-        assert!(REDIS.resolve("redis", &[]).unwrap().is_none());
-        let roots = REDIS.resolve("rediss", &[]).unwrap().unwrap();
+        assert!(REDIS
+            .resolve(REDIS_SCHEMES, "redis", &[])
+            .unwrap()
+            .is_none());
+        let roots = REDIS
+            .resolve(REDIS_SCHEMES, "rediss", &[])
+            .unwrap()
+            .unwrap();
         assert!(roots.ca().is_none() && roots.identity().is_none());
-        assert!(ZK.resolve("zk", &[]).unwrap().is_none());
+        assert!(ZK.resolve(ZK_SCHEMES, "zk", &[]).unwrap().is_none());
     }
 
     #[test]
@@ -240,15 +260,20 @@ mod tests {
         std::fs::write(&junk, "hello").unwrap();
         let (pem, junk) = (pem.to_str().unwrap(), junk.to_str().unwrap());
 
-        let tls = ZK.resolve("zk", &given(&[(TlsKey::Ca, pem)])).unwrap();
+        let tls = ZK
+            .resolve(ZK_SCHEMES, "zk", &given(&[(TlsKey::Ca, pem)]))
+            .unwrap();
         assert_eq!(
             tls.unwrap().ca(),
             Some(&b"-----BEGIN CERTIFICATE-----\n"[..])
         );
-        let e = ZK.resolve("zk", &given(&[(TlsKey::Ca, junk)])).unwrap_err();
+        let e = ZK
+            .resolve(ZK_SCHEMES, "zk", &given(&[(TlsKey::Ca, junk)]))
+            .unwrap_err();
         assert!(e.message().contains("tls_ca") && e.message().contains("not a PEM"));
         let e = ZK
             .resolve(
+                ZK_SCHEMES,
                 "zk",
                 &given(&[(TlsKey::Ca, pem), (TlsKey::Cert, pem), (TlsKey::Key, junk)]),
             )
@@ -256,11 +281,19 @@ mod tests {
         assert!(e.message().contains("tls_key is not a PEM file"), "{e}");
         assert!(!e.message().contains(junk), "the key's path is shown: {e}");
         let e = ZK
-            .resolve("zk", &given(&[(TlsKey::Key, "/nonexistent/k.pem")]))
+            .resolve(
+                ZK_SCHEMES,
+                "zk",
+                &given(&[(TlsKey::Key, "/nonexistent/k.pem")]),
+            )
             .unwrap_err();
         assert!(e.message().contains("go together"), "{e}");
         let e = ZK
-            .resolve("zk", &given(&[(TlsKey::Cert, pem), (TlsKey::Key, pem)]))
+            .resolve(
+                ZK_SCHEMES,
+                "zk",
+                &given(&[(TlsKey::Cert, pem), (TlsKey::Key, pem)]),
+            )
             .unwrap_err();
         assert!(
             e.message().contains("ZooKeeper over TLS needs tls_ca"),

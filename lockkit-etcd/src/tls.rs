@@ -8,7 +8,6 @@ use lockkit_core::{Tls, TlsRules};
 /// a public root signed; `tls_domain` is the name to check when it differs from the host.
 pub(crate) const RULES: TlsRules = TlsRules {
     backend: "etcd",
-    scheme: Some("etcds"),
     domain: true,
     needs_ca: false,
 };

@@ -173,7 +173,6 @@ pub const KIND: BackendKind = BackendKind::new("redis");
 /// The TLS options of `rediss://` (Redis checks no other name than the host: no `tls_domain`).
 pub(crate) const TLS: TlsRules = TlsRules {
     backend: "Redis",
-    scheme: Some("rediss"),
     domain: false,
     needs_ca: false,
 };

@@ -9,7 +9,6 @@ use lockkit_core::{Error, Result, Tls, TlsRules};
 /// The TLS options of `zk://`: they turn TLS on, and the client has no system roots.
 pub(crate) const RULES: TlsRules = TlsRules {
     backend: "ZooKeeper",
-    scheme: None,
     domain: false,
     needs_ca: true,
 };
