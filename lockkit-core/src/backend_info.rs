@@ -21,7 +21,9 @@ pub struct SchemeInfo {
     /// The port of a host the URL gives without one; `None` for a scheme with no server, whose
     /// URL may name no host.
     pub default_port: Option<u16>,
-    /// Whether the scheme asks for TLS.
+    /// Whether the scheme asks for TLS. A backend with a TLS scheme takes TLS options on its
+    /// TLS schemes only (they are a `Config` error on the others); a backend with none turns
+    /// TLS on whenever a TLS option is given.
     pub tls: bool,
 }
 
