@@ -79,14 +79,9 @@ pub trait Queue: Send + Sync {
     /// wait. Returns where it stands.
     async fn enqueue(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing>;
 
-    /// Waits until its standing may have changed, or until `until` (`None`: no bound but the
-    /// backend's own). May return early; the driver then looks.
-    async fn wait(
-        &self,
-        claim: &mut Self::Claim,
-        req: &Request,
-        until: Option<Instant>,
-    ) -> Result<Woken>;
+    /// Waits until its standing may have changed, or until `req`'s deadline (none: no bound
+    /// but the backend's own). May return early; the driver then looks.
+    async fn wait(&self, claim: &mut Self::Claim, req: &Request) -> Result<Woken>;
 
     /// Where the claim stands now, as the server says (a linearizable read where a watch may
     /// lag).
@@ -159,8 +154,9 @@ impl<Q: Queue> Drop for Pending<'_, Q> {
 /// the wait budget ran out first. Whatever way it ends, nothing of a claim that does not hold
 /// is left behind; dropping the future hands an unfinished claim to [`Queue::abandon`].
 pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Output>> {
-    // Claims that vanished one after another are replaced at a pace.
+    // Claims that vanished one after another are replaced at a pace (the first one at once).
     let mut restarts = Backoff::WAITER.start();
+    let mut restarted = false;
     'claims: loop {
         let mut pending = Pending {
             queue,
@@ -197,14 +193,14 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                 if req.expired() {
                     return Ok(None);
                 }
-                if restarts.attempts() > 0 {
-                    sleep_until(req, Instant::now() + restarts.next_pause()).await;
+                let pause = restarts.next_pause();
+                if restarted {
+                    tokio::time::sleep_until(req.bound(Instant::now() + pause)).await;
                     if req.expired() {
                         return Ok(None);
                     }
-                } else {
-                    restarts.next_pause();
                 }
+                restarted = true;
                 continue 'claims;
             }
             // Waiting, and this look was the last one the budget allowed.
@@ -218,10 +214,10 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
             let waits = failing.is_none();
             let woken = match failing {
                 Some(_) => {
-                    sleep_until(req, Instant::now() + retry.next_pause()).await;
+                    tokio::time::sleep_until(req.bound(Instant::now() + retry.next_pause())).await;
                     Ok(Woken::Look)
                 }
-                None => queue.wait(pending.claim(), req, req.deadline()).await,
+                None => queue.wait(pending.claim(), req).await,
             };
             let sent = Instant::now();
             let step = match woken {
@@ -257,11 +253,6 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
             };
         }
     }
-}
-
-/// Sleeps until `at`, or until `req`'s deadline if that comes first.
-async fn sleep_until(req: &Request, at: Instant) {
-    tokio::time::sleep_until(req.deadline().map_or(at, |d| d.min(at))).await;
 }
 
 #[cfg(test)]
@@ -326,13 +317,12 @@ mod tests {
                 .pop_front()
                 .unwrap_or(Ok(Standing::Waiting))
         }
-        async fn wait(&self, _c: &mut u32, _r: &Request, until: Option<Instant>) -> Result<Woken> {
+        async fn wait(&self, _c: &mut u32, r: &Request) -> Result<Woken> {
             self.note("wait".into());
             if let Some(answer) = self.wait_answer {
                 return answer();
             }
-            let nap = Instant::now() + self.nap;
-            tokio::time::sleep_until(until.map_or(nap, |u| u.min(nap))).await;
+            tokio::time::sleep_until(r.bound(Instant::now() + self.nap)).await;
             Ok(Woken::Look)
         }
         async fn standing(&self, _c: &mut u32, _req: &Request) -> Result<Standing> {

@@ -21,12 +21,11 @@ use lockkit_core::spi::{
 };
 use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use crate::client::is_lease_not_found;
 use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, revoke, InFlight, KeyLease};
+use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, InFlight, KeyLease};
 use crate::session::{grant_exact, Session};
 use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
 
@@ -133,10 +132,10 @@ impl Queue for EtcdQueue<'_> {
         }
     }
 
-    /// Waits until the name's watch wakes us (our turn, or our key gone), or until `until`. A fixed
+    /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline. A fixed
     /// lease starts when the lock is taken: before its first wait, our key moves onto the
     /// handle's session lease.
-    async fn wait(&self, c: &mut Claim, r: &Request, until: Option<Instant>) -> Result<Woken> {
+    async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let (nw, need) = (self.want.nw, self.want.need);
         if !r.lease().is_watchdog() && !c.parked {
             let s = self.inner.session(self.inner.lease).await?;
@@ -162,12 +161,7 @@ impl Queue for EtcdQueue<'_> {
             return Ok(Woken::Look);
         }
         // The watch wakes a waiter only when it became owner or lost its key.
-        match until {
-            Some(at) => {
-                let _ = tokio::time::timeout_at(at, notify.notified()).await;
-            }
-            None => notify.notified().await,
-        }
+        r.within(notify.notified()).await;
         c.seen = nw.standing(c.rev, need);
         Ok(Woken::Look)
     }
@@ -232,20 +226,14 @@ impl Queue for EtcdQueue<'_> {
     }
 
     /// Deletes our key now (awaited), so that the next acquirer finds nothing of ours; a delete
-    /// the server does not take now goes to the reaper.
+    /// the server does not take now fails the leave, and the driver abandons the claim.
     async fn leave(&self, c: &mut Claim, _exit: Exit) -> Result<()> {
         c.unregister(self.want.nw);
         if let Some(create) = c.inflight.as_mut() {
             let _ = create.await;
             c.inflight = None;
         }
-        if delete_key(self.inner, &c.key, &c.lease).await.is_ok() {
-            c.slot = None;
-        } else {
-            let key = std::mem::take(&mut c.key);
-            reap_key(self.inner, key, c.lease.clone(), None, c.slot.take());
-        }
-        Ok(())
+        delete_key(self.inner, &c.key, &c.lease).await
     }
 
     /// Hands the key, and a create still in flight, to the reaper.
@@ -258,11 +246,6 @@ impl Queue for EtcdQueue<'_> {
             c.inflight.take(),
             c.slot.take(),
         );
-    }
-
-    fn tolerance(&self, _c: &Claim) -> Duration {
-        // The endpoint pool retries a request on every member already.
-        Duration::ZERO
     }
 
     fn lock_name(&self) -> &str {
@@ -418,7 +401,7 @@ impl Claim {
         }
         self.lease = KeyLease::Session(s);
         self.parked = true;
-        let _ = revoke(inner, fixed).await;
+        let _ = inner.pool.revoke_lease(fixed).await;
         Ok(true)
     }
 
@@ -433,7 +416,7 @@ impl Claim {
                 Ok(Some(LeaseClock::starting(sent, d)))
             }
             other => {
-                let _ = revoke(inner, id).await;
+                let _ = inner.pool.revoke_lease(id).await;
                 other.map(|_| None)
             }
         }

@@ -199,6 +199,19 @@ impl Pool {
         }
     }
 
+    /// Revokes lease `id` (deleting every key on it); one already gone counts as revoked.
+    pub(crate) async fn revoke_lease(&self, id: i64) -> Result<()> {
+        let r = self
+            .run("lease revoke", true, move |mut c| async move {
+                c.lease_revoke(id).await
+            })
+            .await;
+        match r {
+            Err(e) if !is_lease_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
     pub(crate) async fn delete_if_created(&self, key: &[u8], rev: i64) -> Result<bool> {
         let k = key.to_vec();

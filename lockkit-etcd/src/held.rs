@@ -10,7 +10,7 @@ use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
 use lockkit_core::{Error, LostReason, Result};
 
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, key_lease, move_to_lease, reap_step, revoke, KeyLease};
+use crate::ops::{delete_if_ours, key_lease, move_to_lease, reap_step, KeyLease};
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 
@@ -82,7 +82,7 @@ impl HeldShared {
     /// does not take the revoke, the lease runs out by itself), free the slot.
     async fn finish(&self) {
         if let Some(id) = self.fixed_lease() {
-            let _ = revoke(&self.inner, id).await;
+            let _ = self.inner.pool.revoke_lease(id).await;
         }
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
@@ -183,12 +183,12 @@ impl Held for EtcdHeld {
         if moved {
             *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
             // Nothing is on the old lease any more: if this revoke fails, it runs out.
-            let _ = revoke(&s.inner, old).await;
+            let _ = s.inner.pool.revoke_lease(old).await;
             Ok(())
         } else {
             // Lost before the round trip that tidies up, never after it.
             s.state.mark_lost(LostReason::Deleted);
-            let _ = revoke(&s.inner, new).await;
+            let _ = s.inner.pool.revoke_lease(new).await;
             Err(Error::lost(&s.name))
         }
     }

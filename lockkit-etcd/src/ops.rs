@@ -46,23 +46,9 @@ pub(crate) async fn delete_key(inner: &Inner, key: &[u8], lease: &KeyLease) -> R
         })
         .await?;
     if let KeyLease::Fixed(id) = lease {
-        revoke(inner, *id).await?;
+        inner.pool.revoke_lease(*id).await?;
     }
     Ok(())
-}
-
-/// Revokes lease `id`; one already gone counts as revoked.
-pub(crate) async fn revoke(inner: &Inner, id: i64) -> Result<()> {
-    let r = inner
-        .pool
-        .run("lease revoke", true, move |mut c| async move {
-            c.lease_revoke(id).await
-        })
-        .await;
-    match r {
-        Err(e) if !is_lease_not_found(&e) => Err(e),
-        _ => Ok(()),
-    }
 }
 
 /// Whether lease `id` is certainly gone on the server (expired or revoked): then every key on

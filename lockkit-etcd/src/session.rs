@@ -4,12 +4,11 @@
 //! keep-alive round trip (on a stream that moves to the next endpoint after a failure) and the
 //! revoke.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{KeepAlive, LeaseClock, Pooled, SharedLease, StateCell};
 use lockkit_core::{async_trait, Error, ErrorKind, Result};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::{is_lease_not_found, map_err, Pool};
@@ -82,7 +81,7 @@ impl Session {
     /// Retires the session and revokes its lease (deleting every key attached to it).
     pub(crate) async fn revoke(&self, pool: &Pool) -> Result<()> {
         self.retire("closed");
-        revoke_lease(pool, self.id).await
+        pool.revoke_lease(self.id).await
     }
 }
 
@@ -95,30 +94,6 @@ impl Pooled for Session {
 impl Drop for Session {
     fn drop(&mut self) {
         self.strays.disown(self.id);
-    }
-}
-
-/// Revokes lease `id`; a lease that already expired is revoked as far as we care.
-async fn revoke_lease(pool: &Pool, id: i64) -> Result<()> {
-    pool.run("lease revoke", true, |mut c| async move {
-        c.lease_revoke(id).await
-    })
-    .await
-    .map(drop)
-    .or_else(|e| {
-        if is_lease_not_found(&e) {
-            Ok(())
-        } else {
-            Err(e)
-        }
-    })
-}
-
-/// Aborts the background task kept in `slot`, if it is still there (the session's keepalive, a
-/// name's watch).
-pub(crate) fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
-    if let Some(t) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        t.abort();
     }
 }
 
@@ -151,12 +126,7 @@ pub(crate) async fn grant_exact(pool: &Arc<Pool>, ttl: Duration) -> Result<(i64,
         ));
     }
     if resp.ttl() != secs {
-        let id = resp.id();
-        let _ = pool
-            .run("lease revoke", true, |mut c| async move {
-                c.lease_revoke(id).await
-            })
-            .await;
+        let _ = pool.revoke_lease(resp.id()).await;
         return Err(Error::invalid(format!(
             "etcd granted a {} s lease for the {secs} s asked (its minimum TTL); ask for at least {} s",
             resp.ttl(),
@@ -227,7 +197,7 @@ impl KeepAlive for Keeper {
     }
 
     async fn revoke(&mut self) {
-        let _ = revoke_lease(&self.pool, self.id).await;
+        let _ = self.pool.revoke_lease(self.id).await;
     }
 
     fn request_timeout(&self) -> Duration {

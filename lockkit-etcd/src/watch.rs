@@ -35,7 +35,13 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Pool;
-use crate::session::abort_task;
+
+/// Aborts the background task kept in `slot` (a name's watch), if it is still there.
+fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
+    if let Some(t) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        t.abort();
+    }
+}
 use crate::strays::Strays;
 
 /// What the mirror says about one of our keys.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Attempt, Reaper, StateCell};
+use lockkit_core::spi::{Attempt, Reaper, Request, StateCell};
 use lockkit_core::{Backoff, Error, Result};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
@@ -399,15 +399,11 @@ pub(crate) fn lease_ends_in(pttl: i64) -> Option<Duration> {
 }
 
 /// When a waiter that listens for a release wakes on its own to try again: after `most`, when
-/// the holder's lease (`pttl` ms as last answered) ends, or at `until`, whichever comes first.
-pub(crate) fn wake_at(
-    most: Duration,
-    pttl: i64,
-    until: Option<tokio::time::Instant>,
-) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    let wake = now + lease_ends_in(pttl).map_or(most, |end| end.min(most));
-    until.map_or(wake, |u| u.min(wake))
+/// the holder's lease (`pttl` ms as last answered) ends, or at `req`'s deadline, whichever
+/// comes first.
+pub(crate) fn wake_at(most: Duration, pttl: i64, req: &Request) -> tokio::time::Instant {
+    let after = lease_ends_in(pttl).map_or(most, |end| end.min(most));
+    req.bound(tokio::time::Instant::now() + after)
 }
 
 /// How long after a release whose reply never came the released key can still be on the

@@ -185,16 +185,11 @@ impl Subscriptions {
     }
 
     /// Joins the channel's subscription, subscribing on the server if this is its first waiter.
+    /// With a `name`, the waiter is woken only by messages carrying that name, not by `0`.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the registration; the unsubscribe follows when it is dropped.
-    pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<Subscription> {
-        self.subscribe_as(channel, None).await
-    }
-
-    /// Like [`subscribe`](Self::subscribe); with a `name`, the waiter is woken only by messages
-    /// carrying that name, not by `0`.
-    pub(crate) async fn subscribe_as(
+    async fn subscribe_as(
         self: &Arc<Self>,
         channel: &str,
         name: Option<&str>,
@@ -202,6 +197,26 @@ impl Subscriptions {
         let sub = self.register(channel, name);
         self.sync(channel).await?;
         Ok(sub)
+    }
+
+    /// One wait of a waiter on `channel` (as `name`, see [`subscribe_as`](Self::subscribe_as)).
+    /// With no subscription in `sub` yet, it subscribes and answers `None` at once: a message
+    /// published before the subscription was not seen, so the waiter looks again. Otherwise it
+    /// listens until a message (`Some(true)`) or `wake` (`Some(false)`).
+    pub(crate) async fn listen(
+        self: &Arc<Self>,
+        sub: &mut Option<Subscription>,
+        channel: &str,
+        name: Option<&str>,
+        wake: tokio::time::Instant,
+    ) -> Result<Option<bool>> {
+        let Some(s) = sub.as_ref() else {
+            *sub = Some(self.subscribe_as(channel, name).await?);
+            return Ok(None);
+        };
+        Ok(Some(
+            tokio::time::timeout_at(wake, s.notified()).await.is_ok(),
+        ))
     }
 
     /// Joins the channel's subscription as waiter `name` if the server is already subscribed

@@ -276,6 +276,15 @@ impl SharedQueue<'_> {
         Ok(Standing::Waiting)
     }
 
+    /// Hands what the claim left undone to the reaper: an acquisition whose reply it did not
+    /// see, or a writer's intent (withdrawn with it).
+    fn hand_off(&self, c: &mut SharedClaim) {
+        let (undo, intent) = (std::mem::take(&mut c.undo), std::mem::take(&mut c.intent));
+        if undo || intent {
+            undo_later(self.core, &self.member, self.mode, self.lease);
+        }
+    }
+
     /// Passes a wake-up we took on to the next waiter.
     fn forward(&self, c: &SharedClaim) {
         if c.woken {
@@ -308,19 +317,14 @@ impl Queue for SharedQueue<'_> {
 
     /// Bounded by the holder's remaining lease and, since intents and blocked readers have no
     /// lease to wait for, by the heartbeat.
-    async fn wait(
-        &self,
-        c: &mut SharedClaim,
-        _req: &Request,
-        until: Option<Instant>,
-    ) -> Result<Woken> {
+    async fn wait(&self, c: &mut SharedClaim, req: &Request) -> Result<Woken> {
         let inner = &self.core.inner;
-        let Some(s) = c.sub.as_ref() else {
-            c.sub = Some(inner.subs.subscribe(&self.core.keys.channel).await?);
-            return Ok(Woken::Look);
-        };
-        let wake = wake_at(inner.settings.waiter_heartbeat, c.pttl, until);
-        c.woken = tokio::time::timeout_at(wake, s.notified()).await.is_ok();
+        let wake = wake_at(inner.settings.waiter_heartbeat, c.pttl, req);
+        // Just subscribed (`None`): a release before that sent no message we saw; look again.
+        let listened = inner
+            .subs
+            .listen(&mut c.sub, &self.core.keys.channel, None, wake);
+        c.woken = listened.await? == Some(true);
         Ok(Woken::Look)
     }
 
@@ -363,17 +367,12 @@ impl Queue for SharedQueue<'_> {
                 c.intent = false;
             }
         }
-        let (undo, intent) = (std::mem::take(&mut c.undo), std::mem::take(&mut c.intent));
-        if undo || intent {
-            undo_later(self.core, &self.member, self.mode, self.lease);
-        }
+        self.hand_off(c);
         Ok(())
     }
 
-    fn abandon(&self, c: SharedClaim) {
-        if c.undo || c.intent {
-            undo_later(self.core, &self.member, self.mode, self.lease);
-        }
+    fn abandon(&self, mut c: SharedClaim) {
+        self.hand_off(&mut c);
     }
 }
 

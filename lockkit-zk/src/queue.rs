@@ -404,34 +404,18 @@ impl Queue for ZkQueue<'_> {
         self.settle(c).await
     }
 
-    /// Watches the node ahead of ours until it changes or goes, or until `until`.
-    async fn wait(&self, c: &mut Claim, _req: &Request, until: Option<Instant>) -> Result<Woken> {
+    /// Watches the node ahead of ours until it changes or goes, or until the deadline.
+    async fn wait(&self, c: &mut Claim, req: &Request) -> Result<Woken> {
         let Some(other) = c.ahead.take() else {
             return Ok(Woken::Look);
         };
         let path = format!("{}/{other}", self.spec.dir);
         match c.client.get_and_watch_data(&path).await {
-            Ok((_, _, watcher)) => {
-                let event = match until {
-                    None => watcher.changed().await,
-                    Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
-                        Ok(ev) => ev,
-                        Err(_) => return Ok(Woken::Look),
-                    },
-                };
-                self.session.count_wake();
-                if event.event_type == zk::EventType::Session && event.session_state.is_terminated()
-                {
-                    return Err(map(
-                        zk::Error::SessionExpired,
-                        "session ended while waiting",
-                    ));
-                }
-            }
+            Ok((_, _, watcher)) => watch_fired(self.session, watcher, req).await?,
             Err(zk::Error::NoNode) => {}
             Err(e) if is_transient(&e) => {
                 let pause = Instant::now() + c.watch_retry.next_pause();
-                tokio::time::sleep_until(until.map_or(pause, |u| u.min(pause))).await;
+                tokio::time::sleep_until(req.bound(pause)).await;
             }
             Err(e) => return Err(map(e, "cannot watch the node ahead")),
         }
@@ -467,6 +451,26 @@ impl Queue for ZkQueue<'_> {
     fn abandon(&self, c: Claim) {
         drop(c);
     }
+}
+
+/// Waits for `watcher` to fire, or for `req`'s deadline; an event saying the session ended is
+/// an error (its nodes went with it).
+pub(crate) async fn watch_fired(
+    session: &Session,
+    watcher: zk::OneshotWatcher,
+    req: &Request,
+) -> Result<()> {
+    let Some(event) = req.within(watcher.changed()).await else {
+        return Ok(());
+    };
+    session.count_wake();
+    if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
+        return Err(map(
+            zk::Error::SessionExpired,
+            "session ended while waiting",
+        ));
+    }
+    Ok(())
 }
 
 /// The participants of `dir` in queue order (empty when the directory does not exist).

@@ -7,10 +7,8 @@ use async_trait::async_trait;
 use lockkit_core::spi::{drive, Exit, GuardParts, Queue, RawSemaphore, Request, Standing, Woken};
 use lockkit_core::Result;
 use std::sync::Arc;
-use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::error::map;
 use crate::held;
 use crate::node::{self, LEASE_MARKER, MUTEX_MARKER};
 use crate::queue::{self, Node, Rule, Spec, ZkQueue};
@@ -160,24 +158,11 @@ impl Queue for SemQueue<'_> {
         }
     }
 
-    async fn wait(&self, c: &mut SemClaim, req: &Request, until: Option<Instant>) -> Result<Woken> {
+    async fn wait(&self, c: &mut SemClaim, req: &Request) -> Result<Woken> {
         let Some(watcher) = c.watcher.take() else {
-            return self.entry.wait(&mut c.entry, req, until).await;
+            return self.entry.wait(&mut c.entry, req).await;
         };
-        let event = match until {
-            None => watcher.changed().await,
-            Some(d) => match tokio::time::timeout_at(d, watcher.changed()).await {
-                Ok(ev) => ev,
-                Err(_) => return Ok(Woken::Look),
-            },
-        };
-        self.entry.session.count_wake();
-        if event.event_type == zk::EventType::Session && event.session_state.is_terminated() {
-            return Err(map(
-                zk::Error::SessionExpired,
-                "session ended while waiting",
-            ));
-        }
+        queue::watch_fired(self.entry.session, watcher, req).await?;
         Ok(Woken::Look)
     }
 

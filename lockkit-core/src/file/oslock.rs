@@ -215,15 +215,10 @@ impl<T: Send, F: FnMut() -> io::Result<Option<T>> + Send> Queue for Polled<'_, F
         Ok(Standing::Waiting)
     }
 
-    async fn wait(
-        &self,
-        poller: &mut Poller<T>,
-        _req: &Request,
-        until: Option<Instant>,
-    ) -> Result<Woken> {
+    async fn wait(&self, poller: &mut Poller<T>, req: &Request) -> Result<Woken> {
         let pause = Instant::now() + jittered(poller.step);
         poller.step = POLL;
-        tokio::time::sleep_until(until.map_or(pause, |u| u.min(pause))).await;
+        tokio::time::sleep_until(req.bound(pause)).await;
         Ok(Woken::Look)
     }
 

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::oneshot::{self, error::TryRecvError};
-use tokio::time::Instant;
 
 use super::engine::{Engine, Grant, Key, Mode, Step};
 use super::held::parts;
@@ -74,20 +73,11 @@ impl Queue for MemQueue<'_> {
         })
     }
 
-    async fn wait(
-        &self,
-        claim: &mut Claim,
-        _req: &Request,
-        until: Option<Instant>,
-    ) -> Result<Woken> {
+    async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
         let Some((_, rx)) = claim.queued.as_mut() else {
             return Ok(Woken::Look);
         };
-        let received = match until {
-            None => Some(rx.await),
-            Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
-        };
-        match received {
+        match req.within(rx).await {
             Some(Ok(g)) => {
                 claim.grant = Some(g);
                 Ok(Woken::Owner)

@@ -18,6 +18,6 @@ pub use request::Request;
 
 pub use crate::clock::{margin, LeaseClock};
 pub use crate::driver::{drive, Exit, Queue, Standing, Woken};
-pub use crate::lease::{every, Got, Guards, KeepAlive, Pooled, SessionPool, SharedLease};
+pub use crate::lease::{Got, Guards, KeepAlive, Pooled, SessionPool, SharedLease};
 pub use crate::reaper::{Attempt, Reaper};
 pub use crate::state::StateCell;

@@ -1,5 +1,6 @@
 //! `Request`: one acquire as the core hands it to a backend, with every option resolved.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -59,6 +60,20 @@ impl Request {
     /// Whether the wait budget has run out.
     pub fn expired(&self) -> bool {
         self.deadline.is_some_and(|d| d <= Instant::now())
+    }
+
+    /// `at`, or the deadline if that comes first: when a wait that may end early at `at` must
+    /// end at the latest.
+    pub fn bound(&self, at: Instant) -> Instant {
+        self.deadline.map_or(at, |d| d.min(at))
+    }
+
+    /// Runs `fut` until the deadline: its output, or `None` when the deadline came first.
+    pub async fn within<F: Future>(&self, fut: F) -> Option<F::Output> {
+        match self.deadline {
+            None => Some(fut.await),
+            Some(at) => tokio::time::timeout_at(at, fut).await.ok(),
+        }
     }
 
     /// The budget left (`None`: forever).

@@ -162,23 +162,22 @@ impl Queue for NativeQueue<'_> {
     }
 
     /// Listens until a hand-off, our heartbeat, the holder's lease end (it may have died) or
-    /// `until`, whichever comes first.
-    async fn wait(&self, c: &mut Claim, req: &Request, until: Option<Instant>) -> Result<Woken> {
+    /// the deadline, whichever comes first.
+    async fn wait(&self, c: &mut Claim, req: &Request) -> Result<Woken> {
         let inner = &self.m.inner;
-        let Some(s) = c.sub.as_ref() else {
-            c.sub = Some(inner.subs.subscribe_as(&c.channel, Some(&c.owner)).await?);
-            // A hand-off before the subscription sent a message we did not see.
-            return Ok(Woken::Look);
-        };
         let mut wake = Instant::now() + inner.settings.waiter_heartbeat;
         if let Some(end) = c.holder_ends {
             wake = wake.min(end);
         }
-        if let Some(until) = until {
-            wake = wake.min(until);
+        let listened = inner
+            .subs
+            .listen(&mut c.sub, &c.channel, Some(&c.owner), req.bound(wake))
+            .await?;
+        if listened.is_none() {
+            // Just subscribed: a hand-off before that sent a message we did not see.
+            return Ok(Woken::Look);
         }
-        let _ = tokio::time::timeout_at(wake, s.notified()).await;
-        if let Some(token) = s.take_grant() {
+        if let Some(token) = c.sub.as_ref().and_then(Subscription::take_grant) {
             // Handed over after our last busy attempt: its expiry runs from no earlier. A
             // fixed lease is taken up by an attempt instead, which starts the whole lease then
             // (the hand-off's expiry runs from a moment the waiter cannot know), as is a

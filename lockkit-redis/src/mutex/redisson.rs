@@ -95,6 +95,8 @@ struct Claim {
     undo: bool,
     /// In the fair queue: left if the claim ends.
     queued: bool,
+    /// The channel that wakes it: the lock's, or its own in the fair queue.
+    channel: String,
     sub: Option<crate::pubsub::Subscription>,
     /// Whether the last wait ended with a message.
     woken: bool,
@@ -104,6 +106,18 @@ struct Claim {
 }
 
 impl RsQueue<'_> {
+    /// Hands what the claim left undone to the reaper: an acquisition whose reply it did not
+    /// see (which leaves the fair queue too), or its place in the fair queue.
+    fn hand_off(&self, c: &mut Claim) {
+        let wait = self.fair.map(|f| f.wait);
+        if std::mem::take(&mut c.undo) {
+            undo_later(self.m, &c.owner, wait, self.lease);
+        } else if c.queued {
+            self.m.leave_later(&c.owner, wait.unwrap_or_default());
+        }
+        c.queued = false;
+    }
+
     /// One attempt; in Redisson's fair queue when fair.
     async fn attempt(&self, c: &mut Claim) -> Result<Standing> {
         let m = self.m;
@@ -152,9 +166,20 @@ impl Queue for RsQueue<'_> {
     type Output = GuardParts;
 
     async fn claim(&self, _req: &Request) -> Result<Claim> {
+        let owner = self.m.inner.new_owner();
+        let channel = match self.fair {
+            Some(_) => format!("{}:{owner}", self.m.keys.channel),
+            None => self.m.keys.channel.clone(),
+        };
         Ok(Claim {
-            owner: self.m.inner.new_owner(),
-            ..self.empty()
+            owner,
+            undo: false,
+            queued: false,
+            channel,
+            sub: None,
+            woken: false,
+            pttl: -1,
+            won: None,
         })
     }
 
@@ -162,35 +187,31 @@ impl Queue for RsQueue<'_> {
         self.attempt(c).await
     }
 
-    async fn wait(&self, c: &mut Claim, _req: &Request, until: Option<Instant>) -> Result<Woken> {
+    async fn wait(&self, c: &mut Claim, req: &Request) -> Result<Woken> {
         let m = self.m;
         if std::mem::take(&mut c.woken) && self.fair.is_none() {
             // Another client took the lock between the release and our attempt (it was
             // probably the releaser, looping back): pause a moment before listening again, so
             // a busy lock does not make its waiters retry on every release.
-            let pause = Instant::now() + BARGED_BACKOFF;
-            tokio::time::sleep_until(until.map_or(pause, |u| u.min(pause))).await;
-            if until.is_some_and(|u| u <= Instant::now()) {
+            tokio::time::sleep_until(req.bound(Instant::now() + BARGED_BACKOFF)).await;
+            if req.expired() {
                 return Ok(Woken::Look);
             }
         }
-        let Some(s) = c.sub.as_ref() else {
-            let channel = match self.fair {
-                Some(_) => format!("{}:{}", m.keys.channel, c.owner),
-                None => m.keys.channel.clone(),
-            };
-            c.sub = Some(m.inner.subs.subscribe(&channel).await?);
-            // A release between the attempt and the subscription sent no message we saw.
-            return Ok(Woken::Look);
-        };
         // A missed message costs at most the holder's remaining lease (unfair: a second when it
         // has no expiry; fair: a heartbeat at most).
         let most = match self.fair {
             Some(_) => m.inner.settings.waiter_heartbeat,
             None => lease_ends_in(c.pttl).unwrap_or(Duration::from_secs(1)),
         };
-        let wake = wake_at(most, c.pttl, until);
-        c.woken = tokio::time::timeout_at(wake, s.notified()).await.is_ok();
+        let wake = wake_at(most, c.pttl, req);
+        // Just subscribed (`None`): a release before that sent no message we saw; look again.
+        c.woken = m
+            .inner
+            .subs
+            .listen(&mut c.sub, &c.channel, None, wake)
+            .await?
+            == Some(true);
         Ok(Woken::Look)
     }
 
@@ -228,32 +249,12 @@ impl Queue for RsQueue<'_> {
                     .await?;
                 c.queued = false;
             }
-            _ => self.abandon(std::mem::replace(c, self.empty())),
+            _ => self.hand_off(c),
         }
         Ok(())
     }
 
-    fn abandon(&self, c: Claim) {
-        let wait = self.fair.map(|f| f.wait);
-        if c.undo {
-            undo_later(self.m, &c.owner, wait, self.lease);
-        } else if c.queued {
-            self.m.leave_later(&c.owner, wait.unwrap_or_default());
-        }
-    }
-}
-
-impl RsQueue<'_> {
-    /// A claim with nothing to undo (what a left claim becomes).
-    fn empty(&self) -> Claim {
-        Claim {
-            owner: String::new(),
-            undo: false,
-            queued: false,
-            sub: None,
-            woken: false,
-            pttl: -1,
-            won: None,
-        }
+    fn abandon(&self, mut c: Claim) {
+        self.hand_off(&mut c);
     }
 }
