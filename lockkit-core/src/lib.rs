@@ -34,6 +34,7 @@ mod state;
 pub mod telemetry;
 mod tls;
 mod url;
+mod watchdog;
 
 #[cfg(feature = "tls-probe")]
 pub mod tls_probe;

@@ -16,7 +16,7 @@ use crate::mutex::RedisMutex;
 use crate::pubsub::Subscriptions;
 use crate::replicas::{Replicas, Target};
 use crate::script_set::Scripts;
-use crate::watchdog::{self, Watchdog};
+use crate::watchdog::{Renewer, Watchdog};
 
 /// The Redis backend of one [`Locks`](lockkit_core::Locks) handle. Its background tasks (the
 /// watchdog, the pub/sub keeper, and the Sentinel follower) stop when it is dropped.
@@ -51,7 +51,7 @@ impl RedisBackend {
         let keeper_task = tokio::spawn(crate::pubsub::keep_connected(pushes));
 
         let scripts = Arc::new(Scripts::new());
-        let wd = Arc::new(Watchdog::default());
+        let wd = Arc::new(Watchdog::new("redis"));
         let target = match (&conn, &settings.topology) {
             (crate::conn::Conn::Sentinel(primary), _) => Target::Primary(primary.clone()),
             (_, crate::config::Topology::Cluster { nodes }) => {
@@ -73,14 +73,13 @@ impl RedisBackend {
             wd.clone(),
             replicas,
         ));
-        let watchdog_task = tokio::spawn(watchdog::run(
-            wd.clone(),
-            inner.conn.clone(),
-            inner.scripts.clone(),
-            inner.replicas.clone(),
-            inner.settings.command_timeout,
-            inner.settings.topology.is_cluster(),
-        ));
+        let watchdog_task = tokio::spawn(wd.clone().run(Renewer {
+            conn: inner.conn.clone(),
+            scripts: inner.scripts.clone(),
+            replicas: inner.replicas.clone(),
+            command_timeout: inner.settings.command_timeout,
+            cluster: inner.settings.topology.is_cluster(),
+        }));
         let mut tasks = vec![watchdog_task, keeper_task];
         tasks.extend(follower);
         Ok(RedisBackend {

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 
 use crate::client::{expiry_bound, wake_at, Inner, Reentries};
 use crate::keys::LockKeys;
-use crate::watchdog::{RenewKind, Watched};
+use crate::watchdog::{RenewKind, Renewal};
+use lockkit_core::spi::Watched;
 
 struct Acquired {
     token: u64,
@@ -127,10 +128,12 @@ impl Core {
     fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
         let state = StateCell::new(LeaseClock::starting(got.sent_at, lease.duration()));
         let id = self.inner.watchdog.register(Watched {
-            kind: mode.renew_kind(self.layout),
             name: self.name.clone(),
-            key: mode.owned_key(self.layout, &self.keys).to_string(),
-            owner: got.member.clone(),
+            entry: Renewal {
+                kind: mode.renew_kind(self.layout),
+                key: mode.owned_key(self.layout, &self.keys).to_string(),
+                owner: got.member.clone(),
+            },
             lease: lease.duration(),
             renew: lease.is_watchdog(),
             sent_at: got.sent_at,

@@ -21,3 +21,4 @@ pub use crate::driver::{drive, Exit, Queue, Standing, Woken};
 pub use crate::lease::{Got, Guards, KeepAlive, Pooled, SessionPool, SharedLease};
 pub use crate::reaper::{Attempt, Reaper};
 pub use crate::state::StateCell;
+pub use crate::watchdog::{Due, Renew, Renewed, Watchdog, Watched, BATCH};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, LeaseClock, StateCell};
+use lockkit_core::spi::{GuardParts, LeaseClock, StateCell, Watched};
 use lockkit_core::{FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
@@ -13,7 +13,7 @@ use super::held::RedisHeld;
 use crate::client::{Inner, Reentries};
 use crate::keys::LockKeys;
 use crate::replicas::Ticket;
-use crate::watchdog::Watched;
+use crate::watchdog::{RenewKind, Renewal};
 
 /// A mutex handle.
 #[derive(Debug)]
@@ -98,10 +98,12 @@ impl RedisMutex {
     ) -> GuardParts {
         let state = StateCell::new(LeaseClock::starting(sent_at, expiry));
         let id = self.inner.watchdog.register(Watched {
-            kind: crate::watchdog::RenewKind::Hash,
             name: self.name.clone(),
-            key: self.keys.lock.clone(),
-            owner: owner.clone(),
+            entry: Renewal {
+                kind: RenewKind::Hash,
+                key: self.keys.lock.clone(),
+                owner: owner.clone(),
+            },
             lease: lease.duration(),
             renew: lease.is_watchdog(),
             sent_at,

@@ -1,0 +1,520 @@
+//! [`Watchdog`]: ownerships that each carry their own lease on the server (a Redis lock hash, a
+//! member of a sorted set), renewed by one task per client every third of the lease, many in
+//! one round trip, as Redisson's watchdog does. A fixed lease is watched only for its deadline
+//! (the core releases it then).
+//!
+//! The backend supplies the round trip ([`Renew`]): how ownerships group into one call, and
+//! the call. The schedule, the batching, the Suspect/Held/Lost transitions, the deadline and
+//! the metrics are decided here, once.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::reason::LostReason;
+use crate::state::StateCell;
+
+/// The longest the task sleeps without being woken: registering an ownership that is not due
+/// before then needs no wake-up, so a short acquire-release cycle costs no task switch.
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// Ownerships per round trip.
+pub const BATCH: usize = 100;
+
+/// One ownership due for renewal, as handed to [`Renew::renew`].
+#[derive(Clone, Debug)]
+pub struct Due<E> {
+    /// Its id in the watchdog.
+    pub id: u64,
+    /// The lease to renew it for.
+    pub lease: Duration,
+    /// What its backend keeps about it (key, owner field...).
+    pub entry: E,
+}
+
+/// What the server answered for one ownership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewed {
+    /// Renewed for its lease, counted from before the round trip was sent.
+    Yes,
+    /// Perhaps renewed (the primary took it, the replicas were not seen to): as a failure, the
+    /// guard turns Suspect and the renewal is tried again soon.
+    Unsure,
+    /// Gone or taken over: the guard is Lost.
+    Gone,
+}
+
+/// A backend's renewal round trip, driven by [`Watchdog::run`].
+#[async_trait]
+pub trait Renew<E>: Send + Sync + 'static {
+    /// Ownerships of one group may share a round trip (say: one script, one cluster slot).
+    type Group: Hash + Eq + Send;
+
+    /// The group of one ownership.
+    fn group(&self, entry: &E) -> Self::Group;
+
+    /// Renews one batch (at most [`BATCH`] of one group) within `limit`: an answer per
+    /// ownership in order, or `None` if the round trip failed or did not answer within
+    /// `limit`.
+    async fn renew(&self, batch: &[Due<E>], limit: Duration) -> Option<Vec<Renewed>>;
+
+    /// The longest one request may take.
+    fn request_timeout(&self) -> Duration;
+}
+
+/// A new ownership to watch.
+#[derive(Debug)]
+pub struct Watched<E> {
+    /// The lock's name, for events.
+    pub name: Arc<str>,
+    /// The lease to renew it for.
+    pub lease: Duration,
+    /// Whether it is renewed (a watchdog lease) or only watched for its deadline (fixed).
+    pub renew: bool,
+    /// Taken before the request that set its expiry on the server was sent.
+    pub sent_at: Instant,
+    /// The expiry that request set: the lease, or a shorter one (a hand-off's) until the first
+    /// renewal.
+    pub expiry: Duration,
+    /// The guard's state.
+    pub state: StateCell,
+    /// What its backend keeps about it.
+    pub entry: E,
+}
+
+struct Entry<E> {
+    name: Arc<str>,
+    lease: Duration,
+    renew: bool,
+    /// The expiry the server set last.
+    window: Duration,
+    next_due: Instant,
+    /// How early it may be renewed to share a call with others: a sixth of its window, none
+    /// for a retry after a failure (which would otherwise be due again at once).
+    early: Duration,
+    in_flight: bool,
+    state: StateCell,
+    entry: E,
+}
+
+/// The ownerships one client's watchdog task keeps alive, shared by the task and the guards.
+pub struct Watchdog<E> {
+    backend: &'static str,
+    entries: Mutex<HashMap<u64, Entry<E>>>,
+    next_id: AtomicU64,
+    wake: Notify,
+    /// When the task will look again on its own (`None`: it has not looked yet).
+    scheduled: Mutex<Option<Instant>>,
+}
+
+impl<E> fmt::Debug for Watchdog<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Watchdog")
+            .field("backend", &self.backend)
+            .field("watched", &self.entries.lock().map_or(0, |e| e.len()))
+            .finish()
+    }
+}
+
+impl<E: Clone + Send + 'static> Watchdog<E> {
+    /// An empty watchdog; `backend` names it in events and metrics.
+    pub fn new(backend: &'static str) -> Self {
+        Watchdog {
+            backend,
+            entries: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            wake: Notify::new(),
+            scheduled: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry<E>>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts watching an ownership; returns its id.
+    pub fn register(&self, w: Watched<E>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Renew once a third of the expiry has passed; a hand-off's short expiry, whose first
+        // third may be over by the time the waiter takes it up, once two thirds have passed.
+        let next_due = if w.expiry < w.lease {
+            w.sent_at + w.expiry * 2 / 3
+        } else {
+            w.sent_at + w.expiry / 3
+        };
+        let deadline = w.state.clock().deadline().unwrap_or(w.sent_at + w.expiry);
+        let first_look = if w.renew { next_due } else { deadline };
+        let entry = Entry {
+            name: w.name,
+            lease: w.lease,
+            renew: w.renew,
+            window: w.expiry,
+            next_due,
+            early: w.expiry / 6,
+            in_flight: false,
+            state: w.state,
+            entry: w.entry,
+        };
+        self.lock().insert(id, entry);
+        // Wake the task only if it would otherwise look too late.
+        let scheduled = *self.scheduled.lock().unwrap_or_else(|e| e.into_inner());
+        if scheduled.is_none_or(|at| first_look < at) {
+            self.wake.notify_one();
+        }
+        id
+    }
+
+    /// Stops watching (the ownership is being released).
+    pub fn unregister(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// A fixed lease was extended to `lease` by a command sent at `sent_at`: the guard's
+    /// deadline moves there, shorter or longer, and the task looks again by then.
+    pub fn extended(&self, id: u64, sent_at: Instant, lease: Duration) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            e.state.clock().renewed(sent_at, lease);
+            e.lease = lease;
+            e.window = lease;
+            e.early = lease / 6;
+        }
+        self.wake.notify_one();
+    }
+
+    /// The ownership is gone on the server: its guard is Lost.
+    pub fn lost(&self, id: u64) {
+        if let Some(e) = self.lock().remove(&id) {
+            e.state.mark_lost(LostReason::Deleted);
+        }
+    }
+
+    /// How many ownerships are watched.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The client is going away: nobody renews any more, and every guard watched is Lost.
+    pub fn abandon_all(&self) {
+        for (_, e) in self.lock().drain() {
+            e.state.mark_lost(LostReason::Closed);
+        }
+    }
+
+    /// Forgets what passed its deadline, takes what is due for renewal, and says when to look
+    /// again.
+    fn step(&self, now: Instant) -> (Vec<Due<E>>, Instant) {
+        let mut due = Vec::new();
+        let mut wake = now + IDLE_LOOK;
+        let mut entries = self.lock();
+        entries.retain(|_, e| {
+            // The guard's deadline: it reads Lost from then on, whatever happens here.
+            let Some(deadline) = e.state.clock().deadline() else {
+                return true;
+            };
+            if now < deadline && e.state.get().is_live() {
+                return true;
+            }
+            // A fixed lease's end is released on the server by the core (the guard's own
+            // release, which hands the lock over).
+            if e.renew && e.state.mark_lost(LostReason::LeaseExpired) {
+                tracing::warn!(
+                    backend = self.backend,
+                    lock = &*e.name,
+                    "lockkit: lease deadline passed without renewal"
+                );
+            }
+            false
+        });
+        for (id, e) in entries.iter_mut() {
+            // Renew a little early so ownerships due at nearby times share one call.
+            if e.renew && !e.in_flight && e.next_due <= now + e.early {
+                e.in_flight = true;
+                due.push(Due {
+                    id: *id,
+                    lease: e.lease,
+                    entry: e.entry.clone(),
+                });
+            }
+            let mut at = e.state.clock().deadline().unwrap_or(wake);
+            if e.renew && !e.in_flight {
+                at = at.min(e.next_due);
+            }
+            wake = wake.min(at);
+        }
+        *self.scheduled.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake);
+        (due, wake)
+    }
+
+    fn apply(&self, sent_at: Instant, batch: &[Due<E>], result: Option<Vec<Renewed>>) {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        for (i, due) in batch.iter().enumerate() {
+            let Some(e) = entries.get_mut(&due.id) else {
+                continue;
+            };
+            e.in_flight = false;
+            match result.as_ref().map(|r| r.get(i).copied()) {
+                Some(Some(Renewed::Yes)) => {
+                    e.state.clock().renewed(sent_at, due.lease);
+                    e.window = due.lease;
+                    e.next_due = sent_at + due.lease / 3;
+                    e.early = due.lease / 6;
+                    e.state.mark_held();
+                }
+                None | Some(Some(Renewed::Unsure)) => {
+                    e.state.mark_suspect();
+                    let retry =
+                        (due.lease / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
+                    e.next_due = now + retry;
+                    e.early = Duration::ZERO;
+                }
+                // No answer for it (a short reply) is as good as gone.
+                Some(Some(Renewed::Gone) | None) => {
+                    e.state.mark_lost(LostReason::Deleted);
+                    tracing::warn!(
+                        backend = self.backend,
+                        lock = &*e.name,
+                        "lockkit: lock gone or taken over at renewal"
+                    );
+                    entries.remove(&due.id);
+                }
+            }
+        }
+        drop(entries);
+        self.wake.notify_one();
+    }
+
+    /// Splits due renewals into round trips of at most [`BATCH`] ownerships of one group.
+    fn batches<R: Renew<E>>(renew: &R, due: Vec<Due<E>>) -> Vec<Vec<Due<E>>> {
+        let mut groups: HashMap<R::Group, Vec<Due<E>>> = HashMap::new();
+        for d in due {
+            groups.entry(renew.group(&d.entry)).or_default().push(d);
+        }
+        groups
+            .into_values()
+            .flat_map(|g| g.chunks(BATCH).map(<[Due<E>]>::to_vec).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// The watchdog task of one client: renews what is due over `renew`, each round trip
+    /// bounded by the request timeout and a third of the shortest lease in it. Runs until
+    /// aborted.
+    pub async fn run<R: Renew<E>>(self: Arc<Self>, renew: R)
+    where
+        E: Sync,
+    {
+        let renew = Arc::new(renew);
+        let mut renewals = JoinSet::new();
+        loop {
+            while renewals.try_join_next().is_some() {}
+            let (due, wake) = self.step(Instant::now());
+            for batch in Self::batches(&*renew, due) {
+                let (wd, renew) = (self.clone(), renew.clone());
+                let timeout = renew.request_timeout();
+                let shortest = batch.iter().map(|d| d.lease).min().unwrap_or(timeout);
+                let limit = timeout.min(shortest / 3).max(Duration::from_millis(10));
+                renewals.spawn(async move {
+                    let sent_at = Instant::now();
+                    // The backend keeps to `limit`; one that does not is cut off at twice it.
+                    let result = tokio::time::timeout(limit * 2, renew.renew(&batch, limit))
+                        .await
+                        .ok()
+                        .flatten();
+                    let renewed = result.as_ref().is_some_and(|r| r.contains(&Renewed::Yes));
+                    crate::telemetry::renewal(wd.backend, renewed, sent_at.elapsed());
+                    wd.apply(sent_at, &batch, result);
+                });
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::LeaseClock;
+    use crate::state::LockState;
+    use std::sync::Mutex as StdMutex;
+
+    /// Answers each ownership as `answer` says (by its entry), and records each batch.
+    struct Fake {
+        answer: Arc<StdMutex<Option<Renewed>>>,
+        calls: Arc<StdMutex<Vec<Vec<u8>>>>,
+    }
+
+    #[async_trait]
+    impl Renew<u8> for Fake {
+        type Group = u8;
+        fn group(&self, e: &u8) -> u8 {
+            *e
+        }
+        async fn renew(&self, batch: &[Due<u8>], _: Duration) -> Option<Vec<Renewed>> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(batch.iter().map(|d| d.entry).collect());
+            let answer = (*self.answer.lock().unwrap())?;
+            Some(vec![answer; batch.len()])
+        }
+        fn request_timeout(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+    }
+
+    struct Run {
+        wd: Arc<Watchdog<u8>>,
+        answer: Arc<StdMutex<Option<Renewed>>>,
+        calls: Arc<StdMutex<Vec<Vec<u8>>>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Run {
+        fn start() -> Run {
+            let wd = Arc::new(Watchdog::new("test"));
+            let answer = Arc::new(StdMutex::new(Some(Renewed::Yes)));
+            let calls = Arc::new(StdMutex::new(Vec::new()));
+            let fake = Fake {
+                answer: answer.clone(),
+                calls: calls.clone(),
+            };
+            let task = tokio::spawn(wd.clone().run(fake));
+            Run {
+                wd,
+                answer,
+                calls,
+                task,
+            }
+        }
+
+        fn watch(&self, group: u8, lease: Duration, renew: bool) -> (u64, StateCell) {
+            let now = Instant::now();
+            let state = StateCell::new(LeaseClock::starting(now, lease));
+            let id = self.wd.register(Watched {
+                name: "lock".into(),
+                lease,
+                renew,
+                sent_at: now,
+                expiry: lease,
+                state: state.clone(),
+                entry: group,
+            });
+            (id, state)
+        }
+
+        fn calls(&self) -> Vec<Vec<u8>> {
+            std::mem::take(&mut *self.calls.lock().unwrap())
+        }
+    }
+
+    impl Drop for Run {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    #[tokio::test(start_paused = true)]
+    async fn renews_every_third_in_batches_per_group() {
+        let run = Run::start();
+        let states: Vec<_> = (0..250).map(|_| run.watch(0, LEASE, true).1).collect();
+        let (_, other) = run.watch(1, LEASE, true);
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(run.calls().is_empty(), "nothing is due before a third");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut sizes: Vec<_> = run.calls().iter().map(|c| (c[0], c.len())).collect();
+        sizes.sort();
+        assert_eq!(sizes, [(0, 50), (0, 100), (0, 100), (1, 1)]);
+        for s in states.iter().chain([&other]) {
+            assert_eq!(s.get(), LockState::Held);
+            let left = s.clock().remaining().unwrap();
+            assert!(left > Duration::from_millis(2500), "renewed: {left:?}");
+        }
+        // Kept alive well past the first lease.
+        tokio::time::sleep(LEASE * 3).await;
+        assert_eq!(other.get(), LockState::Held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_suspect_then_held_again() {
+        let run = Run::start();
+        let (_, state) = run.watch(0, LEASE, true);
+        *run.answer.lock().unwrap() = None;
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(state.get(), LockState::Suspect);
+        assert_eq!(run.calls().len(), 1);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Retried every tenth of the lease: soon, and not at once (which, with a server that
+        // refuses at once, was a tight loop).
+        let retries = run.calls().len();
+        assert!((2..=3).contains(&retries), "{retries} retries in 700 ms");
+        *run.answer.lock().unwrap() = Some(Renewed::Yes);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(state.get(), LockState::Held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unsure_renewal_is_suspect_and_a_gone_one_lost() {
+        let run = Run::start();
+        let (_, state) = run.watch(0, LEASE, true);
+        *run.answer.lock().unwrap() = Some(Renewed::Unsure);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(state.get(), LockState::Suspect);
+        *run.answer.lock().unwrap() = Some(Renewed::Gone);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(state.get(), LockState::Lost);
+        assert_eq!(state.reason(), Some(LostReason::Deleted));
+        assert_eq!(run.wd.len(), 0, "a lost ownership is no longer watched");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_renewal_by_the_deadline_is_lost_and_fixed_leases_are_not_renewed() {
+        let run = Run::start();
+        let (_, fixed) = run.watch(0, LEASE, false);
+        *run.answer.lock().unwrap() = None;
+        let (_, renewed) = run.watch(1, LEASE, true);
+        tokio::time::sleep(LEASE).await;
+        assert_eq!(renewed.get(), LockState::Lost);
+        assert_eq!(renewed.reason(), Some(LostReason::LeaseExpired));
+        assert!(
+            run.calls().iter().all(|c| c == &[1]),
+            "a fixed lease is never renewed"
+        );
+        assert!(!fixed.get().is_live(), "a fixed lease ends at its deadline");
+        assert_eq!(run.wd.len(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extend_unregister_and_abandon() {
+        let run = Run::start();
+        let (id, fixed) = run.watch(0, LEASE, false);
+        let now = Instant::now();
+        run.wd.extended(id, now, LEASE * 2);
+        tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+        assert!(fixed.get().is_live(), "extended to twice the lease");
+        let (gone, _) = run.watch(0, LEASE, true);
+        run.wd.unregister(gone);
+        assert_eq!(run.wd.len(), 1);
+        run.wd.abandon_all();
+        assert_eq!(fixed.get(), LockState::Lost);
+        assert_eq!(fixed.reason(), Some(LostReason::Closed));
+        assert!(run.wd.is_empty());
+    }
+}
