@@ -87,3 +87,36 @@ async fn a_killed_pubsub_connection_counts_a_reconnect() {
         .await
         .unwrap();
 }
+
+/// A renewal that fails (here: the server is gone, so the connection is refused at once) is
+/// tried again a tenth of the lease later, not in a tight loop, and the guard is Suspect then
+/// Lost at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_renewals_are_retried_at_a_pace() {
+    if shared_url().is_none() {
+        return;
+    }
+    assert!(metrics::install());
+    const FAILED: [(&str, &str); 2] = [("backend", "redis"), ("result", "failed")];
+    let mut server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let lease = Duration::from_secs(3);
+    let g = locks
+        .mutex(&lockkit_testing::unique_name("paced"))
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(lease))
+        .await
+        .unwrap()
+        .unwrap();
+    server.kill();
+    let before = metrics::read().counter(RENEWALS, &FAILED);
+    until("a failed renewal", |s| s.counter(RENEWALS, &FAILED) > before).await;
+    let first = metrics::read().counter(RENEWALS, &FAILED);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let retries = metrics::read().counter(RENEWALS, &FAILED) - first;
+    // One every 300 ms (a tenth of the lease): about five; a tight loop makes hundreds.
+    assert!(retries <= 8.0, "{retries} failed renewals in 1.5 s");
+    assert_eq!(g.state(), lockkit_core::LockState::Suspect);
+    drop(g);
+    let _ = locks.close().await;
+}
