@@ -22,6 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
+use crate::armed::{Armed, Undo};
 use crate::backoff::Backoff;
 use crate::error::Result;
 use crate::spi::Request;
@@ -116,37 +117,26 @@ pub trait Queue: Send + Sync {
     }
 }
 
-/// Holds the claim of one attempt; hands it to [`Queue::abandon`] if dropped unfinished.
-struct Pending<'q, Q: Queue> {
+/// The claim of one attempt that no output owns yet: dropped unfinished, it goes to
+/// [`Queue::abandon`].
+struct Unfinished<'q, Q: Queue> {
     queue: &'q Q,
-    claim: Option<Q::Claim>,
+    claim: Q::Claim,
 }
 
-impl<Q: Queue> Pending<'_, Q> {
-    fn claim(&mut self) -> &mut Q::Claim {
-        self.claim
-            .as_mut()
-            .expect("a pending claim is present until finished")
-    }
-
-    /// Leaves the queue (awaited); a failed leave goes to the background.
-    async fn leave(mut self, exit: Exit) {
-        if self.queue.leave(self.claim(), exit).await.is_ok() {
-            self.claim = None;
-        }
-    }
-
-    /// The claim belongs to its output now.
-    fn finish(mut self) {
-        self.claim = None;
+impl<Q: Queue> Undo for Unfinished<'_, Q> {
+    fn undo(self) {
+        self.queue.abandon(self.claim);
     }
 }
 
-impl<Q: Queue> Drop for Pending<'_, Q> {
-    fn drop(&mut self) {
-        if let Some(claim) = self.claim.take() {
-            self.queue.abandon(claim);
-        }
+type Pending<'q, Q> = Armed<Unfinished<'q, Q>>;
+
+/// Leaves the queue (awaited); a failed leave goes to the background.
+async fn leave<Q: Queue>(mut pending: Pending<'_, Q>, exit: Exit) {
+    let p = &mut *pending;
+    if p.queue.leave(&mut p.claim, exit).await.is_ok() {
+        pending.disarm();
     }
 }
 
@@ -158,14 +148,14 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
     let mut restarts = Backoff::WAITER.start();
     let mut restarted = false;
     'claims: loop {
-        let mut pending = Pending {
+        let mut pending = Pending::new(Unfinished {
             queue,
-            claim: Some(queue.claim(req).await?),
-        };
-        let mut standing = match queue.enqueue(pending.claim(), req).await {
+            claim: queue.claim(req).await?,
+        });
+        let mut standing = match queue.enqueue(&mut pending.claim, req).await {
             Ok(s) => s,
             Err(e) => {
-                pending.leave(Exit::Failed).await;
+                leave(pending, Exit::Failed).await;
                 return Err(e);
             }
         };
@@ -174,14 +164,14 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
         let mut retry = Backoff::WAITER.start();
         loop {
             let restart = match standing {
-                Standing::Owner => match queue.hold(pending.claim(), req).await {
+                Standing::Owner => match queue.hold(&mut pending.claim, req).await {
                     Ok(Some(out)) => {
-                        pending.finish();
+                        pending.disarm();
                         return Ok(Some(out));
                     }
                     Ok(None) => true,
                     Err(e) => {
-                        pending.leave(Exit::Failed).await;
+                        leave(pending, Exit::Failed).await;
                         return Err(e);
                     }
                 },
@@ -189,7 +179,7 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                 Standing::Waiting => false,
             };
             if restart {
-                pending.leave(Exit::Restart).await;
+                leave(pending, Exit::Restart).await;
                 if req.expired() {
                     return Ok(None);
                 }
@@ -205,7 +195,7 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
             }
             // Waiting, and this look was the last one the budget allowed.
             if req.expired() {
-                pending.leave(Exit::TimedOut).await;
+                leave(pending, Exit::TimedOut).await;
                 return Ok(None);
             }
             // After a failure, the next look comes after a pause, without a wait: the wait
@@ -217,12 +207,12 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                     tokio::time::sleep_until(req.bound(Instant::now() + retry.next_pause())).await;
                     Ok(Woken::Look)
                 }
-                None => queue.wait(pending.claim(), req).await,
+                None => queue.wait(&mut pending.claim, req).await,
             };
             let sent = Instant::now();
             let step = match woken {
                 Ok(Woken::Owner) => Ok(Standing::Owner),
-                Ok(Woken::Look) => queue.standing(pending.claim(), req).await,
+                Ok(Woken::Look) => queue.standing(&mut pending.claim, req).await,
                 Err(e) => Err(e),
             };
             standing = match step {
@@ -235,8 +225,8 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                 }
                 Err(e) if e.is_retryable() => {
                     let since = *failing.get_or_insert(sent);
-                    if since.elapsed() >= queue.tolerance(pending.claim()) {
-                        pending.leave(Exit::Failed).await;
+                    if since.elapsed() >= queue.tolerance(&pending.claim) {
+                        leave(pending, Exit::Failed).await;
                         return Err(e);
                     }
                     tracing::debug!(
@@ -247,7 +237,7 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                     Standing::Waiting
                 }
                 Err(e) => {
-                    pending.leave(Exit::Failed).await;
+                    leave(pending, Exit::Failed).await;
                     return Err(e);
                 }
             };

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod armed;
 mod backend_info;
 mod backoff;
 mod capabilities;

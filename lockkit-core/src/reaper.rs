@@ -31,6 +31,20 @@ pub enum Attempt {
     Retry(Error),
 }
 
+impl Attempt {
+    /// The one rule for what a try of a cleanup amounts to: done once its work succeeded; a
+    /// failure is moot once `gone` (asked only then) says whatever owns the key is certainly
+    /// gone (a deadline passed on the server, a session ended, a lease was revoked), else it
+    /// is tried again.
+    pub async fn of(work: Result<(), Error>, gone: impl Future<Output = bool>) -> Attempt {
+        match work {
+            Ok(()) => Attempt::Done,
+            Err(_) if gone.await => Attempt::Moot,
+            Err(e) => Attempt::Retry(e),
+        }
+    }
+}
+
 /// The cleanup work of one handle, in the background.
 #[derive(Clone)]
 pub struct Reaper {

@@ -19,7 +19,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::clock::LeaseClock;
+use crate::fencing::FencingToken;
+use crate::options::Lease;
 use crate::reason::LostReason;
+use crate::spi::{GuardParts, Held};
 use crate::state::StateCell;
 
 /// The longest the task sleeps without being woken: registering an ownership that is not due
@@ -75,17 +79,11 @@ pub trait Renew<E>: Send + Sync + 'static {
 pub struct Watched<E> {
     /// The lock's name, for events.
     pub name: Arc<str>,
-    /// The lease to renew it for.
-    pub lease: Duration,
-    /// Whether it is renewed (a watchdog lease) or only watched for its deadline (fixed).
-    pub renew: bool,
     /// Taken before the request that set its expiry on the server was sent.
     pub sent_at: Instant,
     /// The expiry that request set: the lease, or a shorter one (a hand-off's) until the first
     /// renewal.
     pub expiry: Duration,
-    /// The guard's state.
-    pub state: StateCell,
     /// What its backend keeps about it.
     pub entry: E,
 }
@@ -140,27 +138,43 @@ impl<E: Clone + Send + 'static> Watchdog<E> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts watching an ownership; returns its id.
-    pub fn register(&self, w: Watched<E>) -> u64 {
+    /// The guard parts of a new ownership with `token` on `lease`, watched from now on: its
+    /// state runs from `w`'s expiry (a watchdog lease is renewed, a fixed one watched for its
+    /// deadline), and `held` makes its backend's [`Held`] from its watchdog id and state.
+    pub fn hold(
+        &self,
+        w: Watched<E>,
+        token: u64,
+        lease: Lease,
+        held: impl FnOnce(u64, StateCell) -> Box<dyn Held>,
+    ) -> GuardParts {
+        let state = StateCell::new(LeaseClock::starting(w.sent_at, w.expiry));
+        let id = self.register(w, lease, state.clone());
+        GuardParts::new(FencingToken(token), lease, state.clone(), held(id, state))
+    }
+
+    /// Starts watching an ownership in `state`; returns its id.
+    fn register(&self, w: Watched<E>, lease: Lease, state: StateCell) -> u64 {
+        let (renew, lease) = (lease.is_watchdog(), lease.duration());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // Renew once a third of the expiry has passed; a hand-off's short expiry, whose first
         // third may be over by the time the waiter takes it up, once two thirds have passed.
-        let next_due = if w.expiry < w.lease {
+        let next_due = if w.expiry < lease {
             w.sent_at + w.expiry * 2 / 3
         } else {
             w.sent_at + w.expiry / 3
         };
-        let deadline = w.state.clock().deadline().unwrap_or(w.sent_at + w.expiry);
-        let first_look = if w.renew { next_due } else { deadline };
+        let deadline = state.clock().deadline().unwrap_or(w.sent_at + w.expiry);
+        let first_look = if renew { next_due } else { deadline };
         let entry = Entry {
             name: w.name,
-            lease: w.lease,
-            renew: w.renew,
+            lease,
+            renew,
             window: w.expiry,
             next_due,
             early: w.expiry / 6,
             in_flight: false,
-            state: w.state,
+            state,
             entry: w.entry,
         };
         self.lock().insert(id, entry);
@@ -349,7 +363,6 @@ impl<E: Clone + Send + 'static> Watchdog<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::LeaseClock;
     use crate::state::LockState;
     use std::sync::Mutex as StdMutex;
 
@@ -406,16 +419,17 @@ mod tests {
         fn watch(&self, group: u8, lease: Duration, renew: bool) -> (u64, StateCell) {
             let now = Instant::now();
             let state = StateCell::new(LeaseClock::starting(now, lease));
-            let id = self.wd.register(Watched {
+            let w = Watched {
                 name: "lock".into(),
-                lease,
-                renew,
                 sent_at: now,
                 expiry: lease,
-                state: state.clone(),
                 entry: group,
-            });
-            (id, state)
+            };
+            let lease = match renew {
+                true => Lease::Watchdog(lease),
+                false => Lease::Fixed(lease),
+            };
+            (self.wd.register(w, lease, state.clone()), state)
         }
 
         fn calls(&self) -> Vec<Vec<u8>> {

@@ -70,13 +70,10 @@ pub(crate) async fn lease_gone(inner: &Inner, id: i64) -> Result<bool> {
 /// One try at a cleanup whose work is `work`: done when it succeeds, moot when `lease` is
 /// certainly gone, to be tried again otherwise.
 pub(crate) async fn reap_step(inner: &Inner, lease: i64, work: Result<()>) -> Attempt {
-    match work {
-        Ok(()) => Attempt::Done,
-        Err(e) => match lease_gone(inner, lease).await {
-            Ok(true) => Attempt::Moot,
-            _ => Attempt::Retry(e),
-        },
-    }
+    Attempt::of(work, async {
+        matches!(lease_gone(inner, lease).await, Ok(true))
+    })
+    .await
 }
 
 /// Hands the delete of our key to the handle's reaper, after `inflight` (a create still

@@ -72,10 +72,10 @@ impl Strays {
         self.reaper.retry("delete a stray lock key", move || {
             let (pool, key) = (pool.clone(), key.clone());
             async move {
-                match pool.delete_if_created(&key, rev).await {
-                    Ok(_) => Attempt::Done,
-                    Err(e) => Attempt::Retry(e),
-                }
+                // Tried until the server takes it: the create-revision check keeps a late
+                // retry from deleting a key created since.
+                let work = pool.delete_if_created(&key, rev).await.map(drop);
+                Attempt::of(work, async { false }).await
             }
         });
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Attempt, Reaper, Request, StateCell};
+use lockkit_core::spi::{Armed, Attempt, Reaper, Request, StateCell, Undo};
 use lockkit_core::{Backoff, Error, Result};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
@@ -236,18 +236,19 @@ impl Inner {
         .await
         .map_err(|_| error::timeout("reenter (the undo of an earlier one is still pending)"))?;
         let holds = *turn + 1;
-        let pending = UnseenReentry {
+        let pending = Armed::new(UnseenReentry {
             inner: self,
             key,
             owner,
             holds,
             state: &reentries.state,
-            turn: Some(turn),
-        };
+            turn,
+        });
         let mut inv = self.scripts.reenter.prepare_invoke();
         inv.key(key).arg(owner).arg(holds + 1).arg("+");
         let answer = self.invoke::<i64>(&inv, "reenter").await?;
-        pending.answered(answer > 0);
+        // The server answered, so there is nothing to undo.
+        *pending.disarm().turn += u64::from(answer > 0);
         if answer > 0 {
             Ok(())
         } else {
@@ -309,13 +310,7 @@ impl Inner {
         let inner = self.clone();
         self.reaper.retry(what, move || {
             let work = job(inner.clone());
-            async move {
-                match work.await {
-                    Ok(()) => Attempt::Done,
-                    Err(_) if tokio::time::Instant::now() >= until => Attempt::Moot,
-                    Err(e) => Attempt::Retry(e),
-                }
-            }
+            async move { Attempt::of(work.await, async { tokio::time::Instant::now() >= until }).await }
         });
     }
 }
@@ -351,27 +346,15 @@ struct UnseenReentry<'a> {
     /// The hold count before this reentry.
     holds: u64,
     state: &'a StateCell,
-    turn: Option<tokio::sync::OwnedMutexGuard<u64>>,
+    turn: tokio::sync::OwnedMutexGuard<u64>,
 }
 
-impl UnseenReentry<'_> {
-    /// The server answered, so there is nothing to undo; `counted`: it counted the reentry.
-    fn answered(mut self, counted: bool) {
-        if let Some(turn) = self.turn.as_mut() {
-            **turn += u64::from(counted);
-        }
-        self.turn = None;
-    }
-}
-
-impl Drop for UnseenReentry<'_> {
-    fn drop(&mut self) {
-        let Some(turn) = self.turn.take() else {
-            return;
-        };
+impl Undo for UnseenReentry<'_> {
+    fn undo(self) {
         let (key, owner, holds) = (self.key.to_string(), self.owner.to_string(), self.holds);
         // Past the ownership's deadline, its hash and count are gone with it.
         let moot = expiry_bound(self.state);
+        let turn = self.turn;
         self.inner.reap("undo a reentry", moot, move |inner| {
             // Held until the undo is done (or moot): the next reentry comes after it.
             let _turn = &turn;

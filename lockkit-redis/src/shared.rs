@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{
-    drive, Exit, GuardParts, Held, LeaseClock, Queue, RawRwLock, RawSemaphore, Request, Standing,
-    StateCell, Woken,
+    drive, Exit, GuardParts, Held, Queue, RawRwLock, RawSemaphore, Request, Standing, StateCell,
+    Woken,
 };
-use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
+use lockkit_core::{async_trait, Error, ErrorKind, Lease, Result};
 use tokio::time::Instant;
 
 use crate::client::{expiry_bound, wake_at, Inner, Reentries};
@@ -126,34 +126,34 @@ impl Core {
     }
 
     fn parts(&self, mode: Mode, got: Acquired, lease: Lease) -> GuardParts {
-        let state = StateCell::new(LeaseClock::starting(got.sent_at, lease.duration()));
-        let id = self.inner.watchdog.register(Watched {
+        let watched = Watched {
             name: self.name.clone(),
+            sent_at: got.sent_at,
+            expiry: lease.duration(),
             entry: Renewal {
                 kind: mode.renew_kind(self.layout),
                 key: mode.owned_key(self.layout, &self.keys).to_string(),
                 owner: got.member.clone(),
             },
-            lease: lease.duration(),
-            renew: lease.is_watchdog(),
-            sent_at: got.sent_at,
-            expiry: lease.duration(),
-            state: state.clone(),
-        });
-        let held = SharedHeld {
-            inner: self.inner.clone(),
-            name: self.name.clone(),
-            keys: self.keys.clone(),
-            layout: self.layout,
-            member: got.member,
-            mode,
-            id,
-            token: got.token,
-            lease,
-            reentries: Reentries::new(state.clone()),
-            state: state.clone(),
         };
-        GuardParts::new(FencingToken(got.token), lease, state, Box::new(held))
+        let token = got.token;
+        self.inner
+            .watchdog
+            .hold(watched, token, lease, |id, state| {
+                Box::new(SharedHeld {
+                    inner: self.inner.clone(),
+                    name: self.name.clone(),
+                    keys: self.keys.clone(),
+                    layout: self.layout,
+                    member: got.member,
+                    mode,
+                    id,
+                    token,
+                    lease,
+                    reentries: Reentries::new(state.clone()),
+                    state,
+                })
+            })
     }
 
     /// Whether anyone holds the read-write lock.

@@ -110,7 +110,10 @@ async fn failed_renewals_are_retried_at_a_pace() {
         .unwrap();
     server.kill();
     let before = metrics::read().counter(RENEWALS, &FAILED);
-    until("a failed renewal", |s| s.counter(RENEWALS, &FAILED) > before).await;
+    until("a failed renewal", |s| {
+        s.counter(RENEWALS, &FAILED) > before
+    })
+    .await;
     let first = metrics::read().counter(RENEWALS, &FAILED);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let retries = metrics::read().counter(RENEWALS, &FAILED) - first;

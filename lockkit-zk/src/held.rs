@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::ops::delete_node;
-use crate::queue::{Cleanup, Node};
+use crate::queue::{Node, Unclaimed};
 use crate::session::Session;
 
 /// For write locks: what a downgrade needs.
@@ -291,7 +291,7 @@ impl Held for ZkHeld {
         // fails not knowing whether the multi committed (a frozen server may commit it when it
         // resumes), the reaper deletes whatever node of ours carries its protected prefix. The
         // write node is the write guard's, which the core releases if the downgrade fails.
-        let mut cleanup = Cleanup::new(&self.session, self.client.clone());
+        let mut cleanup = Unclaimed::armed(&self.session, self.client.clone());
         cleanup.push_prefix(&write.dir, &prefix);
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls));
         let mut multi = self.client.new_multi_writer();

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{drive, Exit, Queue, Request, Standing, Woken};
+use lockkit_core::spi::{drive, Armed, Exit, Queue, Request, Standing, Undo, Woken};
 use lockkit_core::{async_trait, Error, ErrorKind, Result, Retry};
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -51,19 +51,23 @@ enum Item {
 /// in order; what the server does not take at once goes to the handle's reaper, which retries
 /// until the nodes are gone or their session has ended (with it, its ephemeral nodes).
 /// Disarmed once its nodes belong to a guard.
-pub(crate) struct Cleanup {
+pub(crate) type Cleanup = Armed<Unclaimed>;
+
+/// The nodes a [`Cleanup`] deletes.
+pub(crate) struct Unclaimed {
     session: Arc<Session>,
     client: zk::Client,
     items: Vec<Item>,
 }
 
-impl Cleanup {
-    pub(crate) fn new(session: &Arc<Session>, client: zk::Client) -> Self {
-        Cleanup {
+impl Unclaimed {
+    /// None yet, armed: nodes `client` creates for `session` are added before their create.
+    pub(crate) fn armed(session: &Arc<Session>, client: zk::Client) -> Cleanup {
+        Armed::new(Unclaimed {
             session: session.clone(),
             client,
             items: Vec::new(),
-        }
+        })
     }
 
     /// Adds whatever node of ours in `dir` carries protected prefix `prefix`: armed before the
@@ -74,31 +78,25 @@ impl Cleanup {
             prefix: prefix.to_string(),
         });
     }
+}
 
-    /// Deletes everything now (awaited) and disarms; nodes the server does not delete now go
-    /// to the reaper. Armed until done: if this future is dropped half-way (the core keeps the
-    /// wait budget), the drop hands the nodes to the reaper.
-    pub(crate) async fn run(mut self) {
-        let timeout = self.session.cfg.command_timeout;
-        let deleted = delete_items(&self.client, &self.items, timeout).await;
-        let items = std::mem::take(&mut self.items);
-        if deleted.is_err() {
-            reap(&self.session, &self.client, items);
+impl Undo for Unclaimed {
+    fn undo(self) {
+        if !self.items.is_empty() {
+            reap(&self.session, &self.client, self.items);
         }
-    }
-
-    /// Forgets the nodes: they belong to a guard now.
-    pub(crate) fn disarm(mut self) {
-        self.items.clear();
     }
 }
 
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if !self.items.is_empty() {
-            let items = std::mem::take(&mut self.items);
-            reap(&self.session, &self.client, items);
-        }
+/// Deletes `cleanup`'s nodes now (awaited) and disarms it; nodes the server does not delete
+/// now go to the reaper. Armed until done: if this future is dropped half-way (the core keeps
+/// the wait budget), the drop hands the nodes to the reaper.
+pub(crate) async fn delete_now(cleanup: Cleanup) {
+    let timeout = cleanup.session.cfg.command_timeout;
+    let deleted = delete_items(&cleanup.client, &cleanup.items, timeout).await;
+    let nodes = cleanup.disarm();
+    if deleted.is_err() {
+        nodes.undo();
     }
 }
 
@@ -380,7 +378,7 @@ impl Queue for ZkQueue<'_> {
     async fn claim(&self, _req: &Request) -> Result<Claim> {
         let client = self.session.client()?;
         Ok(Claim {
-            cleanup: Some(Cleanup::new(self.session, client.clone())),
+            cleanup: Some(Unclaimed::armed(self.session, client.clone())),
             client,
             node: None,
             children: Vec::new(),
@@ -442,7 +440,7 @@ impl Queue for ZkQueue<'_> {
 
     async fn leave(&self, c: &mut Claim, _exit: Exit) -> Result<()> {
         if let Some(cleanup) = c.cleanup.take() {
-            cleanup.run().await;
+            delete_now(cleanup).await;
         }
         Ok(())
     }

@@ -129,11 +129,8 @@ impl Session {
                 if client.state().is_terminated() {
                     return Attempt::Moot;
                 }
-                match job(client.clone()).await {
-                    Ok(()) => Attempt::Done,
-                    Err(_) if client.state().is_terminated() => Attempt::Moot,
-                    Err(e) => Attempt::Retry(e),
-                }
+                let work = job(client.clone()).await;
+                Attempt::of(work, async { client.state().is_terminated() }).await
             }
         });
     }

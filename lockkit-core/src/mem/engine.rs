@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::armed::{Armed, Undo};
 use crate::clock::LeaseClock;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -126,18 +127,20 @@ pub(crate) struct Engine {
 
 /// A granted ownership on its way to the acquirer. If it is dropped before it is turned into a
 /// guard (the acquirer went away), it releases itself.
+pub(crate) type Grant = Armed<Granted>;
+
+/// What a [`Grant`] holds.
 #[derive(Debug)]
-pub(crate) struct Grant {
+pub(crate) struct Granted {
     engine: Weak<Engine>,
     key: Key,
     owner: u64,
     token: FencingToken,
     lease: Lease,
     state: StateCell,
-    armed: bool,
 }
 
-impl Grant {
+impl Granted {
     pub(crate) fn owner(&self) -> u64 {
         self.owner
     }
@@ -150,18 +153,12 @@ impl Grant {
     pub(crate) fn lease(&self) -> Lease {
         self.lease
     }
-    /// Hands responsibility for the ownership to the caller.
-    pub(crate) fn disarm(mut self) {
-        self.armed = false;
-    }
 }
 
-impl Drop for Grant {
-    fn drop(&mut self) {
-        if self.armed {
-            if let Some(engine) = self.engine.upgrade() {
-                let _ = engine.release(&self.key, self.owner);
-            }
+impl Undo for Granted {
+    fn undo(self) {
+        if let Some(engine) = self.engine.upgrade() {
+            let _ = engine.release(&self.key, self.owner);
         }
     }
 }
@@ -273,15 +270,14 @@ impl Engine {
             .or_default()
             .holders
             .insert(owner, holder);
-        Grant {
+        Armed::new(Granted {
             engine: Arc::downgrade(self),
             key: key.clone(),
             owner,
             token,
             lease,
             state,
-            armed: true,
-        }
+        })
     }
 
     /// Grants the queue's front while it is compatible. Grants nobody received are returned, to

@@ -12,6 +12,7 @@ mod backend;
 mod held;
 mod request;
 
+pub use crate::armed::{Armed, Undo};
 pub use backend::{Backend, RawMutex, RawRwLock, RawSemaphore};
 pub use held::{GuardParts, Held};
 pub use request::Request;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, LeaseClock, StateCell, Watched};
-use lockkit_core::{FencingToken, Lease, Result};
+use lockkit_core::spi::{GuardParts, Watched};
+use lockkit_core::{Lease, Result};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
@@ -96,30 +96,29 @@ impl RedisMutex {
         expiry: Duration,
         fair: bool,
     ) -> GuardParts {
-        let state = StateCell::new(LeaseClock::starting(sent_at, expiry));
-        let id = self.inner.watchdog.register(Watched {
+        let watched = Watched {
             name: self.name.clone(),
+            sent_at,
+            expiry,
             entry: Renewal {
                 kind: RenewKind::Hash,
                 key: self.keys.lock.clone(),
                 owner: owner.clone(),
             },
-            lease: lease.duration(),
-            renew: lease.is_watchdog(),
-            sent_at,
-            expiry,
-            state: state.clone(),
-        });
-        let held = RedisHeld {
-            inner: self.inner.clone(),
-            name: self.name.clone(),
-            keys: self.keys.clone(),
-            owner,
-            id,
-            fair,
-            reentries: Reentries::new(state.clone()),
-            state: state.clone(),
         };
-        GuardParts::new(FencingToken(token), lease, state, Box::new(held))
+        self.inner
+            .watchdog
+            .hold(watched, token, lease, |id, state| {
+                Box::new(RedisHeld {
+                    inner: self.inner.clone(),
+                    name: self.name.clone(),
+                    keys: self.keys.clone(),
+                    owner,
+                    id,
+                    fair,
+                    reentries: Reentries::new(state.clone()),
+                    state,
+                })
+            })
     }
 }
