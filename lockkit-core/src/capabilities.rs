@@ -78,6 +78,8 @@ pub struct Capabilities {
     pub rwlock: Option<Support>,
     /// The counting semaphore.
     pub semaphore: Option<Support>,
+    /// Leader election.
+    pub election: Option<Support>,
     /// Locks exclude other processes and machines (false only for `mem://`).
     pub cross_process: bool,
     /// `Locks::list` finds the locks under a name prefix.
@@ -91,6 +93,7 @@ impl Capabilities {
             mutex,
             rwlock: None,
             semaphore: None,
+            election: None,
             cross_process: true,
             list: false,
         }
@@ -105,6 +108,12 @@ impl Capabilities {
     /// Adds the semaphore.
     pub const fn with_semaphore(mut self, support: Support) -> Self {
         self.semaphore = Some(support);
+        self
+    }
+
+    /// Adds leader election.
+    pub const fn with_election(mut self, support: Support) -> Self {
+        self.election = Some(support);
         self
     }
 
@@ -126,6 +135,7 @@ impl Capabilities {
             Primitive::Mutex => Some(self.mutex),
             Primitive::RwLock => self.rwlock,
             Primitive::Semaphore => self.semaphore,
+            Primitive::Election => self.election,
         }
     }
 }

@@ -156,6 +156,13 @@ guard_type!(
 reentrant!(WriteGuard);
 
 guard_type!(
+    /// Leadership of an election, won by [`Election::campaign`](crate::Election::campaign).
+    /// Its token is the leadership's [`term`](Leadership::term). Dropping it resigns in the
+    /// background.
+    Leadership
+);
+
+guard_type!(
     /// Held semaphore permits. Dropping it returns them in the background.
     Permit
 );

@@ -26,15 +26,18 @@ pub enum Primitive {
     RwLock,
     /// A semaphore.
     Semaphore,
+    /// A leader election.
+    Election,
 }
 
 impl Primitive {
-    /// The short name used in logs and metrics: `mutex`, `rwlock`, `semaphore`.
+    /// The short name used in logs and metrics: `mutex`, `rwlock`, `semaphore`, `election`.
     pub fn as_str(self) -> &'static str {
         match self {
             Primitive::Mutex => "mutex",
             Primitive::RwLock => "rwlock",
             Primitive::Semaphore => "semaphore",
+            Primitive::Election => "election",
         }
     }
 
@@ -43,6 +46,7 @@ impl Primitive {
             Primitive::Mutex => "mutex",
             Primitive::RwLock => "read-write lock",
             Primitive::Semaphore => "semaphore",
+            Primitive::Election => "leader election",
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::capabilities::Capabilities;
+use crate::election::Election;
 use crate::error::{Error, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kernel::Kernel;
@@ -81,6 +82,16 @@ impl Locks {
         }
         let raw = self.kernel.backend.semaphore(name, permits)?;
         Ok(Semaphore::new(self.kernel.clone(), name, permits, raw))
+    }
+
+    /// A leader election named `name`, or `Unsupported`. Its names are apart from the locks'
+    /// names.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        validate_name(name)?;
+        self.kernel.check_open()?;
+        self.kernel.support(Primitive::Election)?;
+        let raw = self.kernel.backend.election(name)?;
+        Ok(Election::new(self.kernel.clone(), name, raw))
     }
 
     /// A multi-lock over the mutexes `names`: all of them or none, within one wait budget,

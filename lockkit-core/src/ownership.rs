@@ -415,6 +415,18 @@ impl GuardCore {
         own.check_live()
     }
 
+    /// An elected leader's new value, only while it still leads.
+    pub(crate) async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        self.own.check_live()?;
+        self.own
+            .held
+            .proclaim(value)
+            .await
+            .inspect_err(|e| self.note_lost(e))?;
+        // Lost while the proclaim was under way: the value may not stand.
+        self.own.check_live()
+    }
+
     pub(crate) async fn downgrade(mut self) -> Result<GuardCore> {
         let own = self.own.clone();
         // A downgrade makes a new ownership: `close()` waits for it like for an acquire.

@@ -119,7 +119,11 @@ macro_rules! conformance_suite {
             semaphore_acquire_n_at_once,
             semaphore_bad_counts_are_invalid,
             semaphore_dropped_waiter_leaves_no_trace,
-            semaphore_extend_keeps_the_permits
+            semaphore_extend_keeps_the_permits,
+            election_one_leader_at_a_time_with_rising_terms,
+            election_leader_and_observers_follow_every_change,
+            election_lost_leadership_is_signalled_and_refused,
+            election_withdrawn_candidates_leave_nothing
         );
     };
 }

@@ -264,7 +264,10 @@ impl Backend for FileBackend {
         match primitive {
             Primitive::Mutex => mutex::inspect(&self.inner.paths("mutex", name)),
             Primitive::RwLock => rwlock::inspect(&self.inner.paths("rw", name)),
-            _ => semaphore::inspect(&self.inner.paths("sem", name)),
+            Primitive::Semaphore => semaphore::inspect(&self.inner.paths("sem", name)),
+            Primitive::Election => {
+                return Err(Error::unsupported("file:// has no leader election"))
+            }
         }
         .map_err(io_error)
     }

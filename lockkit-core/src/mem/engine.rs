@@ -16,8 +16,10 @@ use crate::clock::LeaseClock;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::inspect::{HoldMode, HolderInfo, LockInfo, WaiterInfo};
+use crate::leader::{Leader, LeaderChanges};
 use crate::options::Lease;
 use crate::reason::LostReason;
+use crate::spi::LeaderFeed;
 use crate::spi::StateCell;
 
 /// Which primitive a resource is; each has its own name space.
@@ -26,6 +28,7 @@ pub(crate) enum Prim {
     Mutex,
     RwLock,
     Semaphore,
+    Election,
 }
 
 /// How a holder or waiter holds a resource.
@@ -57,6 +60,8 @@ struct Holder {
     /// lease has none: holder and table live in one process and die together.
     expires_at: Option<Instant>,
     state: StateCell,
+    /// What an election's leader proclaims (empty for locks).
+    value: Vec<u8>,
 }
 
 impl Holder {
@@ -78,6 +83,7 @@ struct Waiter {
     id: u64,
     mode: Mode,
     lease: Lease,
+    value: Vec<u8>,
     tx: oneshot::Sender<Grant>,
 }
 
@@ -115,6 +121,8 @@ impl Resource {
 struct Table {
     resources: HashMap<Key, Resource>,
     capacities: HashMap<Key, u32>,
+    /// The observers of each election.
+    observers: HashMap<Key, Vec<LeaderFeed>>,
     next_id: u64,
     next_token: u64,
 }
@@ -184,6 +192,7 @@ impl Engine {
         capacity: u32,
         lease: Lease,
         may_wait: bool,
+        value: &[u8],
     ) -> Step {
         let mut undelivered = Vec::new();
         let step = {
@@ -193,7 +202,9 @@ impl Engine {
             self.purge_expired(&mut t, key, now, &mut undelivered);
             let res = t.resources.entry(key.clone()).or_default();
             if res.queue.is_empty() && res.compatible(mode, capacity) {
-                Step::Granted(self.grant(&mut t, key, mode, lease, now))
+                let g = self.grant(&mut t, key, mode, lease, now, value.to_vec());
+                announce(&mut t, key);
+                Step::Granted(g)
             } else if !may_wait {
                 drop_if_idle(&mut t, key);
                 Step::Busy
@@ -209,6 +220,7 @@ impl Engine {
                         id,
                         mode,
                         lease,
+                        value: value.to_vec(),
                         tx,
                     });
                 Step::Queued(id, rx)
@@ -249,6 +261,7 @@ impl Engine {
         mode: Mode,
         lease: Lease,
         now: Instant,
+        value: Vec<u8>,
     ) -> Grant {
         t.next_id += 1;
         t.next_token += 1;
@@ -264,6 +277,7 @@ impl Engine {
             lease,
             expires_at,
             state: state.clone(),
+            value,
         };
         t.resources
             .entry(key.clone())
@@ -300,12 +314,45 @@ impl Engine {
                 break;
             }
             let w = res.queue.pop_front().expect("front exists");
-            let g = self.grant(t, key, w.mode, w.lease, now);
+            let g = self.grant(t, key, w.mode, w.lease, now, w.value);
             if let Err(g) = w.tx.send(g) {
                 undelivered.push(g);
             }
         }
         drop_if_idle(t, key);
+        announce(t, key);
+    }
+
+    /// An election's leader now, or `None`.
+    pub(crate) fn leader(&self, key: &Key) -> Option<Leader> {
+        leader_of(&self.lock(), key)
+    }
+
+    /// Every change of `key`'s leader from now on, the current one first.
+    pub(crate) fn observe(&self, key: &Key) -> LeaderChanges {
+        let (mut feed, changes) = LeaderFeed::channel();
+        let mut t = self.lock();
+        feed.send(leader_of(&t, key));
+        let feeds = t.observers.entry(key.clone()).or_default();
+        feeds.retain(|f| !f.is_closed());
+        feeds.push(feed);
+        changes
+    }
+
+    /// Replaces the value of an election's leader `owner`, if it still leads.
+    pub(crate) fn proclaim(&self, key: &Key, owner: u64, value: &[u8]) -> Result<()> {
+        let now = Instant::now();
+        let mut t = self.lock();
+        match t
+            .resources
+            .get_mut(key)
+            .and_then(|r| r.holders.get_mut(&owner))
+        {
+            Some(h) if h.live(now) => h.value = value.to_vec(),
+            _ => return Err(Error::lost(&key.1)),
+        }
+        announce(&mut t, key);
+        Ok(())
     }
 
     /// Removes a queued waiter (its grant, if one was sent already, is released when its
@@ -474,6 +521,27 @@ impl Engine {
         let t = self.lock();
         let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
         capacity.saturating_sub(used)
+    }
+}
+
+/// An election's leader: its one holder.
+fn leader_of(t: &Table, key: &Key) -> Option<Leader> {
+    let res = t.resources.get(key)?;
+    let (_, h) = res.holders.iter().next()?;
+    Some(Leader::new(h.value.clone(), h.token))
+}
+
+/// Tells an election's observers its leader, if it changed.
+fn announce(t: &mut Table, key: &Key) {
+    if key.0 != Prim::Election || !t.observers.contains_key(key) {
+        return;
+    }
+    let leader = leader_of(t, key);
+    if let Some(feeds) = t.observers.get_mut(key) {
+        feeds.retain_mut(|f| f.send(leader.clone()));
+        if feeds.is_empty() {
+            t.observers.remove(key);
+        }
     }
 }
 

@@ -30,6 +30,10 @@ impl Held for MemHeld {
         self.engine.extend(&self.key, self.owner, lease)
     }
 
+    async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        self.engine.proclaim(&self.key, self.owner, value)
+    }
+
     async fn downgrade(&self) -> Result<GuardParts> {
         let state = self.engine.downgrade(&self.key, self.owner)?;
         let held = MemHeld {

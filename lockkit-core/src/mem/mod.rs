@@ -27,10 +27,13 @@ use crate::config::LockConfig;
 use crate::error::{Error, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
+use crate::leader::{Leader, LeaderChanges};
 use crate::locks::Locks;
 use crate::options::DEFAULT_LEASE;
 use crate::settings::{NoKey, Settings};
-use crate::spi::{Backend, GuardParts, RawMutex, RawRwLock, RawSemaphore, Reaper, Request};
+use crate::spi::{
+    Backend, GuardParts, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper, Request,
+};
 use engine::{Engine, Key, Mode, Prim};
 use queue::MemQueue;
 
@@ -135,6 +138,7 @@ impl Backend for MemBackend {
         Capabilities::new(Support::all())
             .with_rwlock(Support::all().remaining_lease(false))
             .with_semaphore(Support::all().remaining_lease(false))
+            .with_election(Support::all().remaining_lease(false))
             .cross_process(false)
             .list(true)
     }
@@ -169,6 +173,13 @@ impl Backend for MemBackend {
         }))
     }
 
+    fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
+        Ok(Box::new(MemElection {
+            engine: self.engine.clone(),
+            key: self.key(Prim::Election, name),
+        }))
+    }
+
     async fn close(&self) -> Result<()> {
         Ok(())
     }
@@ -188,6 +199,7 @@ impl Backend for MemBackend {
                     Prim::Mutex => Primitive::Mutex,
                     Prim::RwLock => Primitive::RwLock,
                     Prim::Semaphore => Primitive::Semaphore,
+                    Prim::Election => Primitive::Election,
                 };
                 name.starts_with(prefix)
                     .then(|| LockEntry::new(name, primitive))
@@ -200,6 +212,7 @@ impl Backend for MemBackend {
             Primitive::Mutex => Prim::Mutex,
             Primitive::RwLock => Prim::RwLock,
             Primitive::Semaphore => Prim::Semaphore,
+            Primitive::Election => Prim::Election,
         };
         Ok(self.engine.inspect(&self.key(prim, name)))
     }
@@ -214,7 +227,7 @@ struct MemMutex {
 #[async_trait]
 impl RawMutex for MemMutex {
     async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1)
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1, &[])
             .acquire(req)
             .await
     }
@@ -241,13 +254,13 @@ struct MemRwLock {
 #[async_trait]
 impl RawRwLock for MemRwLock {
     async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Shared, 1)
+        MemQueue::new(&self.engine, &self.key, Mode::Shared, 1, &[])
             .acquire(req)
             .await
     }
 
     async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1)
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1, &[])
             .acquire(req)
             .await
     }
@@ -271,12 +284,36 @@ struct MemSemaphore {
 #[async_trait]
 impl RawSemaphore for MemSemaphore {
     async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Permits(n), self.permits)
+        MemQueue::new(&self.engine, &self.key, Mode::Permits(n), self.permits, &[])
             .acquire(req)
             .await
     }
 
     async fn available(&self) -> Result<u32> {
         Ok(self.engine.available(&self.key, self.permits))
+    }
+}
+
+/// An election: candidates queue as exclusive waiters, and the holder leads.
+#[derive(Debug)]
+struct MemElection {
+    engine: Arc<Engine>,
+    key: Key,
+}
+
+#[async_trait]
+impl RawElection for MemElection {
+    async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1, value)
+            .acquire(req)
+            .await
+    }
+
+    async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(self.engine.leader(&self.key))
+    }
+
+    fn observe(&self) -> Result<LeaderChanges> {
+        Ok(self.engine.observe(&self.key))
     }
 }

@@ -18,6 +18,8 @@ pub(super) struct MemQueue<'a> {
     key: &'a Key,
     mode: Mode,
     capacity: u32,
+    /// An election candidate's value (empty for locks).
+    value: &'a [u8],
 }
 
 /// A claim: its place in the engine's queue, and its grant once one arrived.
@@ -28,12 +30,19 @@ pub(super) struct Claim {
 }
 
 impl<'a> MemQueue<'a> {
-    pub(super) fn new(engine: &'a Arc<Engine>, key: &'a Key, mode: Mode, capacity: u32) -> Self {
+    pub(super) fn new(
+        engine: &'a Arc<Engine>,
+        key: &'a Key,
+        mode: Mode,
+        capacity: u32,
+        value: &'a [u8],
+    ) -> Self {
         MemQueue {
             engine,
             key,
             mode,
             capacity,
+            value,
         }
     }
 
@@ -57,9 +66,15 @@ impl Queue for MemQueue<'_> {
     }
 
     async fn enqueue(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
-        let step =
-            self.engine
-                .try_or_queue(self.key, self.mode, self.capacity, req.lease(), req.waits());
+        let (lease, waits) = (req.lease(), req.waits());
+        let step = (self.engine).try_or_queue(
+            self.key,
+            self.mode,
+            self.capacity,
+            lease,
+            waits,
+            self.value,
+        );
         Ok(match step {
             Step::Granted(g) => {
                 claim.grant = Some(g);

@@ -10,6 +10,7 @@ use crate::capabilities::Capabilities;
 use crate::error::{Error, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
+use crate::leader::{Leader, LeaderChanges};
 use crate::reaper::Reaper;
 use crate::spi::{GuardParts, Request};
 
@@ -49,6 +50,15 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
         let _ = (name, permits);
         Err(Error::unsupported(format!(
             "{} has no semaphore",
+            self.kind()
+        )))
+    }
+
+    /// A leader election (only called when `capabilities().election` is `Some`).
+    fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
+        let _ = name;
+        Err(Error::unsupported(format!(
+            "{} has no leader election",
             self.kind()
         )))
     }
@@ -127,4 +137,19 @@ pub trait RawSemaphore: Send + Sync + fmt::Debug + 'static {
 
     /// Permits free right now.
     async fn available(&self) -> Result<u32>;
+}
+
+/// A backend's leader election.
+#[async_trait]
+pub trait RawElection: Send + Sync {
+    /// Joins the candidates with `value` and waits as `req` says: the parts once this candidate
+    /// leads (their token is the term, their `Held` answers `proclaim`), `Ok(None)` when the
+    /// wait budget ran out. Cancel safe: a candidate whose future is dropped leaves nothing.
+    async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>>;
+
+    /// The current leader, or `None`.
+    async fn leader(&self) -> Result<Option<Leader>>;
+
+    /// Every change of leader from now on, the current leader first.
+    fn observe(&self) -> Result<LeaderChanges>;
 }

@@ -36,6 +36,13 @@ pub trait Held: Send + Sync + fmt::Debug + 'static {
         Ok(())
     }
 
+    /// For an elected leader: replaces its value, only while it still leads (else
+    /// [`LockLost`](crate::ErrorKind::LockLost)).
+    async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let _ = value;
+        Err(Error::unsupported("this backend has no election"))
+    }
+
     /// For write ownerships: atomically turns the write hold into a read hold and returns the
     /// read ownership. The write ownership is then gone without a separate release.
     async fn downgrade(&self) -> Result<GuardParts> {

@@ -13,7 +13,8 @@ mod held;
 mod request;
 
 pub use crate::armed::{Armed, Undo};
-pub use backend::{Backend, RawMutex, RawRwLock, RawSemaphore};
+pub use crate::leader::LeaderFeed;
+pub use backend::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore};
 pub use held::{GuardParts, Held};
 pub use request::Request;
 

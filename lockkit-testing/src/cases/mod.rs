@@ -6,6 +6,7 @@
 mod cancel;
 mod capability;
 mod config;
+mod election;
 mod lease;
 mod multi;
 mod mutex;
@@ -18,6 +19,7 @@ mod views;
 pub use cancel::*;
 pub use capability::*;
 pub use config::*;
+pub use election::*;
 pub use lease::*;
 pub use multi::*;
 pub use mutex::*;

@@ -1,0 +1,122 @@
+//! What an election's observers see: [`Leader`] (the leader's value and term) and
+//! [`LeaderChanges`], the stream of every change of leader, fed by a backend through its
+//! [`LeaderFeed`](crate::spi::LeaderFeed).
+
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::mpsc;
+
+use crate::error::Result;
+use crate::fencing::FencingToken;
+
+/// An election's leader as the backend shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Leader {
+    value: Vec<u8>,
+    term: FencingToken,
+}
+
+impl Leader {
+    /// A leader proclaiming `value` in `term`.
+    pub fn new(value: impl Into<Vec<u8>>, term: FencingToken) -> Self {
+        Leader {
+            value: value.into(),
+            term,
+        }
+    }
+
+    /// What the leader proclaims (its campaign value, or its last `proclaim`).
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The value as UTF-8, lossily.
+    pub fn value_str(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.value)
+    }
+
+    /// The term: a fencing token, strictly increasing per election name across every change of
+    /// leader. Pass it to what the leader writes to, as with a lock's token.
+    pub fn term(&self) -> FencingToken {
+        self.term
+    }
+}
+
+impl fmt::Debug for Leader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leader")
+            .field("value", &self.value_str())
+            .field("term", &self.term.0)
+            .finish()
+    }
+}
+
+/// Every change of an election's leader, in order, from
+/// [`Election::observe`](crate::Election::observe): first the leader at the time of the call (`None`: no leader),
+/// then each change (a new leader, a new value, `None` when nobody leads). Nothing is polled,
+/// and no change is skipped. It ends (`None` from [`next`](Self::next)) when its handle is
+/// closed; an `Err` item says the backend could not follow for a while, and the item after it
+/// is the state as it then is.
+///
+/// Also a [`futures::Stream`].
+pub struct LeaderChanges {
+    rx: mpsc::UnboundedReceiver<Result<Option<Leader>>>,
+}
+
+impl fmt::Debug for LeaderChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderChanges").finish_non_exhaustive()
+    }
+}
+
+impl LeaderChanges {
+    /// The next change.
+    pub async fn next(&mut self) -> Option<Result<Option<Leader>>> {
+        self.rx.recv().await
+    }
+}
+
+impl futures::Stream for LeaderChanges {
+    type Item = Result<Option<Leader>>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+/// A backend's end of one [`LeaderChanges`]: it sends each state it sees; a state equal to the
+/// last one sent is not repeated.
+#[derive(Debug)]
+pub struct LeaderFeed {
+    tx: mpsc::UnboundedSender<Result<Option<Leader>>>,
+    last: Option<Option<Leader>>,
+}
+
+impl LeaderFeed {
+    /// A feed and the stream it feeds.
+    pub fn channel() -> (LeaderFeed, LeaderChanges) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (LeaderFeed { tx, last: None }, LeaderChanges { rx })
+    }
+
+    /// Sends the state `leader` unless it is the one sent last; `false` once nobody listens.
+    pub fn send(&mut self, leader: Option<Leader>) -> bool {
+        if self.last.as_ref() == Some(&leader) {
+            return !self.tx.is_closed();
+        }
+        self.last = Some(leader.clone());
+        self.tx.send(Ok(leader)).is_ok()
+    }
+
+    /// Sends an error: the backend could not follow; the next state is sent whatever it is.
+    pub fn fail(&mut self, e: crate::Error) -> bool {
+        self.last = None;
+        self.tx.send(Err(e)).is_ok()
+    }
+
+    /// Whether nobody listens any more.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}

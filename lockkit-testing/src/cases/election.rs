@@ -1,0 +1,180 @@
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use super::{assert_kind, fixed, name, within, SHORT, SOON};
+use crate::OverlapDetector;
+use lockkit_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockState, Locks};
+
+fn election(locks: &Locks, case: &str) -> Option<(String, Election)> {
+    let n = name(case);
+    if locks.capabilities().election.is_none() {
+        assert_kind(locks.election(&n), ErrorKind::Unsupported, "election");
+        return None;
+    }
+    let e = locks.election(&n).expect("election");
+    Some((n, e))
+}
+
+/// The next state an observer sees, within [`SOON`].
+async fn next(changes: &mut LeaderChanges) -> Option<Leader> {
+    within(SOON, "a leader change", changes.next())
+        .await
+        .expect("the observer stream is open")
+        .expect("the observer follows")
+}
+
+/// Six candidates, each leading three times: never two leaders at once, and every term is
+/// higher than the one before it.
+pub async fn election_one_leader_at_a_time_with_rising_terms(locks: &Locks) {
+    let Some((n, _)) = election(locks, "elect-one") else {
+        return;
+    };
+    let detector = OverlapDetector::new();
+    let terms = Arc::new(StdMutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for c in 0..6 {
+        let e = locks.election(&n).unwrap();
+        let (detector, terms) = (detector.clone(), terms.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let lead = e.campaign(format!("candidate-{c}")).await.unwrap();
+                {
+                    let _inside = detector.enter();
+                    terms.lock().unwrap().push(lead.term());
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                assert!(lead.resign().await.unwrap(), "a live leader resigns");
+            }
+        }));
+    }
+    within(
+        Duration::from_secs(120),
+        "candidates",
+        futures::future::try_join_all(tasks),
+    )
+    .await
+    .unwrap();
+    assert_eq!(detector.max_inside(), 1, "two leaders at once");
+    let terms = terms.lock().unwrap();
+    assert_eq!(terms.len(), 18);
+    assert!(
+        terms.windows(2).all(|w| w[0] < w[1]),
+        "terms must rise with every leader: {terms:?}"
+    );
+}
+
+/// `leader()` and `observe()` follow a campaign, a proclamation, a hand-over and a resignation,
+/// in order, ending on the current state.
+pub async fn election_leader_and_observers_follow_every_change(locks: &Locks) {
+    let Some((n, a)) = election(locks, "elect-observe") else {
+        return;
+    };
+    let b = locks.election(&n).unwrap();
+    let mut changes = a.observe().unwrap();
+    assert_eq!(next(&mut changes).await, None, "nobody leads yet");
+    assert_eq!(a.leader().await.unwrap(), None);
+
+    let lead_a = a.campaign("a").await.unwrap();
+    let seen = next(&mut changes).await.expect("a leads");
+    assert_eq!((seen.value(), seen.term()), (&b"a"[..], lead_a.term()));
+    lead_a.proclaim("a2").await.unwrap();
+    let seen = next(&mut changes).await.expect("a still leads");
+    assert_eq!((seen.value(), seen.term()), (&b"a2"[..], lead_a.term()));
+    assert_eq!(b.leader().await.unwrap().as_ref(), Some(&seen));
+
+    // b waits behind a; a resigns and b leads, with a higher term.
+    let waiting = tokio::spawn(async move { b.campaign("b").await.map(|l| (b, l)) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(lead_a.resign().await.unwrap());
+    let (b, lead_b) = within(SOON, "b's campaign", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lead_b.term() > seen.term(), "the term rises");
+    // A late observer starts from the current leader.
+    let mut late = b.observe().unwrap();
+    let now = next(&mut late).await.expect("b leads");
+    assert_eq!((now.value(), now.term()), (&b"b"[..], lead_b.term()));
+    let mut last = next(&mut changes).await;
+    if last.is_none() {
+        // The instant between a's resignation and b's grant, where the backend shows it.
+        last = next(&mut changes).await;
+    }
+    assert_eq!(last, Some(now));
+
+    drop(lead_b);
+    assert_eq!(next(&mut changes).await, None, "nobody leads");
+    assert_eq!(next(&mut late).await, None, "nobody leads");
+    assert_eq!(b.leader().await.unwrap(), None);
+}
+
+/// A leader whose lease ran out is told through `lost()`, cannot proclaim, resigns with
+/// `false`, and the next candidate leads.
+pub async fn election_lost_leadership_is_signalled_and_refused(locks: &Locks) {
+    let Some((n, a)) = election(locks, "elect-lost") else {
+        return;
+    };
+    if locks
+        .capabilities()
+        .election
+        .is_some_and(|s| !s.fixed_lease)
+    {
+        return;
+    }
+    let lead = a
+        .campaign_with("a", &fixed(SHORT))
+        .await
+        .unwrap()
+        .expect("free");
+    within(SHORT + SOON, "the lost signal", lead.lost()).await;
+    assert_eq!(lead.state(), LockState::Lost);
+    assert_kind(lead.proclaim("late").await, ErrorKind::LockLost, "proclaim");
+    let b = locks.election(&n).unwrap();
+    let next = within(SOON, "the next campaign", b.campaign("b"))
+        .await
+        .unwrap();
+    assert!(next.term() > lead.term());
+    assert!(
+        !lead.resign().await.unwrap(),
+        "a lost leader resigns with false"
+    );
+    assert_eq!(
+        b.leader().await.unwrap().map(|l| l.term()),
+        Some(next.term())
+    );
+}
+
+/// Cancelled and timed-out campaigns leave nothing: once the leader resigns, nobody leads,
+/// and a new candidate leads at once.
+pub async fn election_withdrawn_candidates_leave_nothing(locks: &Locks) {
+    let Some((n, a)) = election(locks, "elect-withdraw") else {
+        return;
+    };
+    let lead = a.campaign("a").await.unwrap();
+    let b = locks.election(&n).unwrap();
+    let dropped = tokio::time::timeout(Duration::from_millis(100), b.campaign("dropped")).await;
+    assert!(dropped.is_err(), "b cannot lead while a does");
+    let timed_out = b
+        .campaign_for("timed-out", Duration::from_millis(100))
+        .await;
+    assert!(timed_out.unwrap().is_none());
+    let busy = b
+        .campaign_with("busy", &AcquireOptions::new().no_wait())
+        .await
+        .unwrap();
+    assert!(busy.is_none(), "no wait while a leads");
+    assert!(lead.resign().await.unwrap());
+    within(SOON, "nobody leads", async {
+        while b.leader().await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let c = locks.election(&n).unwrap();
+    let lead_c = c
+        .campaign_with("c", &AcquireOptions::new().no_wait())
+        .await
+        .unwrap()
+        .expect("a new candidate leads at once");
+    assert_eq!(lead_c.name(), n);
+}
