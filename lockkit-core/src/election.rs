@@ -109,9 +109,9 @@ impl Election {
     }
 
     /// Every change of leader from now on, the current leader first: see [`LeaderChanges`].
-    pub fn observe(&self) -> Result<LeaderChanges> {
+    pub async fn observe(&self) -> Result<LeaderChanges> {
         self.inner.kernel.check_open()?;
-        self.inner.raw.observe()
+        self.inner.raw.observe().await
     }
 }
 

@@ -2,6 +2,7 @@
 //! [`LeaderChanges`], the stream of every change of leader, fed by a backend through its
 //! [`LeaderFeed`](crate::spi::LeaderFeed).
 
+use std::any::Any;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -63,6 +64,8 @@ impl fmt::Debug for Leader {
 /// Also a [`futures::Stream`].
 pub struct LeaderChanges {
     rx: mpsc::UnboundedReceiver<Result<Option<Leader>>>,
+    /// What feeds it (a backend's watch), kept alive as long as the stream.
+    _source: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl fmt::Debug for LeaderChanges {
@@ -72,6 +75,12 @@ impl fmt::Debug for LeaderChanges {
 }
 
 impl LeaderChanges {
+    /// The stream, keeping `source` (what feeds it) alive as long as itself.
+    pub fn keeping(mut self, source: impl Any + Send + Sync) -> Self {
+        self._source = Some(Box::new(source));
+        self
+    }
+
     /// The next change.
     pub async fn next(&mut self) -> Option<Result<Option<Leader>>> {
         self.rx.recv().await
@@ -97,7 +106,8 @@ impl LeaderFeed {
     /// A feed and the stream it feeds.
     pub fn channel() -> (LeaderFeed, LeaderChanges) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (LeaderFeed { tx, last: None }, LeaderChanges { rx })
+        let changes = LeaderChanges { rx, _source: None };
+        (LeaderFeed { tx, last: None }, changes)
     }
 
     /// Sends the state `leader` unless it is the one sent last; `false` once nobody listens.

@@ -36,8 +36,8 @@ pub(crate) struct Want<'a> {
     pub(crate) kind: Kind,
     pub(crate) need: Need,
     /// The value of our key: empty (mutex, as Go writes it), `w` / `r` (RW lock), the permit
-    /// count (semaphore).
-    pub(crate) value: String,
+    /// count (semaphore), the candidate's value (election).
+    pub(crate) value: Vec<u8>,
 }
 
 /// Acquires per `want` and `r` through the core's driver; `Ok(None)` when the wait budget ran
@@ -310,7 +310,7 @@ impl Claim {
         &mut self,
         inner: &Inner,
         prefix: &[u8],
-        value: &str,
+        value: &[u8],
         need: Need,
         kind: Kind,
     ) -> Result<bool> {
@@ -322,7 +322,7 @@ impl Claim {
                 self.key.clone(),
                 self.lease.id(),
                 prefix.to_vec(),
-                value.to_string(),
+                value.to_vec(),
             );
             // Owned by the claim, so that a cancelled acquire cannot cut the request and leave
             // us unsure whether the key exists: an abandoned claim hands the unfinished request

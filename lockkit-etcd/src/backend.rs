@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use lockkit_core::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
     BackendKind, Capabilities, Error, FencingToken, HoldMode, HolderInfo, LockEntry, LockInfo,
     Primitive, Result, Support, WaiterInfo,
 };
 
+use crate::election::EtcdElection;
 use crate::inner::Inner;
 use crate::mutex::EtcdMutex;
 use crate::rwlock::EtcdRwLock;
@@ -40,6 +41,7 @@ impl Backend for EtcdBackend {
         Capabilities::new(Support::all())
             .with_rwlock(Support::all().remaining_lease(false))
             .with_semaphore(Support::all().remaining_lease(false))
+            .with_election(Support::all().remaining_lease(false))
             .list(true)
     }
 
@@ -67,6 +69,10 @@ impl Backend for EtcdBackend {
         )))
     }
 
+    fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
+        Ok(Box::new(EtcdElection::new(self.inner.clone(), name)))
+    }
+
     async fn close(&self) -> Result<()> {
         self.inner.close().await
     }
@@ -83,6 +89,7 @@ impl Backend for EtcdBackend {
             (Kind::Mutex, Primitive::Mutex),
             (Kind::RwLock, Primitive::RwLock),
             (Kind::Semaphore, Primitive::Semaphore),
+            (Kind::Election, Primitive::Election),
         ] {
             for encoded in &ranges {
                 for name in self.inner.names(kind, encoded).await? {
@@ -98,6 +105,7 @@ impl Backend for EtcdBackend {
             Primitive::Mutex => Kind::Mutex,
             Primitive::RwLock => Kind::RwLock,
             Primitive::Semaphore => Kind::Semaphore,
+            Primitive::Election => Kind::Election,
             other => return Err(Error::unsupported(format!("cannot inspect a {other:?}"))),
         };
         let kvs = self

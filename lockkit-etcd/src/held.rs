@@ -107,6 +107,32 @@ impl Held for EtcdHeld {
         self.shared.release().await
     }
 
+    /// A leader's new value: put on our key only while it is ours (Go's `Proclaim`), on the
+    /// lease it is on.
+    async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let s = &self.shared;
+        let (k, rev, value) = (s.key.clone(), s.rev, value.to_vec());
+        let resp = s
+            .inner
+            .pool
+            .run("proclaim", true, move |mut c| {
+                let txn = Txn::new()
+                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
+                    .and_then([TxnOp::put(
+                        k.clone(),
+                        value.clone(),
+                        Some(PutOptions::new().with_ignore_lease()),
+                    )]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        if !resp.succeeded() {
+            s.state.mark_lost(LostReason::Deleted);
+            return Err(Error::lost(&s.name));
+        }
+        Ok(())
+    }
+
     async fn downgrade(&self) -> Result<GuardParts> {
         let s = &self.shared;
         let (k, rev) = (s.key.clone(), s.rev);

@@ -131,7 +131,9 @@ impl Inner {
 
     /// The key prefix of a lock (ends with `/`). A mutex uses `<root>/<encoded name>/`, the
     /// prefix Go's `concurrency.NewMutex(session, "<root>/<encoded name>")` uses; RW locks and
-    /// semaphores use `<root>/%rw/…` and `<root>/%sem/…`, which no encoded name can equal
+    /// semaphores use `<root>/%rw/…` and `<root>/%sem/…`, elections `<root>/%election/…`
+    /// (Go's `concurrency.NewElection(session, "<root>/%election/<encoded name>")`), which no
+    /// encoded name can equal
     /// (`encode_name` never leaves a `%` without two hex digits).
     pub(crate) fn prefix(&self, kind: Kind, name: &str) -> Vec<u8> {
         let enc = encode_name(name);
@@ -139,6 +141,7 @@ impl Inner {
             Kind::Mutex => format!("{}/{enc}/", self.root),
             Kind::RwLock => format!("{}/%rw/{enc}/", self.root),
             Kind::Semaphore => format!("{}/%sem/{enc}/", self.root),
+            Kind::Election => format!("{}/%election/{enc}/", self.root),
         }
         .into_bytes()
     }

@@ -4,6 +4,7 @@ mod acquire;
 mod backend;
 mod client;
 mod config;
+mod election;
 mod held;
 mod inner;
 mod mutex;

@@ -42,7 +42,7 @@ impl RawMutex for EtcdMutex {
             nw: &nw,
             kind: Kind::Mutex,
             need: Need::Exclusive,
-            value: String::new(),
+            value: Vec::new(),
         };
         acquire(&self.inner, want, req).await
     }

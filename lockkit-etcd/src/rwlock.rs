@@ -41,7 +41,7 @@ impl EtcdRwLock {
             nw: &nw,
             kind: Kind::RwLock,
             need,
-            value: value.into(),
+            value: value.as_bytes().to_vec(),
         };
         acquire(&self.inner, want, req).await
     }

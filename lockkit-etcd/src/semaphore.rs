@@ -47,7 +47,7 @@ impl RawSemaphore for EtcdSemaphore {
                 n,
                 total: self.permits,
             },
-            value: n.to_string(),
+            value: n.to_string().into_bytes(),
         };
         acquire(&self.inner, want, req).await
     }

@@ -28,8 +28,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, WatchOptions};
-use lockkit_core::spi::StateCell;
-use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
+use lockkit_core::spi::{LeaderFeed, StateCell};
+use lockkit_core::{
+    Backoff, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LostReason, Result,
+};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -66,6 +68,9 @@ pub(crate) enum Kind {
     RwLock,
     /// Value: the number of permits the key holds.
     Semaphore,
+    /// Every key is a candidate, the first one leads (Go's `concurrency.Election`); its value
+    /// is what the candidate proclaims.
+    Election,
 }
 
 /// What one key on a prefix stands for.
@@ -80,7 +85,7 @@ pub(crate) struct Entry {
 impl Kind {
     pub(crate) fn entry(self, value: &[u8]) -> Entry {
         match self {
-            Kind::Mutex => Entry {
+            Kind::Mutex | Kind::Election => Entry {
                 exclusive: true,
                 weight: 1,
             },
@@ -139,6 +144,10 @@ pub(crate) struct Mirror {
     order: BTreeMap<i64, Entry>,
     waiters: HashMap<i64, (Arc<Notify>, Need)>,
     holders: HashMap<i64, StateCell>,
+    /// An election's candidates' values, by create revision.
+    values: HashMap<i64, Vec<u8>>,
+    /// An election's observers.
+    observers: Vec<LeaderFeed>,
 }
 
 impl Mirror {
@@ -151,6 +160,31 @@ impl Mirror {
             order: BTreeMap::new(),
             waiters: HashMap::new(),
             holders: HashMap::new(),
+            values: HashMap::new(),
+            observers: Vec::new(),
+        }
+    }
+
+    /// An election's leader as the mirror shows it: the first key, its value and its create
+    /// revision as the term. `None` while the mirror is not in step with the server.
+    fn leader(&self) -> Option<Option<Leader>> {
+        if !self.synced {
+            return None;
+        }
+        let first = self.order.keys().next().map(|rev| {
+            let value = self.values.get(rev).cloned().unwrap_or_default();
+            Leader::new(value, FencingToken(*rev as u64))
+        });
+        Some(first)
+    }
+
+    /// Tells an election's observers its leader, if it changed.
+    fn announce(&mut self) {
+        if self.observers.is_empty() {
+            return;
+        }
+        if let Some(leader) = self.leader() {
+            self.observers.retain_mut(|f| f.send(leader.clone()));
         }
     }
 
@@ -171,6 +205,7 @@ impl Mirror {
     fn reset(&mut self, rev: i64, kvs: Vec<etcd_client::KeyValue>) {
         self.keys.clear();
         self.order.clear();
+        self.values.clear();
         for kv in kvs {
             self.put(kv.key(), kv.create_revision(), kv.value());
         }
@@ -181,13 +216,18 @@ impl Mirror {
     fn put(&mut self, key: &[u8], create_rev: i64, value: &[u8]) {
         if let Some(old) = self.keys.insert(key.to_vec(), create_rev) {
             self.order.remove(&old);
+            self.values.remove(&old);
         }
         self.order.insert(create_rev, self.kind.entry(value));
+        if self.kind == Kind::Election {
+            self.values.insert(create_rev, value.to_vec());
+        }
     }
 
     fn delete(&mut self, key: &[u8]) {
         if let Some(old) = self.keys.remove(key) {
             self.order.remove(&old);
+            self.values.remove(&old);
         }
     }
 
@@ -271,6 +311,8 @@ impl NameWatch {
         for (_, cell) in m.holders.drain() {
             cell.mark_lost(LostReason::Closed);
         }
+        // Their streams end.
+        m.observers.clear();
         for (n, _) in m.waiters.values() {
             n.notify_one();
         }
@@ -347,6 +389,19 @@ impl NameWatch {
             return;
         }
         m.holders.insert(rev, cell.clone());
+    }
+
+    /// Every change of an election's leader from now on, the current one first (once the
+    /// mirror is in step with the server; every new life of the watch sends the state it
+    /// finds, so a stream survives a broken watch and ends on the current state).
+    pub(crate) fn observe(&self) -> LeaderChanges {
+        let (mut feed, changes) = LeaderFeed::channel();
+        let mut m = self.mirror();
+        if let Some(leader) = m.leader() {
+            feed.send(leader);
+        }
+        m.observers.push(feed);
+        changes
     }
 
     pub(crate) fn remove_holder(&self, rev: i64) {
@@ -496,6 +551,7 @@ async fn session_of_watch(
         let mut m = n.mirror();
         m.reset(base, kvs);
         m.settle();
+        m.announce();
         drop(m);
         n.ready.send_replace(Readiness::Ready);
         for (key, rev) in strays {
@@ -573,6 +629,8 @@ async fn session_of_watch(
             if kv.mod_revision() > m.seen_rev {
                 m.seen_rev = kv.mod_revision();
             }
+            // Every change, in order: one response may carry several.
+            m.announce();
         }
         m.settle();
         drop(m);

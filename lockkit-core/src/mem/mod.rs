@@ -313,7 +313,7 @@ impl RawElection for MemElection {
         Ok(self.engine.leader(&self.key))
     }
 
-    fn observe(&self) -> Result<LeaderChanges> {
+    async fn observe(&self) -> Result<LeaderChanges> {
         Ok(self.engine.observe(&self.key))
     }
 }

@@ -151,5 +151,5 @@ pub trait RawElection: Send + Sync {
     async fn leader(&self) -> Result<Option<Leader>>;
 
     /// Every change of leader from now on, the current leader first.
-    fn observe(&self) -> Result<LeaderChanges>;
+    async fn observe(&self) -> Result<LeaderChanges>;
 }

@@ -70,7 +70,7 @@ pub async fn election_leader_and_observers_follow_every_change(locks: &Locks) {
         return;
     };
     let b = locks.election(&n).unwrap();
-    let mut changes = a.observe().unwrap();
+    let mut changes = a.observe().await.unwrap();
     assert_eq!(next(&mut changes).await, None, "nobody leads yet");
     assert_eq!(a.leader().await.unwrap(), None);
 
@@ -92,7 +92,7 @@ pub async fn election_leader_and_observers_follow_every_change(locks: &Locks) {
         .unwrap();
     assert!(lead_b.term() > seen.term(), "the term rises");
     // A late observer starts from the current leader.
-    let mut late = b.observe().unwrap();
+    let mut late = b.observe().await.unwrap();
     let now = next(&mut late).await.expect("b leads");
     assert_eq!((now.value(), now.term()), (&b"b"[..], lead_b.term()));
     let mut last = next(&mut changes).await;
