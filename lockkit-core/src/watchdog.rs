@@ -66,7 +66,8 @@ pub trait Renew<E>: Send + Sync + 'static {
     fn group(&self, entry: &E) -> Self::Group;
 
     /// Renews one batch (at most [`BATCH`] of one group) within `limit`: an answer per
-    /// ownership in order, or `None` if the round trip failed or did not answer within
+    /// ownership in order (an ownership the reply has no answer for counts as
+    /// [`Gone`](Renewed::Gone)), or `None` if the round trip failed or did not answer within
     /// `limit`.
     async fn renew(&self, batch: &[Due<E>], limit: Duration) -> Option<Vec<Renewed>>;
 
@@ -79,7 +80,8 @@ pub trait Renew<E>: Send + Sync + 'static {
 pub struct Watched<E> {
     /// The lock's name, for events.
     pub name: Arc<str>,
-    /// Taken before the request that set its expiry on the server was sent.
+    /// Taken before the request that set its expiry on the server was sent (for a hand-off:
+    /// before the waiter's last attempt that found the lock busy; the hand-off came after it).
     pub sent_at: Instant,
     /// The expiry that request set: the lease, or a shorter one (a hand-off's) until the first
     /// renewal.
@@ -122,7 +124,7 @@ impl<E> fmt::Debug for Watchdog<E> {
     }
 }
 
-impl<E: Clone + Send + 'static> Watchdog<E> {
+impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
     /// An empty watchdog; `backend` names it in events and metrics.
     pub fn new(backend: &'static str) -> Self {
         Watchdog {
@@ -247,6 +249,7 @@ impl<E: Clone + Send + 'static> Watchdog<E> {
                 tracing::warn!(
                     backend = self.backend,
                     lock = &*e.name,
+                    entry = ?e.entry,
                     "lockkit: lease deadline passed without renewal"
                 );
             }
@@ -290,8 +293,13 @@ impl<E: Clone + Send + 'static> Watchdog<E> {
                 }
                 None | Some(Some(Renewed::Unsure)) => {
                     e.state.mark_suspect();
-                    let retry =
-                        (due.lease / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
+                    // Paced by the window the server set last (a hand-off's is shorter than
+                    // the lease), and always early enough for another try before the deadline.
+                    let mut retry =
+                        (e.window / 10).clamp(Duration::from_millis(20), Duration::from_secs(1));
+                    if let Some(deadline) = e.state.clock().deadline() {
+                        retry = retry.min(deadline.saturating_duration_since(now) / 2);
+                    }
                     e.next_due = now + retry;
                     e.early = Duration::ZERO;
                 }
@@ -301,6 +309,7 @@ impl<E: Clone + Send + 'static> Watchdog<E> {
                     tracing::warn!(
                         backend = self.backend,
                         lock = &*e.name,
+                        entry = ?e.entry,
                         "lockkit: lock gone or taken over at renewal"
                     );
                     entries.remove(&due.id);
@@ -363,6 +372,7 @@ impl<E: Clone + Send + 'static> Watchdog<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::LeaseClock;
     use crate::state::LockState;
     use std::sync::Mutex as StdMutex;
 
@@ -482,6 +492,39 @@ mod tests {
         *run.answer.lock().unwrap() = Some(Renewed::Yes);
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert_eq!(state.get(), LockState::Held);
+    }
+
+    /// A hand-off's short first window (3 s of a 30 s lease): a failed first renewal is tried
+    /// again before the deadline, not a tenth of the lease later (past it).
+    #[tokio::test(start_paused = true)]
+    async fn a_handoff_whose_first_renewal_fails_is_retried_in_its_window() {
+        let run = Run::start();
+        let now = Instant::now();
+        let (lease, window) = (Duration::from_secs(30), Duration::from_secs(3));
+        let state = StateCell::new(LeaseClock::starting(now, window));
+        let w = Watched {
+            name: "lock".into(),
+            sent_at: now,
+            expiry: window,
+            entry: 0,
+        };
+        run.wd.register(w, Lease::Watchdog(lease), state.clone());
+        *run.answer.lock().unwrap() = None;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        assert_eq!(
+            run.calls().len(),
+            1,
+            "the first renewal, two thirds into the window"
+        );
+        assert_eq!(state.get(), LockState::Suspect);
+        *run.answer.lock().unwrap() = Some(Renewed::Yes);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(
+            state.get(),
+            LockState::Held,
+            "retried and renewed before the deadline"
+        );
+        assert!(state.clock().remaining().unwrap() > Duration::from_secs(25));
     }
 
     #[tokio::test(start_paused = true)]
