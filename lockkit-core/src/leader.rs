@@ -129,4 +129,11 @@ impl LeaderFeed {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// A future that resolves once nobody listens any more (a backend's observer task ends
+    /// then); it does not borrow the feed.
+    pub fn on_close(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let tx = self.tx.clone();
+        async move { tx.closed().await }
+    }
 }

@@ -100,7 +100,10 @@ async fn go_leads_then_hands_over_to_lockkit() {
     let go_leader = e.leader().await.unwrap().expect("Go leads");
     assert_eq!(go_leader.value(), b"go-candidate");
     let mut changes = e.observe().await.unwrap();
-    assert_eq!(changes.next().await.unwrap().unwrap(), Some(go_leader.clone()));
+    assert_eq!(
+        changes.next().await.unwrap().unwrap(),
+        Some(go_leader.clone())
+    );
     let waited = e
         .campaign_for("lockkit", Duration::from_millis(300))
         .await
@@ -145,9 +148,18 @@ async fn lockkit_leads_then_hands_over_to_go() {
     listen.expect("lockkit-2", SOON);
 
     let mut go = Etcdctl::start(&url, &["elect", &go_prefix(&name), "go-candidate"]);
-    assert_eq!(go.line(Duration::from_millis(500)), None, "Go led while lockkit did");
+    assert_eq!(
+        go.line(Duration::from_millis(500)),
+        None,
+        "Go led while lockkit did"
+    );
     let mut changes = e.observe().await.unwrap();
-    let first = changes.next().await.unwrap().unwrap().expect("lockkit leads");
+    let first = changes
+        .next()
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("lockkit leads");
     assert_eq!(first.value(), b"lockkit-2");
 
     assert!(lead.resign().await.unwrap());

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use lockkit_core::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
     encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockEntry, LockInfo, Primitive,
     Result, Support, WaiterInfo,
@@ -13,7 +13,7 @@ use lockkit_core::{
 
 use crate::config::KIND;
 use crate::sessions::Sessions;
-use crate::{mutex, node, ops, queue, rwlock, semaphore};
+use crate::{election, mutex, node, ops, queue, rwlock, semaphore};
 
 /// The ZooKeeper backend behind a [`Locks`](lockkit_core::Locks) handle. Its sessions close when the last handle,
 /// lock and guard made from it is dropped.
@@ -32,7 +32,8 @@ pub(crate) fn dir(sessions: &Sessions, kind: &str, name: &str) -> String {
     format!("{}/{}", kind_root(sessions, kind), encode_name(name))
 }
 
-/// The directory holding every lock directory of one primitive (`mutex`, `rwlock`, `semaphore`).
+/// The directory holding every lock directory of one primitive (`mutex`, `rwlock`, `semaphore`,
+/// `election`).
 fn kind_root(sessions: &Sessions, kind: &str) -> String {
     format!("{}/{kind}", sessions.default().cfg.root)
 }
@@ -68,6 +69,7 @@ impl Backend for ZkBackend {
         Capabilities::new(support)
             .with_rwlock(support)
             .with_semaphore(support)
+            .with_election(support)
             .list(true)
     }
 
@@ -104,6 +106,14 @@ impl Backend for ZkBackend {
         }))
     }
 
+    fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
+        Ok(Box::new(election::ZkElection {
+            sessions: self.sessions.clone(),
+            name: name.to_string(),
+            dir: self.dir("election", name),
+        }))
+    }
+
     async fn close(&self) -> Result<()> {
         self.sessions.close().await
     }
@@ -125,6 +135,7 @@ impl Backend for ZkBackend {
                 Primitive::Semaphore,
                 &["/leases", "/locks"][..],
             ),
+            ("election", Primitive::Election, &[""][..]),
         ] {
             let root = kind_root(&self.sessions, kind);
             for child in ops::list_or_empty(&client, &root, limit).await? {
@@ -154,6 +165,7 @@ impl Backend for ZkBackend {
                 format!("{}/leases", self.semaphore_path(name)),
                 &[node::LEASE_MARKER],
             ),
+            Primitive::Election => (self.dir("election", name), &[node::LATCH_MARKER]),
             _ => return Err(lockkit_core::Error::unsupported("unknown primitive")),
         };
         let session = self.sessions.default();

@@ -12,7 +12,7 @@ use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::ops::delete_node;
-use crate::queue::{Node, Unclaimed};
+use crate::queue::{Node, Unclaimed, NODE_DATA};
 use crate::session::Session;
 
 /// For write locks: what a downgrade needs.
@@ -266,6 +266,24 @@ impl Held for ZkHeld {
         }
     }
 
+    /// A leader's new value: the data of its node, only while the node is there.
+    async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let limit = self.session.cfg.command_timeout;
+        let path = &self.paths[0];
+        let set = crate::ops::retry(limit, "set data", || async {
+            match self.client.set_data(path, value, None).await {
+                Err(zk::Error::NoNode) => Ok(None),
+                other => other.map(Some),
+            }
+        })
+        .await?;
+        if set.is_none() {
+            self.state.mark_lost(LostReason::Deleted);
+            return Err(Error::lost(&self.name));
+        }
+        Ok(())
+    }
+
     async fn downgrade(&self) -> Result<GuardParts> {
         let Some(write) = &self.write else {
             return Err(Error::unsupported("only a write lock can be downgraded"));
@@ -297,7 +315,7 @@ impl Held for ZkHeld {
         let mut multi = self.client.new_multi_writer();
         multi
             .add_delete(path, None)
-            .and_then(|_| multi.add_create(&read_path, b"lockkit", &options))
+            .and_then(|_| multi.add_create(&read_path, NODE_DATA, &options))
             .map_err(|e| map(e, "downgrade"))?;
         // The deletion of our write node is ours: its watch must not report it as a loss (the
         // notification comes before the multi's reply).

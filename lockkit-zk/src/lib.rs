@@ -2,6 +2,7 @@
 
 mod backend;
 mod config;
+mod election;
 mod error;
 mod held;
 mod mutex;

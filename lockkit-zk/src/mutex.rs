@@ -9,7 +9,7 @@ use lockkit_core::Result;
 
 use crate::held;
 use crate::node::MUTEX_MARKER;
-use crate::queue::{self, Rule, Spec};
+use crate::queue::{self, Rule, Spec, NODE_DATA};
 use crate::session::Session;
 use crate::sessions::Sessions;
 
@@ -29,6 +29,7 @@ impl ZkMutex {
             marker: MUTEX_MARKER,
             markers: MARKERS,
             rule: Rule::Exclusive,
+            data: NODE_DATA,
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! A participant node is `_c_<uuid>-<marker><sequence>`: `_c_<uuid>-` is Curator's protection
 //! prefix (so a create retried after a connection loss can find the node it may already have
-//! made), the marker says what the node is (`lock-`, `__READ__`, `__WRIT__`, `lease-`), and the
+//! made), the marker says what the node is (`lock-`, `__READ__`, `__WRIT__`, `lease-`, `latch-`), and the
 //! sequence is ZooKeeper's ten-digit counter of the parent, which is a signed 32-bit number that
 //! wraps to negative values after 2^31 - 1.
 
@@ -16,6 +16,8 @@ pub const READ_MARKER: &str = "__READ__";
 pub const WRITE_MARKER: &str = "__WRIT__";
 /// Semaphore lease node marker (Curator's InterProcessSemaphoreV2 uses the same).
 pub const LEASE_MARKER: &str = "lease-";
+/// Curator's LeaderLatch candidate node marker.
+pub const LATCH_MARKER: &str = "latch-";
 
 /// The protection prefix of a node created with `uuid`: `_c_<uuid>-`.
 pub fn protected_prefix(uuid: &uuid::Uuid) -> String {

@@ -23,13 +23,18 @@ pub(crate) enum Rule {
     Shared,
 }
 
-/// One queue: a directory, the markers of its participants, our marker and the rule.
+/// What a lock's node holds (Curator's recipes write their client's address; nothing reads it).
+pub(crate) const NODE_DATA: &[u8] = b"lockkit";
+
+/// One queue: a directory, the markers of its participants, our marker, the rule, and what
+/// our node holds (an election candidate's value).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Spec<'a> {
     pub dir: &'a str,
     pub marker: &'static str,
     pub markers: &'static [&'static str],
     pub rule: Rule,
+    pub data: &'a [u8],
 }
 
 /// A node of ours that holds its place.
@@ -167,6 +172,7 @@ pub(crate) async fn create(
     cleanup: &mut Cleanup,
     dir: &str,
     marker: &str,
+    data: &[u8],
 ) -> Result<(Node, Vec<String>)> {
     let prefix = format!("{}{marker}", node::protected_prefix(&uuid::Uuid::new_v4()));
     let full = format!("{dir}/{prefix}");
@@ -178,7 +184,7 @@ pub(crate) async fn create(
     let mut made_dir = 0;
     let mut lost_reply = TRANSIENT.start();
     loop {
-        let created = client.create(&full, b"lockkit", &options);
+        let created = client.create(&full, data, &options);
         let listed = client.list_children(dir);
         let (stat, name) = match created.await {
             Ok((stat, seq)) => (stat, format!("{prefix}{seq}")),
@@ -395,6 +401,7 @@ impl Queue for ZkQueue<'_> {
             c.cleanup(),
             self.spec.dir,
             self.spec.marker,
+            self.spec.data,
         )
         .await?;
         c.node = Some(node);
@@ -508,6 +515,7 @@ mod tests {
             marker: MUTEX_MARKER,
             markers: &[MUTEX_MARKER],
             rule: Rule::Exclusive,
+            data: NODE_DATA,
         };
         let c = v(&[
             "_c_a-lock-0000000003",
@@ -526,6 +534,7 @@ mod tests {
             marker: READ_MARKER,
             markers: &[READ_MARKER, WRITE_MARKER],
             rule: Rule::Shared,
+            data: NODE_DATA,
         };
         let w = Spec {
             marker: WRITE_MARKER,

@@ -10,7 +10,7 @@ use lockkit_core::Result;
 use crate::held::{self, WriteInfo};
 use crate::mutex::force_delete;
 use crate::node::{Participant, READ_MARKER, WRITE_MARKER};
-use crate::queue::{self, Node, Rule, Spec};
+use crate::queue::{self, Node, Rule, Spec, NODE_DATA};
 use crate::session::Session;
 use crate::sessions::Sessions;
 
@@ -39,6 +39,7 @@ impl ZkRwLock {
             marker,
             markers: MARKERS,
             rule,
+            data: NODE_DATA,
         };
         queue::contend(session, &spec, req).await
     }

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use crate::held;
 use crate::node::{self, LEASE_MARKER, MUTEX_MARKER};
-use crate::queue::{self, Node, Rule, Spec, ZkQueue};
+use crate::queue::{self, Node, Rule, Spec, ZkQueue, NODE_DATA};
 use crate::sessions::Sessions;
 
 #[derive(Debug)]
@@ -76,6 +76,7 @@ impl ZkSemaphore {
                     marker: MUTEX_MARKER,
                     markers: crate::mutex::MARKERS,
                     rule: Rule::Exclusive,
+                    data: NODE_DATA,
                 },
             },
             leases_dir: &leases_dir,
@@ -120,8 +121,15 @@ impl SemQueue<'_> {
         if c.leases.is_empty() {
             for _ in 0..self.n {
                 let cleanup = c.entry.cleanup();
-                let (lease, _) =
-                    queue::create(session, &client, cleanup, self.leases_dir, LEASE_MARKER).await?;
+                let (lease, _) = queue::create(
+                    session,
+                    &client,
+                    cleanup,
+                    self.leases_dir,
+                    LEASE_MARKER,
+                    NODE_DATA,
+                )
+                .await?;
                 c.leases.push(lease);
             }
         }

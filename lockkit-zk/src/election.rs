@@ -1,0 +1,148 @@
+//! Leader election in Curator's `LeaderLatch` layout: candidates are protected ephemeral
+//! sequential nodes `_c_<uuid>-latch-<seq>` in `<root>/election/<encoded name>`, whose data is
+//! the candidate's participant id (here: its value); the first in sequence order leads. A
+//! lockkit candidate campaigns through the same queue as the mutex, so it leads only as the
+//! first node *of its own live session* (the check Curator added in 5.7, CURATOR-696), and its
+//! leadership turns Lost when its node is deleted or its session ends, which neither Curator
+//! nor Go does. The term is the leader node's creation zxid.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lockkit_core::spi::{GuardParts, LeaderFeed, RawElection, Request};
+use lockkit_core::{Backoff, ErrorKind, FencingToken, Leader, LeaderChanges, Result};
+use zookeeper_client as zk;
+
+use crate::error::map;
+use crate::held;
+use crate::node::{self, LATCH_MARKER};
+use crate::ops::list_or_empty;
+use crate::queue::{self, Rule, Spec};
+use crate::session::Session;
+use crate::sessions::Sessions;
+
+const MARKERS: &[&str] = &[LATCH_MARKER];
+
+#[derive(Debug)]
+pub(crate) struct ZkElection {
+    pub sessions: Arc<Sessions>,
+    pub name: String,
+    pub dir: String,
+}
+
+#[async_trait]
+impl RawElection for ZkElection {
+    async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
+        let session = self.sessions.for_lease(req.lease().duration()).await?;
+        let spec = Spec {
+            dir: &self.dir,
+            marker: LATCH_MARKER,
+            markers: MARKERS,
+            rule: Rule::Exclusive,
+            data: value,
+        };
+        let Some(node) = queue::contend(&session, &spec, req).await? else {
+            return Ok(None);
+        };
+        let parts = held::parts(&session, &self.name, vec![node], req.lease(), None);
+        Ok(Some(parts))
+    }
+
+    async fn leader(&self) -> Result<Option<Leader>> {
+        let session = self.sessions.default();
+        let client = session.client()?;
+        let limit = session.cfg.command_timeout;
+        loop {
+            let children = list_or_empty(&client, &self.dir, limit).await?;
+            let Some(first) = node::sorted(&children, MARKERS, None).into_iter().next() else {
+                return Ok(None);
+            };
+            let path = format!("{}/{}", self.dir, first.name);
+            match client.get_data(&path).await {
+                Ok((data, stat)) => return Ok(Some(leader_of(data, &stat))),
+                // It left between the listing and the read: look again.
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(map(e, "read the election's leader")),
+            }
+        }
+    }
+
+    async fn observe(&self) -> Result<LeaderChanges> {
+        let session = self.sessions.default().clone();
+        session.client()?;
+        let (feed, changes) = LeaderFeed::channel();
+        tokio::spawn(follow(session, self.dir.clone(), feed));
+        Ok(changes)
+    }
+}
+
+fn leader_of(data: Vec<u8>, stat: &zk::Stat) -> Leader {
+    Leader::new(data, FencingToken(u64::try_from(stat.czxid).unwrap_or(0)))
+}
+
+/// Follows `dir`'s leader for `feed` with watches only: the directory's children (a candidate
+/// comes or goes) and the leader node's data (a proclamation). Every change is sent; after a
+/// failure or a new session the state is read again and sent if it changed. Ends when nobody
+/// listens or the handle is closed.
+async fn follow(session: Arc<Session>, dir: String, mut feed: LeaderFeed) {
+    let mut retry_pause = Backoff::WATCH.start();
+    let closed = feed.on_close();
+    tokio::pin!(closed);
+    loop {
+        let step = tokio::select! {
+            step = look(&session, &dir, &mut feed) => step,
+            () = &mut closed => return,
+        };
+        match step {
+            Ok(()) => retry_pause.reset(),
+            Err(e) if e.kind() == ErrorKind::Closed => return,
+            Err(e) => {
+                if !feed.fail(e) {
+                    return;
+                }
+                tokio::select! {
+                    () = retry_pause.wait() => {}
+                    () = &mut closed => return,
+                }
+            }
+        }
+    }
+}
+
+/// One look: sends the leader as it is now, then waits for a watch on it to fire.
+async fn look(session: &Session, dir: &str, feed: &mut LeaderFeed) -> Result<()> {
+    let client = session.client()?;
+    let (children, children_changed) = match client.list_and_watch_children(dir).await {
+        Ok(r) => r,
+        Err(zk::Error::NoNode) => {
+            // No candidate ever: wait for the directory to appear.
+            feed.send(None);
+            let (_, created) = client
+                .check_and_watch_stat(dir)
+                .await
+                .map_err(|e| map(e, "watch the election"))?;
+            created.changed().await;
+            return Ok(());
+        }
+        Err(e) => return Err(map(e, "watch the election")),
+    };
+    let Some(first) = node::sorted(&children, MARKERS, None).into_iter().next() else {
+        feed.send(None);
+        children_changed.changed().await;
+        return Ok(());
+    };
+    let path = format!("{dir}/{}", first.name);
+    match client.get_and_watch_data(&path).await {
+        Ok((data, stat, data_changed)) => {
+            feed.send(Some(leader_of(data, &stat)));
+            tokio::select! {
+                _ = children_changed.changed() => {}
+                _ = data_changed.changed() => {}
+            }
+        }
+        // It left between the listing and the read: its deletion fired the children watch.
+        Err(zk::Error::NoNode) => {}
+        Err(e) => return Err(map(e, "watch the election's leader")),
+    }
+    Ok(())
+}
