@@ -1,9 +1,11 @@
 //! The lockkit side of the Curator interop test (`scripts/test.d/30-curator-interop.sh`).
 //!
 //! ```text
-//! interop_peer path  URL NAME             print the ZooKeeper paths of mutex and rwlock NAME
+//! interop_peer path  URL NAME             print the ZooKeeper paths of mutex, rwlock and
+//!                                         election NAME
 //! interop_peer mutex URL NAME ITERATIONS DIR
 //! interop_peer rw    URL NAME ITERATIONS DIR
+//! interop_peer latch URL NAME ITERATIONS DIR  lead election NAME (Curator's LeaderLatch)
 //! ```
 //!
 //! The overlap detector is shared with the Java side (interop/curator): an exclusive holder
@@ -61,6 +63,7 @@ async fn main() -> lockkit_core::Result<()> {
     if mode == "path" {
         println!("{}", backend.mutex_path(name));
         println!("{}", backend.rwlock_path(name));
+        println!("{}", backend.election_path(name));
         return Ok(());
     }
     let iterations: usize = args[3].parse().expect("ITERATIONS");
@@ -69,6 +72,7 @@ async fn main() -> lockkit_core::Result<()> {
     let wait = AcquireOptions::new().wait(Duration::from_secs(30));
     let mutex = backend.mutex(name)?;
     let rw = backend.rwlock(name)?;
+    let election = backend.election(name)?;
     // Start together, so the two sides really contend.
     std::fs::write(dir.join("ready-lockkit"), b"").unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(60);
@@ -79,8 +83,27 @@ async fn main() -> lockkit_core::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    for _ in 0..iterations {
-        if mode == "rw" {
+    for i in 0..iterations {
+        if mode == "latch" {
+            let me = format!("lockkit-{i}");
+            let lead = election
+                .campaign_with(me.clone(), &wait)
+                .await?
+                .expect("leadership within 30 s");
+            enter_exclusive(&dir);
+            let named = election.leader().await?.expect("a leader");
+            assert_eq!(
+                named.value_str(),
+                me,
+                "OVERLAP: lockkit leads but the election names another"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            exit_exclusive(&dir);
+            assert!(
+                lead.resign().await?,
+                "lockkit lost leadership while leading"
+            );
+        } else if mode == "rw" {
             let w = rw.write(&wait).await?.expect("write lock within 30 s");
             enter_exclusive(&dir);
             tokio::time::sleep(Duration::from_millis(2)).await;

@@ -121,6 +121,12 @@ impl ZkLocks {
         self.dir("rwlock", name)
     }
 
+    /// The absolute path of the election `name`, for Curator's `LeaderLatch` (participant id:
+    /// the candidate's value).
+    pub fn election_path(&self, name: &str) -> String {
+        self.dir("election", name)
+    }
+
     /// The absolute path of the semaphore `name` (Curator's `InterProcessSemaphoreV2` layout).
     pub fn semaphore_path(&self, name: &str) -> String {
         self.dir("semaphore", name)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock (Java, from
-# interop/curator) and lockkit's ZooKeeper mutex / RW lock contend for the same paths. Passes when
+# Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock / LeaderLatch
+# (Java, from interop/curator) and lockkit's ZooKeeper mutex / RW lock / election contend for the
+# same paths. Passes when
 # neither side ever sees the other inside (marker files), both finish, and the lock changes hands
 # between the two sides often (each wakes when the other releases).
 set -euo pipefail
@@ -56,3 +57,4 @@ NAME="shared-$RANDOM"
 mapfile -t PATHS < <("$PEER" path "$URL" "$NAME")
 run_mode mutex "$NAME" "${PATHS[0]}"
 run_mode rw "$NAME" "${PATHS[1]}"
+run_mode latch "$NAME" "${PATHS[2]}"

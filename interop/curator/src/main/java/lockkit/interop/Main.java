@@ -15,6 +15,7 @@ import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -26,6 +27,8 @@ import org.apache.curator.retry.ExponentialBackoffRetry;
  * <pre>
  *   mutex CONNECT PATH ITERATIONS DIR   contend with InterProcessMutex; overlap markers in DIR
  *   rw    CONNECT PATH ITERATIONS DIR   InterProcessReadWriteLock, alternating write and read
+ *   latch CONNECT PATH ITERATIONS DIR   LeaderLatch: lead (exclusive markers), check that the
+ *                                       latch names this candidate as leader, then close
  *   bench-uncontended CONNECT PATH SECONDS
  *   bench-contended   CONNECT PATH CLIENTS TOTAL
  * </pre>
@@ -40,6 +43,7 @@ public final class Main {
         switch (args[0]) {
             case "mutex" -> contend(args, false);
             case "rw" -> contend(args, true);
+            case "latch" -> latch(args);
             case "bench-uncontended" -> benchUncontended(args[1], args[2], Double.parseDouble(args[3]));
             case "bench-contended" -> benchContended(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
             default -> throw new IllegalArgumentException("unknown mode " + args[0]);
@@ -121,6 +125,43 @@ public final class Main {
                     Files.delete(me);
                     read.release();
                 }
+            }
+        }
+        System.out.println("curator done " + iterations);
+    }
+
+    static void waitForPeer(Path dir) throws Exception {
+        Files.writeString(dir.resolve("ready-curator"), "");
+        long until = System.nanoTime() + 60_000_000_000L;
+        while (!Files.exists(dir.resolve("ready-lockkit"))) {
+            if (System.nanoTime() > until) throw new IllegalStateException("lockkit side never started");
+            Thread.sleep(5);
+        }
+    }
+
+    /** Leads ITERATIONS times through LeaderLatch, against lockkit's election on the same path. */
+    static void latch(String[] args) throws Exception {
+        String connect = args[1], path = args[2];
+        int iterations = Integer.parseInt(args[3]);
+        Path dir = Path.of(args[4]);
+        Files.createDirectories(dir.resolve("readers"));
+        try (CuratorFramework c = client(connect)) {
+            waitForPeer(dir);
+            for (int i = 0; i < iterations; i++) {
+                String id = "curator-" + i;
+                LeaderLatch latch = new LeaderLatch(c, path, id);
+                latch.start();
+                if (!latch.await(30, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("curator did not lead within 30 s");
+                }
+                enterExclusive(dir);
+                String named = latch.getLeader().getId();
+                if (!named.equals(id)) {
+                    throw new IllegalStateException("OVERLAP: curator leads but the latch names " + named);
+                }
+                Thread.sleep(2);
+                exitExclusive(dir);
+                latch.close();
             }
         }
         System.out.println("curator done " + iterations);
