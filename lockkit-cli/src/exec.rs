@@ -21,11 +21,11 @@ use stop::Stop;
 #[derive(Debug, Args)]
 pub(crate) struct ExecArgs {
     /// The lock name.
-    name: String,
+    pub(crate) name: String,
 
     /// How long to wait for a busy lock (`0` = fail at once with exit code 75). Default: forever.
     #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
-    wait: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
 
     /// Watchdog lease: renewed while lockkit runs, so a crashed lockkit frees the lock after it.
     #[arg(
@@ -35,23 +35,23 @@ pub(crate) struct ExecArgs {
         conflicts_with = "fixed_lease",
         allow_hyphen_values = true
     )]
-    lease: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
 
     /// Fixed lease, not renewed: the command is stopped before it runs out (see --kill-after).
     #[arg(long, value_parser = duration::lease, value_name = "DURATION", allow_hyphen_values = true)]
-    fixed_lease: Option<Duration>,
+    pub(crate) fixed_lease: Option<Duration>,
 
     /// Take the read (shared) side of the RW lock NAME.
     #[arg(long, conflicts_with_all = ["write", "semaphore"])]
-    shared: bool,
+    pub(crate) shared: bool,
 
     /// Take the write (exclusive) side of the RW lock NAME (excludes --shared holders).
     #[arg(long, conflicts_with = "semaphore")]
-    write: bool,
+    pub(crate) write: bool,
 
     /// Take one permit of the semaphore NAME with N permits in total.
     #[arg(long, value_name = "N")]
-    semaphore: Option<u32>,
+    pub(crate) semaphore: Option<u32>,
 
     /// How long the command gets between SIGTERM and SIGKILL when its lock is lost or at risk.
     /// SIGKILL goes out 100ms (a tenth of the lease if shorter) before the lease's deadline at
@@ -61,11 +61,11 @@ pub(crate) struct ExecArgs {
     /// a server may make shorter than the one asked for: the lock is then released unused).
     /// Default: 10s, or a third of the lease if shorter.
     #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
-    kill_after: Option<Duration>,
+    pub(crate) kill_after: Option<Duration>,
 
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 impl ExecArgs {
@@ -115,6 +115,12 @@ fn send(pid: Option<u32>, sig: Signal) {
 }
 
 pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
+    run_as(target, args, None).await
+}
+
+/// `exec`, or with `leader` (the value to campaign with) `elect`: the command runs while this
+/// process leads the election NAME, with `LOCKKIT_TERM` in its environment.
+pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<String>) -> u8 {
     let (cfg, locks) = match target.connect_with_lease(args.lease).await {
         Ok(c) => c,
         Err(code) => return code,
@@ -130,10 +136,16 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
         complain(e);
         return code::USAGE;
     }
-    let lock = match AnyLock::new(&locks, &args.name, kind, permits) {
+    let is_leader = leader.is_some();
+    let made = match leader {
+        Some(value) => AnyLock::leader(&locks, &args.name, value),
+        None => AnyLock::new(&locks, &args.name, kind, permits),
+    };
+    let what = if is_leader { "election" } else { "lock" };
+    let lock = match made {
         Ok(l) => l,
         Err(e) => {
-            complain(format!("lock {:?}: {e}", args.name));
+            complain(format!("{what} {:?}: {e}", args.name));
             return error_code(&e);
         }
     };
@@ -205,8 +217,11 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
     let spawned = crate::child::command(&args.command).and_then(|mut cmd| {
         cmd.env("LOCKKIT_FENCING_TOKEN", guard.token().0.to_string())
             .env("LOCKKIT_LOCK_NAME", &args.name)
-            .kill_on_drop(false)
-            .spawn()
+            .kill_on_drop(false);
+        if is_leader {
+            cmd.env("LOCKKIT_TERM", guard.token().0.to_string());
+        }
+        cmd.spawn()
     });
     let mut child = match spawned {
         Ok(c) => c,

@@ -1,8 +1,8 @@
-//! One guard type over the four primitives `exec` and `bench` can hold.
+//! One guard type over the primitives `exec`, `elect` and `bench` can hold.
 
 use lockkit::{
-    AcquireOptions, FencingToken, LockGuard, Lost, Mutex, Permit, ReadGuard, Result, RwLock,
-    Semaphore, WriteGuard,
+    AcquireOptions, Election, FencingToken, Leadership, LockGuard, Lost, Mutex, Permit, ReadGuard,
+    Result, RwLock, Semaphore, WriteGuard,
 };
 
 /// How to hold a name.
@@ -14,13 +14,14 @@ pub(crate) enum HoldKind {
     Permit,
 }
 
-/// A lock handle of any primitive.
+/// A lock handle of any primitive, or an election with the value to campaign with.
 #[derive(Clone, Debug)]
 pub(crate) enum AnyLock {
     Mutex(Mutex),
     Read(RwLock),
     Write(RwLock),
     Permit(Semaphore),
+    Leader(Election, String),
 }
 
 impl AnyLock {
@@ -39,13 +40,22 @@ impl AnyLock {
         })
     }
 
-    /// One acquire; `Ok(None)` when the wait ran out.
+    /// The election `name`, to campaign in with `value`.
+    pub(crate) fn leader(locks: &lockkit::Locks, name: &str, value: String) -> Result<Self> {
+        Ok(AnyLock::Leader(locks.election(name)?, value))
+    }
+
+    /// One acquire (a campaign); `Ok(None)` when the wait ran out.
     pub(crate) async fn acquire(&self, opts: &AcquireOptions) -> Result<Option<AnyGuard>> {
         Ok(match self {
             AnyLock::Mutex(l) => l.acquire(opts).await?.map(AnyGuard::Mutex),
             AnyLock::Read(l) => l.read(opts).await?.map(AnyGuard::Read),
             AnyLock::Write(l) => l.write(opts).await?.map(AnyGuard::Write),
             AnyLock::Permit(s) => s.acquire(1, opts).await?.map(AnyGuard::Permit),
+            AnyLock::Leader(e, v) => e
+                .campaign_with(v.as_bytes(), opts)
+                .await?
+                .map(AnyGuard::Leader),
         })
     }
 }
@@ -57,6 +67,7 @@ pub(crate) enum AnyGuard {
     Read(ReadGuard),
     Write(WriteGuard),
     Permit(Permit),
+    Leader(Leadership),
 }
 
 macro_rules! each {
@@ -66,6 +77,7 @@ macro_rules! each {
             AnyGuard::Read($g) => $e,
             AnyGuard::Write($g) => $e,
             AnyGuard::Permit($g) => $e,
+            AnyGuard::Leader($g) => $e,
         }
     };
 }

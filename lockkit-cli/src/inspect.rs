@@ -17,6 +17,8 @@ pub(crate) enum Kind {
     Rwlock,
     /// A semaphore.
     Semaphore,
+    /// A leader election (its leader and candidates).
+    Election,
 }
 
 fn primitive(kind: Kind) -> Primitive {
@@ -24,6 +26,7 @@ fn primitive(kind: Kind) -> Primitive {
         Kind::Mutex => Primitive::Mutex,
         Kind::Rwlock => Primitive::RwLock,
         Kind::Semaphore => Primitive::Semaphore,
+        Kind::Election => Primitive::Election,
     }
 }
 
@@ -136,6 +139,10 @@ fn confirm(question: &str) -> Result<bool, String> {
 pub(crate) async fn force_unlock(target: &Target, name: &str, kind: Kind, yes: bool) -> u8 {
     if kind == Kind::Semaphore {
         complain("semaphores cannot be force-unlocked: their permits come back when their leases run out");
+        return code::UNSUPPORTED;
+    }
+    if kind == Kind::Election {
+        complain("elections cannot be force-unlocked: a leader resigns, or loses its lease");
         return code::UNSUPPORTED;
     }
     let (cfg, locks) = match target.connect().await {

@@ -3,6 +3,7 @@
 mod bench;
 mod child;
 mod duration;
+mod elect;
 mod exec;
 mod exit;
 mod guard;
@@ -29,9 +30,9 @@ Exit codes:
           range: at most 365 days, a lease at least 100ms)
   64      invalid lock name or argument
   69      the backend does not support this operation
-  70      exec: the lock was lost, or at risk near its lease's deadline, while the command
+  70      exec, elect: the lock (the leadership) was lost, or at risk near its lease's deadline, while the command
           ran; its group got SIGTERM, then SIGKILL by the deadline (see --kill-after)
-  75      exec: the lock stayed busy for the whole --wait (e.g. --wait 0 on a held lock)
+  75      exec, elect: the lock stayed busy (another led) for the whole --wait
   126     exec: the command could not be executed
   127     exec: the command was not found";
 
@@ -70,6 +71,28 @@ enum Command {
     /// SIGKILL --kill-after later. --kill-after is at most a third of the lease.
     #[command(after_help = AFTER_HELP)]
     Exec(exec::ExecArgs),
+
+    /// Run a command only while this process leads an election: `exec` for leaders.
+    ///
+    /// Campaigns with --value (default `<host>:<pid>`), then runs the command with
+    /// LOCKKIT_TERM (the leadership's term, a fencing token) and LOCKKIT_LOCK_NAME in its
+    /// environment. Leadership lost, or at risk near its lease's deadline, stops the command as
+    /// `exec` does (exit 70); the command's exit resigns at once, so the next candidate leads.
+    #[command(after_help = AFTER_HELP)]
+    Elect(elect::ElectArgs),
+
+    /// Show an election's leader (its value and term), or follow every change with --watch.
+    #[command(after_help = AFTER_HELP)]
+    Leader {
+        /// The election's name.
+        name: String,
+        /// Print every change of leader, in order, until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON lines (`{"name", "leader": {"value", "term"} | null}`).
+        #[arg(long)]
+        json: bool,
+    },
 
     /// Show a lock's holders (owner, mode, token, remaining lease) and waiters in queue order.
     #[command(after_help = AFTER_HELP)]
@@ -139,6 +162,8 @@ async fn run(cli: Cli) -> u8 {
     let target = target::Target::new(cli.url, cli.config);
     match cli.command {
         Command::Exec(args) => exec::run(&target, args).await,
+        Command::Elect(args) => elect::run(&target, args).await,
+        Command::Leader { name, watch, json } => elect::leader(&target, &name, watch, json).await,
         Command::Inspect { name, kind, json } => inspect::inspect(&target, &name, kind, json).await,
         Command::ForceUnlock { name, kind, yes } => {
             inspect::force_unlock(&target, &name, kind, yes).await

@@ -1,4 +1,4 @@
-//! `lockkit exec` and `inspect` against the real servers named by `LOCKKIT_TEST_REDIS_URL`,
+//! `lockkit exec`, `elect`, `leader` and `inspect` against the real servers named by `LOCKKIT_TEST_REDIS_URL`,
 //! `LOCKKIT_TEST_ZK_URL` and `LOCKKIT_TEST_ETCD_URL` (see `scripts/services.sh`). A backend whose
 //! `connect` still answers `Unsupported` (not built yet) is skipped with a message; anything
 //! else must work.
@@ -73,6 +73,34 @@ async fn zk_exec() {
 #[tokio::test]
 async fn etcd_exec() {
     exec_on("etcd").await;
+}
+
+async fn elect_on(backend: &str) {
+    let Some((url, caps)) = usable(backend).await else {
+        return;
+    };
+    if caps.election.is_none() {
+        eprintln!("skipping {backend}: no leader election yet");
+        return;
+    }
+    tokio::task::spawn_blocking(move || suite::elect_and_leader(&url))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn redis_elect() {
+    elect_on("redis").await;
+}
+
+#[tokio::test]
+async fn zk_elect() {
+    elect_on("zk").await;
+}
+
+#[tokio::test]
+async fn etcd_elect() {
+    elect_on("etcd").await;
 }
 
 #[tokio::test]

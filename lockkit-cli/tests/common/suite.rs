@@ -486,3 +486,71 @@ pub fn watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
     assert_eq!(status.code(), Some(70), "{err}");
     assert!(term.exists(), "SIGKILL without SIGTERM first: {err}");
 }
+
+/// `elect` runs its command while it leads, with the term in its environment; `leader` names
+/// it meanwhile (plain and JSON); a second candidate with `--wait 0` gives up with 75 while the
+/// first leads, and leads once it is done; `leader` says "no leader" at the end.
+pub fn elect_and_leader(url: &str) {
+    let n = name("elect");
+    let dir = TempDir::new("elect");
+    let (ready, done) = (dir.path("ready"), dir.path("done"));
+    let script = format!(
+        "echo $LOCKKIT_TERM > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        ready.display(),
+        done.display()
+    );
+    let mut first = lockkit(
+        url,
+        &["elect", &n, "--value", "first", "--", "sh", "-c", &script],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let term: u64 = wait_file(&ready, LIMIT)
+        .trim()
+        .parse()
+        .expect("LOCKKIT_TERM");
+    assert!(term > 0);
+    let o = run(lockkit(url, &["leader", &n]), LIMIT);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    assert_eq!(text(&o).0.trim(), format!("first (term {term})"));
+    let o = run(lockkit(url, &["leader", &n, "--json"]), LIMIT);
+    assert_eq!(
+        text(&o).0.trim(),
+        format!(r#"{{"name":"{n}","leader":{{"value":"first","term":{term}}}}}"#)
+    );
+    let o = run(
+        lockkit(
+            url,
+            &[
+                "elect", &n, "--value", "second", "--wait", "0", "--", "true",
+            ],
+        ),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 75, "{:?}", text(&o));
+    std::fs::write(&done, b"").unwrap();
+    assert!(first.wait().unwrap().success());
+    let o = run(
+        lockkit(
+            url,
+            &[
+                "elect",
+                &n,
+                "--value",
+                "second",
+                "--",
+                "sh",
+                "-c",
+                "echo $LOCKKIT_TERM",
+            ],
+        ),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let second: u64 = text(&o).0.trim().parse().expect("a term");
+    assert!(second > term, "terms rise: {term} then {second}");
+    let o = run(lockkit(url, &["leader", &n]), LIMIT);
+    assert_eq!(text(&o).0.trim(), "no leader");
+}
