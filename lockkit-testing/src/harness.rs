@@ -31,6 +31,8 @@ pub enum Hold {
     Read,
     /// The write lock of the RW lock.
     Write,
+    /// Leadership of the election (campaigning with the value `child`).
+    Leader,
     /// `n` permits of a semaphore of `total`.
     Permits {
         /// Permits held.
@@ -46,6 +48,7 @@ impl Hold {
             Hold::Mutex => "mutex".into(),
             Hold::Read => "read".into(),
             Hold::Write => "write".into(),
+            Hold::Leader => "leader".into(),
             Hold::Permits { n, total } => format!("permits:{n}/{total}"),
         }
     }
@@ -55,6 +58,7 @@ impl Hold {
             "mutex" => Hold::Mutex,
             "read" => Hold::Read,
             "write" => Hold::Write,
+            "leader" => Hold::Leader,
             _ => {
                 let (n, total) = s.strip_prefix("permits:")?.split_once('/')?;
                 Hold::Permits {
@@ -218,6 +222,15 @@ where
                 std::mem::forget(g);
                 t
             }),
+            Hold::Leader => locks
+                .election(&name)?
+                .campaign_with("child", &opts)
+                .await?
+                .map(|g| {
+                    let t = g.term();
+                    std::mem::forget(g);
+                    t
+                }),
             Hold::Permits { n, total } => locks
                 .semaphore(&name, total)?
                 .acquire(n, &opts)

@@ -55,6 +55,7 @@ macro_rules! conformance_suite {
             close_loses_guards_and_refuses_acquires,
             close_racing_acquires_leaves_nothing_held,
             separate_connects_exclude_each_other,
+            election_killed_leader_is_replaced_after_its_lease,
         );
 
         $crate::__conformance_cases!($config, $connect;

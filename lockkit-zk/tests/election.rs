@@ -29,7 +29,10 @@ async fn a_leader_whose_node_is_deleted_is_told_and_observers_follow() {
     let dir = b.election_path("deleted");
     let nodes = children(&b, &dir).await;
     assert_eq!(nodes.len(), 1);
-    assert!(nodes[0].contains("-latch-"), "Curator's LeaderLatch name: {nodes:?}");
+    assert!(
+        nodes[0].contains("-latch-"),
+        "Curator's LeaderLatch name: {nodes:?}"
+    );
     let client = b.zk_client().unwrap();
     client
         .delete(&format!("{dir}/{}", nodes[0]), None)

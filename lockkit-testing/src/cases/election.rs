@@ -1,8 +1,11 @@
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::{assert_kind, fixed, name, within, SHORT, SOON};
-use crate::OverlapDetector;
+use crate::harness::Hold;
+use crate::{Harness, OverlapDetector};
 use lockkit_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockState, Locks};
 
 fn election(locks: &Locks, case: &str) -> Option<(String, Election)> {
@@ -177,4 +180,47 @@ pub async fn election_withdrawn_candidates_leave_nothing(locks: &Locks) {
         .unwrap()
         .expect("a new candidate leads at once");
     assert_eq!(lead_c.name(), n);
+}
+
+/// A leader process killed mid-term (SIGKILL: it resigns nothing) is replaced after the lease it
+/// campaigned with: a waiting candidate leads then, in a higher term, and observers see it.
+pub async fn election_killed_leader_is_replaced_after_its_lease(h: &Harness) {
+    let locks = h.locks().await;
+    if !locks.capabilities().cross_process {
+        return; // an in-process table dies with its process
+    }
+    let Some((n, e)) = election(&locks, "elect-killed") else {
+        return;
+    };
+    let lease = SHORT * 2;
+    let mut child = h.spawn(&n, Hold::Leader, lease).await;
+    let mut changes = e.observe().await.unwrap();
+    let seen = next(&mut changes).await.expect("the child leads");
+    assert_eq!((seen.value(), seen.term()), (&b"child"[..], child.token()));
+    assert!(
+        e.campaign_for("parent", Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none(),
+        "two leaders"
+    );
+    child.kill().await;
+    let killed = Instant::now();
+    let lead = e
+        .campaign_for("parent", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the parent leads once the killed leader's lease ran out");
+    let took = killed.elapsed();
+    assert!(
+        took < lease + Duration::from_secs(3),
+        "leadership passed {took:?} after the leader died, with a {lease:?} lease"
+    );
+    assert!(lead.term() > child.token(), "the term rises");
+    let mut last = next(&mut changes).await;
+    if last.is_none() {
+        last = next(&mut changes).await;
+    }
+    assert_eq!(last.map(|l| l.term()), Some(lead.term()));
+    assert!(lead.resign().await.unwrap());
 }
