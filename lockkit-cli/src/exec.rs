@@ -174,7 +174,8 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
         Ok(Some(g)) => g,
         Ok(None) => {
             complain(format!(
-                "lock {:?} is busy{} on {}",
+                "{} {:?} is busy{} on {}",
+                what,
                 args.name,
                 match args.wait {
                     Some(w) if !w.is_zero() =>
@@ -251,7 +252,7 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
             send(pid, Signal::TERM);
             termed = Some(Instant::now());
             complain(format!(
-                "the lease of lock {:?} (token {}) ends in {}; sent the command SIGTERM \
+                "the lease of {what} {:?} (token {}) ends in {}; sent the command SIGTERM \
                  (SIGKILL in {} at the latest)",
                 args.name,
                 guard.token(),
@@ -301,13 +302,13 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
                     send(pid, Signal::TERM);
                     termed = Some(Instant::now());
                     complain(format!(
-                        "lost lock {:?} (token {}) while the command ran; sent it SIGTERM",
+                        "lost {what} {:?} (token {}) while the command ran; sent it SIGTERM",
                         args.name,
                         guard.token()
                     ));
                 } else {
                     complain(format!(
-                        "lost lock {:?} (token {}) while the command was being stopped",
+                        "lost {what} {:?} (token {}) while the command was being stopped",
                         args.name,
                         guard.token()
                     ));
@@ -332,7 +333,7 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
     };
     if lost_meanwhile {
         complain(format!(
-            "lost lock {:?} before the command finished",
+            "lost {what} {:?} before the command finished",
             args.name
         ));
         return code::LOST;

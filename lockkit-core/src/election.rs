@@ -124,6 +124,11 @@ impl Leadership {
 
     /// Replaces the value this leader proclaims, without giving up leadership. Fails with
     /// `LockLost` when leadership was lost (the value is then not changed).
+    ///
+    /// On ZooKeeper this sets the data of the leader's node, which Curator's `LeaderLatch`
+    /// candidates waiting behind it misread (their one-shot watch is spent on the change and
+    /// they miss the later deletion): in an election shared with Curator candidates, don't
+    /// proclaim.
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<()> {
         self.core.proclaim(&value.into()).await
     }

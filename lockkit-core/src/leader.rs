@@ -54,12 +54,14 @@ impl fmt::Debug for Leader {
     }
 }
 
-/// Every change of an election's leader, in order, from
-/// [`Election::observe`](crate::Election::observe): first the leader at the time of the call (`None`: no leader),
-/// then each change (a new leader, a new value, `None` when nobody leads). Nothing is polled,
-/// and no change is skipped. It ends (`None` from [`next`](Self::next)) when its handle is
-/// closed; an `Err` item says the backend could not follow for a while, and the item after it
-/// is the state as it then is.
+/// The changes of an election's leader, in order, from
+/// [`Election::observe`](crate::Election::observe): first the leader at the time of the call
+/// (`None`: no leader), then each change (a new leader, a new value, `None` when nobody leads),
+/// with no polling; the last item is always the state as it is. Every change the backend sees
+/// is sent (mem://, etcd: every one); ZooKeeper watches fire once, so changes that come and go
+/// between two reads there are seen as one. An `Err` item says the backend could not follow
+/// for a while (a watch restarted) and may have missed changes; the item after it is the state
+/// as it then is. The stream ends (`None` from [`next`](Self::next)) when its handle is closed.
 ///
 /// Also a [`futures::Stream`].
 pub struct LeaderChanges {

@@ -418,11 +418,12 @@ impl GuardCore {
     /// An elected leader's new value, only while it still leads.
     pub(crate) async fn proclaim(&self, value: &[u8]) -> Result<()> {
         self.own.check_live()?;
-        self.own
-            .held
-            .proclaim(value)
-            .await
-            .inspect_err(|e| self.note_lost(e))?;
+        if let Err(e) = self.own.held.proclaim(value).await {
+            self.note_lost(&e);
+            // Lost meanwhile (a session that ended while the request was retried): say so.
+            self.own.check_live()?;
+            return Err(e);
+        }
         // Lost while the proclaim was under way: the value may not stand.
         self.own.check_live()
     }

@@ -463,7 +463,12 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
             return;
         };
         let key = String::from_utf8_lossy(&prefix).into_owned();
-        match session_of_watch(&nw, &pool, prefix).await {
+        let ended = session_of_watch(&nw, &pool, prefix).await;
+        let why = match &ended {
+            Ok(()) => "it moved to another endpoint".to_string(),
+            Err(e) => e.to_string(),
+        };
+        match ended {
             Ok(()) => retry.reset(),
             Err(e) => {
                 tracing::debug!(
@@ -480,7 +485,18 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
             }
         }
         if let Some(n) = nw.upgrade() {
-            n.mirror().synced = false;
+            let mut m = n.mirror();
+            m.synced = false;
+            // An election's observers learn that they may have missed changes; the next life
+            // of the watch sends them the state it finds.
+            m.observers.retain_mut(|f| {
+                f.fail(Error::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "the election's watch restarted ({why}); changes in between may be missed"
+                    ),
+                ))
+            });
         } else {
             return;
         }

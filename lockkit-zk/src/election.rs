@@ -109,30 +109,39 @@ async fn follow(session: Arc<Session>, dir: String, mut feed: LeaderFeed) {
     }
 }
 
-/// One look: sends the leader as it is now, then waits for a watch on it to fire.
+/// One look: sends the leader as it is now, then waits for a watch on it to fire. No client is
+/// kept while it waits: a ZooKeeper session lives as long as one of its clients, so a closed
+/// handle's session ends, its watches fire, and the next look finds the handle closed.
 async fn look(session: &Session, dir: &str, feed: &mut LeaderFeed) -> Result<()> {
     let client = session.client()?;
     let (children, children_changed) = match client.list_and_watch_children(dir).await {
         Ok(r) => r,
         Err(zk::Error::NoNode) => {
-            // No candidate ever: wait for the directory to appear.
+            // No candidate ever, or the emptied directory was removed: wait for it to appear.
             feed.send(None);
-            let (_, created) = client
+            let (stat, created) = client
                 .check_and_watch_stat(dir)
                 .await
                 .map_err(|e| map(e, "watch the election"))?;
-            created.changed().await;
+            drop(client);
+            if stat.is_none() {
+                created.changed().await;
+            }
+            // Created meanwhile (its watch would fire only when it goes): look again now.
             return Ok(());
         }
         Err(e) => return Err(map(e, "watch the election")),
     };
     let Some(first) = node::sorted(&children, MARKERS, None).into_iter().next() else {
+        drop(client);
         feed.send(None);
         children_changed.changed().await;
         return Ok(());
     };
     let path = format!("{dir}/{}", first.name);
-    match client.get_and_watch_data(&path).await {
+    let read = client.get_and_watch_data(&path).await;
+    drop(client);
+    match read {
         Ok((data, stat, data_changed)) => {
             feed.send(Some(leader_of(data, &stat)));
             tokio::select! {

@@ -121,8 +121,8 @@ impl Resource {
 struct Table {
     resources: HashMap<Key, Resource>,
     capacities: HashMap<Key, u32>,
-    /// The observers of each election.
-    observers: HashMap<Key, Vec<LeaderFeed>>,
+    /// The observers of each election, with the handle each came through.
+    observers: HashMap<Key, Vec<(u64, LeaderFeed)>>,
     next_id: u64,
     next_token: u64,
 }
@@ -194,12 +194,11 @@ impl Engine {
         may_wait: bool,
         value: &[u8],
     ) -> Step {
-        let mut undelivered = Vec::new();
         let step = {
             let now = Instant::now();
             let mut t = self.lock();
             t.capacities.insert(key.clone(), capacity);
-            self.purge_expired(&mut t, key, now, &mut undelivered);
+            self.purge_expired(&mut t, key, now);
             let res = t.resources.entry(key.clone()).or_default();
             if res.queue.is_empty() && res.compatible(mode, capacity) {
                 let g = self.grant(&mut t, key, mode, lease, now, value.to_vec());
@@ -226,18 +225,11 @@ impl Engine {
                 Step::Queued(id, rx)
             }
         };
-        drop(undelivered);
         step
     }
 
     /// Drops holders whose lease ran out (their guards turn Lost) and lets the queue move.
-    fn purge_expired(
-        self: &Arc<Self>,
-        t: &mut Table,
-        key: &Key,
-        now: Instant,
-        undelivered: &mut Vec<Grant>,
-    ) {
+    fn purge_expired(self: &Arc<Self>, t: &mut Table, key: &Key, now: Instant) {
         let Some(res) = t.resources.get_mut(key) else {
             return;
         };
@@ -250,7 +242,7 @@ impl Engine {
             live
         });
         if res.holders.len() != before {
-            self.drain(t, key, undelivered);
+            self.drain(t, key);
         }
     }
 
@@ -294,9 +286,9 @@ impl Engine {
         })
     }
 
-    /// Grants the queue's front while it is compatible. Grants nobody received are returned, to
-    /// be dropped (and so released) once the table lock is gone.
-    fn drain(self: &Arc<Self>, t: &mut Table, key: &Key, undelivered: &mut Vec<Grant>) {
+    /// Grants the queue's front while it is compatible (a waiter that went away is skipped, its
+    /// grant undone at once), then tells an election's observers.
+    fn drain(self: &Arc<Self>, t: &mut Table, key: &Key) {
         let capacity = t.capacities.get(key).copied().unwrap_or(1);
         let now = Instant::now();
         loop {
@@ -316,7 +308,12 @@ impl Engine {
             let w = res.queue.pop_front().expect("front exists");
             let g = self.grant(t, key, w.mode, w.lease, now, w.value);
             if let Err(g) = w.tx.send(g) {
-                undelivered.push(g);
+                // The waiter went away just now: its grant is undone here, under the lock, so
+                // nobody (an election's observer included) ever sees it held.
+                let owner = g.disarm().owner();
+                if let Some(res) = t.resources.get_mut(key) {
+                    res.holders.remove(&owner);
+                }
             }
         }
         drop_if_idle(t, key);
@@ -328,15 +325,24 @@ impl Engine {
         leader_of(&self.lock(), key)
     }
 
-    /// Every change of `key`'s leader from now on, the current one first.
-    pub(crate) fn observe(&self, key: &Key) -> LeaderChanges {
+    /// Every change of `key`'s leader from now on, the current one first, through `handle`.
+    pub(crate) fn observe(&self, key: &Key, handle: u64) -> LeaderChanges {
         let (mut feed, changes) = LeaderFeed::channel();
         let mut t = self.lock();
         feed.send(leader_of(&t, key));
         let feeds = t.observers.entry(key.clone()).or_default();
-        feeds.retain(|f| !f.is_closed());
-        feeds.push(feed);
+        feeds.retain(|(_, f)| !f.is_closed());
+        feeds.push((handle, feed));
         changes
+    }
+
+    /// Ends the observer streams that came through `handle` (it was closed).
+    pub(crate) fn forget_observers(&self, handle: u64) {
+        let mut t = self.lock();
+        t.observers.retain(|_, feeds| {
+            feeds.retain(|(h, _)| *h != handle);
+            !feeds.is_empty()
+        });
     }
 
     /// Replaces the value of an election's leader `owner`, if it still leads.
@@ -358,33 +364,29 @@ impl Engine {
     /// Removes a queued waiter (its grant, if one was sent already, is released when its
     /// receiver drops).
     pub(crate) fn cancel(self: &Arc<Self>, key: &Key, id: u64) {
-        let mut undelivered = Vec::new();
         {
             let mut t = self.lock();
             if let Some(res) = t.resources.get_mut(key) {
                 res.queue.retain(|w| w.id != id);
             }
-            self.drain(&mut t, key, &mut undelivered);
+            self.drain(&mut t, key);
         }
-        drop(undelivered);
     }
 
     /// Releases one ownership. `LockLost` if it is gone (expired, or force-unlocked).
     pub(crate) fn release(self: &Arc<Self>, key: &Key, owner: u64) -> Result<()> {
-        let mut undelivered = Vec::new();
         let result = {
             let mut t = self.lock();
             let removed = t
                 .resources
                 .get_mut(key)
                 .and_then(|r| r.holders.remove(&owner));
-            self.drain(&mut t, key, &mut undelivered);
+            self.drain(&mut t, key);
             match removed {
                 Some(_) => Ok(()),
                 None => Err(Error::lost(&key.1)),
             }
         };
-        drop(undelivered);
         result
     }
 
@@ -408,7 +410,6 @@ impl Engine {
 
     /// Turns an exclusive holder into a shared one with a fresh state; returns that state.
     pub(crate) fn downgrade(self: &Arc<Self>, key: &Key, owner: u64) -> Result<StateCell> {
-        let mut undelivered = Vec::new();
         let result = {
             let mut t = self.lock();
             let result = match t
@@ -424,16 +425,14 @@ impl Engine {
                 }
                 _ => Err(Error::lost(&key.1)),
             };
-            self.drain(&mut t, key, &mut undelivered);
+            self.drain(&mut t, key);
             result
         };
-        drop(undelivered);
         result
     }
 
     /// Removes every holder (they turn Lost). Returns whether there was one.
     pub(crate) fn force_unlock(self: &Arc<Self>, key: &Key) -> bool {
-        let mut undelivered = Vec::new();
         let had = {
             let mut t = self.lock();
             let holders = t
@@ -444,22 +443,19 @@ impl Engine {
             for h in holders.values() {
                 h.state.mark_lost(LostReason::Deleted);
             }
-            self.drain(&mut t, key, &mut undelivered);
+            self.drain(&mut t, key);
             !holders.is_empty()
         };
-        drop(undelivered);
         had
     }
 
     /// Whether anyone holds `key`.
     pub(crate) fn is_locked(self: &Arc<Self>, key: &Key) -> bool {
-        let mut undelivered = Vec::new();
         let locked = {
             let mut t = self.lock();
-            self.purge_expired(&mut t, key, Instant::now(), &mut undelivered);
+            self.purge_expired(&mut t, key, Instant::now());
             t.resources.get(key).is_some_and(|r| !r.holders.is_empty())
         };
-        drop(undelivered);
         locked
     }
 
@@ -527,7 +523,8 @@ impl Engine {
 /// An election's leader: its one holder.
 fn leader_of(t: &Table, key: &Key) -> Option<Leader> {
     let res = t.resources.get(key)?;
-    let (_, h) = res.holders.iter().next()?;
+    let now = Instant::now();
+    let (_, h) = res.holders.iter().find(|(_, h)| h.live(now))?;
     Some(Leader::new(h.value.clone(), h.token))
 }
 
@@ -538,7 +535,7 @@ fn announce(t: &mut Table, key: &Key) {
     }
     let leader = leader_of(t, key);
     if let Some(feeds) = t.observers.get_mut(key) {
-        feeds.retain_mut(|f| f.send(leader.clone()));
+        feeds.retain_mut(|(_, f)| f.send(leader.clone()));
         if feeds.is_empty() {
             t.observers.remove(key);
         }

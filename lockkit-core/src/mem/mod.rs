@@ -108,15 +108,19 @@ pub struct MemBackend {
     lease: Duration,
     prefix: Option<String>,
     reaper: Reaper,
+    /// This handle among the table's handles: its election observers end when it is closed.
+    id: u64,
 }
 
 impl MemBackend {
     fn on(engine: Arc<Engine>, lease: Duration, prefix: Option<String>) -> Self {
+        static HANDLES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         MemBackend {
             engine,
             lease,
             prefix,
             reaper: Reaper::default(),
+            id: HANDLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -177,10 +181,13 @@ impl Backend for MemBackend {
         Ok(Box::new(MemElection {
             engine: self.engine.clone(),
             key: self.key(Prim::Election, name),
+            handle: self.id,
         }))
     }
 
+    /// Ends this handle's election observers; the table itself lives on.
     async fn close(&self) -> Result<()> {
+        self.engine.forget_observers(self.id);
         Ok(())
     }
 
@@ -299,6 +306,7 @@ impl RawSemaphore for MemSemaphore {
 struct MemElection {
     engine: Arc<Engine>,
     key: Key,
+    handle: u64,
 }
 
 #[async_trait]
@@ -314,6 +322,6 @@ impl RawElection for MemElection {
     }
 
     async fn observe(&self) -> Result<LeaderChanges> {
-        Ok(self.engine.observe(&self.key))
+        Ok(self.engine.observe(&self.key, self.handle))
     }
 }

@@ -109,6 +109,15 @@ pub async fn election_leader_and_observers_follow_every_change(locks: &Locks) {
     assert_eq!(next(&mut changes).await, None, "nobody leads");
     assert_eq!(next(&mut late).await, None, "nobody leads");
     assert_eq!(b.leader().await.unwrap(), None);
+
+    // A closed handle's streams end.
+    let _ = locks.close().await;
+    for stream in [&mut changes, &mut late] {
+        within(SOON, "the stream ends with its handle", async {
+            while stream.next().await.is_some() {}
+        })
+        .await;
+    }
 }
 
 /// A leader whose lease ran out is told through `lost()`, cannot proclaim, resigns with
