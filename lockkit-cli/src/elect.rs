@@ -1,14 +1,11 @@
 //! `lockkit elect`: run a command only while this process leads an election, and
 //! `lockkit leader`: show an election's leader and follow its changes.
 
-use std::time::Duration;
-
 use clap::Args;
 use lockkit::Leader;
 use serde::Serialize;
 
-use crate::duration;
-use crate::exec::{self, ExecArgs};
+use crate::exec::{self, ExecArgs, Holding};
 use crate::exit::{complain, error_code};
 use crate::target::Target;
 
@@ -23,29 +20,8 @@ pub(crate) struct ElectArgs {
     #[arg(long, value_name = "VALUE")]
     value: Option<String>,
 
-    /// How long to campaign before giving up (exit 75). Default: until elected.
-    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
-    wait: Option<Duration>,
-
-    /// Watchdog lease of the leadership: renewed while lockkit runs, so a crashed lockkit
-    /// gives leadership up after it.
-    #[arg(
-        long,
-        value_parser = duration::lease,
-        value_name = "DURATION",
-        conflicts_with = "fixed_lease",
-        allow_hyphen_values = true
-    )]
-    lease: Option<Duration>,
-
-    /// Fixed lease of the leadership, not renewed: the command is stopped before it runs out.
-    #[arg(long, value_parser = duration::lease, value_name = "DURATION", allow_hyphen_values = true)]
-    fixed_lease: Option<Duration>,
-
-    /// How long the command gets between SIGTERM and SIGKILL when leadership is lost or at
-    /// risk (as for `exec`). Default: 10s, or a third of the lease if shorter.
-    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
-    kill_after: Option<Duration>,
+    #[command(flatten)]
+    holding: Holding,
 
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -63,13 +39,10 @@ pub(crate) async fn run(target: &Target, args: ElectArgs) -> u8 {
     let value = args.value.unwrap_or_else(default_value);
     let exec = ExecArgs {
         name: args.name,
-        wait: args.wait,
-        lease: args.lease,
-        fixed_lease: args.fixed_lease,
+        holding: args.holding,
         shared: false,
         write: false,
         semaphore: None,
-        kill_after: args.kill_after,
         command: args.command,
     };
     exec::run_as(target, exec, Some(value)).await

@@ -23,23 +23,8 @@ pub(crate) struct ExecArgs {
     /// The lock name.
     pub(crate) name: String,
 
-    /// How long to wait for a busy lock (`0` = fail at once with exit code 75). Default: forever.
-    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
-    pub(crate) wait: Option<Duration>,
-
-    /// Watchdog lease: renewed while lockkit runs, so a crashed lockkit frees the lock after it.
-    #[arg(
-        long,
-        value_parser = duration::lease,
-        value_name = "DURATION",
-        conflicts_with = "fixed_lease",
-        allow_hyphen_values = true
-    )]
-    pub(crate) lease: Option<Duration>,
-
-    /// Fixed lease, not renewed: the command is stopped before it runs out (see --kill-after).
-    #[arg(long, value_parser = duration::lease, value_name = "DURATION", allow_hyphen_values = true)]
-    pub(crate) fixed_lease: Option<Duration>,
+    #[command(flatten)]
+    pub(crate) holding: Holding,
 
     /// Take the read (shared) side of the RW lock NAME.
     #[arg(long, conflicts_with_all = ["write", "semaphore"])]
@@ -53,19 +38,43 @@ pub(crate) struct ExecArgs {
     #[arg(long, value_name = "N")]
     pub(crate) semaphore: Option<u32>,
 
-    /// How long the command gets between SIGTERM and SIGKILL when its lock is lost or at risk.
-    /// SIGKILL goes out 100ms (a tenth of the lease if shorter) before the lease's deadline at
-    /// the latest, SIGTERM this long before that: from the start for a fixed lease, once a
-    /// renewal failed for a watchdog lease. At most a third of the lease (exit 64 otherwise,
-    /// checked before the lock is taken and again against the lease the server granted, which
-    /// a server may make shorter than the one asked for: the lock is then released unused).
-    /// Default: 10s, or a third of the lease if shorter.
-    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
-    pub(crate) kill_after: Option<Duration>,
-
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub(crate) command: Vec<String>,
+}
+
+/// How `exec` and `elect` wait, hold and stop their command.
+#[derive(Debug, Args)]
+pub(crate) struct Holding {
+    /// How long to wait for the lock (`elect`: to lead) before giving up with exit code 75;
+    /// `0` = one try. Default: forever.
+    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
+    pub(crate) wait: Option<Duration>,
+
+    /// Watchdog lease: renewed while lockkit runs, so a crashed lockkit frees the lock (gives
+    /// leadership up) after it.
+    #[arg(
+        long,
+        value_parser = duration::lease,
+        value_name = "DURATION",
+        conflicts_with = "fixed_lease",
+        allow_hyphen_values = true
+    )]
+    pub(crate) lease: Option<Duration>,
+
+    /// Fixed lease, not renewed: the command is stopped before it runs out (see --kill-after).
+    #[arg(long, value_parser = duration::lease, value_name = "DURATION", allow_hyphen_values = true)]
+    pub(crate) fixed_lease: Option<Duration>,
+
+    /// How long the command gets between SIGTERM and SIGKILL when its lock (leadership) is lost
+    /// or at risk. SIGKILL goes out 100ms (a tenth of the lease if shorter) before the lease's
+    /// deadline at the latest, SIGTERM this long before that: from the start for a fixed lease,
+    /// once a renewal failed for a watchdog lease. At most a third of the lease (exit 64
+    /// otherwise, checked before the lock is taken and again against the lease the server
+    /// granted, which a server may make shorter than the one asked for: the lock is then
+    /// released unused). Default: 10s, or a third of the lease if shorter.
+    #[arg(long, value_parser = duration::any, value_name = "DURATION", allow_hyphen_values = true)]
+    pub(crate) kill_after: Option<Duration>,
 }
 
 impl ExecArgs {
@@ -80,10 +89,10 @@ impl ExecArgs {
 
     fn options(&self) -> AcquireOptions {
         let mut opts = AcquireOptions::new();
-        if let Some(w) = self.wait {
+        if let Some(w) = self.holding.wait {
             opts = opts.wait(w);
         }
-        if let Some(l) = self.fixed_lease {
+        if let Some(l) = self.holding.fixed_lease {
             opts = opts.fixed_lease(l);
         }
         opts
@@ -121,7 +130,7 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
 /// `exec`, or with `leader` (the value to campaign with) `elect`: the command runs while this
 /// process leads the election NAME, with `LOCKKIT_TERM` in its environment.
 pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<String>) -> u8 {
-    let (cfg, locks) = match target.connect_with_lease(args.lease).await {
+    let (cfg, locks) = match target.connect_with_lease(args.holding.lease).await {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -131,8 +140,11 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
         return code::USAGE;
     }
     // Said before waiting for the lock: a --kill-after that does not fit the lease.
-    let asked_lease = args.fixed_lease.unwrap_or_else(|| locks.default_lease());
-    if let Err(e) = Stop::new(args.kill_after, asked_lease) {
+    let asked_lease = args
+        .holding
+        .fixed_lease
+        .unwrap_or_else(|| locks.default_lease());
+    if let Err(e) = Stop::new(args.holding.kill_after, asked_lease) {
         complain(e);
         return code::USAGE;
     }
@@ -177,7 +189,7 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
                 "{} {:?} is busy{} on {}",
                 what,
                 args.name,
-                match args.wait {
+                match args.holding.wait {
                     Some(w) if !w.is_zero() =>
                         format!(" (waited {})", humantime::format_duration(w)),
                     _ => String::new(),
@@ -193,7 +205,7 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
     };
 
     // From the lease the guard has (a server may grant another than the one asked for).
-    let stop = match Stop::new(args.kill_after, guard.lease().duration()) {
+    let stop = match Stop::new(args.holding.kill_after, guard.lease().duration()) {
         Ok(s) => s,
         Err(e) => {
             let _ = guard.release().await;

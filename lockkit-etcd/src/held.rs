@@ -5,12 +5,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lockkit_core::spi::{Attempt, GuardParts, Held, StateCell};
 use lockkit_core::{Error, LostReason, Result};
 
 use crate::inner::Inner;
-use crate::ops::{delete_if_ours, key_lease, move_to_lease, reap_step, KeyLease};
+use crate::ops::{
+    delete_if_ours, key_lease, move_to_lease, reap_step, set_value_if_ours, KeyLease,
+};
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
 
@@ -111,22 +112,7 @@ impl Held for EtcdHeld {
     /// lease it is on.
     async fn proclaim(&self, value: &[u8]) -> Result<()> {
         let s = &self.shared;
-        let (k, rev, value) = (s.key.clone(), s.rev, value.to_vec());
-        let resp = s
-            .inner
-            .pool
-            .run("proclaim", true, move |mut c| {
-                let txn = Txn::new()
-                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
-                    .and_then([TxnOp::put(
-                        k.clone(),
-                        value.clone(),
-                        Some(PutOptions::new().with_ignore_lease()),
-                    )]);
-                async move { c.txn(txn).await }
-            })
-            .await?;
-        if !resp.succeeded() {
+        if !set_value_if_ours(&s.inner, "proclaim", &s.key, s.rev, value.to_vec()).await? {
             s.state.mark_lost(LostReason::Deleted);
             return Err(Error::lost(&s.name));
         }
@@ -135,24 +121,10 @@ impl Held for EtcdHeld {
 
     async fn downgrade(&self) -> Result<GuardParts> {
         let s = &self.shared;
-        let (k, rev) = (s.key.clone(), s.rev);
+        let rev = s.rev;
         // Same key, same create revision (so same rank and token), same lease, value `r`:
         // readers queued behind us may come in, writers still wait.
-        let resp = s
-            .inner
-            .pool
-            .run("downgrade", true, move |mut c| {
-                let txn = Txn::new()
-                    .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
-                    .and_then([TxnOp::put(
-                        k.clone(),
-                        "r",
-                        Some(PutOptions::new().with_ignore_lease()),
-                    )]);
-                async move { c.txn(txn).await }
-            })
-            .await?;
-        if !resp.succeeded() {
+        if !set_value_if_ours(&s.inner, "downgrade", &s.key, rev, b"r".to_vec()).await? {
             s.state.mark_lost(LostReason::Deleted);
             return Err(Error::lost(&s.name));
         }

@@ -124,6 +124,32 @@ pub(crate) async fn move_to_lease(inner: &Inner, key: &[u8], rev: i64, id: i64) 
     Ok(resp.succeeded())
 }
 
+/// Sets `key`'s value to `value`, keeping its lease, only while its create revision is `rev`.
+/// Returns whether it did (`false`: the key is not ours any more).
+pub(crate) async fn set_value_if_ours(
+    inner: &Inner,
+    what: &'static str,
+    key: &[u8],
+    rev: i64,
+    value: Vec<u8>,
+) -> Result<bool> {
+    let k = key.to_vec();
+    let resp = inner
+        .pool
+        .run(what, true, move |mut c| {
+            let txn = Txn::new()
+                .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(
+                    k.clone(),
+                    value.clone(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                )]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(resp.succeeded())
+}
+
 /// The lease `key` is on while its create revision is `rev` (`None`: it is not ours any more).
 pub(crate) async fn key_lease(inner: &Inner, key: &[u8], rev: i64) -> Result<Option<i64>> {
     let k = key.to_vec();

@@ -194,38 +194,35 @@ impl Engine {
         may_wait: bool,
         value: &[u8],
     ) -> Step {
-        let step = {
-            let now = Instant::now();
-            let mut t = self.lock();
-            t.capacities.insert(key.clone(), capacity);
-            self.purge_expired(&mut t, key, now);
-            let res = t.resources.entry(key.clone()).or_default();
-            if res.queue.is_empty() && res.compatible(mode, capacity) {
-                let g = self.grant(&mut t, key, mode, lease, now, value.to_vec());
-                announce(&mut t, key);
-                Step::Granted(g)
-            } else if !may_wait {
-                drop_if_idle(&mut t, key);
-                Step::Busy
-            } else {
-                t.next_id += 1;
-                let id = t.next_id;
-                let (tx, rx) = oneshot::channel();
-                t.resources
-                    .entry(key.clone())
-                    .or_default()
-                    .queue
-                    .push_back(Waiter {
-                        id,
-                        mode,
-                        lease,
-                        value: value.to_vec(),
-                        tx,
-                    });
-                Step::Queued(id, rx)
-            }
-        };
-        step
+        let now = Instant::now();
+        let mut t = self.lock();
+        t.capacities.insert(key.clone(), capacity);
+        self.purge_expired(&mut t, key, now);
+        let res = t.resources.entry(key.clone()).or_default();
+        if res.queue.is_empty() && res.compatible(mode, capacity) {
+            let g = self.grant(&mut t, key, mode, lease, now, value.to_vec());
+            announce(&mut t, key);
+            Step::Granted(g)
+        } else if !may_wait {
+            drop_if_idle(&mut t, key);
+            Step::Busy
+        } else {
+            t.next_id += 1;
+            let id = t.next_id;
+            let (tx, rx) = oneshot::channel();
+            t.resources
+                .entry(key.clone())
+                .or_default()
+                .queue
+                .push_back(Waiter {
+                    id,
+                    mode,
+                    lease,
+                    value: value.to_vec(),
+                    tx,
+                });
+            Step::Queued(id, rx)
+        }
     }
 
     /// Drops holders whose lease ran out (their guards turn Lost) and lets the queue move.
@@ -347,16 +344,8 @@ impl Engine {
 
     /// Replaces the value of an election's leader `owner`, if it still leads.
     pub(crate) fn proclaim(&self, key: &Key, owner: u64, value: &[u8]) -> Result<()> {
-        let now = Instant::now();
         let mut t = self.lock();
-        match t
-            .resources
-            .get_mut(key)
-            .and_then(|r| r.holders.get_mut(&owner))
-        {
-            Some(h) if h.live(now) => h.value = value.to_vec(),
-            _ => return Err(Error::lost(&key.1)),
-        }
+        live_holder(&mut t, key, owner)?.value = value.to_vec();
         announce(&mut t, key);
         Ok(())
     }
@@ -364,99 +353,76 @@ impl Engine {
     /// Removes a queued waiter (its grant, if one was sent already, is released when its
     /// receiver drops).
     pub(crate) fn cancel(self: &Arc<Self>, key: &Key, id: u64) {
-        {
-            let mut t = self.lock();
-            if let Some(res) = t.resources.get_mut(key) {
-                res.queue.retain(|w| w.id != id);
-            }
-            self.drain(&mut t, key);
+        let mut t = self.lock();
+        if let Some(res) = t.resources.get_mut(key) {
+            res.queue.retain(|w| w.id != id);
         }
+        self.drain(&mut t, key);
     }
 
     /// Releases one ownership. `LockLost` if it is gone (expired, or force-unlocked).
     pub(crate) fn release(self: &Arc<Self>, key: &Key, owner: u64) -> Result<()> {
-        let result = {
-            let mut t = self.lock();
-            let removed = t
-                .resources
-                .get_mut(key)
-                .and_then(|r| r.holders.remove(&owner));
-            self.drain(&mut t, key);
-            match removed {
-                Some(_) => Ok(()),
-                None => Err(Error::lost(&key.1)),
-            }
-        };
-        result
+        let mut t = self.lock();
+        let removed = t
+            .resources
+            .get_mut(key)
+            .and_then(|r| r.holders.remove(&owner));
+        self.drain(&mut t, key);
+        match removed {
+            Some(_) => Ok(()),
+            None => Err(Error::lost(&key.1)),
+        }
     }
 
     /// Moves a holder's expiry to now + `lease`, if it still holds.
     pub(crate) fn extend(self: &Arc<Self>, key: &Key, owner: u64, lease: Duration) -> Result<()> {
-        let now = Instant::now();
         let mut t = self.lock();
-        match t
-            .resources
-            .get_mut(key)
-            .and_then(|r| r.holders.get_mut(&owner))
-        {
-            Some(h) if h.live(now) => {
-                h.expires_at = Some(now + lease);
-                h.lease = Lease::Fixed(lease);
-                Ok(())
-            }
-            _ => Err(Error::lost(&key.1)),
-        }
+        let h = live_holder(&mut t, key, owner)?;
+        h.expires_at = Some(Instant::now() + lease);
+        h.lease = Lease::Fixed(lease);
+        Ok(())
     }
 
     /// Turns an exclusive holder into a shared one with a fresh state; returns that state.
     pub(crate) fn downgrade(self: &Arc<Self>, key: &Key, owner: u64) -> Result<StateCell> {
-        let result = {
-            let mut t = self.lock();
-            let result = match t
-                .resources
-                .get_mut(key)
-                .and_then(|r| r.holders.get_mut(&owner))
-            {
-                Some(h) if h.mode == Mode::Exclusive => {
-                    h.mode = Mode::Shared;
-                    // The read ownership keeps the write ownership's lease deadline.
-                    h.state = StateCell::new(h.state.clock().clone());
-                    Ok(h.state.clone())
-                }
-                _ => Err(Error::lost(&key.1)),
-            };
-            self.drain(&mut t, key);
-            result
+        let mut t = self.lock();
+        let result = match t
+            .resources
+            .get_mut(key)
+            .and_then(|r| r.holders.get_mut(&owner))
+        {
+            Some(h) if h.mode == Mode::Exclusive => {
+                h.mode = Mode::Shared;
+                // The read ownership keeps the write ownership's lease deadline.
+                h.state = StateCell::new(h.state.clock().clone());
+                Ok(h.state.clone())
+            }
+            _ => Err(Error::lost(&key.1)),
         };
+        self.drain(&mut t, key);
         result
     }
 
     /// Removes every holder (they turn Lost). Returns whether there was one.
     pub(crate) fn force_unlock(self: &Arc<Self>, key: &Key) -> bool {
-        let had = {
-            let mut t = self.lock();
-            let holders = t
-                .resources
-                .get_mut(key)
-                .map(|r| std::mem::take(&mut r.holders))
-                .unwrap_or_default();
-            for h in holders.values() {
-                h.state.mark_lost(LostReason::Deleted);
-            }
-            self.drain(&mut t, key);
-            !holders.is_empty()
-        };
-        had
+        let mut t = self.lock();
+        let holders = t
+            .resources
+            .get_mut(key)
+            .map(|r| std::mem::take(&mut r.holders))
+            .unwrap_or_default();
+        for h in holders.values() {
+            h.state.mark_lost(LostReason::Deleted);
+        }
+        self.drain(&mut t, key);
+        !holders.is_empty()
     }
 
     /// Whether anyone holds `key`.
     pub(crate) fn is_locked(self: &Arc<Self>, key: &Key) -> bool {
-        let locked = {
-            let mut t = self.lock();
-            self.purge_expired(&mut t, key, Instant::now());
-            t.resources.get(key).is_some_and(|r| !r.holders.is_empty())
-        };
-        locked
+        let mut t = self.lock();
+        self.purge_expired(&mut t, key, Instant::now());
+        t.resources.get(key).is_some_and(|r| !r.holders.is_empty())
     }
 
     /// The longest remaining lease among holders of `key`.
@@ -517,6 +483,19 @@ impl Engine {
         let t = self.lock();
         let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
         capacity.saturating_sub(used)
+    }
+}
+
+/// `owner`'s hold of `key` while its lease runs, else `LockLost`.
+fn live_holder<'t>(t: &'t mut Table, key: &Key, owner: u64) -> Result<&'t mut Holder> {
+    let now = Instant::now();
+    match t
+        .resources
+        .get_mut(key)
+        .and_then(|r| r.holders.get_mut(&owner))
+    {
+        Some(h) if h.live(now) => Ok(h),
+        _ => Err(Error::lost(&key.1)),
     }
 }
 
