@@ -1,11 +1,12 @@
-//! Typed option keys: the [`OptionKey`] trait, the [`option_keys!`] macro that declares a
-//! backend's keys, the [`CommonKey`]s every backend takes, and the error for an unknown key.
+//! Typed option keys: the [`OptionKey`] trait, the [`option_keys!`](crate::option_keys!) macro
+//! that declares a backend's keys, the [`CommonKey`]s every backend takes, and the error for an
+//! unknown key.
 
 use std::fmt;
 
 use crate::error::Error;
 
-/// A backend's set of option keys. Implement it with [`option_keys!`].
+/// A backend's set of option keys. Implement it with [`option_keys!`](crate::option_keys!).
 pub trait OptionKey: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     /// Every key, in the order error messages list them.
     const ALL: &'static [Self];
