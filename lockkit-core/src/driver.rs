@@ -146,7 +146,6 @@ async fn leave<Q: Queue>(mut pending: Pending<'_, Q>, exit: Exit) {
 pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Output>> {
     // Claims that vanished one after another are replaced at a pace (the first one at once).
     let mut restarts = Backoff::WAITER.start();
-    let mut restarted = false;
     'claims: loop {
         let mut pending = Pending::new(Unfinished {
             queue,
@@ -183,14 +182,14 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                 if req.expired() {
                     return Ok(None);
                 }
+                let first = restarts.attempts() == 0;
                 let pause = restarts.next_pause();
-                if restarted {
+                if !first {
                     tokio::time::sleep_until(req.bound(Instant::now() + pause)).await;
                     if req.expired() {
                         return Ok(None);
                     }
                 }
-                restarted = true;
                 continue 'claims;
             }
             // Waiting, and this look was the last one the budget allowed.
