@@ -147,7 +147,7 @@ impl SentinelSetup {
             });
         }
         for n in &data[1..] {
-            wait_until(Duration::from_secs(10), "replica in sync", || {
+            wait_until(Duration::from_secs(30), "replica in sync", || {
                 info_field(n.port, "replication", "master_link_status").as_deref() == Some("up")
             });
         }
@@ -221,11 +221,28 @@ impl SentinelSetup {
     }
 
     /// Waits until the Sentinels promoted another node than `old`.
+    /// Waits until the Sentinels name a primary other than `old` and the group has settled on
+    /// it: it is a primary, and every other live data node is its replica again. Under load the
+    /// Sentinels may fail over twice (a second leader, in a later epoch, promotes the other
+    /// replica), and until the first one promoted is turned back into a replica it takes writes
+    /// that the group then drops: a client that had not yet followed would lose them.
     async fn wait_failover(&self, old: u16) -> u16 {
         let started = Instant::now();
         loop {
             if let Some(p) = self.primary_port().filter(|p| *p != old) {
-                if info_field(p, "replication", "role").as_deref() == Some("master") {
+                let replica_of_p = |n: u16| {
+                    info_field(n, "replication", "role").as_deref() == Some("slave")
+                        && info_field(n, "replication", "master_port") == Some(p.to_string())
+                        && info_field(n, "replication", "master_link_status").as_deref()
+                            == Some("up")
+                };
+                let settled = info_field(p, "replication", "role").as_deref() == Some("master")
+                    && self
+                        .data
+                        .iter()
+                        .filter(|n| n.child.is_some() && n.port != p)
+                        .all(|n| replica_of_p(n.port));
+                if settled {
                     return p;
                 }
             }
