@@ -17,6 +17,7 @@ use crate::mutex::forever;
 use crate::options::AcquireOptions;
 use crate::ownership::GuardCore;
 use crate::spi::RawElection;
+use crate::telemetry::{self, Identity};
 
 /// A named leader election, made by [`Locks::election`](crate::Locks::election). Cheap to
 /// clone; clones are the same handle.
@@ -79,8 +80,11 @@ impl Election {
                 i.raw.campaign(value, &req).await
             })
             .await?;
-        Ok(own.map(|own| Leadership {
-            core: GuardCore::new(own),
+        Ok(own.map(|own| {
+            telemetry::elected(&self.identity(), own.token.0);
+            Leadership {
+                core: GuardCore::new(own),
+            }
         }))
     }
 
@@ -111,7 +115,17 @@ impl Election {
     /// Every change of leader from now on, the current leader first: see [`LeaderChanges`].
     pub async fn observe(&self) -> Result<LeaderChanges> {
         self.inner.kernel.check_open()?;
-        self.inner.raw.observe().await
+        let changes = self.inner.raw.observe().await?;
+        Ok(changes.counted(self.identity()))
+    }
+
+    /// How telemetry names this election.
+    fn identity(&self) -> Identity {
+        Identity::new(
+            self.inner.kernel.kind,
+            Primitive::Election,
+            self.inner.name.clone(),
+        )
     }
 }
 

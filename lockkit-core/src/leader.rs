@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::error::Result;
 use crate::fencing::FencingToken;
+use crate::telemetry::{self, Identity};
 
 /// An election's leader as the backend shows it.
 #[derive(Clone, PartialEq, Eq)]
@@ -58,14 +59,18 @@ impl fmt::Debug for Leader {
 /// [`Election::observe`](crate::Election::observe): first the leader at the time of the call
 /// (`None`: no leader), then each change (a new leader, a new value, `None` when nobody leads),
 /// with no polling; the last item is always the state as it is. Every change the backend sees
-/// is sent (mem://, etcd: every one); ZooKeeper watches fire once, so changes that come and go
-/// between two reads there are seen as one. An `Err` item says the backend could not follow
+/// is sent (mem://, etcd: every one); ZooKeeper watches fire once, and a Redis observer reads
+/// the leader again on each announcement, so changes that come and go between two reads there
+/// are seen as one. An `Err` item says the backend could not follow
 /// for a while (a watch restarted) and may have missed changes; the item after it is the state
 /// as it then is. The stream ends (`None` from [`next`](Self::next)) when its handle is closed.
 ///
 /// Also a [`futures::Stream`].
 pub struct LeaderChanges {
     rx: mpsc::UnboundedReceiver<Result<Option<Leader>>>,
+    /// Counts the changes after the first state (`lockkit_leader_changes_total`), once the
+    /// core knows whose they are.
+    counter: Option<(Identity, bool)>,
     /// What feeds it (a backend's watch), kept alive as long as the stream.
     _source: Option<Box<dyn Any + Send + Sync>>,
 }
@@ -83,16 +88,34 @@ impl LeaderChanges {
         self
     }
 
+    /// Counts the changes it yields after the first state, for `id`.
+    pub(crate) fn counted(mut self, id: Identity) -> Self {
+        self.counter = Some((id, false));
+        self
+    }
+
+    fn count(&mut self, item: &Option<Result<Option<Leader>>>) {
+        if let (Some((id, first_seen)), Some(Ok(_))) = (&mut self.counter, item) {
+            if std::mem::replace(first_seen, true) {
+                telemetry::leader_changed(id);
+            }
+        }
+    }
+
     /// The next change.
     pub async fn next(&mut self) -> Option<Result<Option<Leader>>> {
-        self.rx.recv().await
+        let item = self.rx.recv().await;
+        self.count(&item);
+        item
     }
 }
 
 impl futures::Stream for LeaderChanges {
     type Item = Result<Option<Leader>>;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx)
+        let item = std::task::ready!(self.rx.poll_recv(cx));
+        self.count(&item);
+        Poll::Ready(item)
     }
 }
 
@@ -108,7 +131,11 @@ impl LeaderFeed {
     /// A feed and the stream it feeds.
     pub fn channel() -> (LeaderFeed, LeaderChanges) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let changes = LeaderChanges { rx, _source: None };
+        let changes = LeaderChanges {
+            rx,
+            counter: None,
+            _source: None,
+        };
         (LeaderFeed { tx, last: None }, changes)
     }
 

@@ -17,6 +17,12 @@
 //! | `lockkit_release_errors_total` | counter | `backend`, `primitive` |
 //! | `lockkit_reconnects_total` | counter | `backend` |
 //! | `lockkit_force_unlocks_total` | counter | `backend`, `primitive` |
+//! | `lockkit_leaderships_total` | counter | `backend`, `primitive` (campaigns won) |
+//! | `lockkit_leader_term` | gauge | `backend`, `primitive` (the term of the last campaign won) |
+//! | `lockkit_leader_changes_total` | counter | `backend`, `primitive` (changes observers saw) |
+//!
+//! A campaign is an acquire of primitive `election`: its duration, the leaderships held, their
+//! hold time and their losses are in the acquire and hold metrics above.
 //!
 //! No label carries a lock name unless [`label_lock_names`] turns it on (a `lock` label on the
 //! per-lock metrics): lock names are unbounded, and so would the series be.
@@ -64,6 +70,12 @@ pub mod names {
     pub const RECONNECTS: &str = "lockkit_reconnects_total";
     /// Locks force-unlocked (counter).
     pub const FORCE_UNLOCKS: &str = "lockkit_force_unlocks_total";
+    /// Campaigns won (counter).
+    pub const LEADERSHIPS: &str = "lockkit_leaderships_total";
+    /// The term of the last campaign won (gauge).
+    pub const LEADER_TERM: &str = "lockkit_leader_term";
+    /// Changes of leader that observers saw (counter).
+    pub const LEADER_CHANGES: &str = "lockkit_leader_changes_total";
 }
 
 static LOCK_NAMES: AtomicBool = AtomicBool::new(false);
@@ -279,6 +291,25 @@ pub(crate) fn ended(id: &Identity, held_for: Duration) {
     id.key(|h| &h.hold, names::HOLD_DURATION, None)
         .histogram()
         .record(held_for.as_secs_f64());
+}
+
+/// A campaign won: this candidate leads in `term`.
+pub(crate) fn elected(id: &Identity, term: u64) {
+    counter!(names::LEADERSHIPS, id.labels(None)).increment(1);
+    // Exact: terms stay below 2^53 (etcd revisions, ZooKeeper zxids, microsecond clocks).
+    metrics::gauge!(names::LEADER_TERM, id.labels(None)).set(term as f64);
+    tracing::info!(
+        backend = id.backend,
+        lock = %id.lock,
+        primitive = id.primitive,
+        token = term,
+        "lockkit: elected"
+    );
+}
+
+/// An observer saw the leader change.
+pub(crate) fn leader_changed(id: &Identity) {
+    counter!(names::LEADER_CHANGES, id.labels(None)).increment(1);
 }
 
 /// A release failed (the backend did not take it; the reaper goes on trying).

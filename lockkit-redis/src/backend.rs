@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use lockkit_core::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use lockkit_core::{
     async_trait, BackendKind, Capabilities, LockEntry, LockInfo, Primitive, Result, Support,
 };
@@ -100,6 +100,7 @@ impl RedisBackend {
         }
         self.inner.watchdog.abandon_all();
         self.inner.replicas.stop();
+        self.inner.closed.send_replace(true);
     }
 
     /// This client's id: the `<client-uuid>` part of its owner fields.
@@ -142,6 +143,7 @@ impl Backend for RedisBackend {
         Capabilities::new(Support::all())
             .with_rwlock(shared)
             .with_semaphore(shared)
+            .with_election(Support::all().remaining_lease(false))
             .list(!compat)
     }
 
@@ -170,6 +172,13 @@ impl Backend for RedisBackend {
             name,
             permits,
         )?))
+    }
+
+    fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
+        Ok(Box::new(crate::election::RedisElection::new(
+            self.inner.clone(),
+            name,
+        )))
     }
 
     /// The core has released every guard of the handle (owner-checked, handing locks to their

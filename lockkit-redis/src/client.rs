@@ -35,6 +35,8 @@ pub(crate) struct Inner {
     pub(crate) reaper: Reaper,
     /// The replica waits after acquires, renewals and releases (`wait_replicas`).
     pub(crate) replicas: Arc<Replicas>,
+    /// Turns `true` when the handle is closed (election observers end then).
+    pub(crate) closed: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -66,6 +68,7 @@ impl Inner {
             watchdog,
             reaper: Reaper::default(),
             replicas,
+            closed: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -78,6 +81,12 @@ impl Inner {
     pub(crate) fn new_owner(&self) -> String {
         let n = self.next_owner.fetch_add(1, Ordering::Relaxed);
         format!("{}:{n}", self.client_id)
+    }
+
+    /// Whether the mutex `keys` name is on Redisson's layout (`redisson_compat`; elections
+    /// never are).
+    pub(crate) fn redisson_layout(&self, keys: &LockKeys) -> bool {
+        self.settings.redisson_compat && keys.leader.is_none()
     }
 
     pub(crate) fn keys(&self, name: &str) -> Result<LockKeys> {
@@ -133,7 +142,7 @@ impl Inner {
         let latch = keys.unlock_latch(owner);
         let latch_ttl = self.latch_ttl_ms();
         let mut inv;
-        if self.settings.redisson_compat {
+        if self.redisson_layout(keys) {
             inv = self.scripts.rs_release.prepare_invoke();
             inv.key(&keys.lock)
                 .key(&latch)
@@ -150,8 +159,9 @@ impl Inner {
                 .key(&latch)
                 .key(&keys.fence)
                 .key(&keys.queue)
-                .key(&keys.waiters)
-                .arg(owner)
+                .key(&keys.waiters);
+            election_keys(&mut inv, keys);
+            inv.arg(owner)
                 .arg(latch_ttl)
                 .arg(self.settings.fence_ttl.as_millis() as u64);
         }
@@ -277,7 +287,7 @@ impl Inner {
         wait: Duration,
     ) -> Result<()> {
         let mut inv;
-        if self.settings.redisson_compat {
+        if self.redisson_layout(keys) {
             inv = self.scripts.rs_fair_leave.prepare_invoke();
             inv.key(&keys.lock)
                 .key(&keys.queue)
@@ -291,8 +301,9 @@ impl Inner {
             inv.key(&keys.lock)
                 .key(&keys.fence)
                 .key(&keys.queue)
-                .key(&keys.waiters)
-                .arg(owner)
+                .key(&keys.waiters);
+            election_keys(&mut inv, keys);
+            inv.arg(owner)
                 .arg(self.settings.fence_ttl.as_millis() as u64);
         }
         self.invoke_retrying(&inv, "leave queue").await.map(drop)
@@ -393,6 +404,14 @@ pub(crate) fn wake_at(most: Duration, pttl: i64, req: &Request) -> tokio::time::
 /// server: what is left of the guard's lease (its deadline, plus the margin and a second).
 pub(crate) fn expiry_bound(state: &StateCell) -> Duration {
     state.clock().remaining().unwrap_or_default() + Duration::from_secs(1)
+}
+
+/// Adds an election's leader hash and channel to a native mutex script's keys (see
+/// `scripts/elect.lua`); nothing for a lock.
+pub(crate) fn election_keys(inv: &mut ScriptInvocation<'_>, keys: &LockKeys) {
+    if let Some(leader) = &keys.leader {
+        inv.key(leader).key(&keys.channel);
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,10 @@ pub struct LockKeys {
     /// (server ms). Unused for mutexes. In Redisson's read-write layout, the base of the
     /// readers' `rwlock_timeout` keys instead (see [`LockKeys::redisson_rwlock`]).
     pub holders: String,
+    /// An election's leader hash (`owner`, `term`, `value` of the candidate that leads, with
+    /// the lock's expiry), `<lock>:leader`; `None` for locks. An election's `channel` announces
+    /// each change of leader (`!`).
+    pub leader: Option<String>,
 }
 
 impl LockKeys {
@@ -49,6 +53,25 @@ impl LockKeys {
     /// readers, `waiters` the waiting writers.
     pub fn rwlock(prefix: &str, name: &str) -> LockKeys {
         Self::of_kind(prefix, "rw", name)
+    }
+
+    /// The keys of election `name`: a native mutex whose owner leads, with its [`leader`]
+    /// hash, and the `channel` on which each change of leader is announced. Elections have no
+    /// Redisson layout (Redisson has no election), so these are the same with
+    /// `redisson_compat`.
+    ///
+    /// ```
+    /// let k = lockkit_redis::LockKeys::election("lockkit", "scheduler");
+    /// assert_eq!(k.lock, "lockkit:elect-lock:{scheduler}");
+    /// assert_eq!(k.leader.as_deref(), Some("lockkit:elect-lock:{scheduler}:leader"));
+    /// assert_eq!(k.channel, "lockkit:elect-channel:{scheduler}");
+    /// ```
+    ///
+    /// [`leader`]: LockKeys::leader
+    pub fn election(prefix: &str, name: &str) -> LockKeys {
+        let mut keys = Self::of_kind(prefix, "elect", name);
+        keys.leader = Some(format!("{}:leader", keys.lock));
+        keys
     }
 
     /// The keys of semaphore `name`: `holders` holds one member `<owner>|<permits>` per permit
@@ -73,6 +96,7 @@ impl LockKeys {
             queue: format!("{prefix}queue:{tag}"),
             waiters: format!("{prefix}waiters:{tag}"),
             holders: format!("{prefix}holders:{tag}"),
+            leader: None,
         }
     }
 
@@ -106,6 +130,7 @@ impl LockKeys {
             queue: prefix_name("redisson_lock_queue", name),
             waiters: prefix_name("redisson_lock_timeout", name),
             holders: extra("holders"),
+            leader: None,
         })
     }
 
@@ -135,6 +160,7 @@ impl LockKeys {
             queue: format!("{}:{name}", extra("queue")),
             waiters: format!("{}:{name}", extra("writers")),
             holders: suffix_base(name),
+            leader: None,
         })
     }
 
@@ -161,6 +187,7 @@ impl LockKeys {
             queue: format!("{}:{name}", extra("queue")),
             waiters: format!("{}:{name}", extra("waiters")),
             holders: format!("{{{tag}}}:lockkit-permits:{name}"),
+            leader: None,
         })
     }
 
@@ -273,6 +300,7 @@ pub(crate) fn native_lock_of(prefix: &str, key: &str) -> Option<(Primitive, Stri
         "lock" | "queue" | "waiters" => Primitive::Mutex,
         "rw-lock" | "rw-holders" | "rw-waiters" => Primitive::RwLock,
         "sem-holders" => Primitive::Semaphore,
+        "elect-lock" | "elect-queue" | "elect-waiters" => Primitive::Election,
         _ => return None,
     };
     Some((primitive, untag(inner)?))
@@ -293,6 +321,15 @@ mod tests {
                 );
             }
             assert_eq!(native_lock_of("lockkit", &m.fence), None);
+            let e = LockKeys::election("lockkit", name);
+            for key in [&e.lock, &e.queue, &e.waiters] {
+                assert_eq!(
+                    native_lock_of("lockkit", key),
+                    Some((Primitive::Election, name.to_string()))
+                );
+            }
+            assert_eq!(native_lock_of("lockkit", e.leader.as_ref().unwrap()), None);
+            assert_eq!(native_lock_of("lockkit", &e.channel), None);
             assert_eq!(
                 native_lock_of("lockkit", &format!("{}:owner", m.unlock)),
                 None

@@ -4,6 +4,7 @@ mod backend;
 mod client;
 mod config;
 mod conn;
+mod election;
 mod error;
 mod keys;
 mod mutex;

@@ -17,6 +17,7 @@ mod queue;
 mod redisson;
 
 pub(crate) use handle::RedisMutex;
+pub(crate) use queue::campaign;
 
 #[async_trait]
 impl RawMutex for RedisMutex {

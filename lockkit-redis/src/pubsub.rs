@@ -199,6 +199,16 @@ impl Subscriptions {
         Ok(sub)
     }
 
+    /// A subscription to `channel` for one named listener, once the server has it, that every
+    /// `!` message and every reconnect wake: an election's observer.
+    pub(crate) async fn follow(
+        self: &Arc<Self>,
+        channel: &str,
+        name: &str,
+    ) -> Result<Subscription> {
+        self.subscribe_as(channel, Some(name)).await
+    }
+
     /// One wait of a waiter on `channel` (as `name`, see [`subscribe_as`](Self::subscribe_as)).
     /// With no subscription in `sub` yet, it subscribes and answers `None` at once: a message
     /// published before the subscription was not seen, so the waiter looks again. Otherwise it
@@ -386,6 +396,8 @@ impl Subscriptions {
         };
         match payload {
             b"0" => e.any.wake(None),
+            // An election's leader changed: every observer looks again.
+            b"!" => e.wake_all(),
             // Any other number is Redisson's (redisson_compat): its read-write lock's `1` and
             // its semaphore's free-permit count wake every local waiter. Owner ids are never
             // numeric.

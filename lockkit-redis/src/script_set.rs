@@ -18,16 +18,25 @@ pub mod source {
     }
 
     /// Acquire + fencing token; a waiting acquire queues (and takes up a hand-off).
-    pub const ACQUIRE: &str = lua!("typed.lua", "fence.lua", "handoff.lua", "acquire.lua");
+    /// For an election, taking the lock also makes the candidate the leader.
+    pub const ACQUIRE: &str = lua!(
+        "typed.lua",
+        "fence.lua",
+        "handoff.lua",
+        "elect.lua",
+        "acquire.lua"
+    );
     /// Acquire at once or not at all, never queueing: the mutex acquire on Redisson's `RLock`
     /// layout (`redisson_compat`), and natively a `try_lock` that is not fair.
     pub const TRY_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "try_acquire.lua");
-    /// Owner-checked, idempotent release that hands the lock to the first live waiter.
+    /// Owner-checked, idempotent release that hands the lock to the first live waiter (and
+    /// for an election, clears the leader).
     pub const RELEASE: &str = lua!(
         "typed.lua",
         "owned.lua",
         "fence.lua",
         "handoff.lua",
+        "elect.lua",
         "release.lua"
     );
     /// A waiter gives up: leaves the queue and passes on a lock handed to it.
@@ -36,8 +45,15 @@ pub mod source {
         "owned.lua",
         "fence.lua",
         "handoff.lua",
+        "elect.lua",
         "leave.lua"
     );
+    /// An elected leader changes its value while it leads.
+    pub const PROCLAIM: &str = lua!("proclaim.lua");
+    /// An election's leader (read-only).
+    pub const LEADER: &str = lua!("leader.lua");
+    /// Batched, owner-checked renewal of elected leaders (lock and leader hash).
+    pub const RENEW_LEADER: &str = lua!("renew_leader.lua");
     /// Admin force-unlock (hands the lock to the first live waiter).
     pub const FORCE_UNLOCK: &str =
         lua!("typed.lua", "fence.lua", "handoff.lua", "force_unlock.lua");
@@ -106,6 +122,9 @@ pub(crate) struct Scripts {
     pub(crate) leave: Script,
     pub(crate) force_unlock: Script,
     pub(crate) renew: Script,
+    pub(crate) renew_leader: Script,
+    pub(crate) proclaim: Script,
+    pub(crate) leader: Script,
     pub(crate) reenter: Script,
     pub(crate) probe: Script,
     pub(crate) inspect: Script,
@@ -138,6 +157,9 @@ impl Scripts {
             leave: Script::new(source::LEAVE),
             force_unlock: Script::new(source::FORCE_UNLOCK),
             renew: Script::new(source::RENEW),
+            renew_leader: Script::new(source::RENEW_LEADER),
+            proclaim: Script::new(source::PROCLAIM),
+            leader: Script::new(source::LEADER),
             reenter: Script::new(source::REENTER),
             probe: Script::new(source::PROBE),
             inspect: Script::new(source::INSPECT),

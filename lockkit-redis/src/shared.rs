@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use crate::client::{expiry_bound, wake_at, Inner, Reentries};
 use crate::keys::LockKeys;
-use crate::watchdog::{RenewKind, Renewal};
+use crate::watchdog::Renewal;
 use lockkit_core::spi::Watched;
 
 struct Acquired {
@@ -477,10 +477,10 @@ impl Held for SharedHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let script = match self.mode.renew_kind(self.layout) {
-            RenewKind::Hash => &self.inner.scripts.renew,
-            RenewKind::Set => &self.inner.scripts.renew_set,
-        };
+        let script = self
+            .mode
+            .renew_kind(self.layout)
+            .script(&self.inner.scripts);
         let key = self.mode.owned_key(self.layout, &self.keys);
         self.inner
             .extend(script, key, &self.member, lease, self.id, &self.name)

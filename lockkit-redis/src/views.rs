@@ -25,6 +25,8 @@ pub(crate) async fn inspect(inner: &Inner, name: &str, primitive: Primitive) -> 
     let compat = inner.settings.redisson_compat;
     let keys = match primitive {
         Primitive::Mutex => inner.keys(name)?,
+        // Elections are on lockkit's layout whatever `redisson_compat` says.
+        Primitive::Election => LockKeys::election(&inner.settings.prefix, name),
         _ if compat => {
             return Err(Error::unsupported(format!(
                 "the Redis backend cannot inspect a {} on Redisson's layout",
@@ -34,7 +36,7 @@ pub(crate) async fn inspect(inner: &Inner, name: &str, primitive: Primitive) -> 
         Primitive::RwLock => LockKeys::rwlock(&inner.settings.prefix, name),
         _ => LockKeys::semaphore(&inner.settings.prefix, name),
     };
-    let waiting = if primitive == Primitive::Mutex {
+    let waiting = if matches!(primitive, Primitive::Mutex | Primitive::Election) {
         &keys.queue
     } else {
         &keys.waiters
@@ -47,7 +49,7 @@ pub(crate) async fn inspect(inner: &Inner, name: &str, primitive: Primitive) -> 
         .key(&keys.waiters);
     let (pttl, fence, fields, shared, queue): (i64, String, Vec<String>, Vec<String>, Vec<String>) =
         inner.invoke(&inv, "inspect").await?;
-    let token = (!compat)
+    let token = (!compat || primitive == Primitive::Election)
         .then(|| fence.parse().ok().map(FencingToken))
         .flatten();
     let lease = (pttl >= 0).then(|| Duration::from_millis(pttl as u64));

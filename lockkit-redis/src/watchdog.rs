@@ -23,6 +23,27 @@ pub(crate) enum RenewKind {
     Hash,
     /// A member of a sorted set scored by its deadline (read lock, semaphore permits).
     Set,
+    /// An elected leader: its lock hash field and its leader hash (`scripts/elect.lua`).
+    Leader,
+}
+
+impl RenewKind {
+    /// How a mutex ownership on `keys` is renewed: an election's also keeps its leader hash.
+    pub(crate) fn of_mutex(keys: &crate::keys::LockKeys) -> RenewKind {
+        match keys.leader {
+            Some(_) => RenewKind::Leader,
+            None => RenewKind::Hash,
+        }
+    }
+
+    /// The batched renewal script of this kind (also what `extend` runs).
+    pub(crate) fn script(self, scripts: &Scripts) -> &redis::Script {
+        match self {
+            RenewKind::Hash => &scripts.renew,
+            RenewKind::Set => &scripts.renew_set,
+            RenewKind::Leader => &scripts.renew_leader,
+        }
+    }
 }
 
 /// What the watchdog keeps about one ownership: its kind, key and owner field.
@@ -53,10 +74,7 @@ impl Renew<Renewal> for Renewer {
 
     async fn renew(&self, batch: &[Due<Renewal>], limit: Duration) -> Option<Vec<Renewed>> {
         let first = &batch.first()?.entry;
-        let mut call = match first.kind {
-            RenewKind::Hash => self.scripts.renew.prepare_invoke(),
-            RenewKind::Set => self.scripts.renew_set.prepare_invoke(),
-        };
+        let mut call = first.kind.script(&self.scripts).prepare_invoke();
         for due in batch {
             call.key(&due.entry.key)
                 .arg(&due.entry.owner)

@@ -21,6 +21,7 @@ fn all_keys_of_a_lock_share_one_slot() {
             LockKeys::mutex("lockkit", name),
             LockKeys::rwlock("lockkit", name),
             LockKeys::semaphore("lockkit", name),
+            LockKeys::election("lockkit", name),
         ]
         .into_iter()
         .chain(LockKeys::redisson_mutex(name).ok())
@@ -33,7 +34,10 @@ fn all_keys_of_a_lock_share_one_slot() {
                 &k.queue,
                 &k.waiters,
                 &k.holders,
-            ] {
+            ]
+            .into_iter()
+            .chain(k.leader.as_ref())
+            {
                 assert_eq!(
                     key_slot(other),
                     slot,

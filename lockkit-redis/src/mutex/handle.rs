@@ -18,19 +18,24 @@ use crate::watchdog::{RenewKind, Renewal};
 /// A mutex handle.
 #[derive(Debug)]
 pub(crate) struct RedisMutex {
-    pub(super) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     pub(super) name: Arc<str>,
-    pub(super) keys: Arc<LockKeys>,
+    pub(crate) keys: Arc<LockKeys>,
 }
 
 impl RedisMutex {
     pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Result<Self> {
-        let keys = Arc::new(inner.keys(name)?);
-        Ok(RedisMutex {
+        let keys = inner.keys(name)?;
+        Ok(Self::with_keys(inner, name, keys))
+    }
+
+    /// The native mutex on `keys` (an election's, see [`LockKeys::election`]).
+    pub(crate) fn with_keys(inner: Arc<Inner>, name: &str, keys: LockKeys) -> Self {
+        RedisMutex {
             inner,
             name: name.into(),
-            keys,
-        })
+            keys: Arc::new(keys),
+        }
     }
 
     /// Hands the reaper taking `owner` out of the mutex's queue, for an acquire that ends
@@ -101,7 +106,7 @@ impl RedisMutex {
             sent_at,
             expiry,
             entry: Renewal {
-                kind: RenewKind::Hash,
+                kind: RenewKind::of_mutex(&self.keys),
                 key: self.keys.lock.clone(),
                 owner: owner.clone(),
             },

@@ -8,6 +8,7 @@ use lockkit_core::{async_trait, Error, Result};
 
 use crate::client::{expiry_bound, Inner, Reentries};
 use crate::keys::LockKeys;
+use crate::watchdog::RenewKind;
 
 /// One held ownership of a mutex.
 #[derive(Debug)]
@@ -55,7 +56,7 @@ impl Held for RedisHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let renew = &self.inner.scripts.renew;
+        let renew = RenewKind::of_mutex(&self.keys).script(&self.inner.scripts);
         self.inner
             .extend(
                 renew,
@@ -66,6 +67,23 @@ impl Held for RedisHeld {
                 &self.name,
             )
             .await
+    }
+
+    /// Elections only (see `scripts/proclaim.lua`).
+    async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        let Some(leader) = &self.keys.leader else {
+            return Err(Error::unsupported("a lock has no value to proclaim"));
+        };
+        let mut inv = self.inner.scripts.proclaim.prepare_invoke();
+        inv.key(&self.keys.lock)
+            .key(leader)
+            .key(&self.keys.channel)
+            .arg(&self.owner)
+            .arg(value);
+        match self.inner.invoke::<i64>(&inv, "proclaim").await? {
+            1 => Ok(()),
+            _ => Err(Error::lost(&self.name)),
+        }
     }
 
     async fn reenter(&self) -> Result<()> {

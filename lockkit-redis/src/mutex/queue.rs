@@ -24,11 +24,34 @@ use crate::replicas::Ticket;
 
 /// Acquires `m` as `req` asks: at once when free, else (when `req` allows a wait) queued.
 pub(super) async fn acquire(m: &RedisMutex, req: &Request) -> Result<Option<GuardParts>> {
-    drive(&NativeQueue { m }, req).await
+    drive(&NativeQueue { m, value: None }, req).await
+}
+
+/// Campaigns in the election whose native mutex is `m` (on [`LockKeys::election`] keys) with
+/// `value`: the same queue, always fair (candidates lead in arrival order), and a lock handed
+/// over is taken up by an attempt, which writes the leader hash as it grants (see
+/// `scripts/elect.lua`).
+///
+/// [`LockKeys::election`]: crate::LockKeys::election
+pub(crate) async fn campaign(
+    m: &RedisMutex,
+    value: &[u8],
+    req: &Request,
+) -> Result<Option<GuardParts>> {
+    drive(
+        &NativeQueue {
+            m,
+            value: Some(value),
+        },
+        req,
+    )
+    .await
 }
 
 struct NativeQueue<'a> {
     m: &'a RedisMutex,
+    /// A candidate's value (elections only).
+    value: Option<&'a [u8]>,
 }
 
 /// How a claim came to hold.
@@ -73,8 +96,9 @@ impl NativeQueue<'_> {
         let (m, inner) = (self.m, &self.m.inner);
         let settings = &inner.settings;
         let lease = req.lease().duration();
-        let inv = if req.waits() || req.fair() {
-            let attempt = match (c.queued, req.waits(), req.fair()) {
+        let fair = req.fair() || self.value.is_some();
+        let inv = if req.waits() || fair {
+            let attempt = match (c.queued, req.waits(), fair) {
                 (true, _, false) => "2",
                 (true, _, true) => "2f",
                 (false, true, false) => "1",
@@ -87,6 +111,10 @@ impl NativeQueue<'_> {
                 .key(&m.keys.waiters)
                 .arg(attempt)
                 .arg(settings.waiter_timeout().as_millis() as u64);
+            if let Some(value) = self.value {
+                crate::client::election_keys(&mut inv, &m.keys);
+                inv.arg(value);
+            }
             inv
         } else {
             // Neither waits nor defers to waiters: the lock is taken if free, and the queue is
@@ -181,9 +209,10 @@ impl Queue for NativeQueue<'_> {
             // Handed over after our last busy attempt: its expiry runs from no earlier. A
             // fixed lease is taken up by an attempt instead, which starts the whole lease then
             // (the hand-off's expiry runs from a moment the waiter cannot know), as is a
-            // hand-off that must reach replicas first.
+            // hand-off that must reach replicas first, and a candidate's (the attempt makes it
+            // the leader).
             let expiry = req.lease().duration().min(inner.settings.waiter_timeout());
-            let take = !inner.replicas.waits() && req.lease().is_watchdog();
+            let take = !inner.replicas.waits() && req.lease().is_watchdog() && self.value.is_none();
             let fresh = c.busy_sent + expiry > Instant::now() + expiry / 3;
             if take && fresh {
                 c.won = Some(Won::HandedOver {

@@ -5,10 +5,18 @@
 -- '2' for its later attempts (refresh the heartbeat, take up a hand-off); with an 'f' after it
 -- for a fair acquire (never ahead of a live waiter), ARGV[5] heartbeat timeout ms (also how
 -- long a hand-off lasts until it is taken up)
+-- For an election (see elect.lua) also KEYS[5] leader hash, KEYS[6] election channel, ARGV[6]
+-- the candidate's value: taking the lock makes it the leader.
 -- Returns {1, token} when acquired, {0, pttl} when busy (the holder's remaining lease; -1: none).
 local held, err = lock_fields(KEYS[1])
 if not held then
   return err
+end
+if KEYS[5] then
+  local ok, bad = leader_key_ok(KEYS[5])
+  if not ok then
+    return bad
+  end
 end
 local owner = ARGV[1]
 local mode = string.sub(ARGV[4], 1, 1)
@@ -20,7 +28,11 @@ local function take(t)
   if mode ~= '0' and redis.call('hdel', KEYS[4], owner) == 1 then
     redis.call('lrem', KEYS[3], 1, owner)
   end
-  return take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], t)
+  local r = take_hash(KEYS[1], owner, ARGV[2], KEYS[2], ARGV[3], t)
+  if KEYS[5] and r[1] == 1 then
+    lead(KEYS[5], KEYS[6], owner, r[2], ARGV[6], ARGV[2])
+  end
+  return r
 end
 
 if held == 0 and mode ~= '2' and not fair then

@@ -42,7 +42,7 @@ impl Mode {
     /// The key holding this mode's ownership: the write hash or the holders set.
     pub(super) fn owned_key(self, layout: Layout, keys: &LockKeys) -> &str {
         match self.renew_kind(layout) {
-            RenewKind::Hash => &keys.lock,
+            RenewKind::Hash | RenewKind::Leader => &keys.lock,
             RenewKind::Set => &keys.holders,
         }
     }

@@ -1,0 +1,123 @@
+//! Leader election: a native mutex on the election's own keys ([`LockKeys::election`]) whose
+//! owner leads. Candidates queue in arrival order; the script that grants the lock also writes
+//! the leader hash (owner, term, value) and announces the change on the election's channel, and
+//! the term is the lock's fencing token. A leadership is renewed with its leader hash and turns
+//! Lost when either is gone. Observers listen on the channel and read the leader again on each
+//! announcement, on each reconnect, and when the leader's lease ends (a leader that died is
+//! announced by nobody).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::spi::{GuardParts, LeaderFeed, RawElection, Request};
+use lockkit_core::{async_trait, Backoff, FencingToken, Leader, LeaderChanges, Result};
+use tokio::time::Instant;
+
+use crate::client::Inner;
+use crate::keys::LockKeys;
+use crate::mutex::RedisMutex;
+use crate::pubsub::Subscription;
+
+/// An election handle. Creating one talks to no server.
+#[derive(Debug)]
+pub(crate) struct RedisElection {
+    m: RedisMutex,
+}
+
+impl RedisElection {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
+        let keys = LockKeys::election(&inner.settings.prefix, name);
+        RedisElection {
+            m: RedisMutex::with_keys(inner, name, keys),
+        }
+    }
+}
+
+#[async_trait]
+impl RawElection for RedisElection {
+    async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
+        crate::mutex::campaign(&self.m, value, req).await
+    }
+
+    /// One script call: the leader hash, if it names the lock's owner.
+    async fn leader(&self) -> Result<Option<Leader>> {
+        Ok(read(&self.m.inner, &self.m.keys).await?.0)
+    }
+
+    /// Subscribes first, so no announcement after the first read is missed.
+    async fn observe(&self) -> Result<LeaderChanges> {
+        let (inner, keys) = (self.m.inner.clone(), self.m.keys.clone());
+        // Named like no owner field, so a hand-off message never reaches it.
+        let name = format!("observer:{}", inner.new_owner());
+        let sub = inner.subs.follow(&keys.channel, &name).await?;
+        let (feed, changes) = LeaderFeed::channel();
+        tokio::spawn(follow(inner, keys, sub, feed));
+        Ok(changes)
+    }
+}
+
+/// The leader, and how long the lock has left when it is held (`None`: free).
+async fn read(inner: &Inner, keys: &LockKeys) -> Result<(Option<Leader>, Option<Duration>)> {
+    let mut inv = inner.scripts.leader.prepare_invoke();
+    inv.key(&keys.lock);
+    if let Some(leader) = &keys.leader {
+        inv.key(leader);
+    }
+    let (term, value, pttl): (String, Vec<u8>, i64) = inner.invoke(&inv, "leader").await?;
+    let leader = term
+        .parse::<u64>()
+        .ok()
+        .map(|t| Leader::new(value, FencingToken(t)));
+    Ok((
+        leader,
+        (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+    ))
+}
+
+/// Feeds `feed` until nobody listens or the handle is closed: reads the leader, sends it, and
+/// waits for an announcement, a reconnect (the subscription wakes it) or the end of the lock's
+/// lease, whichever comes first. A failed read is sent as an error and retried.
+async fn follow(inner: Arc<Inner>, keys: Arc<LockKeys>, sub: Subscription, mut feed: LeaderFeed) {
+    let closed = feed.on_close();
+    tokio::pin!(closed);
+    let mut stopped = inner.closed.subscribe();
+    let mut retry = Backoff::WATCH.start();
+    loop {
+        let ends = match read(&inner, &keys).await {
+            Ok((leader, ends)) => {
+                retry.reset();
+                if !feed.send(leader) {
+                    return;
+                }
+                ends
+            }
+            Err(e) => {
+                if !feed.fail(e) {
+                    return;
+                }
+                tokio::select! {
+                    () = retry.wait() => {}
+                    () = &mut closed => return,
+                    _ = stopped.wait_for(|c| *c) => return,
+                }
+                continue;
+            }
+        };
+        // Just past the lease's end: a lock that expired is free by then.
+        let lapse = async {
+            match ends {
+                Some(left) => tokio::time::sleep_until(Instant::now() + left + LAPSE_MARGIN).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sub.notified() => {}
+            () = lapse => {}
+            () = &mut closed => return,
+            _ = stopped.wait_for(|c| *c) => return,
+        }
+    }
+}
+
+/// How long after a lease's end an observer looks again.
+const LAPSE_MARGIN: Duration = Duration::from_millis(5);
