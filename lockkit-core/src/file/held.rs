@@ -74,14 +74,20 @@ impl Ownership {
     /// ran out: its clock's deadline comes first).
     fn lose(&self, files: Option<Vec<Locked>>, reason: LostReason) {
         self.state.mark_lost(reason);
-        drop(files);
+        // While the files are still ours, so no next holder's sidecar can be there yet.
         self.drop_sidecars();
+        drop(files);
     }
 
+    /// Removes the sidecars that are to go on release, each only while it is still ours (a
+    /// force-unlock may have let a next holder write its own at the same path).
     fn drop_sidecars(&self) {
         if self.remove_sidecars {
+            let owner = lock(&self.record).owner.clone();
             for p in &self.sidecars {
-                let _ = std::fs::remove_file(p);
+                if Record::read(p).is_none_or(|r| r.owner == owner) {
+                    let _ = std::fs::remove_file(p);
+                }
             }
         }
     }
@@ -227,9 +233,29 @@ impl Held for FileHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
+        self.rewrite(|r| r.deadline_ms = Some(now_ms() + lease.as_millis() as u64))
+    }
+
+    /// Elections: the leader's value is in its holder record.
+    async fn proclaim(&self, value: &[u8]) -> Result<()> {
+        self.rewrite(|r| r.value = Some(value.to_vec()))
+    }
+
+    async fn downgrade(&self) -> Result<GuardParts> {
+        match self.downgrade {
+            Some(downgrade) => downgrade(self),
+            None => Err(Error::unsupported("only a write lock can be downgraded")),
+        }
+    }
+}
+
+impl FileHeld {
+    /// Changes the holder record with `change` and writes it again, only while this ownership
+    /// still holds (else `LockLost`). The files stay locked meanwhile, so the write lands before
+    /// any release and the next holder's record.
+    fn rewrite(&self, change: impl FnOnce(&mut Record)) -> Result<()> {
         let mut files = lock(&self.own.files);
-        let now = Instant::now();
-        let expired = self.own.state.clock().has_passed(now);
+        let expired = self.own.state.clock().has_passed(Instant::now());
         match files.as_ref() {
             Some(f) if !expired && (!self.own.check_identity || Ownership::still_ours(f)) => {}
             Some(_) => {
@@ -241,20 +267,13 @@ impl Held for FileHeld {
             }
             None => return Err(Error::lost(&self.own.name)),
         }
-        drop(files);
         let mut record = lock(&self.own.record);
-        record.deadline_ms = Some(now_ms() + lease.as_millis() as u64);
+        change(&mut record);
         for s in &self.own.sidecars {
             record.write(s);
         }
+        drop(files);
         Ok(())
-    }
-
-    async fn downgrade(&self) -> Result<GuardParts> {
-        match self.downgrade {
-            Some(downgrade) => downgrade(self),
-            None => Err(Error::unsupported("only a write lock can be downgraded")),
-        }
     }
 }
 
@@ -273,5 +292,6 @@ pub(crate) fn record(owner: String, token: u64, mode: HoldMode, lease: Lease) ->
             Lease::Watchdog(d) => Some(d.as_millis() as u64),
             _ => None,
         },
+        value: None,
     }
 }

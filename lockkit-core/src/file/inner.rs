@@ -23,6 +23,8 @@ pub(super) struct Inner {
     pub(super) reaper: Reaper,
     pub(super) id: String,
     pub(super) seq: AtomicU64,
+    /// Turns `true` when the handle is closed (election observers end then).
+    pub(super) closed: tokio::sync::watch::Sender<bool>,
 }
 
 /// What an acquire hands to [`Inner::finish`].
@@ -36,6 +38,8 @@ pub(super) struct Acquired {
     pub(super) remove_sidecars: bool,
     pub(super) owner: String,
     pub(super) downgrade: Option<held::Downgrade>,
+    /// An elected leader's value, for its holder record.
+    pub(super) value: Option<Vec<u8>>,
 }
 
 impl Inner {
@@ -55,7 +59,8 @@ impl Inner {
             .await
             .map_err(|e| Error::new(ErrorKind::Backend, format!("token task failed: {e}")))?
             .map_err(io_error)?;
-        let record = held::record(a.owner, token, a.mode, a.lease);
+        let mut record = held::record(a.owner, token, a.mode, a.lease);
+        record.value = a.value;
         let held = FileHeld::start(Parts {
             name: a.name,
             files: a.files,
@@ -70,7 +75,8 @@ impl Inner {
         Ok(held.into_parts(token))
     }
 
-    /// Finishes an exclusive hold of a mutex or RW lock: one holder sidecar, kept on release.
+    /// Finishes an exclusive hold of a mutex, RW lock or election (with the leader's `value`):
+    /// one holder sidecar, kept on release except an election's.
     pub(super) async fn finish_exclusive(
         &self,
         name: &Arc<str>,
@@ -78,6 +84,7 @@ impl Inner {
         files: Vec<Locked>,
         lease: Lease,
         downgrade: Option<held::Downgrade>,
+        value: Option<Vec<u8>>,
     ) -> Result<GuardParts> {
         let acquired = Acquired {
             name: name.clone(),
@@ -86,9 +93,11 @@ impl Inner {
             mode: HoldMode::Exclusive,
             check_identity: true,
             sidecars: vec![paths.holder()],
-            remove_sidecars: false,
+            // A leader's record names the leader: it goes before the lock does.
+            remove_sidecars: value.is_some(),
             owner: self.owner(),
             downgrade,
+            value,
         };
         self.finish(paths.counter(), acquired).await
     }

@@ -9,6 +9,7 @@
 //! | mutex | an exclusive lock on `mutex.<name>.lock` |
 //! | RW lock | shared / exclusive locks on `rw.<name>.lock`; a writer first takes `rw.<name>.gate`, which keeps new readers out while it waits (writers are not starved) and makes downgrade atomic |
 //! | semaphore | `N` slot files `sem.<name>.slot.<i>.lock`; a permit is an exclusive lock on one slot |
+//! | leader election | an exclusive lock on `elect.<name>.lock` held by the leader, whose holder record `elect.<name>.holder` carries its value and term (its token); observers look every 50 ms (an OS lock freed by a dead process sends no event) |
 //! | fencing tokens | a counter file per lock, read-incremented-written under an exclusive lock on it and synced (`fdatasync`), strictly increasing across processes and restarts |
 //! | watchdog leases | nothing to renew: the lock lives exactly as long as its holder's process (or guard) |
 //! | fixed leases | a timer in the holder's process releases the OS lock at the deadline and marks the guard Lost. A holder process that is frozen (SIGSTOP, a debugger) keeps its lock past the deadline |
@@ -55,6 +56,7 @@
 //! directory on a local file system. Lock names map to file names injectively, but a
 //! case-insensitive file system folds names that differ only in case.
 
+mod election;
 mod held;
 mod inner;
 mod mutex;
@@ -79,7 +81,7 @@ use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
 use crate::options::DEFAULT_LEASE;
 use crate::settings::Settings;
-use crate::spi::{Backend, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use crate::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use crate::{LockConfig, Locks};
 use inner::Inner;
 use oslock::io_error;
@@ -155,6 +157,7 @@ impl FileBackend {
                 reaper: Reaper::default(),
                 id: format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
                 seq: AtomicU64::new(0),
+                closed: tokio::sync::watch::Sender::new(false),
             }),
         })
     }
@@ -167,6 +170,7 @@ impl FileBackend {
             reaper: self.inner.reaper.clone(),
             id: self.inner.id.clone(),
             seq: AtomicU64::new(0),
+            closed: tokio::sync::watch::Sender::new(false),
         };
         f(&mut inner);
         FileBackend {
@@ -202,6 +206,7 @@ impl Backend for FileBackend {
         Capabilities::new(basic)
             .with_rwlock(basic.remaining_lease(false))
             .with_semaphore(basic.remaining_lease(false))
+            .with_election(basic.remaining_lease(false))
             .list(true)
     }
 
@@ -238,8 +243,17 @@ impl Backend for FileBackend {
         }))
     }
 
+    fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
+        Ok(Box::new(election::FileElection {
+            inner: self.inner.clone(),
+            name: name.into(),
+            paths: self.inner.paths("elect", name),
+        }))
+    }
+
     async fn close(&self) -> Result<()> {
         // Guards were marked Lost by the core; their OS locks go with their files.
+        self.inner.closed.send_replace(true);
         Ok(())
     }
 
@@ -265,9 +279,7 @@ impl Backend for FileBackend {
             Primitive::Mutex => mutex::inspect(&self.inner.paths("mutex", name)),
             Primitive::RwLock => rwlock::inspect(&self.inner.paths("rw", name)),
             Primitive::Semaphore => semaphore::inspect(&self.inner.paths("sem", name)),
-            Primitive::Election => {
-                return Err(Error::unsupported("file:// has no leader election"))
-            }
+            Primitive::Election => mutex::inspect(&self.inner.paths("elect", name)),
         }
         .map_err(io_error)
     }

@@ -33,7 +33,7 @@ impl RawMutex for FileMutex {
         };
         let parts = self
             .inner
-            .finish_exclusive(&self.name, &self.paths, files, req.lease(), None)
+            .finish_exclusive(&self.name, &self.paths, files, req.lease(), None, None)
             .await?;
         Ok(Some(parts))
     }

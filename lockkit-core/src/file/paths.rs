@@ -123,6 +123,7 @@ pub(crate) fn named_in(dir: &Path) -> std::io::Result<Vec<LockEntry>> {
         let (primitive, stem) = match kind {
             "mutex" => (Primitive::Mutex, rest.strip_suffix(".lock")),
             "rw" => (Primitive::RwLock, rest.strip_suffix(".lock")),
+            "elect" => (Primitive::Election, rest.strip_suffix(".lock")),
             "sem" => (
                 Primitive::Semaphore,
                 rest.strip_suffix(".lock")

@@ -54,6 +54,7 @@ impl RawRwLock for FileRwLock {
             remove_sidecars: true,
             owner,
             downgrade: None,
+            value: None,
         };
         let parts = self.inner.finish(self.paths.counter(), acquired).await?;
         Ok(Some(parts))
@@ -83,7 +84,14 @@ impl RawRwLock for FileRwLock {
         };
         let parts = self
             .inner
-            .finish_exclusive(&self.name, &self.paths, files, req.lease(), Some(downgrade))
+            .finish_exclusive(
+                &self.name,
+                &self.paths,
+                files,
+                req.lease(),
+                Some(downgrade),
+                None,
+            )
             .await?;
         Ok(Some(parts))
     }

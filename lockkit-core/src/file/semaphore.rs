@@ -52,6 +52,7 @@ impl RawSemaphore for FileSemaphore {
             remove_sidecars: false,
             owner: self.inner.owner(),
             downgrade: None,
+            value: None,
         };
         let parts = self.inner.finish(paths.counter(), acquired).await?;
         Ok(Some(parts))

@@ -21,6 +21,8 @@ pub(crate) struct Record {
     pub(crate) deadline_ms: Option<u64>,
     /// A watchdog lease's length: it is "renewed" for as long as the holder lives.
     pub(crate) watchdog_ms: Option<u64>,
+    /// An elected leader's value (written in hex).
+    pub(crate) value: Option<Vec<u8>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -57,6 +59,13 @@ impl Record {
         if let Some(w) = self.watchdog_ms {
             text.push_str(&format!("watchdog_ms={w}\n"));
         }
+        if let Some(v) = &self.value {
+            text.push_str("value=");
+            for b in v {
+                text.push_str(&format!("{b:02x}"));
+            }
+            text.push('\n');
+        }
         // Write then rename, so a reader never sees half a record.
         // The temporary name is unique per owner, so concurrent holders never share one.
         let mut tmp = path.as_os_str().to_owned();
@@ -88,6 +97,10 @@ impl Record {
             mode,
             deadline_ms: get("deadline_ms").and_then(|d| d.parse().ok()),
             watchdog_ms: get("watchdog_ms").and_then(|d| d.parse().ok()),
+            value: match get("value") {
+                Some(hex) => Some(from_hex(&hex)?),
+                None => None,
+            },
         })
     }
 
@@ -110,4 +123,15 @@ impl Record {
             true
         }
     }
+}
+
+/// The bytes of lowercase hex `s` (`None` when it is not hex).
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }

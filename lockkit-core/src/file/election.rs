@@ -1,0 +1,187 @@
+//! The `file://` election: the leader holds an exclusive OS lock on `elect.<name>.lock`, and its
+//! holder record (`elect.<name>.holder`) carries its value and its term, the token it drew.
+//! A record counts only while the lock is held, its token is the counter's last one (the
+//! holder drew it after locking) and its process is alive, so a record left by an earlier
+//! leader never names a leader.
+//!
+//! OS locks keep no queue (no FIFO order, as for the mutex) and a lock freed by a process that
+//! died sends no event, so observers look every [`OBSERVE_EVERY`].
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::inner::Inner;
+use super::oslock::{io_error, is_held, poll, try_lock_path, LockMode};
+use super::paths::LockPaths;
+use super::sidecar::Record;
+use crate::error::Result;
+use crate::fencing::FencingToken;
+use crate::leader::{Leader, LeaderChanges};
+use crate::spi::{GuardParts, LeaderFeed, RawElection, Request};
+
+/// How often an observer looks at the election.
+pub(crate) const OBSERVE_EVERY: Duration = Duration::from_millis(50);
+
+#[derive(Debug)]
+pub(super) struct FileElection {
+    pub(super) inner: Arc<Inner>,
+    pub(super) name: Arc<str>,
+    pub(super) paths: LockPaths,
+}
+
+#[async_trait]
+impl RawElection for FileElection {
+    async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
+        let path = self.paths.lock();
+        let files = poll(req, &self.paths.waiting(), || {
+            Ok(try_lock_path(&path, LockMode::Exclusive)?.map(|l| vec![l]))
+        })
+        .await?;
+        let Some(files) = files else {
+            return Ok(None);
+        };
+        let parts = self
+            .inner
+            .finish_exclusive(
+                &self.name,
+                &self.paths,
+                files,
+                req.lease(),
+                None,
+                Some(value.to_vec()),
+            )
+            .await?;
+        Ok(Some(parts))
+    }
+
+    async fn leader(&self) -> Result<Option<Leader>> {
+        leader_of(&self.paths).map_err(io_error)
+    }
+
+    async fn observe(&self) -> Result<LeaderChanges> {
+        let (feed, changes) = LeaderFeed::channel();
+        tokio::spawn(follow(
+            self.paths.clone(),
+            self.inner.closed.subscribe(),
+            feed,
+        ));
+        Ok(changes)
+    }
+}
+
+/// The leader as the files show it now.
+fn leader_of(p: &LockPaths) -> io::Result<Option<Leader>> {
+    if !is_held(&p.lock(), LockMode::Shared)? {
+        return Ok(None);
+    }
+    let Some(record) = Record::read(&p.holder()) else {
+        return Ok(None);
+    };
+    let last = match std::fs::read_to_string(p.counter()) {
+        Ok(text) => text.trim().parse::<u64>().ok(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let current = last == Some(record.token) && record.process_alive();
+    Ok(match (current, record.value) {
+        (true, Some(value)) => Some(Leader::new(value, FencingToken(record.token))),
+        _ => None,
+    })
+}
+
+/// Sends the leader to `feed` whenever a look finds it changed, until nobody listens or the
+/// handle is closed.
+async fn follow(
+    paths: LockPaths,
+    mut closed: tokio::sync::watch::Receiver<bool>,
+    mut feed: LeaderFeed,
+) {
+    let gone = feed.on_close();
+    tokio::pin!(gone);
+    loop {
+        let sent = match leader_of(&paths) {
+            Ok(leader) => feed.send(leader),
+            Err(e) => feed.fail(io_error(e)),
+        };
+        if !sent {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(OBSERVE_EVERY) => {}
+            () = &mut gone => return,
+            _ = closed.wait_for(|c| *c) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::file::FileBackend;
+    use crate::Locks;
+
+    fn locks(tag: &str) -> (Locks, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "lockkit-elect-{tag}-{}-{}",
+            std::process::id(),
+            super::super::sidecar::now_ms()
+        ));
+        (Locks::new(FileBackend::open(&dir).unwrap()), dir)
+    }
+
+    /// A resigned leader's record goes before its lock, so a candidate that has locked but not
+    /// yet drawn its term never shows the previous leader again.
+    #[tokio::test]
+    async fn a_resigned_leaders_record_goes_with_it() {
+        let (locks, dir) = locks("resign");
+        let e = locks.election("e").unwrap();
+        let lead = e.campaign("a").await.unwrap();
+        let paths = LockPaths::new(&dir, "elect", "e");
+        assert!(paths.holder().exists());
+        assert_eq!(
+            leader_of(&paths).unwrap().map(|l| l.term()),
+            Some(lead.term())
+        );
+        assert!(lead.resign().await.unwrap());
+        assert!(!paths.holder().exists());
+        // Locked by the next candidate, before it drew its term: nobody leads yet.
+        let next = try_lock_path(&paths.lock(), LockMode::Exclusive)
+            .unwrap()
+            .expect("free");
+        assert!(leader_of(&paths).unwrap().is_none());
+        drop(next);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A record whose process is gone names no leader, even while its term is the last one.
+    #[tokio::test]
+    async fn a_dead_processs_record_names_no_leader() {
+        let (locks, dir) = locks("dead");
+        let e = locks.election("e").unwrap();
+        let lead = e.campaign("a").await.unwrap();
+        let paths = LockPaths::new(&dir, "elect", "e");
+        let mut record = Record::read(&paths.holder()).unwrap();
+        record.pid = u32::MAX; // no such process
+        record.write(&paths.holder());
+        assert!(leader_of(&paths).unwrap().is_none());
+        lead.resign().await.unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Observers end when their handle is closed.
+    #[tokio::test]
+    async fn observers_end_when_the_handle_closes() {
+        let (locks, dir) = locks("close");
+        let mut changes = locks.election("e").unwrap().observe().await.unwrap();
+        assert_eq!(changes.next().await.unwrap().unwrap(), None);
+        locks.close().await.unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(5), changes.next())
+            .await
+            .expect("ends within 5 s");
+        assert!(end.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
