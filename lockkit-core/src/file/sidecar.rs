@@ -127,7 +127,7 @@ impl Record {
 
 /// The bytes of lowercase hex `s` (`None` when it is not hex).
 fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
