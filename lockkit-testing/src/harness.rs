@@ -144,7 +144,9 @@ impl Harness {
             .expect("start the holder process");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = BufReader::new(stdout).lines();
+        let lines_ref = &mut lines;
         let token = tokio::time::timeout(Duration::from_secs(30), async {
+            let lines = lines_ref;
             while let Some(line) = lines.next_line().await.expect("read the holder's output") {
                 // libtest prints "test __conformance_child ... " before the holder's own words.
                 if let Some((_, t)) = line.split_once("HELD ") {
@@ -158,7 +160,11 @@ impl Harness {
         })
         .await
         .expect("the holder process took its lock within 30 s");
-        ChildHolder { child, token }
+        ChildHolder {
+            child,
+            token,
+            lines,
+        }
     }
 }
 
@@ -167,6 +173,8 @@ impl Harness {
 pub struct ChildHolder {
     child: tokio::process::Child,
     token: FencingToken,
+    /// What it prints after `HELD` (`LOST` when its guard's lost signal fires).
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl ChildHolder {
@@ -179,10 +187,57 @@ impl ChildHolder {
     pub async fn kill(&mut self) {
         let _ = self.child.kill().await;
     }
+
+    /// SIGSTOPs the holder: it keeps its connections and does nothing (a GC pause, a VM
+    /// migration, a debugger).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().expect("the holder runs");
+        let ok = std::process::Command::new("kill")
+            .arg(sig)
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    }
+
+    /// Whether the holder says its guard was lost (its lost signal fired) within `limit`.
+    pub async fn says_lost(&mut self, limit: Duration) -> bool {
+        let lines = &mut self.lines;
+        tokio::time::timeout(limit, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("LOST") {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .unwrap_or(false)
+    }
+}
+
+/// Keeps a holder process's guard `g` until the process is killed (it is never released), and
+/// what the process reports of it: its token and its lost signal.
+fn never_released<G>(
+    held: (FencingToken, lockkit_core::Lost),
+    g: G,
+) -> (FencingToken, lockkit_core::Lost) {
+    std::mem::forget(g);
+    held
 }
 
 /// The body of the `__conformance_child` test: in a holder process, connects, takes the lock,
-/// says `HELD <token>` and sleeps until killed; in a normal test run, returns at once.
+/// says `HELD <token>`, says `LOST` if its guard's lost signal fires, and sleeps until killed;
+/// in a normal test run, returns at once.
 pub async fn run_child<F, Fut>(connect: F)
 where
     F: Fn(LockConfig) -> Fut,
@@ -207,47 +262,42 @@ where
             .watchdog_lease(Duration::from_millis(lease_ms))
             .wait(Duration::from_secs(20));
         let token = match hold {
-            Hold::Mutex => locks.mutex(&name)?.acquire(&opts).await?.map(|g| {
-                let t = g.token();
-                std::mem::forget(g);
-                t
-            }),
-            Hold::Read => locks.rwlock(&name)?.read(&opts).await?.map(|g| {
-                let t = g.token();
-                std::mem::forget(g);
-                t
-            }),
-            Hold::Write => locks.rwlock(&name)?.write(&opts).await?.map(|g| {
-                let t = g.token();
-                std::mem::forget(g);
-                t
-            }),
+            Hold::Mutex => locks
+                .mutex(&name)?
+                .acquire(&opts)
+                .await?
+                .map(|g| never_released((g.token(), g.lost()), g)),
+            Hold::Read => locks
+                .rwlock(&name)?
+                .read(&opts)
+                .await?
+                .map(|g| never_released((g.token(), g.lost()), g)),
+            Hold::Write => locks
+                .rwlock(&name)?
+                .write(&opts)
+                .await?
+                .map(|g| never_released((g.token(), g.lost()), g)),
             Hold::Leader => locks
                 .election(&name)?
                 .campaign_with("child", &opts)
                 .await?
-                .map(|g| {
-                    let t = g.term();
-                    std::mem::forget(g);
-                    t
-                }),
+                .map(|g| never_released((g.term(), g.lost()), g)),
             Hold::Permits { n, total } => locks
                 .semaphore(&name, total)?
                 .acquire(n, &opts)
                 .await?
-                .map(|g| {
-                    let t = g.token();
-                    std::mem::forget(g);
-                    t
-                }),
+                .map(|g| never_released((g.token(), g.lost()), g)),
         };
         Ok::<_, lockkit_core::Error>((locks, token))
     }
     .await;
     match held {
-        Ok((_locks, Some(token))) => {
-            // The guard was forgotten: it holds until this process is killed.
+        Ok((_locks, Some((token, lost)))) => {
             println!("\nHELD {}", token.0);
+            tokio::select! {
+                _ = lost => println!("\nLOST"),
+                () = tokio::time::sleep(Duration::from_secs(600)) => {}
+            }
             tokio::time::sleep(Duration::from_secs(600)).await;
         }
         Ok((_, None)) => println!("\nNOT HELD: the lock stayed busy"),

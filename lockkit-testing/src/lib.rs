@@ -56,6 +56,7 @@ macro_rules! conformance_suite {
             close_racing_acquires_leaves_nothing_held,
             separate_connects_exclude_each_other,
             election_killed_leader_is_replaced_after_its_lease,
+            election_paused_leader_is_replaced_and_told,
         );
 
         $crate::__conformance_cases!($config, $connect;

@@ -6,7 +6,9 @@ use tokio::time::Instant;
 use super::{assert_kind, fixed, name, within, SHORT, SOON};
 use crate::harness::Hold;
 use crate::{Harness, OverlapDetector};
-use lockkit_core::{AcquireOptions, Election, ErrorKind, Leader, LeaderChanges, LockState, Locks};
+use lockkit_core::{
+    AcquireOptions, BackendKind, Election, ErrorKind, Leader, LeaderChanges, LockState, Locks,
+};
 
 fn election(locks: &Locks, case: &str) -> Option<(String, Election)> {
     let n = name(case);
@@ -231,5 +233,45 @@ pub async fn election_killed_leader_is_replaced_after_its_lease(h: &Harness) {
         last = next(&mut changes).await;
     }
     assert_eq!(last.map(|l| l.term()), Some(lead.term()));
+    assert!(lead.resign().await.unwrap());
+}
+
+/// A leader process paused mid-term (SIGSTOP: a GC pause, a VM migration) is replaced after its
+/// lease, in a higher term, and learns through `lost()` once it runs again. On `file://` a
+/// frozen process keeps its OS lock (nobody else can lead meanwhile), so there is nothing to
+/// replace.
+pub async fn election_paused_leader_is_replaced_and_told(h: &Harness) {
+    let locks = h.locks().await;
+    if !locks.capabilities().cross_process || locks.backend() == BackendKind::FILE {
+        return;
+    }
+    let Some((n, e)) = election(&locks, "elect-paused") else {
+        return;
+    };
+    let lease = SHORT * 2;
+    let mut child = h.spawn(&n, Hold::Leader, lease).await;
+    child.pause();
+    let paused = Instant::now();
+    let lead = e
+        .campaign_for("parent", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the parent leads once the paused leader's lease ran out");
+    let took = paused.elapsed();
+    child.resume();
+    assert!(
+        took < lease + Duration::from_secs(3),
+        "leadership passed {took:?} after the leader paused, with a {lease:?} lease"
+    );
+    assert!(lead.term() > child.token(), "the term rises");
+    assert!(
+        child.says_lost(Duration::from_secs(10)).await,
+        "the resumed leader was told it lost leadership"
+    );
+    assert_eq!(
+        e.leader().await.unwrap().map(|l| l.term()),
+        Some(lead.term()),
+        "the resumed leader did not take leadership back"
+    );
     assert!(lead.resign().await.unwrap());
 }
