@@ -16,6 +16,7 @@
 #       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #       --require-timeouts (fail unless an acquire timed out while a fault was in effect)
+#       --primitive mutex|election (what the workers contend for; a leadership's term is its token)
 #   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
 #       starts its own cluster servers (own state dir and ports; single servers if the cluster
 #       profile cannot start), runs every backend with fixed seeds, stops the servers, and fails
@@ -165,6 +166,7 @@ cmd_run() {
             --hold-ms) extra+=(--hold-ms "$2") && shift ;;
             --faults) extra+=(--faults "$2") && shift ;;
             --wait-ms) extra+=(--wait-ms "$2") && shift ;;
+            --primitive) extra+=(--primitive "$2") && shift ;;
             --label) label=$2 && shift ;;
             --strict) strict+=(--strict) ;;
             --require-pause) strict+=(--require-pause) ;;
@@ -241,7 +243,10 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 # blocked hand-offs and 0 leftovers, and at least one acquire must time out during a pause;
 # then the same with a 6 s lease, so that the 4 s pause outlasts the command timeout but not
 # the lease (etcd issue 9715: an acquire that timed out must not leave its key on a session
-# that stays alive); one pause in 20 s, whose window (4 + 6 + 1 s) ends 6 s before the run.
+# that stays alive); one pause in 20 s, whose window (4 + 6 + 1 s) ends 6 s before the run;
+# then an election row per backend: the workers campaign and resign instead of acquiring and
+# releasing (a leadership is a hold, its term the token the register fences with), while the
+# leader (holder) is killed and paused and the server leader killed, paused and restarted.
 # Cluster topologies when the cluster profile starts; single servers otherwise.
 cmd_suite() {
     suite_env
@@ -254,6 +259,7 @@ cmd_suite() {
         --url-opts command_timeout=1s --strict --require-timeouts)
     local in_lease=(--seed 1 --duration 20s --every 12s --faults pause-server --wait-ms 1200
         --url-opts command_timeout=1s --lease 6s --pause 4s --strict --require-timeouts)
+    local election=(--seed 1 --duration 30s --every 5s --primitive election)
     local t
     if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict
@@ -280,6 +286,9 @@ cmd_suite() {
     suite_one etcd $t "${in_lease[@]}" --label $t-timeouts-lease6s
     suite_one zk $t "${in_lease[@]}" --label $t-timeouts-lease6s
     suite_one redis $t "${in_lease[@]}" --label $t-timeouts-lease6s
+    suite_one etcd $t "${election[@]}" --strict --label $t-election
+    suite_one zk $t "${election[@]}" --strict --label $t-election
+    suite_one redis $t "${election[@]}" --label $t-election
     if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
         printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
         return 1

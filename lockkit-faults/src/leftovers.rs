@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::subject::Primitive;
+
 /// Leftovers one scan found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Leftovers {
@@ -67,10 +69,10 @@ fn parse(url: &str) -> Option<Target> {
 /// Scans with the workers' handles open until nothing is left or `grace` has passed since the
 /// first try: a release that failed is still being retried in the background, a dropped
 /// acquire's cleanup task may still be deleting its key. Whatever is left after that counts.
-pub async fn scan_live(url: &str, name: &str, grace: Duration) -> Leftovers {
+pub async fn scan_live(url: &str, primitive: Primitive, name: &str, grace: Duration) -> Leftovers {
     let started = Instant::now();
     loop {
-        let mut found = scan(url, name, Phase::LiveSessions).await;
+        let mut found = scan(url, primitive, name, Phase::LiveSessions).await;
         if found.error.is_none() && found.count() == 0 {
             found.clean_after_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
             return found;
@@ -82,8 +84,10 @@ pub async fn scan_live(url: &str, name: &str, grace: Duration) -> Leftovers {
     }
 }
 
-/// Scans the servers of `url` for what the lock `name` (default prefix `lockkit`) left behind.
-pub async fn scan(url: &str, name: &str, phase: Phase) -> Leftovers {
+/// Scans the servers of `url` for what the lock or election `name` (default prefix `lockkit`)
+/// left behind.
+pub async fn scan(url: &str, primitive: Primitive, name: &str, phase: Phase) -> Leftovers {
+    let election = primitive == Primitive::Election;
     let Some(t) = parse(url) else {
         return failed(format!("cannot parse {url}"));
     };
@@ -94,8 +98,8 @@ pub async fn scan(url: &str, name: &str, phase: Phase) -> Leftovers {
                 Ok(primary) => redis_scan(&format!("redis://{primary}"), name).await,
                 Err(e) => Err(e),
             },
-            "zk" => zk_scan(&t, name).await,
-            "etcd" => etcd_scan(&t, name, phase).await,
+            "zk" => zk_scan(&t, name, election).await,
+            "etcd" => etcd_scan(&t, name, election, phase).await,
             other => Err(format!("leftover scan not implemented for {other}://")),
         }
     })
@@ -174,9 +178,12 @@ async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
             if ttl == -2 {
                 continue;
             }
-            if key.starts_with("lockkit:unlock:") && ttl >= 0 {
+            // An election's keys are a mutex's with `elect-` before their kind.
+            let kind = key.strip_prefix("lockkit:").unwrap_or(&key);
+            let kind = kind.strip_prefix("elect-").unwrap_or(kind);
+            if kind.starts_with("unlock:") && ttl >= 0 {
                 out.latches += 1;
-            } else if key.starts_with("lockkit:fence:") && ttl >= 0 {
+            } else if kind.starts_with("fence:") && ttl >= 0 {
                 out.kept
                     .push(format!("{key} (expires in {} s)", ttl / 1000));
             } else {
@@ -190,7 +197,7 @@ async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
     }
 }
 
-async fn zk_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
+async fn zk_scan(t: &Target, name: &str, election: bool) -> Result<Leftovers, String> {
     let mut connect = t.hosts.join(",");
     if !t.path.is_empty() {
         connect = format!("{connect}/{}", t.path.trim_start_matches('/'));
@@ -198,7 +205,8 @@ async fn zk_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
     let client = zookeeper_client::Client::connect(&connect)
         .await
         .map_err(err)?;
-    let dir = format!("/lockkit/mutex/{name}");
+    let kind = if election { "election" } else { "mutex" };
+    let dir = format!("/lockkit/{kind}/{name}");
     let mut out = Leftovers::default();
     match client.list_children(&dir).await {
         Ok(children) => out.locks = children.into_iter().map(|c| format!("{dir}/{c}")).collect(),
@@ -208,11 +216,20 @@ async fn zk_scan(t: &Target, name: &str) -> Result<Leftovers, String> {
     Ok(out)
 }
 
-async fn etcd_scan(t: &Target, name: &str, phase: Phase) -> Result<Leftovers, String> {
+async fn etcd_scan(
+    t: &Target,
+    name: &str,
+    election: bool,
+    phase: Phase,
+) -> Result<Leftovers, String> {
     use etcd_client::{Client, GetOptions};
     let endpoints: Vec<String> = t.hosts.iter().map(|h| format!("http://{h}")).collect();
     let mut client = Client::connect(endpoints, None).await.map_err(err)?;
-    let prefix = format!("lockkit/{name}/");
+    let prefix = if election {
+        format!("lockkit/%election/{name}/")
+    } else {
+        format!("lockkit/{name}/")
+    };
     let resp = client
         .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
         .await

@@ -18,6 +18,7 @@ mod probe;
 mod proto;
 mod register;
 mod run;
+mod subject;
 mod table;
 mod trace;
 mod worker;
@@ -81,6 +82,8 @@ enum Cmd {
         seed: u64,
         #[arg(long, value_parser = run::parse_range)]
         hold_ms: (u64, u64),
+        #[arg(long, value_enum, default_value_t)]
+        primitive: subject::Primitive,
     },
     /// Print a Markdown results table from runs' report.json files.
     Table {
@@ -122,6 +125,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
             until,
             seed,
             hold_ms,
+            primitive,
         } => {
             trace::install();
             let args = worker::WorkerArgs {
@@ -134,6 +138,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 until,
                 seed,
                 hold_ms,
+                primitive,
             };
             match worker::run(args).await {
                 Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,8 @@
 use std::time::{Duration, Instant};
 
 use lockkit::AcquireOptions;
+
+use crate::subject::{Primitive, Subject};
 use serde::Serialize;
 
 /// How long a fresh client may take to connect before the probe gives up (not part of the
@@ -34,8 +36,9 @@ impl Probe {
     }
 }
 
-/// Connects to `url`, acquires `name` with a wait budget of `lease` + 1 s, releases, closes.
-pub async fn run(url: &str, name: &str, lease: Duration) -> Probe {
+/// Connects to `url`, acquires (campaigns in) `name` with a wait budget of `lease` + 1 s,
+/// releases (resigns), closes.
+pub async fn run(url: &str, primitive: Primitive, name: &str, lease: Duration) -> Probe {
     let bound = lease + Duration::from_secs(1);
     let mut probe = Probe {
         bound_ms: bound.as_millis() as f64,
@@ -47,14 +50,14 @@ pub async fn run(url: &str, name: &str, lease: Duration) -> Probe {
         Ok(Err(e)) => return probe.failed(format!("connect: {e}")),
         Err(_) => return probe.failed(format!("connect: not done in {CONNECT_LIMIT:?}")),
     };
-    let lock = match locks.mutex(name) {
+    let lock = match Subject::open(&locks, primitive, name, "probe") {
         Ok(lock) => lock,
         Err(e) => return probe.failed(e.to_string()),
     };
     let opts = AcquireOptions::new().wait(bound).watchdog_lease(lease);
     let sent = Instant::now();
     // The acquire's own budget is the bound; the timeout only stops a hung call.
-    match tokio::time::timeout(bound * 2, lock.acquire(&opts)).await {
+    match tokio::time::timeout(bound * 2, lock.take(&opts)).await {
         Ok(Ok(Some(guard))) => {
             probe.ms = Some(sent.elapsed().as_secs_f64() * 1000.0);
             if let Err(e) = guard.release().await {

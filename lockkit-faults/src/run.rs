@@ -16,6 +16,7 @@ use crate::leftovers::{scan, scan_live, Leftovers, Phase};
 use crate::probe::{self, Probe};
 use crate::proto::{FaultRecord, LogLine, RunInfo};
 use crate::register::Register;
+use crate::subject::Primitive;
 
 /// The coordinator's parameters (also the `run` command's options).
 #[derive(Clone, Debug, clap::Args)]
@@ -69,6 +70,10 @@ pub struct RunArgs {
     /// Range of a hold's length in milliseconds (`MIN-MAX`).
     #[arg(long, default_value = "50-250", value_parser = parse_range)]
     pub hold_ms: (u64, u64),
+    /// What the workers contend for: a mutex, or an election (a leadership is a hold, its term
+    /// a token).
+    #[arg(long, value_enum, default_value_t)]
+    pub primitive: Primitive,
 }
 
 impl RunArgs {
@@ -142,6 +147,7 @@ impl Workers {
                 "--hold-ms",
                 &format!("{}-{}", self.args.hold_ms.0, self.args.hold_ms.1),
             ])
+            .args(["--primitive", self.args.primitive.as_str()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -262,8 +268,9 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
     }
     // Probe and scan while the workers' sessions are alive: close() would revoke what they
     // hold and hide keys the protocol left behind.
-    let final_probe = probe::run(&args.url, &name, args.lease).await;
-    let leftovers = scan_live(&args.url, &name, args.lease + Duration::from_secs(2)).await;
+    let final_probe = probe::run(&args.url, args.primitive, &name, args.lease).await;
+    let grace = args.lease + Duration::from_secs(2);
+    let leftovers = scan_live(&args.url, args.primitive, &name, grace).await;
     reg.let_workers_leave();
     let deadline = now() + 15_000_000;
     for (id, child) in workers.children.iter_mut() {
@@ -282,7 +289,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
     stragglers.sort();
     failed_workers.sort();
     tokio::time::sleep(args.grace).await;
-    let leftovers_after_close = scan(&args.url, &name, Phase::AfterClose).await;
+    let leftovers_after_close = scan(&args.url, args.primitive, &name, Phase::AfterClose).await;
     let report = check(&reg.lines());
     let outcome = Outcome {
         blocked_handoffs: report.handoffs.blocked.len() + usize::from(final_probe.blocked()),

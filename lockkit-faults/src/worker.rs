@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::clock::{now, until, Micros};
 use crate::proto::{HoldRecord, Msg, Reply};
+use crate::subject::{Held, Primitive, Subject};
 
 /// What a worker needs to run.
 #[derive(Clone, Debug)]
@@ -35,6 +36,8 @@ pub struct WorkerArgs {
     pub seed: u64,
     /// Range of a hold's length, in milliseconds.
     pub hold_ms: (u64, u64),
+    /// A mutex or an election.
+    pub primitive: Primitive,
 }
 
 struct Client {
@@ -82,19 +85,21 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
             }
         }
     };
-    let lock = locks
-        .mutex(&args.name)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let lock = Subject::open(
+        &locks,
+        args.primitive,
+        &args.name,
+        &format!("worker-{}", args.id),
+    )
+    .map_err(|e| std::io::Error::other(e.to_string()))?;
     let opts = AcquireOptions::new()
         .wait(args.wait)
         .watchdog_lease(args.lease);
     while now() < args.until {
         let sent = now();
-        let acquired = tokio::time::timeout(
-            until(args.until) + Duration::from_secs(1),
-            lock.acquire(&opts),
-        )
-        .await;
+        let acquired =
+            tokio::time::timeout(until(args.until) + Duration::from_secs(1), lock.take(&opts))
+                .await;
         match acquired {
             Err(_) => break,
             Ok(Ok(None)) => {
@@ -162,11 +167,11 @@ async fn report_error(
 async fn one_hold(
     reg: &mut Client,
     worker: u32,
-    guard: lockkit::LockGuard,
+    guard: Held,
     hold: Duration,
 ) -> std::io::Result<()> {
     let start = now();
-    let token = guard.token().get();
+    let token = guard.token();
     // Record the instant lost() resolves, whenever that is before the release finishes.
     let lost_at = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();

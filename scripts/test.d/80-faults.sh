@@ -5,8 +5,10 @@
 # WAIT) reports its double grants and must still show 0 stale writes accepted; in the
 # cluster-timeouts rows (server pauses longer than the command timeout; with a 2 s lease, and with
 # a 6 s lease that outlasts the pause) all three backends must show 0 blocked hand-offs and 0
-# leftovers on live sessions, and some acquire must time out during a pause. Own servers on their
-# own ports; bounded (~7.5 minutes).
+# leftovers on live sessions, and some acquire must time out during a pause; the election rows
+# (workers campaign and resign; a leadership's term is its token) hold etcd and ZooKeeper to the
+# same strict targets and Redis to 0 stale writes accepted. Own servers on their own ports;
+# bounded (~9 minutes).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 exec scripts/faults.sh suite
