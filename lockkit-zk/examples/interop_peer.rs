@@ -6,6 +6,8 @@
 //! interop_peer mutex URL NAME ITERATIONS DIR
 //! interop_peer rw    URL NAME ITERATIONS DIR
 //! interop_peer latch URL NAME ITERATIONS DIR  lead election NAME (Curator's LeaderLatch)
+//! interop_peer selector URL NAME ITERATIONS DIR  the same, with `election_layout=selector` in
+//!                                         URL (Curator's LeaderSelector)
 //! ```
 //!
 //! The overlap detector is shared with the Java side (interop/curator): an exclusive holder
@@ -84,7 +86,7 @@ async fn main() -> lockkit_core::Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     for i in 0..iterations {
-        if mode == "latch" {
+        if mode == "latch" || mode == "selector" {
             let me = format!("lockkit-{i}");
             let lead = election
                 .campaign_with(me.clone(), &wait)

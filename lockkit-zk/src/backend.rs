@@ -107,11 +107,13 @@ impl Backend for ZkBackend {
     }
 
     fn election(&self, name: &str) -> Result<Box<dyn RawElection>> {
-        Ok(Box::new(election::ZkElection {
-            sessions: self.sessions.clone(),
-            name: name.to_string(),
-            dir: self.dir("election", name),
-        }))
+        let marker = self.sessions.default().cfg.election_layout.marker();
+        Ok(Box::new(election::ZkElection::new(
+            self.sessions.clone(),
+            name,
+            self.dir("election", name),
+            marker,
+        )))
     }
 
     async fn close(&self) -> Result<()> {
@@ -165,7 +167,10 @@ impl Backend for ZkBackend {
                 format!("{}/leases", self.semaphore_path(name)),
                 &[node::LEASE_MARKER],
             ),
-            Primitive::Election => (self.dir("election", name), &[node::LATCH_MARKER]),
+            Primitive::Election => (
+                self.dir("election", name),
+                election::markers(self.sessions.default().cfg.election_layout.marker()),
+            ),
             _ => return Err(lockkit_core::Error::unsupported("unknown primitive")),
         };
         let session = self.sessions.default();

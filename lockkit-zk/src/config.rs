@@ -15,6 +15,38 @@ lockkit_core::option_keys! {
         SessionTimeout = "session_timeout",
         /// `acl`: `open`, `creator` or `creator_read` (the default with credentials).
         Acl = "acl",
+        /// `election_layout`: `latch` (Curator's `LeaderLatch`, the default) or `selector`
+        /// (Curator's `LeaderSelector`: its `InterProcessMutex` nodes).
+        ElectionLayout = "election_layout",
+    }
+}
+
+/// Which Curator recipe an election's nodes follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ElectionLayout {
+    /// `LeaderLatch`: `_c_<uuid>-latch-<seq>`.
+    Latch,
+    /// `LeaderSelector`: the mutex's `_c_<uuid>-lock-<seq>`.
+    Selector,
+}
+
+impl ElectionLayout {
+    fn parse(s: &str) -> Result<ElectionLayout> {
+        match s {
+            "latch" => Ok(ElectionLayout::Latch),
+            "selector" => Ok(ElectionLayout::Selector),
+            other => Err(Error::config(format!(
+                "election_layout={other:?}: expected latch or selector"
+            ))),
+        }
+    }
+
+    /// The marker of its candidates' node names.
+    pub(crate) fn marker(self) -> &'static str {
+        match self {
+            ElectionLayout::Latch => crate::node::LATCH_MARKER,
+            ElectionLayout::Selector => crate::node::MUTEX_MARKER,
+        }
     }
 }
 
@@ -71,9 +103,12 @@ pub(crate) struct ZkConfig {
     /// Digest credentials, `user:password`.
     pub digest: Option<(String, Secret)>,
     pub acl: AclMode,
+    /// The layout of elections' nodes.
+    pub election_layout: ElectionLayout,
     /// TLS to the secure client port, when any `tls_*` option is given.
     pub tls: Option<lockkit_core::Tls>,
     /// The hosts, one by one (for the TLS probe).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub addrs: Vec<lockkit_core::HostPort>,
 }
 
@@ -86,6 +121,7 @@ impl fmt::Debug for ZkConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("user", &self.digest.as_ref().map(|(u, _)| u))
             .field("acl", &self.acl)
+            .field("election_layout", &self.election_layout)
             .field("tls", &self.tls)
             .finish()
     }
@@ -133,6 +169,10 @@ impl ZkConfig {
                 "acl=creator and acl=creator_read need credentials (zk://user:password@…)",
             ));
         }
+        let election_layout = match settings.get(ZkKey::ElectionLayout) {
+            Some(l) => ElectionLayout::parse(l)?,
+            None => ElectionLayout::Latch,
+        };
         let tls = settings.tls().cloned();
         if let Some(tls) = &tls {
             crate::tls::check(tls)?;
@@ -151,6 +191,7 @@ impl ZkConfig {
             command_timeout,
             digest,
             acl,
+            election_layout,
             addrs: url.hosts.clone(),
             tls,
         })
@@ -280,6 +321,9 @@ mod tests {
         assert_eq!(c.session_timeout, lockkit_core::DEFAULT_LEASE);
         let c = parse("zk://h1?lease=4s").unwrap();
         assert_eq!(c.session_timeout, Duration::from_secs(4));
+        assert_eq!(c.election_layout, ElectionLayout::Latch);
+        let c = parse("zk://h1?election_layout=selector").unwrap();
+        assert_eq!(c.election_layout.marker(), crate::node::MUTEX_MARKER);
         for bad in [
             "zk://h1?session_timeout=soon",
             "zk://h1?acl=creator",
@@ -288,6 +332,7 @@ mod tests {
             "redis://h1",
             "zk://h1?session_timout=2s",
             "zk://h1?lease=2s&session_timeout=3s",
+            "zk://h1?election_layout=Latch",
         ] {
             assert_eq!(parse(bad).unwrap_err().kind(), ErrorKind::Config, "{bad}");
         }

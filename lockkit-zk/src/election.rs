@@ -4,7 +4,9 @@
 //! lockkit candidate campaigns through the same queue as the mutex, so it leads only as the
 //! first node *of its own live session* (the check Curator added in 5.7, CURATOR-696), and its
 //! leadership turns Lost when its node is deleted or its session ends, which neither Curator
-//! nor Go does. The term is the leader node's creation zxid.
+//! nor Go does. The term is the leader node's creation zxid. With `election_layout=selector`
+//! the nodes are Curator's `LeaderSelector`'s instead (its `InterProcessMutex`'s
+//! `_c_<uuid>-lock-<seq>`, with the participant id as data), in the same directory.
 
 use std::sync::Arc;
 
@@ -15,19 +17,44 @@ use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::held;
-use crate::node::{self, LATCH_MARKER};
+use crate::node::{self, LATCH_MARKER, MUTEX_MARKER};
 use crate::ops::list_or_empty;
 use crate::queue::{self, Rule, Spec};
 use crate::session::Session;
 use crate::sessions::Sessions;
 
-const MARKERS: &[&str] = &[LATCH_MARKER];
+/// The candidates' markers of an election whose nodes carry `marker`.
+pub(crate) fn markers(marker: &'static str) -> &'static [&'static str] {
+    if marker == MUTEX_MARKER {
+        &[MUTEX_MARKER]
+    } else {
+        &[LATCH_MARKER]
+    }
+}
 
 #[derive(Debug)]
 pub(crate) struct ZkElection {
-    pub sessions: Arc<Sessions>,
-    pub name: String,
-    pub dir: String,
+    sessions: Arc<Sessions>,
+    name: String,
+    dir: String,
+    /// `latch-` (Curator's `LeaderLatch`) or `lock-` (its `LeaderSelector`).
+    marker: &'static str,
+}
+
+impl ZkElection {
+    pub(crate) fn new(
+        sessions: Arc<Sessions>,
+        name: &str,
+        dir: String,
+        marker: &'static str,
+    ) -> Self {
+        ZkElection {
+            sessions,
+            name: name.to_string(),
+            dir,
+            marker,
+        }
+    }
 }
 
 #[async_trait]
@@ -36,8 +63,8 @@ impl RawElection for ZkElection {
         let session = self.sessions.for_lease(req.lease().duration()).await?;
         let spec = Spec {
             dir: &self.dir,
-            marker: LATCH_MARKER,
-            markers: MARKERS,
+            marker: self.marker,
+            markers: markers(self.marker),
             rule: Rule::Exclusive,
             data: value,
         };
@@ -54,7 +81,10 @@ impl RawElection for ZkElection {
         let limit = session.cfg.command_timeout;
         loop {
             let children = list_or_empty(&client, &self.dir, limit).await?;
-            let Some(first) = node::sorted(&children, MARKERS, None).into_iter().next() else {
+            let Some(first) = node::sorted(&children, markers(self.marker), None)
+                .into_iter()
+                .next()
+            else {
                 return Ok(None);
             };
             let path = format!("{}/{}", self.dir, first.name);
@@ -71,7 +101,12 @@ impl RawElection for ZkElection {
         let session = self.sessions.default().clone();
         session.client()?;
         let (feed, changes) = LeaderFeed::channel();
-        tokio::spawn(follow(session, self.dir.clone(), feed));
+        tokio::spawn(follow(
+            session,
+            self.dir.clone(),
+            markers(self.marker),
+            feed,
+        ));
         Ok(changes)
     }
 }
@@ -84,13 +119,18 @@ fn leader_of(data: Vec<u8>, stat: &zk::Stat) -> Leader {
 /// comes or goes) and the leader node's data (a proclamation). Every change is sent; after a
 /// failure or a new session the state is read again and sent if it changed. Ends when nobody
 /// listens or the handle is closed.
-async fn follow(session: Arc<Session>, dir: String, mut feed: LeaderFeed) {
+async fn follow(
+    session: Arc<Session>,
+    dir: String,
+    markers: &'static [&'static str],
+    mut feed: LeaderFeed,
+) {
     let mut retry_pause = Backoff::WATCH.start();
     let closed = feed.on_close();
     tokio::pin!(closed);
     loop {
         let step = tokio::select! {
-            step = look(&session, &dir, &mut feed) => step,
+            step = look(&session, &dir, markers, &mut feed) => step,
             () = &mut closed => return,
         };
         match step {
@@ -112,7 +152,7 @@ async fn follow(session: Arc<Session>, dir: String, mut feed: LeaderFeed) {
 /// One look: sends the leader as it is now, then waits for a watch on it to fire. No client is
 /// kept while it waits: a ZooKeeper session lives as long as one of its clients, so a closed
 /// handle's session ends, its watches fire, and the next look finds the handle closed.
-async fn look(session: &Session, dir: &str, feed: &mut LeaderFeed) -> Result<()> {
+async fn look(session: &Session, dir: &str, markers: &[&str], feed: &mut LeaderFeed) -> Result<()> {
     let client = session.client()?;
     let (children, children_changed) = match client.list_and_watch_children(dir).await {
         Ok(r) => r,
@@ -132,7 +172,7 @@ async fn look(session: &Session, dir: &str, feed: &mut LeaderFeed) -> Result<()>
         }
         Err(e) => return Err(map(e, "watch the election")),
     };
-    let Some(first) = node::sorted(&children, MARKERS, None).into_iter().next() else {
+    let Some(first) = node::sorted(&children, markers, None).into_iter().next() else {
         drop(client);
         feed.send(None);
         children_changed.changed().await;

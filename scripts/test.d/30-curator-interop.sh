@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock / LeaderLatch
-# (Java, from interop/curator) and lockkit's ZooKeeper mutex / RW lock / election contend for the
+# Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock / LeaderLatch /
+# LeaderSelector (Java, from interop/curator) and lockkit's ZooKeeper mutex / RW lock / election
+# (in the latch and the selector layout) contend for the
 # same paths. Passes when
 # neither side ever sees the other inside (marker files), both finish, and the lock changes hands
 # between the two sides often (each wakes when the other releases).
@@ -58,3 +59,5 @@ mapfile -t PATHS < <("$PEER" path "$URL" "$NAME")
 run_mode mutex "$NAME" "${PATHS[0]}"
 run_mode rw "$NAME" "${PATHS[1]}"
 run_mode latch "$NAME" "${PATHS[2]}"
+# LeaderSelector's nodes are its InterProcessMutex's: lockkit campaigns in that layout when asked.
+URL="$URL&election_layout=selector" run_mode selector "$NAME" "${PATHS[2]}"

@@ -29,8 +29,13 @@ import org.apache.curator.retry.ExponentialBackoffRetry;
  *   rw    CONNECT PATH ITERATIONS DIR   InterProcessReadWriteLock, alternating write and read
  *   latch CONNECT PATH ITERATIONS DIR   LeaderLatch: lead (exclusive markers), check that the
  *                                       latch names this candidate as leader, then close
+ *   selector CONNECT PATH ITERATIONS DIR  LeaderSelector: the same, leading in takeLeadership
  *   bench-uncontended CONNECT PATH SECONDS
  *   bench-contended   CONNECT PATH CLIENTS TOTAL
+ *   election-bench    CONNECT PATH ROUNDS SESSION_MS   LeaderLatch hand-over on close, how soon
+ *                                       a CuratorCache observer sees it, and failover after a
+ *                                       SIGKILLed leader process (latch-lead)
+ *   latch-lead        CONNECT PATH SESSION_MS   lead, print LEADING, wait to be killed
  * </pre>
  *
  * The overlap detector is a set of marker files: an exclusive holder creates DIR/writer with
@@ -44,16 +49,23 @@ public final class Main {
             case "mutex" -> contend(args, false);
             case "rw" -> contend(args, true);
             case "latch" -> latch(args);
+            case "selector" -> selector(args);
             case "bench-uncontended" -> benchUncontended(args[1], args[2], Double.parseDouble(args[3]));
             case "bench-contended" -> benchContended(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            case "election-bench" -> electionBench(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            case "latch-lead" -> latchLead(args[1], args[2], Integer.parseInt(args[3]));
             default -> throw new IllegalArgumentException("unknown mode " + args[0]);
         }
     }
 
     static CuratorFramework client(String connect) throws InterruptedException {
+        return client(connect, 10_000);
+    }
+
+    static CuratorFramework client(String connect, int sessionMs) throws InterruptedException {
         CuratorFramework c = CuratorFrameworkFactory.builder()
                 .connectString(connect)
-                .sessionTimeoutMs(10_000)
+                .sessionTimeoutMs(sessionMs)
                 .connectionTimeoutMs(5_000)
                 .retryPolicy(new ExponentialBackoffRetry(50, 5))
                 .build();
@@ -167,6 +179,52 @@ public final class Main {
         System.out.println("curator done " + iterations);
     }
 
+    /** Leads ITERATIONS times through LeaderSelector, against lockkit's election on the same path. */
+    static void selector(String[] args) throws Exception {
+        String connect = args[1], path = args[2];
+        int iterations = Integer.parseInt(args[3]);
+        Path dir = Path.of(args[4]);
+        Files.createDirectories(dir.resolve("readers"));
+        try (CuratorFramework c = client(connect)) {
+            waitForPeer(dir);
+            for (int i = 0; i < iterations; i++) {
+                String id = "curator-" + i;
+                CountDownLatch done = new CountDownLatch(1);
+                java.util.concurrent.atomic.AtomicReference<Exception> failed = new java.util.concurrent.atomic.AtomicReference<>();
+                java.util.concurrent.atomic.AtomicReference<org.apache.curator.framework.recipes.leader.LeaderSelector> self =
+                        new java.util.concurrent.atomic.AtomicReference<>();
+                org.apache.curator.framework.recipes.leader.LeaderSelector selector =
+                        new org.apache.curator.framework.recipes.leader.LeaderSelector(c, path,
+                                new org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter() {
+                                    public void takeLeadership(CuratorFramework client) throws Exception {
+                                        try {
+                                            enterExclusive(dir);
+                                            String named = self.get().getLeader().getId();
+                                            if (!named.equals(id)) {
+                                                throw new IllegalStateException("OVERLAP: curator leads but the selector names " + named);
+                                            }
+                                            Thread.sleep(2);
+                                            exitExclusive(dir);
+                                        } catch (Exception e) {
+                                            failed.set(e);
+                                        } finally {
+                                            done.countDown();
+                                        }
+                                    }
+                                });
+                self.set(selector);
+                selector.setId(id);
+                selector.start();
+                if (!done.await(30, TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("curator did not lead within 30 s");
+                }
+                selector.close();
+                if (failed.get() != null) throw failed.get();
+            }
+        }
+        System.out.println("curator done " + iterations);
+    }
+
     static void benchUncontended(String connect, String path, double seconds) throws Exception {
         try (CuratorFramework c = client(connect)) {
             InterProcessMutex m = new InterProcessMutex(c, path);
@@ -242,5 +300,101 @@ public final class Main {
                 (double) busiest / total,
                 rounds == 0 ? 0.0 : (double) fair / rounds);
         for (CuratorFramework c : cs) c.close();
+    }
+
+    /** Leads PATH, prints LEADING, and waits to be killed (its session then times out). */
+    static void latchLead(String connect, String path, int sessionMs) throws Exception {
+        CuratorFramework c = client(connect, sessionMs);
+        LeaderLatch latch = new LeaderLatch(c, path, "doomed");
+        latch.start();
+        latch.await();
+        System.out.println("LEADING");
+        System.out.flush();
+        Thread.sleep(600_000);
+    }
+
+    static double p50(List<Long> nanos) {
+        List<Long> sorted = new ArrayList<>(nanos);
+        Collections.sort(sorted);
+        return sorted.get(sorted.size() / 2) / 1e6;
+    }
+
+    /** The leader's id as an observer reads it (Curator has no observer: a cache's events). */
+    static String leaderOf(LeaderLatch reader) {
+        try {
+            return reader.getLeader().getId();
+        } catch (Exception e) {
+            return "";
+        }
+    }
+
+    static void electionBench(String connect, String path, int rounds, int sessionMs) throws Exception {
+        CuratorFramework a = client(connect, sessionMs), b = client(connect, sessionMs), o = client(connect, sessionMs);
+        // The observer: a cache on the latch path; on every event it reads the leader.
+        LeaderLatch reader = new LeaderLatch(o, path);
+        java.util.concurrent.atomic.AtomicReference<String> seen = new java.util.concurrent.atomic.AtomicReference<>("");
+        java.util.concurrent.ConcurrentHashMap<String, Long> seenAt = new java.util.concurrent.ConcurrentHashMap<>();
+        org.apache.curator.framework.recipes.cache.CuratorCache cache =
+                org.apache.curator.framework.recipes.cache.CuratorCache.build(o, path);
+        cache.listenable().addListener((type, before, after) -> {
+            String now = leaderOf(reader);
+            if (!now.equals(seen.getAndSet(now))) seenAt.putIfAbsent(now, System.nanoTime());
+        });
+        cache.start();
+        CuratorFramework[] clients = {a, b};
+        LeaderLatch lead = new LeaderLatch(a, path, "c0");
+        lead.start();
+        lead.await();
+        List<Long> handover = new ArrayList<>(), observe = new ArrayList<>();
+        for (int round = 1; round <= rounds; round++) {
+            String id = "c" + round;
+            LeaderLatch next = new LeaderLatch(clients[round % 2], path, id);
+            CountDownLatch led = new CountDownLatch(1);
+            next.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
+                public void isLeader() { led.countDown(); }
+                public void notLeader() {}
+            });
+            next.start();
+            Thread.sleep(30);
+            long t0 = System.nanoTime();
+            lead.close();
+            if (!led.await(30, TimeUnit.SECONDS)) throw new IllegalStateException("no hand-over");
+            handover.add(System.nanoTime() - t0);
+            long deadline = System.nanoTime() + 30_000_000_000L;
+            while (!seenAt.containsKey(id)) {
+                if (System.nanoTime() > deadline) throw new IllegalStateException("not observed");
+                Thread.sleep(0, 100_000);
+            }
+            observe.add(seenAt.get(id) - t0);
+            lead = next;
+        }
+        lead.close();
+        // Failover: a leader process is SIGKILLed; its session times out, then the next leads.
+        ProcessBuilder pb = new ProcessBuilder(
+                ProcessHandle.current().info().command().orElse("java"),
+                "-cp", System.getProperty("java.class.path"), "lockkit.interop.Main",
+                "latch-lead", connect, path, Integer.toString(sessionMs));
+        pb.redirectErrorStream(true);
+        Process child = pb.start();
+        java.io.BufferedReader out = new java.io.BufferedReader(new java.io.InputStreamReader(child.getInputStream()));
+        String line;
+        while ((line = out.readLine()) != null && !line.equals("LEADING")) {}
+        LeaderLatch after = new LeaderLatch(b, path, "after");
+        CountDownLatch led = new CountDownLatch(1);
+        after.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
+            public void isLeader() { led.countDown(); }
+            public void notLeader() {}
+        });
+        after.start();
+        Thread.sleep(100);
+        child.destroyForcibly();
+        long t0 = System.nanoTime();
+        if (!led.await(60, TimeUnit.SECONDS)) throw new IllegalStateException("no failover");
+        double failover = (System.nanoTime() - t0) / 1e6;
+        after.close();
+        cache.close();
+        System.out.printf("election handover_p50_ms=%.2f observe_p50_ms=%.2f failover_ms=%.0f%n",
+                p50(handover), p50(observe), failover);
+        for (CuratorFramework c : new CuratorFramework[] {a, b, o}) c.close();
     }
 }
