@@ -7,6 +7,11 @@
 //	go-etcd-peer bench -endpoints 127.0.0.1:2379 -prefix P -clients 8 -acquisitions 400 -cycles 300
 //	    prints one JSON line: the uncontended lock+unlock cycle p50 and the 8-client contention
 //	    throughput, p50/p99 wait and the busiest client's share.
+//	go-etcd-peer election-bench -endpoints 127.0.0.1:2379 -prefix P -rounds 30 -ttl 2
+//	    concurrency.Election: prints one line "handover_p50_ms=… observe_p50_ms=… failover_ms=…"
+//	    (resign → the waiting candidate's Campaign returns; resign → an Observe on a third
+//	    session reports it; an orphaned leader session, never revoked as in a crash → the next
+//	    candidate leads).
 package main
 
 import (
@@ -41,6 +46,7 @@ func main() {
 	clients := fs.Int("clients", 8, "bench: contending clients")
 	acquisitions := fs.Int("acquisitions", 400, "bench: total contended acquisitions")
 	cycles := fs.Int("cycles", 300, "bench: uncontended cycles")
+	rounds := fs.Int("rounds", 30, "election-bench: resign hand-overs")
 	_ = fs.Parse(os.Args[2:])
 	eps := strings.Split(*endpoints, ",")
 	switch mode {
@@ -48,6 +54,8 @@ func main() {
 		interop(eps, *prefix, *logFile, *iters, *hold, *ttl)
 	case "bench":
 		bench(eps, *prefix, *clients, *acquisitions, *cycles, *ttl)
+	case "election-bench":
+		electionBench(eps, *prefix, *rounds, *ttl)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", mode)
 		os.Exit(2)
@@ -182,4 +190,61 @@ func bench(eps []string, prefix string, clients, acquisitions, cycles, ttl int) 
 	}
 	out, _ := json.Marshal(res)
 	fmt.Println(string(out))
+}
+
+func p50ms(xs []time.Duration) float64 {
+	return float64(pct(xs, 0.5).Microseconds()) / 1000
+}
+
+func electionBench(eps []string, prefix string, rounds, ttl int) {
+	ctx := context.Background()
+	cliA, sA := newSession(eps, ttl)
+	cliB, sB := newSession(eps, ttl)
+	cliO, sO := newSession(eps, ttl)
+	observed := concurrency.NewElection(sO, prefix).Observe(ctx)
+	sessions := []*concurrency.Session{sA, sB}
+	lead := concurrency.NewElection(sA, prefix)
+	must(lead.Campaign(ctx, "c0"))
+	var handover, observe []time.Duration
+	for round := 1; round <= rounds; round++ {
+		value := fmt.Sprintf("c%d", round)
+		next := concurrency.NewElection(sessions[round%2], prefix)
+		won := make(chan error, 1)
+		go func() { won <- next.Campaign(ctx, value) }()
+		time.Sleep(30 * time.Millisecond)
+		t0 := time.Now()
+		must(lead.Resign(ctx))
+		must(<-won)
+		handover = append(handover, time.Since(t0))
+		for resp := range observed {
+			if len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) == value {
+				observe = append(observe, time.Since(t0))
+				break
+			}
+		}
+		lead = next
+	}
+	must(lead.Resign(ctx))
+	// Failover: the leader's session is orphaned (its keep-alive stops, its lease is never
+	// revoked), as when its process dies; the next candidate leads once the lease expires.
+	cliL, sL := newSession(eps, ttl)
+	must(concurrency.NewElection(sL, prefix).Campaign(ctx, "doomed"))
+	next := concurrency.NewElection(sB, prefix)
+	won := make(chan error, 1)
+	go func() { won <- next.Campaign(ctx, "after") }()
+	time.Sleep(100 * time.Millisecond)
+	sL.Orphan()
+	t0 := time.Now()
+	must(<-won)
+	failover := time.Since(t0)
+	must(next.Resign(ctx))
+	fmt.Printf("election handover_p50_ms=%.2f observe_p50_ms=%.2f failover_ms=%.0f\n",
+		p50ms(handover), p50ms(observe), float64(failover.Milliseconds()))
+	cliL.Close()
+	for _, s := range []*concurrency.Session{sA, sB, sO} {
+		s.Close()
+	}
+	for _, c := range []*clientv3.Client{cliA, cliB, cliO} {
+		c.Close()
+	}
 }
