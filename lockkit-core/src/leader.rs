@@ -95,10 +95,14 @@ impl LeaderChanges {
     }
 
     fn count(&mut self, item: &Option<Result<Option<Leader>>>) {
-        if let (Some((id, first_seen)), Some(Ok(_))) = (&mut self.counter, item) {
-            if std::mem::replace(first_seen, true) {
-                telemetry::leader_changed(id);
-            }
+        let Some((id, first_seen)) = &mut self.counter else {
+            return;
+        };
+        match item {
+            Some(Ok(_)) if std::mem::replace(first_seen, true) => telemetry::leader_changed(id),
+            // After an error the state is sent again whatever it is: it starts afresh.
+            Some(Err(_)) => *first_seen = false,
+            _ => {}
         }
     }
 

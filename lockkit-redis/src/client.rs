@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockkit_core::spi::{Armed, Attempt, Reaper, Request, StateCell, Undo};
 use lockkit_core::{Backoff, Error, Result};
-use redis::{FromRedisValue, Script, ScriptInvocation};
+use redis::{FromRedisValue, ScriptInvocation};
 
 use crate::config::Settings;
 use crate::conn::Conn;
@@ -17,7 +17,7 @@ use crate::keys::LockKeys;
 use crate::pubsub::Subscriptions;
 use crate::replicas::Replicas;
 use crate::script_set::Scripts;
-use crate::watchdog::Watchdog;
+use crate::watchdog::{Renewal, Watchdog};
 
 /// Release retries after a lost reply (the unlock latch makes them safe).
 const RELEASE_RETRIES: u32 = 3;
@@ -198,15 +198,18 @@ impl Inner {
     /// Owner-checked extension of watched ownership `id` (`script`: renew or renew_set).
     pub(crate) async fn extend(
         &self,
-        script: &Script,
-        key: &str,
-        owner: &str,
+        renewal: &Renewal,
         lease: Duration,
         id: u64,
         name: &str,
     ) -> Result<()> {
-        let mut inv = script.prepare_invoke();
-        inv.key(key).arg(owner).arg(lease.as_millis().max(1) as u64);
+        let (key, owner) = (&renewal.key, &renewal.owner);
+        let mut inv = renewal.kind.script(&self.scripts).prepare_invoke();
+        inv.key(key);
+        if let Some(leader) = &renewal.leader {
+            inv.key(leader);
+        }
+        inv.arg(owner).arg(lease.as_millis().max(1) as u64);
         let sent_at = tokio::time::Instant::now();
         let epoch = self.replicas.ticket(key);
         let r: Vec<i64> = self.invoke(&inv, "extend").await?;

@@ -134,6 +134,7 @@ impl Core {
                 kind: mode.renew_kind(self.layout),
                 key: mode.owned_key(self.layout, &self.keys).to_string(),
                 owner: got.member.clone(),
+                leader: None,
             },
         };
         let token = got.token;
@@ -477,13 +478,14 @@ impl Held for SharedHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let script = self
-            .mode
-            .renew_kind(self.layout)
-            .script(&self.inner.scripts);
-        let key = self.mode.owned_key(self.layout, &self.keys);
+        let renewal = Renewal {
+            kind: self.mode.renew_kind(self.layout),
+            key: self.mode.owned_key(self.layout, &self.keys).to_string(),
+            owner: self.member.clone(),
+            leader: None,
+        };
         self.inner
-            .extend(script, key, &self.member, lease, self.id, &self.name)
+            .extend(&renewal, lease, self.id, &self.name)
             .await
     }
 

@@ -52,6 +52,8 @@ pub(crate) struct Renewal {
     pub(crate) kind: RenewKind,
     pub(crate) key: String,
     pub(crate) owner: String,
+    /// An elected leader's leader hash, renewed with `key` ([`RenewKind::Leader`]).
+    pub(crate) leader: Option<String>,
 }
 
 /// One client's renewal round trip.
@@ -76,9 +78,11 @@ impl Renew<Renewal> for Renewer {
         let first = &batch.first()?.entry;
         let mut call = first.kind.script(&self.scripts).prepare_invoke();
         for due in batch {
-            call.key(&due.entry.key)
-                .arg(&due.entry.owner)
-                .arg(due.lease.as_millis() as u64);
+            call.key(&due.entry.key);
+            if let Some(leader) = &due.entry.leader {
+                call.key(leader);
+            }
+            call.arg(&due.entry.owner).arg(due.lease.as_millis() as u64);
         }
         let sent_at = tokio::time::Instant::now();
         let epoch = self.replicas.ticket(&first.key);

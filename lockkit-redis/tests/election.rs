@@ -262,3 +262,36 @@ async fn elections_keep_their_layout_under_redisson_compat() {
     );
     next.resign().await.unwrap();
 }
+
+/// A fixed-lease leadership extended keeps its lock and its leader hash alive together (the
+/// renewal names both keys), so it still leads past its first lease.
+#[tokio::test]
+async fn an_extended_leadership_keeps_leading() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let mut admin = admin(&server.url()).await;
+    let e = locks.election("extended").unwrap();
+    let lead = e
+        .campaign_with(
+            "a",
+            &AcquireOptions::new().fixed_lease(Duration::from_millis(400)),
+        )
+        .await
+        .unwrap()
+        .expect("free");
+    lead.extend(Duration::from_secs(3)).await.unwrap();
+    let leader_key = LockKeys::election("lockkit", "extended").leader.unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&leader_key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(pttl > 1000, "the leader hash was extended too ({pttl})");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(lead.state(), LockState::Held);
+    assert_eq!(
+        e.leader().await.unwrap().map(|l| l.term()),
+        Some(lead.term())
+    );
+    assert!(lead.resign().await.unwrap());
+}

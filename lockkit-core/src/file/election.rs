@@ -14,10 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::inner::Inner;
-use super::oslock::{io_error, is_held, poll, try_lock_path, LockMode};
+use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::leader::{Leader, LeaderChanges};
 use crate::spi::{GuardParts, LeaderFeed, RawElection, Request};
@@ -43,6 +43,9 @@ impl RawElection for FileElection {
         let Some(files) = files else {
             return Ok(None);
         };
+        // We hold the lock: a record there is a leader's that died without removing it. It
+        // goes before we draw our term, so it never names a leader again.
+        remove(&self.paths.holder()).map_err(io_error)?;
         let parts = self
             .inner
             .finish_exclusive(
@@ -54,6 +57,18 @@ impl RawElection for FileElection {
                 Some(value.to_vec()),
             )
             .await?;
+        // The record is what names the leader: a leadership nobody can see is refused (dropping
+        // the parts lets the lock go).
+        let written = Record::read(&self.paths.holder()).is_some_and(|r| r.token == parts.token.0);
+        if !written {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "lock directory: could not write the leader record {}",
+                    self.paths.holder().display()
+                ),
+            ));
+        }
         Ok(Some(parts))
     }
 
@@ -101,17 +116,22 @@ async fn follow(
 ) {
     let gone = feed.on_close();
     tokio::pin!(gone);
+    let mut retry = crate::Backoff::WATCH.start();
     loop {
-        let sent = match leader_of(&paths) {
-            Ok(leader) => feed.send(leader),
-            Err(e) => feed.fail(io_error(e)),
+        let (sent, pause) = match leader_of(&paths) {
+            Ok(leader) => {
+                retry.reset();
+                (feed.send(leader), OBSERVE_EVERY)
+            }
+            Err(e) => (feed.fail(io_error(e)), retry.next_pause()),
         };
         if !sent {
             return;
         }
         tokio::select! {
-            () = tokio::time::sleep(OBSERVE_EVERY) => {}
+            () = tokio::time::sleep(pause) => {}
             () = &mut gone => return,
+            // Also when the backend is dropped (its sender goes).
             _ = closed.wait_for(|c| *c) => return,
         }
     }
@@ -164,9 +184,18 @@ mod tests {
         let lead = e.campaign("a").await.unwrap();
         let paths = LockPaths::new(&dir, "elect", "e");
         let mut record = Record::read(&paths.holder()).unwrap();
+        assert!(record.pidns.is_some(), "Linux records their PID namespace");
         record.pid = u32::MAX; // no such process
-        record.write(&paths.holder());
+        record.write(&paths.holder()).unwrap();
         assert!(leader_of(&paths).unwrap().is_none());
+        // Written in another PID namespace, its pid says nothing here: the lock and the term
+        // decide.
+        record.pidns = record.pidns.map(|n| n + 1);
+        record.write(&paths.holder()).unwrap();
+        assert_eq!(
+            leader_of(&paths).unwrap().map(|l| l.term()),
+            Some(lead.term())
+        );
         lead.resign().await.unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -182,6 +211,68 @@ mod tests {
             .await
             .expect("ends within 5 s");
         assert!(end.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A campaign dropped while its term is being drawn keeps the lock until the draw is done,
+    /// so the next leader's term is the last drawn and it is seen. The dropped campaign's draw
+    /// is held up in its runtime's only blocking thread; the next candidate runs in another.
+    #[test]
+    fn a_campaign_dropped_mid_draw_does_not_hide_the_next_leader() {
+        let rt = |blocking| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .max_blocking_threads(blocking)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let (starved, free) = (rt(1), rt(4));
+        let (locks, dir) = locks("dropped");
+        let e = locks.election("e").unwrap();
+        let (release, parked) = std::sync::mpsc::channel::<()>();
+        starved.spawn_blocking(move || parked.recv());
+        let dropped = starved.block_on(async {
+            tokio::time::timeout(Duration::from_millis(300), e.campaign("dropped")).await
+        });
+        assert!(dropped.is_err(), "its draw waits for the blocking thread");
+        let next = free.spawn({
+            let e = e.clone();
+            async move { e.campaign_for("next", Duration::from_secs(10)).await }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        release.send(()).unwrap();
+        let lead = free.block_on(next).unwrap().unwrap().expect("leads");
+        // The dropped campaign's draw is done once the lock was let go (in the starved runtime).
+        std::thread::sleep(Duration::from_millis(100));
+        let seen = free.block_on(e.leader()).unwrap();
+        assert_eq!(
+            seen.map(|l| l.term()),
+            Some(lead.term()),
+            "the leader is seen"
+        );
+        free.block_on(lead.resign()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A leader record that cannot be replaced fails the campaign, and lets the lock go.
+    #[tokio::test]
+    async fn a_leader_record_that_cannot_be_replaced_fails_the_campaign() {
+        let (locks, dir) = locks("unwritable");
+        let paths = LockPaths::new(&dir, "elect", "e");
+        // A directory where the record goes: neither written nor removed.
+        std::fs::create_dir(paths.holder()).unwrap();
+        std::fs::write(paths.holder().join("keep"), b"").unwrap();
+        let e = locks.election("e").unwrap();
+        let err = e
+            .campaign_for("a", Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Backend, "{err}");
+        assert!(
+            !is_held(&paths.lock(), LockMode::Exclusive).unwrap(),
+            "the lock went"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

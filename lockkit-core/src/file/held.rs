@@ -150,7 +150,7 @@ impl FileHeld {
             Lease::Watchdog(_) => LeaseClock::new(LostReason::LeaseExpired),
         });
         for s in &p.sidecars {
-            p.record.write(s);
+            let _ = p.record.write(s);
         }
         let own = Arc::new(Ownership {
             name: p.name,
@@ -268,9 +268,14 @@ impl FileHeld {
             None => return Err(Error::lost(&self.own.name)),
         }
         let mut record = lock(&self.own.record);
+        let before = record.clone();
         change(&mut record);
         for s in &self.own.sidecars {
-            record.write(s);
+            if let Err(e) = record.write(s) {
+                // Left as it was, here and (the write being whole or nothing) on disk.
+                *record = before;
+                return Err(super::oslock::io_error(e));
+            }
         }
         drop(files);
         Ok(())
@@ -293,5 +298,6 @@ pub(crate) fn record(owner: String, token: u64, mode: HoldMode, lease: Lease) ->
             _ => None,
         },
         value: None,
+        pidns: super::sidecar::pid_namespace(),
     }
 }

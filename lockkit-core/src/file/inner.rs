@@ -51,19 +51,25 @@ impl Inner {
         LockPaths::new(&self.dir, kind, name)
     }
 
-    /// Draws the fencing token and builds the guard parts. The OS locks are held already; if
-    /// this future is dropped they are closed with it.
+    /// Draws the fencing token and builds the guard parts. The OS locks are held already, and
+    /// the token is drawn on a blocking thread that holds them until it is done: if this future
+    /// is dropped meanwhile, they are released only after the draw, so no later holder's token
+    /// is ever below one drawn after it took the lock (an election's term is the last drawn).
     pub(super) async fn finish(&self, counter: PathBuf, a: Acquired) -> Result<GuardParts> {
         let sync = self.sync;
-        let token = tokio::task::spawn_blocking(move || token::next_token(&counter, sync))
-            .await
-            .map_err(|e| Error::new(ErrorKind::Backend, format!("token task failed: {e}")))?
-            .map_err(io_error)?;
+        let files = a.files;
+        let (files, token) = tokio::task::spawn_blocking(move || {
+            let token = token::next_token(&counter, sync);
+            (files, token)
+        })
+        .await
+        .map_err(|e| Error::new(ErrorKind::Backend, format!("token task failed: {e}")))?;
+        let token = token.map_err(io_error)?;
         let mut record = held::record(a.owner, token, a.mode, a.lease);
         record.value = a.value;
         let held = FileHeld::start(Parts {
             name: a.name,
-            files: a.files,
+            files,
             lease: a.lease,
             check_identity: a.check_identity,
             sidecars: a.sidecars,

@@ -23,6 +23,9 @@ pub(crate) struct Record {
     pub(crate) watchdog_ms: Option<u64>,
     /// An elected leader's value (written in hex).
     pub(crate) value: Option<Vec<u8>>,
+    /// The writer's PID namespace (Linux), so that a reader in another one does not look its
+    /// pid up in its own.
+    pub(crate) pidns: Option<u64>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -40,7 +43,9 @@ impl Record {
         )
     }
 
-    pub(crate) fn write(&self, path: &Path) {
+    /// Writes the record to `path` (whole or not at all). Holders of locks treat a failure as
+    /// harmless (the record is for operators); an elected leader's record is what names it.
+    pub(crate) fn write(&self, path: &Path) -> std::io::Result<()> {
         let mode = match self.mode {
             HoldMode::Shared => "shared".to_string(),
             HoldMode::Permits(k) => format!("permits:{k}"),
@@ -53,6 +58,9 @@ impl Record {
             self.token,
             now_ms()
         );
+        if let Some(ns) = self.pidns {
+            text.push_str(&format!("pidns={ns}\n"));
+        }
         if let Some(d) = self.deadline_ms {
             text.push_str(&format!("deadline_ms={d}\n"));
         }
@@ -71,9 +79,11 @@ impl Record {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".{}{TMP_SUFFIX}", self.owner));
         let tmp = std::path::PathBuf::from(tmp);
-        if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
+        written
     }
 
     pub(crate) fn read(path: &Path) -> Option<Record> {
@@ -97,6 +107,7 @@ impl Record {
             mode,
             deadline_ms: get("deadline_ms").and_then(|d| d.parse().ok()),
             watchdog_ms: get("watchdog_ms").and_then(|d| d.parse().ok()),
+            pidns: get("pidns").and_then(|n| n.parse().ok()),
             value: match get("value") {
                 Some(hex) => Some(from_hex(&hex)?),
                 None => None,
@@ -115,12 +126,14 @@ impl Record {
         h
     }
 
-    /// Whether the writing process may still be alive (always true where we cannot tell).
+    /// Whether the writing process may still be alive: true where we cannot tell (not Linux, or
+    /// written in another PID namespace, where its pid means another process here).
     pub(crate) fn process_alive(&self) -> bool {
-        if cfg!(target_os = "linux") {
-            Path::new(&format!("/proc/{}", self.pid)).exists()
-        } else {
-            true
+        match (self.pidns, pid_namespace()) {
+            (Some(theirs), Some(ours)) if theirs == ours => {
+                Path::new(&format!("/proc/{}", self.pid)).exists()
+            }
+            _ => true,
         }
     }
 }
@@ -132,6 +145,25 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .map(|i| {
+            let pair = s.get(i..i + 2)?;
+            // from_str_radix would take a sign.
+            pair.bytes()
+                .all(|b| b.is_ascii_hexdigit())
+                .then(|| u8::from_str_radix(pair, 16).ok())?
+        })
         .collect()
+}
+
+/// This process's PID namespace: the inode of `/proc/self/ns/pid` (`None` off Linux).
+pub(crate) fn pid_namespace() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
 }

@@ -109,6 +109,7 @@ impl RedisMutex {
                 kind: RenewKind::of_mutex(&self.keys),
                 key: self.keys.lock.clone(),
                 owner: owner.clone(),
+                leader: self.keys.leader.clone(),
             },
         };
         self.inner

@@ -8,7 +8,7 @@ use lockkit_core::{async_trait, Error, Result};
 
 use crate::client::{expiry_bound, Inner, Reentries};
 use crate::keys::LockKeys;
-use crate::watchdog::RenewKind;
+use crate::watchdog::{RenewKind, Renewal};
 
 /// One held ownership of a mutex.
 #[derive(Debug)]
@@ -56,16 +56,14 @@ impl Held for RedisHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let renew = RenewKind::of_mutex(&self.keys).script(&self.inner.scripts);
+        let renewal = Renewal {
+            kind: RenewKind::of_mutex(&self.keys),
+            key: self.keys.lock.clone(),
+            owner: self.owner.clone(),
+            leader: self.keys.leader.clone(),
+        };
         self.inner
-            .extend(
-                renew,
-                &self.keys.lock,
-                &self.owner,
-                lease,
-                self.id,
-                &self.name,
-            )
+            .extend(&renewal, lease, self.id, &self.name)
             .await
     }
 
@@ -80,9 +78,14 @@ impl Held for RedisHeld {
             .key(&self.keys.channel)
             .arg(&self.owner)
             .arg(value);
+        let epoch = self.inner.replicas.ticket(&self.keys.lock);
         match self.inner.invoke::<i64>(&inv, "proclaim").await? {
-            1 => Ok(()),
-            _ => Err(Error::lost(&self.name)),
+            // The new value counts once the replicas have it, as a renewal does.
+            1 => self.inner.replicas.kept("proclaim", epoch).await,
+            _ => {
+                self.inner.watchdog.lost(self.id);
+                Err(Error::lost(&self.name))
+            }
         }
     }
 
