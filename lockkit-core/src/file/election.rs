@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::inner::Inner;
-use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode};
+use super::oslock::{io_error, is_held, remove, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
 use crate::error::{Error, ErrorKind, Result};
@@ -35,12 +35,7 @@ pub(super) struct FileElection {
 #[async_trait]
 impl RawElection for FileElection {
     async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
-        let path = self.paths.lock();
-        let files = poll(req, &self.paths.waiting(), || {
-            Ok(try_lock_path(&path, LockMode::Exclusive)?.map(|l| vec![l]))
-        })
-        .await?;
-        let Some(files) = files else {
+        let Some(files) = Inner::lock_exclusive(req, &self.paths).await? else {
             return Ok(None);
         };
         // We hold the lock: a record there is a leader's that died without removing it. It
@@ -139,6 +134,7 @@ async fn follow(
 
 #[cfg(test)]
 mod tests {
+    use super::super::oslock::try_lock_path;
     use super::*;
     use crate::file::FileBackend;
     use crate::Locks;

@@ -158,6 +158,7 @@ impl FileBackend {
                 id: format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
                 seq: AtomicU64::new(0),
                 closed: tokio::sync::watch::Sender::new(false),
+                draws: Arc::new(tokio::sync::watch::Sender::new(0)),
             }),
         })
     }
@@ -171,6 +172,7 @@ impl FileBackend {
             id: self.inner.id.clone(),
             seq: AtomicU64::new(0),
             closed: tokio::sync::watch::Sender::new(false),
+            draws: Arc::new(tokio::sync::watch::Sender::new(0)),
         };
         f(&mut inner);
         FileBackend {
@@ -252,8 +254,10 @@ impl Backend for FileBackend {
     }
 
     async fn close(&self) -> Result<()> {
-        // Guards were marked Lost by the core; their OS locks go with their files.
+        // Guards were marked Lost by the core; their OS locks go with their files. An acquire
+        // cancelled while its token was drawn lets its files go when the draw is done.
         self.inner.closed.send_replace(true);
+        self.inner.draws_done(Duration::from_secs(5)).await;
         Ok(())
     }
 

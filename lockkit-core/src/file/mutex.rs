@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::inner::Inner;
-use super::oslock::{io_error, is_held, poll, remove, try_lock_path, LockMode};
+use super::oslock::{io_error, is_held, remove, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
 use crate::error::Result;
@@ -23,12 +23,7 @@ pub(super) struct FileMutex {
 #[async_trait]
 impl RawMutex for FileMutex {
     async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
-        let path = self.paths.lock();
-        let files = poll(req, &self.paths.waiting(), || {
-            Ok(try_lock_path(&path, LockMode::Exclusive)?.map(|l| vec![l]))
-        })
-        .await?;
-        let Some(files) = files else {
+        let Some(files) = Inner::lock_exclusive(req, &self.paths).await? else {
             return Ok(None);
         };
         let parts = self

@@ -328,6 +328,16 @@ public final class Main {
         }
     }
 
+    /** Counts down the moment `latch` leads (its isLeader callback). */
+    static CountDownLatch ledSignal(LeaderLatch latch) {
+        CountDownLatch led = new CountDownLatch(1);
+        latch.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
+            public void isLeader() { led.countDown(); }
+            public void notLeader() {}
+        });
+        return led;
+    }
+
     static void electionBench(String connect, String path, int rounds, int sessionMs) throws Exception {
         CuratorFramework a = client(connect, sessionMs), b = client(connect, sessionMs), o = client(connect, sessionMs);
         // The observer: a cache on the latch path; on every event it reads the leader.
@@ -349,11 +359,7 @@ public final class Main {
         for (int round = 1; round <= rounds; round++) {
             String id = "c" + round;
             LeaderLatch next = new LeaderLatch(clients[round % 2], path, id);
-            CountDownLatch led = new CountDownLatch(1);
-            next.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
-                public void isLeader() { led.countDown(); }
-                public void notLeader() {}
-            });
+            CountDownLatch led = ledSignal(next);
             next.start();
             Thread.sleep(30);
             long t0 = System.nanoTime();
@@ -380,11 +386,7 @@ public final class Main {
         String line;
         while ((line = out.readLine()) != null && !line.equals("LEADING")) {}
         LeaderLatch after = new LeaderLatch(b, path, "after");
-        CountDownLatch led = new CountDownLatch(1);
-        after.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
-            public void isLeader() { led.countDown(); }
-            public void notLeader() {}
-        });
+        CountDownLatch led = ledSignal(after);
         after.start();
         Thread.sleep(100);
         child.destroyForcibly();
