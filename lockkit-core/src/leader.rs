@@ -59,9 +59,10 @@ impl fmt::Debug for Leader {
 /// [`Election::observe`](crate::Election::observe): first the leader at the time of the call
 /// (`None`: no leader), then each change (a new leader, a new value, `None` when nobody leads),
 /// with no polling; the last item is always the state as it is. Every change the backend sees
-/// is sent (mem://, etcd: every one); ZooKeeper watches fire once, and a Redis observer reads
-/// the leader again on each announcement, so changes that come and go between two reads there
-/// are seen as one. An `Err` item says the backend could not follow
+/// is sent (mem://, etcd: every one); ZooKeeper watches fire once, a Redis observer reads the
+/// leader again on each announcement, and a `file://` observer looks every 50 ms (an OS lock
+/// freed by a dead process sends no event: the one exception to "no polling"), so changes that
+/// come and go between two reads there are seen as one. An `Err` item says the backend could not follow
 /// for a while (a watch restarted) and may have missed changes; the item after it is the state
 /// as it then is. The stream ends (`None` from [`next`](Self::next)) when its handle is closed.
 ///
