@@ -4,9 +4,9 @@ use lockkit_core::{ErrorKind, HoldMode, LockEntry, Locks, Primitive};
 
 use super::{assert_kind, mutex, name, within, SOON};
 
-/// `list` finds every held mutex, RW lock and semaphore under a prefix (and nothing outside
-/// it), `inspect` shows a mutex holder with its guard's token, and released locks leave the
-/// list.
+/// `list` finds every held mutex, RW lock, semaphore and led election under a prefix (and
+/// nothing outside it), `inspect` shows a mutex holder with its guard's token and a leader with
+/// its term, and released locks and resigned elections leave the list.
 pub async fn list_finds_the_locks_under_a_prefix(locks: &Locks) {
     let base = name("list");
     let under = format!("{base}/");
@@ -32,6 +32,14 @@ pub async fn list_finds_the_locks_under_a_prefix(locks: &Locks) {
             let n = format!("{base}/sem");
             expected.push(LockEntry::new(n.clone(), Primitive::Semaphore));
             Some(locks.semaphore(&n, 2).unwrap().acquire_one().await.unwrap())
+        }
+        None => None,
+    };
+    let lead = match caps.election {
+        Some(_) => {
+            let n = format!("{base}/elect");
+            expected.push(LockEntry::new(n.clone(), Primitive::Election));
+            Some(locks.election(&n).unwrap().campaign("v").await.unwrap())
         }
         None => None,
     };
@@ -62,8 +70,20 @@ pub async fn list_finds_the_locks_under_a_prefix(locks: &Locks) {
         assert_eq!(modes, [HoldMode::Permits(1)], "{info:?}");
     }
 
+    if let (Some(lead), true) = (&lead, caps.election.is_some_and(|s| s.inspect)) {
+        let info = locks
+            .inspect(&format!("{base}/elect"), Primitive::Election)
+            .await
+            .unwrap();
+        assert_eq!(info.holders.len(), 1, "{info:?}");
+        assert_eq!(info.holders[0].token, Some(lead.term()), "{info:?}");
+    }
+
     m.release().await.unwrap();
     outside.release().await.unwrap();
+    if let Some(l) = lead {
+        assert!(l.resign().await.unwrap());
+    }
     if let Some(r) = read {
         r.release().await.unwrap();
     }
