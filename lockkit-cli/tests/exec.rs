@@ -1,4 +1,5 @@
-//! `lockkit exec` on `mem://` and `file://` (the server backends are in `servers.rs`).
+//! `lockkit exec` (and `elect`) on `mem://` and `file://` (the server backends are in
+//! `servers.rs`).
 
 mod common;
 
@@ -21,6 +22,14 @@ fn mem_exit_status_env_and_crash() {
 fn file_exit_status_and_env() {
     let d = TempDir::new("env");
     suite::exit_status_and_env(&d.url());
+}
+
+/// `lockkit elect` and `lockkit leader [--watch] [--json]` on `file://`, whose leader is another
+/// process (mem:// elections live in one process).
+#[test]
+fn file_elect_and_leader() {
+    let d = TempDir::new("elect");
+    suite::elect_and_leader(&d.url());
 }
 
 #[test]

@@ -493,6 +493,31 @@ pub fn watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
 pub fn elect_and_leader(url: &str) {
     let n = name("elect");
     let dir = TempDir::new("elect");
+    // `leader --watch --json` follows every change, one JSON line each.
+    let mut watcher = lockkit(url, &["leader", &n, "--watch", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let out = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next_line = |what: &str| {
+        lines
+            .recv_timeout(LIMIT)
+            .unwrap_or_else(|_| panic!("leader --watch printed no line for {what}"))
+    };
+    assert!(
+        next_line("the start").contains(r#""leader":null"#),
+        "nobody leads at first"
+    );
     let (ready, done) = (dir.path("ready"), dir.path("done"));
     let script = format!(
         "echo $LOCKKIT_TERM > {}; while [ ! -e {} ]; do sleep 0.05; done",
@@ -515,6 +540,10 @@ pub fn elect_and_leader(url: &str) {
     let o = run(lockkit(url, &["leader", &n]), LIMIT);
     assert_eq!(code(&o), 0, "{:?}", text(&o));
     assert_eq!(text(&o).0.trim(), format!("first (term {term})"));
+    assert_eq!(
+        next_line("the first leader"),
+        format!(r#"{{"name":"{n}","leader":{{"value":"first","term":{term}}}}}"#)
+    );
     let o = run(lockkit(url, &["leader", &n, "--json"]), LIMIT);
     assert_eq!(
         text(&o).0.trim(),
@@ -553,4 +582,15 @@ pub fn elect_and_leader(url: &str) {
     assert!(second > term, "terms rise: {term} then {second}");
     let o = run(lockkit(url, &["leader", &n]), LIMIT);
     assert_eq!(text(&o).0.trim(), "no leader");
+    // The watch went on through both terms and ends on the state as it is: nobody leads.
+    let mut last = String::new();
+    while let Ok(line) = lines.recv_timeout(std::time::Duration::from_secs(2)) {
+        last = line;
+    }
+    assert!(
+        last.contains(r#""leader":null"#),
+        "leader --watch ends on nobody leading: {last:?}"
+    );
+    let _ = watcher.kill();
+    let _ = watcher.wait();
 }
