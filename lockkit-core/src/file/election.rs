@@ -251,6 +251,31 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A leader whose lock file is deleted (as a force-unlock does) is told `Lost`, and the next
+    /// candidate leads on a fresh file in a higher term.
+    #[tokio::test]
+    async fn a_leader_whose_lock_file_is_deleted_is_told() {
+        let (locks, dir) = locks("deleted");
+        let paths = LockPaths::new(&dir, "elect", "e");
+        let e = locks.election("e").unwrap();
+        let lead = e.campaign("a").await.unwrap();
+        std::fs::remove_file(paths.lock()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), lead.lost())
+            .await
+            .expect("told Lost");
+        assert_eq!(lead.state(), crate::LockState::Lost);
+        let next = e.campaign_for("b", Duration::from_secs(5)).await.unwrap();
+        let next = next.expect("leads");
+        assert!(next.term() > lead.term());
+        assert!(!lead.resign().await.unwrap(), "it no longer led");
+        assert_eq!(
+            e.leader().await.unwrap().map(|l| l.term()),
+            Some(next.term())
+        );
+        next.resign().await.unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A leader record that cannot be replaced fails the campaign, and lets the lock go.
     #[tokio::test]
     async fn a_leader_record_that_cannot_be_replaced_fails_the_campaign() {
