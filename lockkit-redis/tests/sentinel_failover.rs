@@ -220,40 +220,77 @@ impl SentinelSetup {
         port
     }
 
-    /// Waits until the Sentinels promoted another node than `old`.
-    /// Waits until the Sentinels name a primary other than `old` and the group has settled on
-    /// it: it is a primary, and every other live data node is its replica again. Under load the
-    /// Sentinels may fail over twice (a second leader, in a later epoch, promotes the other
-    /// replica), and until the first one promoted is turned back into a replica it takes writes
-    /// that the group then drops: a client that had not yet followed would lose them.
+    /// Whether the group has settled on `p`: every live Sentinel names it and has no failover
+    /// under way, it is a primary, and every other live data node is its replica with its link
+    /// up.
+    fn settled_on(&self, p: u16) -> bool {
+        let sentinels_agree = self
+            .sentinels
+            .iter()
+            .filter(|s| s.child.is_some())
+            .all(|s| {
+                let named = query(s.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER])
+                    .and_then(|v| redis::from_redis_value::<(String, u16)>(v).ok())
+                    .is_some_and(|(_, port)| port == p);
+                let flags = query(s.port, &["SENTINEL", "MASTER", MASTER])
+                    .and_then(|v| redis::from_redis_value::<Vec<String>>(v).ok())
+                    .and_then(|kv| {
+                        kv.chunks(2)
+                            .find(|f| f[0] == "flags")
+                            .and_then(|f| f.get(1).cloned())
+                    });
+                named && flags.is_some_and(|f| f.split(',').all(|flag| flag == "master"))
+            });
+        let replica_of_p = |n: u16| {
+            info_field(n, "replication", "role").as_deref() == Some("slave")
+                && info_field(n, "replication", "master_port") == Some(p.to_string())
+                && info_field(n, "replication", "master_link_status").as_deref() == Some("up")
+        };
+        sentinels_agree
+            && info_field(p, "replication", "role").as_deref() == Some("master")
+            && self
+                .data
+                .iter()
+                .filter(|n| n.child.is_some() && n.port != p)
+                .all(|n| replica_of_p(n.port))
+    }
+
+    /// Waits until the Sentinels name a primary other than `old` and the group has stayed
+    /// [settled](Self::settled_on) on it for [`STABLE`]. Under load the Sentinels may fail over
+    /// twice: one that cannot reach the newly promoted primary within `down-after-milliseconds`
+    /// (1 s here) takes it down and promotes the other replica in a later epoch. Until the first
+    /// one promoted is turned back into a replica it takes writes that the group then drops, so
+    /// a client that had not yet followed would lose them, and the test would look for the
+    /// waiter's subscription on a node the clients have left.
     async fn wait_failover(&self, old: u16) -> u16 {
         let started = Instant::now();
+        let mut since: Option<(u16, Instant)> = None;
         loop {
-            if let Some(p) = self.primary_port().filter(|p| *p != old) {
-                let replica_of_p = |n: u16| {
-                    info_field(n, "replication", "role").as_deref() == Some("slave")
-                        && info_field(n, "replication", "master_port") == Some(p.to_string())
-                        && info_field(n, "replication", "master_link_status").as_deref()
-                            == Some("up")
-                };
-                let settled = info_field(p, "replication", "role").as_deref() == Some("master")
-                    && self
-                        .data
-                        .iter()
-                        .filter(|n| n.child.is_some() && n.port != p)
-                        .all(|n| replica_of_p(n.port));
-                if settled {
-                    return p;
+            match (
+                self.primary_port()
+                    .filter(|p| *p != old && self.settled_on(*p)),
+                since,
+            ) {
+                (Some(p), Some((q, at))) if p == q => {
+                    if at.elapsed() >= STABLE {
+                        return p;
+                    }
                 }
+                (now, _) => since = now.map(|p| (p, Instant::now())),
             }
             assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no failover within 30 s"
+                started.elapsed() < Duration::from_secs(40),
+                "no settled failover within 40 s"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
+
+/// How long the group must stay settled on a new primary before a test relies on it: longer
+/// than a Sentinel takes to judge the new primary down (`down-after-milliseconds`, 1 s) and
+/// start another failover.
+const STABLE: Duration = Duration::from_millis(2500);
 
 /// Acquires `lock` with a watchdog lease of `lease` (renewed every lease/3).
 async fn hold(lock: &Mutex, lease: Duration) -> LockGuard {
@@ -305,8 +342,9 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     let b = connect(&setup.url("command_timeout=500ms")).await;
     let c = connect(&setup.url("command_timeout=500ms")).await;
     let kept = a.mutex("kept").unwrap();
-    // Renewed every 2 s: a renewal fails while the primary is gone, long before the lease ends.
-    let g = hold(&kept, Duration::from_secs(6)).await;
+    // Renewed every 3 s: a renewal fails while the primary is gone, long before the lease ends
+    // (even if the Sentinels fail over twice).
+    let g = hold(&kept, Duration::from_secs(9)).await;
     let t1 = g.token();
     // A waiter that subscribed before the failover: its subscription must move to the new
     // primary. The holder's lease (30 s) outlasts the wait budget, so only a wake-up gets it in.
