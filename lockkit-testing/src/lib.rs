@@ -123,6 +123,7 @@ macro_rules! conformance_suite {
             semaphore_dropped_waiter_leaves_no_trace,
             semaphore_extend_keeps_the_permits,
             election_one_leader_at_a_time_with_rising_terms,
+            election_candidates_lead_in_arrival_order,
             election_leader_and_observers_follow_every_change,
             election_lost_leadership_is_signalled_and_refused,
             election_withdrawn_candidates_leave_nothing

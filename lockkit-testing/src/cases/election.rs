@@ -68,6 +68,44 @@ pub async fn election_one_leader_at_a_time_with_rising_terms(locks: &Locks) {
     );
 }
 
+/// Ten candidates queued behind a leader lead in the order they came, where the backend serves
+/// candidates first come, first served (every server backend; `file://` leaves the order to the
+/// OS lock).
+pub async fn election_candidates_lead_in_arrival_order(locks: &Locks) {
+    let Some((n, e)) = election(locks, "elect-fifo") else {
+        return;
+    };
+    if !locks.capabilities().election.is_some_and(|s| s.fair) {
+        return;
+    }
+    let first = e.campaign("first").await.unwrap();
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (e, order) = (locks.election(&n).unwrap(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let lead = e.campaign(format!("c{i}")).await.unwrap();
+            order.lock().unwrap().push(i);
+            assert!(lead.resign().await.unwrap());
+        }));
+        // Let this candidate reach the queue before the next one starts.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(first.resign().await.unwrap());
+    within(
+        Duration::from_secs(30),
+        "queued candidates",
+        futures::future::try_join_all(tasks),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..10).collect::<Vec<_>>(),
+        "candidates did not lead in arrival order"
+    );
+}
+
 /// `leader()` and `observe()` follow a campaign, a proclamation, a hand-over and a resignation,
 /// in order, ending on the current state.
 pub async fn election_leader_and_observers_follow_every_change(locks: &Locks) {

@@ -89,7 +89,7 @@ fn with<'a>(labels: [(&'a str, &'a str); 3], k: &'a str, v: &'a str) -> Vec<(&'a
 }
 
 /// A scripted sequence (acquire, a waiter that times out, force_unlock, release; a read, a
-/// write and a permit) leaves the same metrics on every backend, labelled with the backend and
+/// write, a permit and a leadership an observer follows) leaves the same metrics on every backend, labelled with the backend and
 /// the primitive.
 pub async fn metrics_count_a_scripted_sequence(locks: &Locks) {
     use crate::metrics::read;
@@ -190,9 +190,37 @@ pub async fn metrics_count_a_scripted_sequence(locks: &Locks) {
         assert_eq!(seen.gauge(HELD, &sem), 0.0);
     }
 
+    // A campaign won (its term), and an observer's changes: the leader, then nobody.
+    let en = name("metrics-elect");
+    let el = of(locks, "election", &en);
+    if locks.capabilities().election.is_some() {
+        let e = locks.election(&en).unwrap();
+        let mut changes = e.observe().await.unwrap();
+        let first = within(SOON, "the first state", changes.next()).await;
+        assert_eq!(
+            first.expect("open").expect("follows"),
+            None,
+            "nobody leads yet"
+        );
+        let lead = e.campaign("a").await.unwrap();
+        let seen = read();
+        assert_eq!(seen.counter(LEADERSHIPS, &el), 1.0);
+        assert_eq!(seen.gauge(LEADER_TERM, &el), lead.term().0 as f64);
+        assert_eq!(seen.gauge(HELD, &el), 1.0);
+        let led = within(SOON, "the leader", changes.next()).await;
+        assert!(led.expect("open").expect("follows").is_some(), "a leads");
+        assert!(lead.resign().await.unwrap());
+        let gone = within(SOON, "nobody leads", changes.next()).await;
+        assert_eq!(gone.expect("open").expect("follows"), None, "nobody leads");
+        let seen = read();
+        assert_eq!(seen.counter(LEADER_CHANGES, &el), 2.0);
+        assert_eq!(seen.gauge(HELD, &el), 0.0);
+        assert_eq!(seen.samples(HOLD_DURATION, &el), 1.0);
+    }
+
     // Every gauge is back to 0, nothing failed, and every series names this backend.
     let seen = read();
-    for lock in [&n, &rn, &sn] {
+    for lock in [&n, &rn, &sn, &en] {
         let mine = [("lock", lock.as_str())];
         assert_eq!(seen.gauge(HELD, &mine), 0.0, "{:?}", seen.series(HELD));
         assert_eq!(
