@@ -141,17 +141,17 @@ pub(crate) async fn force_unlock(target: &Target, name: &str, kind: Kind, yes: b
         complain("semaphores cannot be force-unlocked: their permits come back when their leases run out");
         return code::UNSUPPORTED;
     }
-    if kind == Kind::Election {
-        complain("elections cannot be force-unlocked: a leader resigns, or loses its lease");
-        return code::UNSUPPORTED;
-    }
     let (cfg, locks) = match target.connect().await {
         Ok(c) => c,
         Err(code) => return code,
     };
     if !yes {
+        let who = match kind {
+            Kind::Election => "Its leader will lose leadership.",
+            _ => "Its holder will lose it.",
+        };
         let q = format!(
-            "Force-unlock {} {name:?} on {}? Its holder will lose it.",
+            "Force-unlock {} {name:?} on {}? {who}",
             kind_name(kind),
             lockkit::redact(&cfg.url)
         );
@@ -172,21 +172,33 @@ pub(crate) async fn force_unlock(target: &Target, name: &str, kind: Kind, yes: b
             Ok(l) => l.force_unlock().await,
             Err(e) => Err(e),
         },
+        Kind::Election => match locks.election(name) {
+            Ok(e) => e.force_resign().await,
+            Err(e) => Err(e),
+        },
         _ => match locks.mutex(name) {
             Ok(l) => l.force_unlock().await,
             Err(e) => Err(e),
         },
     };
-    match result {
-        Ok(true) => {
+    match (result, kind) {
+        (Ok(true), Kind::Election) => {
+            println!("election {name:?} had a leader; demoted it");
+            0
+        }
+        (Ok(false), Kind::Election) => {
+            println!("election {name:?} had no leader");
+            0
+        }
+        (Ok(true), _) => {
             println!("{} {name:?} was held; released it", kind_name(kind));
             0
         }
-        Ok(false) => {
+        (Ok(false), _) => {
             println!("{} {name:?} was not held", kind_name(kind));
             0
         }
-        Err(e) => {
+        (Err(e), _) => {
             complain(format!("force-unlock {name:?}: {e}"));
             error_code(&e)
         }

@@ -107,8 +107,9 @@ enum Command {
         json: bool,
     },
 
-    /// Release a lock whoever holds it (their guards turn Lost). Asks for confirmation on a
-    /// terminal; refuses without --yes when stdin is not a terminal.
+    /// Release a lock whoever holds it (their guards turn Lost), or demote an election's leader
+    /// (`--kind election`). Asks for confirmation on a terminal; refuses without --yes when
+    /// stdin is not a terminal.
     #[command(name = "force-unlock", after_help = AFTER_HELP)]
     ForceUnlock {
         /// The lock name.

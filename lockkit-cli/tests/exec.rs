@@ -33,6 +33,12 @@ fn file_elect_and_leader() {
 }
 
 #[test]
+fn file_lost_leadership_terminates_command() {
+    let d = TempDir::new("demoted");
+    suite::lost_leadership_terminates_command(&d.url());
+}
+
+#[test]
 fn file_crash_release_busy_code_and_sigterm_forwarding() {
     let d = TempDir::new("crash");
     suite::crash_releases_and_busy_code(&d.url());

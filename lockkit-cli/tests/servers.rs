@@ -83,9 +83,12 @@ async fn elect_on(backend: &str) {
         eprintln!("skipping {backend}: no leader election yet");
         return;
     }
-    tokio::task::spawn_blocking(move || suite::elect_and_leader(&url))
-        .await
-        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        suite::elect_and_leader(&url);
+        suite::lost_leadership_terminates_command(&url);
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]

@@ -119,6 +119,19 @@ impl Election {
         Ok(changes.counted(self.identity()))
     }
 
+    /// Admin: demotes whoever leads, as if its node, key or lock file were deleted: the
+    /// leader's [`Leadership`] turns Lost (its `lost()` fires, `proclaim` fails) when its
+    /// backend notices, and the next candidate leads in a higher term. Returns whether anyone
+    /// led. For an operator removing a stuck leader (`lockkit force-unlock NAME --kind
+    /// election`): the leader's work is told, not stopped, so it must watch `lost()` and fence
+    /// what it writes with its term.
+    pub async fn force_resign(&self) -> Result<bool> {
+        self.inner.kernel.check_open()?;
+        let done = self.inner.raw.force_resign().await?;
+        telemetry::force_unlocked(&self.identity(), done);
+        Ok(done)
+    }
+
     /// How telemetry names this election.
     fn identity(&self) -> Identity {
         Identity::new(

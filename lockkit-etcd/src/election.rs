@@ -68,4 +68,8 @@ impl RawElection for EtcdElection {
         let nw = self.watch().await?;
         Ok(nw.observe().keeping(nw))
     }
+
+    async fn force_resign(&self) -> Result<bool> {
+        crate::ops::delete_first(&self.inner, &self.prefix).await
+    }
 }

@@ -10,7 +10,7 @@ use lockkit_core::Result;
 
 use crate::acquire::{acquire, Want};
 use crate::inner::{watch_of, Inner};
-use crate::ops::delete_if_ours;
+use crate::ops::delete_first;
 use crate::watch::{Kind, NameWatch, Need};
 
 /// A mutex handle. Creating one talks to no server; the first acquire sets up the name's watch.
@@ -71,14 +71,6 @@ impl RawMutex for EtcdMutex {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        loop {
-            let kvs = self.inner.keys_by_create(&self.prefix, 1).await?;
-            let Some(owner) = kvs.first() else {
-                return Ok(false);
-            };
-            if delete_if_ours(&self.inner, owner.key(), owner.create_revision()).await? {
-                return Ok(true);
-            }
-        }
+        delete_first(&self.inner, &self.prefix).await
     }
 }

@@ -171,3 +171,18 @@ pub(crate) async fn key_lease(inner: &Inner, key: &[u8], rev: i64) -> Result<Opt
 pub(crate) async fn delete_if_ours(inner: &Inner, key: &[u8], rev: i64) -> Result<bool> {
     inner.pool.delete_if_created(key, rev).await
 }
+
+/// Admin: deletes the first key under `prefix` (the holder, or the leader), whoever's it is.
+/// Returns whether there was one.
+pub(crate) async fn delete_first(inner: &Inner, prefix: &[u8]) -> Result<bool> {
+    loop {
+        let kvs = inner.keys_by_create(prefix, 1).await?;
+        let Some(first) = kvs.first() else {
+            return Ok(false);
+        };
+        // It may have left (and another become first) since the read: look again.
+        if delete_if_ours(inner, first.key(), first.create_revision()).await? {
+            return Ok(true);
+        }
+    }
+}

@@ -54,6 +54,13 @@ impl RawElection for RedisElection {
         tokio::spawn(follow(inner, keys, sub, feed));
         Ok(changes)
     }
+
+    /// The mutex's force-unlock, which for an election's keys also deletes the leader hash and
+    /// announces the change: the leader's next renewal finds them gone.
+    async fn force_resign(&self) -> Result<bool> {
+        use lockkit_core::spi::RawMutex;
+        self.m.force_unlock().await
+    }
 }
 
 /// The leader, and how long the lock has left when it is held (`None`: free).

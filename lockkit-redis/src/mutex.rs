@@ -41,7 +41,8 @@ impl RawMutex for RedisMutex {
     async fn force_unlock(&self) -> Result<bool> {
         let (scripts, settings) = (&self.inner.scripts, &self.inner.settings);
         let mut inv;
-        if settings.redisson_compat {
+        // An election is always on the native layout.
+        if settings.redisson_compat && self.keys.leader.is_none() {
             inv = scripts.rs_force_unlock.prepare_invoke();
             inv.key(&self.keys.lock)
                 .key(&self.keys.queue)
@@ -55,6 +56,9 @@ impl RawMutex for RedisMutex {
                 .key(&self.keys.queue)
                 .key(&self.keys.waiters)
                 .arg(settings.fence_ttl.as_millis() as u64);
+            if let Some(leader) = &self.keys.leader {
+                inv.key(leader).key(&self.keys.channel);
+            }
         }
         let r: i64 = self.inner.invoke(&inv, "force_unlock").await?;
         Ok(r == 1)

@@ -109,6 +109,18 @@ impl RawElection for ZkElection {
         ));
         Ok(changes)
     }
+
+    /// Deletes the first candidate's node, whoever's it is (a Curator candidate's too).
+    async fn force_resign(&self) -> Result<bool> {
+        let first = |all: &[node::Participant]| all.first().into_iter().cloned().collect();
+        crate::mutex::force_delete(
+            self.sessions.default(),
+            &self.dir,
+            markers(self.marker),
+            first,
+        )
+        .await
+    }
 }
 
 fn leader_of(data: Vec<u8>, stat: &zk::Stat) -> Leader {

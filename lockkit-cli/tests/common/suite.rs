@@ -133,6 +133,32 @@ pub fn lost_lock_terminates_command(url: &str, lease: &str) {
     assert_eq!(wait_file(&got, LIMIT), "term");
 }
 
+/// Another process demotes the leader (`force-unlock --kind election`): `elect`'s command gets
+/// SIGTERM and lockkit exits 70; the election has no leader then.
+pub fn lost_leadership_terminates_command(url: &str) {
+    let n = name("demoted");
+    let dir = TempDir::new("demoted");
+    let (ready, got) = (dir.path("ready"), dir.path("got"));
+    let cmd = trapping_cmd(&ready, &got, 120);
+    let mut args = vec!["elect", n.as_str(), "--value", "doomed", "--"];
+    args.extend(cmd.iter().map(String::as_str));
+    let mut leader = Bg::spawn(lockkit(url, &args));
+    wait_file(&ready, LIMIT);
+    let force = ["force-unlock", &n, "--kind", "election", "--yes"];
+    let o = run(lockkit(url, &force), LIMIT);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    assert!(text(&o).0.contains("had a leader"), "{:?}", text(&o));
+    let status = leader.wait(Duration::from_secs(30));
+    let err = leader.stderr();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(err.contains("lost election"), "{err}");
+    assert_eq!(wait_file(&got, LIMIT), "term");
+    let o = run(lockkit(url, &force), LIMIT);
+    assert!(text(&o).0.contains("had no leader"), "{:?}", text(&o));
+    let o = run(lockkit(url, &["leader", &n]), LIMIT);
+    assert_eq!(text(&o).0.trim(), "no leader", "{:?}", text(&o));
+}
+
 /// A fixed lease shorter than the command: lost at the deadline, command terminated.
 pub fn fixed_lease_runs_out(url: &str) {
     let n = name("fixed");

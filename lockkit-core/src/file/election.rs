@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::inner::Inner;
-use super::oslock::{io_error, is_held, remove, LockMode};
+use super::oslock::{force_remove, io_error, is_held, remove, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
 use crate::error::{Error, ErrorKind, Result};
@@ -79,6 +79,10 @@ impl RawElection for FileElection {
             feed,
         ));
         Ok(changes)
+    }
+
+    async fn force_resign(&self) -> Result<bool> {
+        force_remove(&self.paths.lock()).map_err(io_error)
     }
 }
 

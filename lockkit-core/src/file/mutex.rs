@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::inner::Inner;
-use super::oslock::{io_error, is_held, remove, LockMode};
+use super::oslock::{force_remove, io_error, is_held, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
 use crate::error::Result;
@@ -38,12 +38,7 @@ impl RawMutex for FileMutex {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        let path = self.paths.lock();
-        if !is_held(&path, LockMode::Exclusive).map_err(io_error)? {
-            return Ok(false);
-        }
-        remove(&path).map_err(io_error)?;
-        Ok(true)
+        force_remove(&self.paths.lock()).map_err(io_error)
     }
 
     async fn remaining_lease(&self) -> Result<Option<Duration>> {

@@ -128,6 +128,17 @@ pub(crate) fn remove(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Admin: removes the lock file at `path` if someone holds it exclusively (the holder's
+/// watcher sees it gone and turns Lost; the next locker makes a new file). Returns whether it
+/// was held.
+pub(crate) fn force_remove(path: &Path) -> io::Result<bool> {
+    if !is_held(path, LockMode::Exclusive)? {
+        return Ok(false);
+    }
+    remove(path)?;
+    Ok(true)
+}
+
 /// A newcomer's first pause when others wait: it sits out their next tries.
 const NEWCOMER: Duration = Duration::from_millis(3);
 /// Every later pause.

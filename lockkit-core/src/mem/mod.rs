@@ -324,4 +324,8 @@ impl RawElection for MemElection {
     async fn observe(&self) -> Result<LeaderChanges> {
         Ok(self.engine.observe(&self.key, self.handle))
     }
+
+    async fn force_resign(&self) -> Result<bool> {
+        Ok(self.engine.force_unlock(&self.key))
+    }
 }

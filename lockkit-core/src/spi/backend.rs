@@ -152,4 +152,8 @@ pub trait RawElection: Send + Sync {
 
     /// Every change of leader from now on, the current leader first.
     async fn observe(&self) -> Result<LeaderChanges>;
+
+    /// Admin: deletes the leader's node, key or lock whoever leads, so that its leadership turns
+    /// Lost and the next candidate leads. Returns whether anyone led.
+    async fn force_resign(&self) -> Result<bool>;
 }

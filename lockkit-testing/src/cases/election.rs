@@ -196,6 +196,56 @@ pub async fn election_lost_leadership_is_signalled_and_refused(locks: &Locks) {
     );
 }
 
+/// An admin's `force_resign` deletes the leader's node, key or lock file: the leader is told
+/// through `lost()` and can no longer proclaim, the waiting candidate leads in a higher term,
+/// observers see it, and the demoted leader's late resignation leaves the new leader alone.
+pub async fn election_deleted_leader_is_demoted(locks: &Locks) {
+    let Some((n, a)) = election(locks, "elect-deleted") else {
+        return;
+    };
+    assert!(!a.force_resign().await.unwrap(), "nobody led");
+    let lead = a.campaign("a").await.unwrap();
+    let mut changes = a.observe().await.unwrap();
+    let seen = next(&mut changes).await.expect("a leads");
+    assert_eq!(seen.term(), lead.term());
+    let b = locks.election(&n).unwrap();
+    let waiting = tokio::spawn(async move { b.campaign("b").await.map(|l| (b, l)) });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let admin = locks.election(&n).unwrap();
+    assert!(admin.force_resign().await.unwrap(), "a led");
+    within(
+        Duration::from_secs(10),
+        "lost() after force_resign",
+        lead.lost(),
+    )
+    .await;
+    assert_eq!(lead.state(), LockState::Lost);
+    assert_kind(lead.proclaim("late").await, ErrorKind::LockLost, "proclaim");
+    let (b, lead_b) = within(SOON, "b's campaign", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lead_b.term() > lead.term(), "the term rises");
+    assert!(
+        !lead.resign().await.unwrap(),
+        "a demoted leader resigns with false"
+    );
+    assert_eq!(
+        b.leader()
+            .await
+            .unwrap()
+            .map(|l| (l.value().to_vec(), l.term())),
+        Some((b"b".to_vec(), lead_b.term())),
+        "the demoted leader's resignation left the new leader alone"
+    );
+    within(SOON, "the observer sees b lead", async {
+        while next(&mut changes).await.map(|l| l.term()) != Some(lead_b.term()) {}
+    })
+    .await;
+    assert!(lead_b.resign().await.unwrap());
+}
+
 /// Cancelled and timed-out campaigns leave nothing: once the leader resigns, nobody leads,
 /// and a new candidate leads at once.
 pub async fn election_withdrawn_candidates_leave_nothing(locks: &Locks) {
