@@ -12,9 +12,14 @@
 //	    (resign → the waiting candidate's Campaign returns; resign → an Observe on a third
 //	    session reports it; an orphaned leader session, never revoked as in a crash → the next
 //	    candidate leads).
+//	go-etcd-peer elect -endpoints 127.0.0.1:2379 -prefix P -value V
+//	    concurrency.Election driven by stdin, for lockkit's election interop test: campaigns with
+//	    V and prints "leading <create revision>", then per line "proclaim X" proclaims X (prints
+//	    "proclaimed X"), and "resign" (or the end of stdin) resigns, prints "resigned" and exits.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -47,6 +52,7 @@ func main() {
 	acquisitions := fs.Int("acquisitions", 400, "bench: total contended acquisitions")
 	cycles := fs.Int("cycles", 300, "bench: uncontended cycles")
 	rounds := fs.Int("rounds", 30, "election-bench: resign hand-overs")
+	value := fs.String("value", "go-candidate", "elect: the value to campaign with")
 	_ = fs.Parse(os.Args[2:])
 	eps := strings.Split(*endpoints, ",")
 	switch mode {
@@ -56,6 +62,8 @@ func main() {
 		bench(eps, *prefix, *clients, *acquisitions, *cycles, *ttl)
 	case "election-bench":
 		electionBench(eps, *prefix, *rounds, *ttl)
+	case "elect":
+		elect(eps, *prefix, *value, *ttl)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", mode)
 		os.Exit(2)
@@ -247,4 +255,29 @@ func electionBench(eps []string, prefix string, rounds, ttl int) {
 	for _, c := range []*clientv3.Client{cliA, cliB, cliO} {
 		c.Close()
 	}
+}
+
+func elect(eps []string, prefix, value string, ttl int) {
+	ctx := context.Background()
+	cli, s := newSession(eps, ttl)
+	defer cli.Close()
+	defer s.Close()
+	e := concurrency.NewElection(s, prefix)
+	must(e.Campaign(ctx, value))
+	fmt.Printf("leading %d\n", e.Rev())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		switch cmd {
+		case "proclaim":
+			must(e.Proclaim(ctx, arg))
+			fmt.Printf("proclaimed %s\n", arg)
+		case "resign":
+			must(e.Resign(ctx))
+			fmt.Println("resigned")
+			return
+		}
+	}
+	must(e.Resign(ctx))
+	fmt.Println("resigned")
 }

@@ -1,12 +1,14 @@
 //! Election interop with Go's `concurrency.Election`, through `etcdctl elect` (which is built on
-//! it): a Go candidate and a lockkit candidate on one election never lead at once, each names
-//! the other as leader, and leadership passes both ways; `etcdctl elect -l` (Go's `Observe`)
-//! follows lockkit's leaders and proclamations.
+//! it) and the Go peer in `interop/go-etcd` (built here with `go build`): a Go candidate and a
+//! lockkit candidate on one election never lead at once, each names the other as leader, and
+//! leadership passes both ways; `etcdctl elect -l` (Go's `Observe`) follows lockkit's leaders
+//! and proclamations, and lockkit's `leader` and `observe` follow Go's `Proclaim`.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -15,24 +17,45 @@ use lockkit_core::ErrorKind;
 
 const SOON: Duration = Duration::from_secs(10);
 
-/// `etcdctl` on the test server, its stdout read line by line.
-struct Etcdctl {
+/// The test server's endpoints, comma-separated.
+fn endpoints(url: &str) -> String {
+    let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
+    let eps: Vec<String> = u.hosts.iter().map(|h| h.to_string()).collect();
+    eps.join(",")
+}
+
+/// A Go peer (`etcdctl`, or `interop/go-etcd`'s) on the test server, its stdout read line by
+/// line, its stdin ours.
+struct GoPeer {
     child: Child,
+    stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
 }
 
-impl Etcdctl {
-    fn start(url: &str, args: &[&str]) -> Etcdctl {
-        let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
-        let eps: Vec<String> = u.hosts.iter().map(|h| h.to_string()).collect();
-        let mut child = Command::new("etcdctl")
-            .arg(format!("--endpoints={}", eps.join(",")))
+impl GoPeer {
+    fn etcdctl(url: &str, args: &[&str]) -> GoPeer {
+        let mut cmd = Command::new("etcdctl");
+        cmd.arg(format!("--endpoints={}", endpoints(url)))
             .args(args)
-            .env_remove("ETCDCTL_ENDPOINTS")
+            .env_remove("ETCDCTL_ENDPOINTS");
+        GoPeer::spawn(cmd, "etcdctl runs (scripts/services.sh installs it)")
+    }
+
+    /// `interop/go-etcd`'s peer in mode `elect`, campaigning on `prefix` with `value`.
+    fn go_candidate(url: &str, peer: &std::path::Path, prefix: &str, value: &str) -> GoPeer {
+        let mut cmd = Command::new(peer);
+        cmd.args(["elect", "-endpoints", &endpoints(url), "-prefix", prefix])
+            .args(["-value", value]);
+        GoPeer::spawn(cmd, "the Go peer runs")
+    }
+
+    fn spawn(mut cmd: Command, what: &str) -> GoPeer {
+        let mut child = cmd
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("etcdctl runs (scripts/services.sh installs it)");
+            .expect(what);
         let out = child.stdout.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -42,7 +65,17 @@ impl Etcdctl {
                 }
             }
         });
-        Etcdctl { child, lines }
+        GoPeer {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    /// Sends it one line.
+    fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("the peer reads its stdin");
     }
 
     /// The next line it prints, within `limit`.
@@ -61,7 +94,7 @@ impl Etcdctl {
                 None => break,
             }
         }
-        panic!("etcdctl did not print {want:?} within {limit:?}; printed {seen:?}");
+        panic!("the Go peer did not print {want:?} within {limit:?}; printed {seen:?}");
     }
 
     /// Asks it to stop as a user would (Ctrl-C): `etcdctl elect` resigns then.
@@ -73,11 +106,30 @@ impl Etcdctl {
     }
 }
 
-impl Drop for Etcdctl {
+impl Drop for GoPeer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Builds `interop/go-etcd`'s peer (Go modules come through the module proxy or the cache);
+/// `None` when there is no `go` and the etcd tests are not required.
+fn go_peer() -> Option<PathBuf> {
+    if !lockkit_testing::tool_available("go", "version", "etcd") {
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../interop/go-etcd");
+    let out = std::env::temp_dir().join(format!("lockkit-go-etcd-peer-{}", std::process::id()));
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(&dir)
+        .status()
+        .expect("go build runs");
+    assert!(built.success(), "go build of interop/go-etcd failed");
+    Some(out)
 }
 
 /// The election's prefix as Go names it (lockkit adds the trailing `/`).
@@ -91,7 +143,7 @@ fn go_prefix(name: &str) -> String {
 async fn go_leads_then_hands_over_to_lockkit() {
     let Some(url) = url() else { return };
     let name = lockkit_testing::unique_name("elect-go-first");
-    let mut go = Etcdctl::start(&url, &["elect", &go_prefix(&name), "go-candidate"]);
+    let mut go = GoPeer::etcdctl(&url, &["elect", &go_prefix(&name), "go-candidate"]);
     // Elected: it prints its key, then its value.
     go.expect("go-candidate", SOON);
 
@@ -142,12 +194,12 @@ async fn lockkit_leads_then_hands_over_to_go() {
     let e = locks.election(&name).unwrap();
     let lead = e.campaign("lockkit-1").await.unwrap();
 
-    let listen = Etcdctl::start(&url, &["elect", "-l", &go_prefix(&name)]);
+    let listen = GoPeer::etcdctl(&url, &["elect", "-l", &go_prefix(&name)]);
     listen.expect("lockkit-1", SOON);
     lead.proclaim("lockkit-2").await.unwrap();
     listen.expect("lockkit-2", SOON);
 
-    let mut go = Etcdctl::start(&url, &["elect", &go_prefix(&name), "go-candidate"]);
+    let mut go = GoPeer::etcdctl(&url, &["elect", &go_prefix(&name), "go-candidate"]);
     assert_eq!(
         go.line(Duration::from_millis(500)),
         None,
@@ -195,4 +247,54 @@ async fn lockkit_leads_then_hands_over_to_go() {
         .expect("a deleted leader is told");
     let refused = again.proclaim("late").await.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::LockLost);
+}
+
+/// A Go candidate proclaims: lockkit's `leader` and `observe` follow its new value in the same
+/// term; once it resigns, a waiting lockkit candidate leads with a higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_proclaims_and_lockkit_follows() {
+    let Some(url) = url() else { return };
+    let Some(peer) = go_peer() else { return };
+    let name = lockkit_testing::unique_name("elect-go-proclaim");
+    let mut go = GoPeer::go_candidate(&url, &peer, &go_prefix(&name), "go-1");
+    let line = go.line(SOON).expect("the Go candidate leads");
+    let term: u64 = line
+        .strip_prefix("leading ")
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| panic!("not a leading line: {line:?}"));
+
+    let locks = connect(&url, "").await;
+    let e = locks.election(&name).unwrap();
+    let now = e.leader().await.unwrap().expect("Go leads");
+    assert_eq!((now.value(), now.term().0), (&b"go-1"[..], term));
+    let mut changes = e.observe().await.unwrap();
+    let first = changes.next().await.unwrap().unwrap().expect("Go leads");
+    assert_eq!((first.value(), first.term().0), (&b"go-1"[..], term));
+
+    go.say("proclaim go-2");
+    go.expect("proclaimed go-2", SOON);
+    let seen = tokio::time::timeout(SOON, changes.next())
+        .await
+        .expect("lockkit's observer sees the proclamation")
+        .unwrap()
+        .unwrap()
+        .expect("Go still leads");
+    assert_eq!((seen.value(), seen.term().0), (&b"go-2"[..], term));
+    let now = e.leader().await.unwrap().expect("Go leads");
+    assert_eq!((now.value(), now.term().0), (&b"go-2"[..], term));
+
+    let contender = e.clone();
+    let campaign = tokio::spawn(async move { contender.campaign("lockkit").await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!campaign.is_finished(), "lockkit led while Go did");
+    go.say("resign");
+    go.expect("resigned", SOON);
+    let lead = tokio::time::timeout(SOON, campaign)
+        .await
+        .expect("lockkit leads once Go resigned")
+        .unwrap()
+        .unwrap();
+    assert!(lead.term().0 > term, "the term rises");
+    assert!(lead.resign().await.unwrap());
+    let _ = std::fs::remove_file(&peer);
 }
