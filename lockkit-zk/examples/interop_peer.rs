@@ -13,6 +13,9 @@
 //! The overlap detector is shared with the Java side (interop/curator): an exclusive holder
 //! creates `DIR/writer` with `create_new` (failing if anyone else is inside) and checks that
 //! `DIR/readers` is empty; a reader adds `DIR/readers/ID` and checks that `DIR/writer` is absent.
+//! An election's leader also names itself in `DIR/leading` (written by rename, removed before it
+//! resigns), and each side's reader checks that its own `leader()` names whoever leads, the other
+//! side's candidates included: two reads of `DIR/leading` that agree bracket the read.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,6 +46,51 @@ fn enter_exclusive(dir: &Path) {
 
 fn exit_exclusive(dir: &Path) {
     std::fs::remove_file(dir.join("writer")).unwrap();
+}
+
+/// How long a leader stays inside: long enough for the other side's reader to look.
+const LEAD: Duration = Duration::from_millis(20);
+
+/// Names `id` as the leader in `DIR/leading`, atomically.
+fn announce(dir: &Path, id: &str) {
+    let tmp = dir.join("leading.lockkit");
+    std::fs::write(&tmp, id).unwrap();
+    std::fs::rename(tmp, dir.join("leading")).unwrap();
+}
+
+fn leading_now(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("leading")).unwrap_or_default()
+}
+
+/// Reads the leader through `election` until `stop`: whenever `DIR/leading` names the same
+/// candidate before and after a read, the read must name it too. Returns how many reads named
+/// one of Curator's candidates.
+async fn cross_reader(
+    election: lockkit_core::Election,
+    dir: PathBuf,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> lockkit_core::Result<u64> {
+    let mut named_curator = 0;
+    while !*stop.borrow() {
+        let before = leading_now(&dir);
+        let named = election
+            .leader()
+            .await?
+            .map(|l| l.value_str().to_string())
+            .unwrap_or_default();
+        let after = leading_now(&dir);
+        if !before.is_empty() && before == after {
+            assert_eq!(
+                named, before,
+                "MISNAMED: lockkit's reader named {named:?} while {before:?} led"
+            );
+            if named.starts_with("curator-") {
+                named_curator += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(named_curator)
 }
 
 fn enter_shared(dir: &Path) -> PathBuf {
@@ -85,8 +133,14 @@ async fn main() -> lockkit_core::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let elects = mode == "latch" || mode == "selector";
+    let reader = elects.then(|| {
+        let reading = backend.election(name).expect("election");
+        tokio::spawn(cross_reader(reading, dir.clone(), stopped))
+    });
     for i in 0..iterations {
-        if mode == "latch" || mode == "selector" {
+        if elects {
             let me = format!("lockkit-{i}");
             let lead = election
                 .campaign_with(me.clone(), &wait)
@@ -99,7 +153,9 @@ async fn main() -> lockkit_core::Result<()> {
                 me,
                 "OVERLAP: lockkit leads but the election names another"
             );
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            announce(&dir, &me);
+            tokio::time::sleep(LEAD).await;
+            std::fs::remove_file(dir.join("leading")).unwrap();
             exit_exclusive(&dir);
             assert!(
                 lead.resign().await?,
@@ -123,6 +179,12 @@ async fn main() -> lockkit_core::Result<()> {
             exit_exclusive(&dir);
             g.release().await?;
         }
+    }
+    if let Some(reader) = reader {
+        let _ = stop.send(true);
+        let named = reader.await.expect("the reader")?;
+        assert!(named > 0, "lockkit's reader never named a Curator leader");
+        println!("lockkit named Curator's leader {named} times");
     }
     println!("lockkit done {iterations}");
     Ok(())

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock / LeaderLatch /
 # LeaderSelector (Java, from interop/curator) and lockkit's ZooKeeper mutex / RW lock / election
-# (in the latch and the selector layout) contend for the
-# same paths. Passes when
-# neither side ever sees the other inside (marker files), both finish, and the lock changes hands
-# between the two sides often (each wakes when the other releases).
+# (in the latch and the selector layout) contend for the same paths. Passes when neither side ever
+# sees the other inside (marker files), both finish, the lock changes hands between the two sides
+# often (each wakes when the other releases), and in an election each side's own API named the
+# other side's leader while it led (a reader on each side; see interop_peer.rs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -48,6 +48,7 @@ run_mode() { # mode name path
     total=$(wc -l <"$dir/order")
     handoffs=$(awk 'NR > 1 && $0 != prev { n++ } { prev = $0 } END { print n + 0 }' "$dir/order")
     echo "curator-interop[$mode]: $total exclusive holds, $handoffs hand-offs between Curator and lockkit, no overlap, $((t1 - t0)) s"
+    grep -h "named" "$dir/java.out" "$dir/rust.out" | sed "s/^/curator-interop[$mode]: /" || true
     if [ "$total" -ne $((2 * ITER)) ] || [ "$handoffs" -lt $((ITER / 2)) ]; then
         echo "curator-interop[$mode]: too few hand-offs: the sides did not wake each other" >&2
         return 1

@@ -28,7 +28,9 @@ import org.apache.curator.retry.ExponentialBackoffRetry;
  *   mutex CONNECT PATH ITERATIONS DIR   contend with InterProcessMutex; overlap markers in DIR
  *   rw    CONNECT PATH ITERATIONS DIR   InterProcessReadWriteLock, alternating write and read
  *   latch CONNECT PATH ITERATIONS DIR   LeaderLatch: lead (exclusive markers), check that the
- *                                       latch names this candidate as leader, then close
+ *                                       latch names this candidate as leader, then close; a
+ *                                       reader meanwhile checks that getLeader() names whoever
+ *                                       leads (DIR/leading), lockkit's candidates included
  *   selector CONNECT PATH ITERATIONS DIR  LeaderSelector: the same, leading in takeLeadership
  *   bench-uncontended CONNECT PATH SECONDS
  *   bench-contended   CONNECT PATH CLIENTS TOTAL
@@ -41,7 +43,10 @@ import org.apache.curator.retry.ExponentialBackoffRetry;
  * The overlap detector is a set of marker files: an exclusive holder creates DIR/writer with
  * CREATE_NEW (failing if anyone else is inside) and checks DIR/readers is empty; a reader checks
  * DIR/writer is absent and adds DIR/readers/ID. Both sides append "curator" or "lockkit" to
- * DIR/order on every exclusive entry, so the test can count hand-offs between the two.
+ * DIR/order on every exclusive entry, so the test can count hand-offs between the two. A leader
+ * also names itself in DIR/leading (written by rename, removed before it resigns), so each side's
+ * reader can check that its own API names the other side's leader: two reads of DIR/leading that
+ * agree bracket a read of the API, which must name the same candidate.
  */
 public final class Main {
     public static void main(String[] args) throws Exception {
@@ -92,6 +97,71 @@ public final class Main {
 
     static void exitExclusive(Path dir) throws IOException {
         Files.delete(dir.resolve("writer"));
+    }
+
+    /** How long a leader stays inside: long enough for the other side's reader to look. */
+    static final int LEAD_MS = 20;
+
+    /** Names `id` as the leader in DIR/leading (atomically: a reader sees all of it or none). */
+    static void announce(Path dir, String id) throws IOException {
+        Path tmp = dir.resolve("leading.curator");
+        Files.writeString(tmp, id);
+        Files.move(tmp, dir.resolve("leading"), java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+    }
+
+    static void unannounce(Path dir) throws IOException {
+        Files.delete(dir.resolve("leading"));
+    }
+
+    static String leadingNow(Path dir) {
+        try {
+            return Files.readString(dir.resolve("leading"));
+        } catch (IOException e) {
+            return "";
+        }
+    }
+
+    /**
+     * Reads the leader through `leader` until stopped: whenever DIR/leading names the same
+     * candidate before and after a read, the read must name it too. Counts the reads that named
+     * one of lockkit's candidates; a wrong name is recorded in `failed`.
+     */
+    static Thread crossReader(Path dir, java.util.concurrent.Callable<String> leader,
+            java.util.concurrent.atomic.AtomicBoolean stop, AtomicLong namedLockkit,
+            java.util.concurrent.atomic.AtomicReference<Exception> failed) {
+        Thread t = new Thread(() -> {
+            while (!stop.get() && failed.get() == null) {
+                try {
+                    String before = leadingNow(dir);
+                    String named = leader.call();
+                    String after = leadingNow(dir);
+                    if (!before.isEmpty() && before.equals(after)) {
+                        if (!before.equals(named)) {
+                            failed.set(new IllegalStateException("MISNAMED: curator's reader named " + named + " while " + before + " led"));
+                        } else if (named.startsWith("lockkit-")) {
+                            namedLockkit.incrementAndGet();
+                        }
+                    }
+                    Thread.sleep(1);
+                } catch (Exception e) {
+                    failed.set(e);
+                }
+            }
+        });
+        t.start();
+        return t;
+    }
+
+    /** Stops the reader; fails unless it named one of lockkit's leaders at least once. */
+    static void finishReader(Thread reader, java.util.concurrent.atomic.AtomicBoolean stop,
+            AtomicLong namedLockkit, java.util.concurrent.atomic.AtomicReference<Exception> failed) throws Exception {
+        stop.set(true);
+        reader.join();
+        if (failed.get() != null) throw failed.get();
+        if (namedLockkit.get() == 0) {
+            throw new IllegalStateException("curator's reader never named a lockkit leader");
+        }
+        System.out.println("curator named lockkit's leader " + namedLockkit.get() + " times");
     }
 
     static Path enterShared(Path dir) throws IOException {
@@ -157,8 +227,13 @@ public final class Main {
         int iterations = Integer.parseInt(args[3]);
         Path dir = Path.of(args[4]);
         Files.createDirectories(dir.resolve("readers"));
-        try (CuratorFramework c = client(connect)) {
+        try (CuratorFramework c = client(connect); CuratorFramework r = client(connect)) {
+            LeaderLatch reading = new LeaderLatch(r, path);
+            var stop = new java.util.concurrent.atomic.AtomicBoolean();
+            var failed = new java.util.concurrent.atomic.AtomicReference<Exception>();
+            AtomicLong namedLockkit = new AtomicLong();
             waitForPeer(dir);
+            Thread reader = crossReader(dir, () -> reading.getLeader().getId(), stop, namedLockkit, failed);
             for (int i = 0; i < iterations; i++) {
                 String id = "curator-" + i;
                 LeaderLatch latch = new LeaderLatch(c, path, id);
@@ -171,10 +246,13 @@ public final class Main {
                 if (!named.equals(id)) {
                     throw new IllegalStateException("OVERLAP: curator leads but the latch names " + named);
                 }
-                Thread.sleep(2);
+                announce(dir, id);
+                Thread.sleep(LEAD_MS);
+                unannounce(dir);
                 exitExclusive(dir);
                 latch.close();
             }
+            finishReader(reader, stop, namedLockkit, failed);
         }
         System.out.println("curator done " + iterations);
     }
@@ -185,8 +263,17 @@ public final class Main {
         int iterations = Integer.parseInt(args[3]);
         Path dir = Path.of(args[4]);
         Files.createDirectories(dir.resolve("readers"));
-        try (CuratorFramework c = client(connect)) {
+        try (CuratorFramework c = client(connect); CuratorFramework r = client(connect)) {
+            // Never started: it only reads the participants.
+            var reading = new org.apache.curator.framework.recipes.leader.LeaderSelector(r, path,
+                    new org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter() {
+                        public void takeLeadership(CuratorFramework client) {}
+                    });
+            var stop = new java.util.concurrent.atomic.AtomicBoolean();
+            var failedReader = new java.util.concurrent.atomic.AtomicReference<Exception>();
+            AtomicLong namedLockkit = new AtomicLong();
             waitForPeer(dir);
+            Thread reader = crossReader(dir, () -> reading.getLeader().getId(), stop, namedLockkit, failedReader);
             for (int i = 0; i < iterations; i++) {
                 String id = "curator-" + i;
                 CountDownLatch done = new CountDownLatch(1);
@@ -203,7 +290,9 @@ public final class Main {
                                             if (!named.equals(id)) {
                                                 throw new IllegalStateException("OVERLAP: curator leads but the selector names " + named);
                                             }
-                                            Thread.sleep(2);
+                                            announce(dir, id);
+                                            Thread.sleep(LEAD_MS);
+                                            unannounce(dir);
                                             exitExclusive(dir);
                                         } catch (Exception e) {
                                             failed.set(e);
@@ -221,6 +310,7 @@ public final class Main {
                 selector.close();
                 if (failed.get() != null) throw failed.get();
             }
+            finishReader(reader, stop, namedLockkit, failedReader);
         }
         System.out.println("curator done " + iterations);
     }
