@@ -124,7 +124,8 @@ impl Election {
     /// backend notices, and the next candidate leads in a higher term. Returns whether anyone
     /// led. For an operator removing a stuck leader (`lockkit force-unlock NAME --kind
     /// election`): the leader's work is told, not stopped, so it must watch `lost()` and fence
-    /// what it writes with its term.
+    /// what it writes with its term. A Curator or Go leader in a shared election is deleted
+    /// too but never told (neither watches its own node or key): it goes on believing it leads.
     pub async fn force_resign(&self) -> Result<bool> {
         self.inner.kernel.check_open()?;
         let done = self.inner.raw.force_resign().await?;

@@ -69,6 +69,8 @@ impl RawElection for EtcdElection {
         Ok(nw.observe().keeping(nw))
     }
 
+    /// Deletes the first candidate's key, whoever's it is. A Go leader's too, but Go's `Election`
+    /// does not watch its own key: it is not told, and goes on believing it leads.
     async fn force_resign(&self) -> Result<bool> {
         crate::ops::delete_first(&self.inner, &self.prefix).await
     }

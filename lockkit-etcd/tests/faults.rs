@@ -281,26 +281,6 @@ async fn a_dropped_extend_leaves_the_guard_no_later_than_the_server() {
     next.release().await.unwrap();
 }
 
-/// Items of `changes` until one names `want` (`None`: nobody leads), skipping errors (a watch
-/// that restarted) and other states; panics after 20 s without it. Returns how many errors it
-/// skipped.
-async fn observe_until(changes: &mut lockkit_core::LeaderChanges, want: Option<&[u8]>) -> usize {
-    let until = Instant::now() + Duration::from_secs(20);
-    let mut errors = 0;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let item = tokio::time::timeout(left, changes.next())
-            .await
-            .unwrap_or_else(|_| panic!("the observer never showed {want:?}"))
-            .expect("the observer stream is open");
-        match item {
-            Ok(seen) if seen.as_ref().map(|l| l.value()) == want => return errors,
-            Ok(_) => {}
-            Err(_) => errors += 1,
-        }
-    }
-}
-
 /// An election's observer across a server outage: its watch breaks and restarts, and it goes on
 /// to the current leader (which kept its lease) and the later changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,11 +293,11 @@ async fn election_observer_follows_across_an_outage() {
     let e = leading.election(&n).unwrap();
     let a = e.campaign("a").await.unwrap();
     let mut changes = watching.election(&n).unwrap().observe().await.unwrap();
-    observe_until(&mut changes, Some(b"a")).await;
+    lockkit_testing::observe_until(&mut changes, Some(b"a")).await;
     let outage = Outage::begin();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     outage.end();
-    let missed = observe_until(&mut changes, Some(b"a")).await;
+    let missed = lockkit_testing::observe_until(&mut changes, Some(b"a")).await;
     assert!(
         missed > 0,
         "the observer did not say that its watch restarted"
@@ -327,9 +307,9 @@ async fn election_observer_follows_across_an_outage() {
     })
     .await;
     assert!(a.resign().await.unwrap());
-    observe_until(&mut changes, None).await;
+    lockkit_testing::observe_until(&mut changes, None).await;
     let b = e.campaign("b").await.unwrap();
-    observe_until(&mut changes, Some(b"b")).await;
+    lockkit_testing::observe_until(&mut changes, Some(b"b")).await;
     assert!(b.resign().await.unwrap());
-    observe_until(&mut changes, None).await;
+    lockkit_testing::observe_until(&mut changes, None).await;
 }

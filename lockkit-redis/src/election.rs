@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, LeaderFeed, RawElection, Request};
+use lockkit_core::spi::{GuardParts, LeaderFeed, RawElection, RawMutex, Request};
 use lockkit_core::{async_trait, Backoff, FencingToken, Leader, LeaderChanges, Result};
 use tokio::time::Instant;
 
@@ -58,7 +58,6 @@ impl RawElection for RedisElection {
     /// The mutex's force-unlock, which for an election's keys also deletes the leader hash and
     /// announces the change: the leader's next renewal finds them gone.
     async fn force_resign(&self) -> Result<bool> {
-        use lockkit_core::spi::RawMutex;
         self.m.force_unlock().await
     }
 }

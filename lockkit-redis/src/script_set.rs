@@ -54,9 +54,15 @@ pub mod source {
     pub const LEADER: &str = lua!("leader.lua");
     /// Batched, owner-checked renewal of elected leaders (lock and leader hash).
     pub const RENEW_LEADER: &str = lua!("renew_leader.lua");
-    /// Admin force-unlock (hands the lock to the first live waiter).
-    pub const FORCE_UNLOCK: &str =
-        lua!("typed.lua", "fence.lua", "handoff.lua", "force_unlock.lua");
+    /// Admin force-unlock (hands the lock to the first live waiter; for an election, also
+    /// clears the leader).
+    pub const FORCE_UNLOCK: &str = lua!(
+        "typed.lua",
+        "fence.lua",
+        "handoff.lua",
+        "elect.lua",
+        "force_unlock.lua"
+    );
     /// Batched, owner-checked renewal (also used by `extend`).
     pub const RENEW: &str = lua!("renew.lua");
     /// Owner-checked reentry (the hold count grows to the one the guard sends).

@@ -223,6 +223,9 @@ async fn a_leader_key_of_another_type_is_refused_and_untouched() {
             .await
             .unwrap();
         assert!(!held, "nothing was taken");
+        // An admin's force_resign refuses it too, before it deletes anything.
+        let err = e.force_resign().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
     })
     .await;
     assert!(e.campaign_for("a", SOON).await.unwrap().is_some());

@@ -266,11 +266,12 @@ impl SentinelSetup {
         let started = Instant::now();
         let mut since: Option<(u16, Instant)> = None;
         loop {
-            match (
+            // Blocking reads of every node: off the runtime's workers, which the clients need.
+            let now = tokio::task::block_in_place(|| {
                 self.primary_port()
-                    .filter(|p| *p != old && self.settled_on(*p)),
-                since,
-            ) {
+                    .filter(|p| *p != old && self.settled_on(*p))
+            });
+            match (now, since) {
                 (Some(p), Some((q, at))) if p == q => {
                     if at.elapsed() >= STABLE {
                         return p;
@@ -342,9 +343,9 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     let b = connect(&setup.url("command_timeout=500ms")).await;
     let c = connect(&setup.url("command_timeout=500ms")).await;
     let kept = a.mutex("kept").unwrap();
-    // Renewed every 3 s: a renewal fails while the primary is gone, long before the lease ends
-    // (even if the Sentinels fail over twice).
-    let g = hold(&kept, Duration::from_secs(9)).await;
+    // Renewed every 2 s: a renewal fails while the primary is gone (the Sentinels take more than
+    // 1 s to agree it is down), long before the lease ends.
+    let g = hold(&kept, Duration::from_secs(6)).await;
     let t1 = g.token();
     // A waiter that subscribed before the failover: its subscription must move to the new
     // primary. The holder's lease (30 s) outlasts the wait budget, so only a wake-up gets it in.

@@ -33,8 +33,8 @@ pub use credentials::{
     assert_refused, password_of, secure_certs, BadCredential, QUICK, WRONG_PASSWORD,
 };
 pub use support::{
-    free_port, make_client_cert, make_test_certs, server_url, tool_available, unique_name,
-    wait_for_port, ClientCert, OverlapDetector, PrivateServer, TestCerts,
+    free_port, make_client_cert, make_test_certs, observe_until, server_url, tool_available,
+    unique_name, wait_for_port, ClientCert, OverlapDetector, PrivateServer, TestCerts,
 };
 
 /// Expands the whole conformance suite into one `#[tokio::test]` per case. `$config` is a fn

@@ -268,6 +268,28 @@ impl Drop for OverlapScope {
     }
 }
 
+/// Reads an election's observer until it shows `want` (a leader's value; `None`: nobody
+/// leads), skipping other states and errors (a watch or session that restarted); panics after
+/// 20 s without it. Returns how many errors it skipped.
+pub async fn observe_until(
+    changes: &mut lockkit_core::LeaderChanges,
+    want: Option<&[u8]>,
+) -> usize {
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut errors = 0;
+    loop {
+        let item = tokio::time::timeout_at(until, changes.next())
+            .await
+            .unwrap_or_else(|_| panic!("the observer never showed {want:?}"))
+            .expect("the observer stream is open");
+        match item {
+            Ok(seen) if seen.as_ref().map(|l| l.value()) == want => return errors,
+            Ok(_) => {}
+            Err(_) => errors += 1,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::resolve_url;

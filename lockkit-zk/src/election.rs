@@ -110,16 +110,11 @@ impl RawElection for ZkElection {
         Ok(changes)
     }
 
-    /// Deletes the first candidate's node, whoever's it is (a Curator candidate's too).
+    /// Deletes the first candidate's node, whoever's it is. A Curator leader's too, but Curator
+    /// does not watch its own node once it leads: it is not told, and goes on believing it leads.
     async fn force_resign(&self) -> Result<bool> {
-        let first = |all: &[node::Participant]| all.first().into_iter().cloned().collect();
-        crate::mutex::force_delete(
-            self.sessions.default(),
-            &self.dir,
-            markers(self.marker),
-            first,
-        )
-        .await
+        let (session, markers) = (self.sessions.default(), markers(self.marker));
+        queue::force_delete(session, &self.dir, markers, queue::first).await
     }
 }
 

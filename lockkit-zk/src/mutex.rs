@@ -10,7 +10,6 @@ use lockkit_core::Result;
 use crate::held;
 use crate::node::MUTEX_MARKER;
 use crate::queue::{self, Rule, Spec, NODE_DATA};
-use crate::session::Session;
 use crate::sessions::Sessions;
 
 pub(crate) const MARKERS: &[&str] = &[MUTEX_MARKER];
@@ -60,30 +59,6 @@ impl RawMutex for ZkMutex {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        force_delete(self.sessions.default(), &self.dir, MARKERS, |all| {
-            all.first().into_iter().cloned().collect()
-        })
-        .await
+        queue::force_delete(self.sessions.default(), &self.dir, MARKERS, queue::first).await
     }
-}
-
-/// Deletes the holders `pick` chooses among the participants. Returns whether any was deleted.
-pub(crate) async fn force_delete(
-    session: &Session,
-    dir: &str,
-    markers: &[&str],
-    pick: impl Fn(&[crate::node::Participant]) -> Vec<crate::node::Participant>,
-) -> Result<bool> {
-    let all = queue::participants(session, dir, markers).await?;
-    let client = session.client()?;
-    let mut any = false;
-    for p in pick(&all) {
-        any |= crate::ops::delete_node(
-            &client,
-            &format!("{dir}/{}", p.name),
-            session.cfg.command_timeout,
-        )
-        .await?;
-    }
-    Ok(any)
 }

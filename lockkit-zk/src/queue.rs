@@ -478,6 +478,37 @@ pub(crate) async fn watch_fired(
     Ok(())
 }
 
+/// Admin: deletes the holders `pick` chooses among the participants of `dir`, whoever's they
+/// are. Returns whether any was deleted; when every one picked left between the listing and the
+/// delete, it looks again (someone else may hold by then).
+pub(crate) async fn force_delete(
+    session: &Session,
+    dir: &str,
+    markers: &[&str],
+    pick: impl Fn(&[Participant]) -> Vec<Participant>,
+) -> Result<bool> {
+    loop {
+        let picked = pick(&participants(session, dir, markers).await?);
+        if picked.is_empty() {
+            return Ok(false);
+        }
+        let client = session.client()?;
+        let mut any = false;
+        for p in picked {
+            let path = format!("{dir}/{}", p.name);
+            any |= delete_node(&client, &path, session.cfg.command_timeout).await?;
+        }
+        if any {
+            return Ok(true);
+        }
+    }
+}
+
+/// The first participant (the holder of an exclusive lock, the leader), for [`force_delete`].
+pub(crate) fn first(all: &[Participant]) -> Vec<Participant> {
+    all.first().into_iter().cloned().collect()
+}
+
 /// The participants of `dir` in queue order (empty when the directory does not exist).
 pub(crate) async fn participants(
     session: &Session,

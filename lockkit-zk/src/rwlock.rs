@@ -8,7 +8,6 @@ use lockkit_core::spi::{GuardParts, RawRwLock, Request};
 use lockkit_core::Result;
 
 use crate::held::{self, WriteInfo};
-use crate::mutex::force_delete;
 use crate::node::{Participant, READ_MARKER, WRITE_MARKER};
 use crate::queue::{self, Node, Rule, Spec, NODE_DATA};
 use crate::session::Session;
@@ -100,7 +99,7 @@ impl RawRwLock for ZkRwLock {
     }
 
     async fn force_unlock(&self) -> Result<bool> {
-        force_delete(self.sessions.default(), &self.dir, MARKERS, |all| {
+        queue::force_delete(self.sessions.default(), &self.dir, MARKERS, |all| {
             all[..holder_count(all)].to_vec()
         })
         .await

@@ -373,32 +373,6 @@ async fn a_dropped_downgrade_leaves_no_read_node() {
     drop(a);
 }
 
-/// The next item of an election's observer, within 20 s.
-async fn next_change(
-    changes: &mut lockkit_core::LeaderChanges,
-) -> lockkit_core::Result<Option<lockkit_core::Leader>> {
-    tokio::time::timeout(Duration::from_secs(20), changes.next())
-        .await
-        .expect("an observer item within 20 s")
-        .expect("the observer stream is open")
-}
-
-/// Items of `changes` until one names `want` (`None`: nobody leads), skipping errors and other
-/// states; panics after 20 s without it. Returns how many errors it skipped.
-async fn observe_until(changes: &mut lockkit_core::LeaderChanges, want: Option<&[u8]>) -> usize {
-    let until = Instant::now() + Duration::from_secs(20);
-    let mut errors = 0;
-    loop {
-        assert!(Instant::now() < until, "the observer never showed {want:?}");
-        let item = next_change(changes).await;
-        match item {
-            Ok(seen) if seen.as_ref().map(|l| l.value()) == want => return errors,
-            Ok(_) => {}
-            Err(_) => errors += 1,
-        }
-    }
-}
-
 /// An observer whose session expires (its link cut past the session timeout) while the leader
 /// changes misses those changes, and says so with an `Err` item; once the link heals it follows
 /// on a new session, ends on the current leader and sees the later changes.
@@ -420,8 +394,7 @@ async fn election_observer_follows_across_its_session_loss() {
         .observe()
         .await
         .unwrap();
-    let first = next_change(&mut changes).await.unwrap().expect("a leads");
-    assert_eq!(first.value(), b"a");
+    lockkit_testing::observe_until(&mut changes, Some(b"a")).await;
 
     proxy.cut();
     // Past the observer's session timeout: the server expires its session meanwhile.
@@ -429,11 +402,11 @@ async fn election_observer_follows_across_its_session_loss() {
     assert!(a.resign().await.unwrap());
     let b = e.campaign("b").await.unwrap();
     proxy.heal();
-    let missed = observe_until(&mut changes, Some(b"b")).await;
+    let missed = lockkit_testing::observe_until(&mut changes, Some(b"b")).await;
     assert!(
         missed > 0,
         "the observer did not say that it may have missed changes"
     );
     assert!(b.resign().await.unwrap());
-    observe_until(&mut changes, None).await;
+    lockkit_testing::observe_until(&mut changes, None).await;
 }

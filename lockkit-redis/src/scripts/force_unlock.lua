@@ -7,6 +7,12 @@ local kind = redis.call('type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
 end
+if KEYS[5] then
+  local ok, err = leader_key_ok(KEYS[5])
+  if not ok then
+    return err
+  end
+end
 redis.call('del', KEYS[1])
 if KEYS[5] and redis.call('del', KEYS[5]) == 1 then
   redis.call('publish', KEYS[6], '!')

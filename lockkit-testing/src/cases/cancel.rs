@@ -92,8 +92,8 @@ pub async fn fifo_order_of_ten_waiters(locks: &Locks) {
             order.lock().unwrap().push(i);
             g.release().await.unwrap();
         }));
-        // Let this waiter reach the queue before the next one starts.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // This waiter reaches the queue before the next one starts.
+        super::queued(locks, &n, lockkit_core::Primitive::Mutex, i + 1).await;
     }
     holder.release().await.unwrap();
     within(

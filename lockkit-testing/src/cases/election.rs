@@ -3,11 +3,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{assert_kind, fixed, name, within, SHORT, SOON};
+use super::{assert_kind, fixed, name, queued, within, SHORT, SOON};
 use crate::harness::Hold;
 use crate::{Harness, OverlapDetector};
 use lockkit_core::{
     AcquireOptions, BackendKind, Election, ErrorKind, Leader, LeaderChanges, LockState, Locks,
+    Primitive,
 };
 
 fn election(locks: &Locks, case: &str) -> Option<(String, Election)> {
@@ -88,8 +89,8 @@ pub async fn election_candidates_lead_in_arrival_order(locks: &Locks) {
             order.lock().unwrap().push(i);
             assert!(lead.resign().await.unwrap());
         }));
-        // Let this candidate reach the queue before the next one starts.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // This candidate reaches the queue before the next one starts.
+        queued(locks, &n, Primitive::Election, i + 1).await;
     }
     assert!(first.resign().await.unwrap());
     within(
@@ -210,7 +211,7 @@ pub async fn election_deleted_leader_is_demoted(locks: &Locks) {
     assert_eq!(seen.term(), lead.term());
     let b = locks.election(&n).unwrap();
     let waiting = tokio::spawn(async move { b.campaign("b").await.map(|l| (b, l)) });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    queued(locks, &n, Primitive::Election, 1).await;
 
     let admin = locks.election(&n).unwrap();
     assert!(admin.force_resign().await.unwrap(), "a led");

@@ -32,7 +32,7 @@ pub use views::*;
 use std::future::Future;
 use std::time::Duration;
 
-use lockkit_core::{AcquireOptions, Error, ErrorKind, Locks, Mutex, Result};
+use lockkit_core::{AcquireOptions, Error, ErrorKind, Locks, Mutex, Primitive, Result};
 
 /// Bound for things that must happen "at once" or "soon" on a loaded 2-core machine.
 pub(crate) const SOON: Duration = Duration::from_secs(5);
@@ -63,6 +63,26 @@ pub(crate) fn assert_kind<T: std::fmt::Debug>(r: Result<T>, kind: ErrorKind, wha
             e
         }
     }
+}
+
+/// Waits until `count` waiters queue on `name` (a `primitive`), as `inspect` shows them, so
+/// that a case can start the next one behind them; where the backend keeps no queue (not fair)
+/// or cannot inspect, a pause.
+pub(crate) async fn queued(locks: &Locks, name: &str, primitive: Primitive, count: usize) {
+    let inspects = locks
+        .capabilities()
+        .of(primitive)
+        .is_some_and(|s| s.inspect && s.fair);
+    if !inspects {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        return;
+    }
+    within(SOON, "the waiter queues", async {
+        while locks.inspect(name, primitive).await.unwrap().waiters.len() < count {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
 }
 
 /// Options for a fixed short lease.

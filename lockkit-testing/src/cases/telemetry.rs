@@ -88,9 +88,9 @@ fn with<'a>(labels: [(&'a str, &'a str); 3], k: &'a str, v: &'a str) -> Vec<(&'a
     all
 }
 
-/// A scripted sequence (acquire, a waiter that times out, force_unlock, release; a read, a
-/// write, a permit and a leadership an observer follows) leaves the same metrics on every backend, labelled with the backend and
-/// the primitive.
+/// A scripted sequence (acquire, a waiter that times out, force_unlock, release; a read, a write, a
+/// permit and a leadership an observer follows) leaves the same metrics on every backend, labelled
+/// with the backend and the primitive.
 pub async fn metrics_count_a_scripted_sequence(locks: &Locks) {
     use crate::metrics::read;
     use lockkit_core::telemetry::names::*;
@@ -216,6 +216,21 @@ pub async fn metrics_count_a_scripted_sequence(locks: &Locks) {
         assert_eq!(seen.counter(LEADER_CHANGES, &el), 2.0);
         assert_eq!(seen.gauge(HELD, &el), 0.0);
         assert_eq!(seen.samples(HOLD_DURATION, &el), 1.0);
+
+        // A leader demoted by force_resign: counted with the force-unlocks, lost as deleted.
+        let demoted = e.campaign("b").await.unwrap();
+        assert!(e.force_resign().await.unwrap());
+        within(
+            Duration::from_secs(10),
+            "lost() after force_resign",
+            demoted.lost(),
+        )
+        .await;
+        let seen = eventually("the loss is counted", read, |s| s.counter(LOST, &el) == 1.0).await;
+        assert_eq!(seen.counter(LOST, &with(el, "reason", "deleted")), 1.0);
+        assert_eq!(seen.counter(FORCE_UNLOCKS, &el), 1.0);
+        assert!(!demoted.resign().await.unwrap());
+        assert_eq!(read().gauge(HELD, &el), 0.0);
     }
 
     // Every gauge is back to 0, nothing failed, and every series names this backend.

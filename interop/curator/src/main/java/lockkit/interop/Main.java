@@ -4,18 +4,26 @@ import java.io.IOException;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.cache.CuratorCache;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -106,7 +114,7 @@ public final class Main {
     static void announce(Path dir, String id) throws IOException {
         Path tmp = dir.resolve("leading.curator");
         Files.writeString(tmp, id);
-        Files.move(tmp, dir.resolve("leading"), java.nio.file.StandardCopyOption.ATOMIC_MOVE);
+        Files.move(tmp, dir.resolve("leading"), StandardCopyOption.ATOMIC_MOVE);
     }
 
     static void unannounce(Path dir) throws IOException {
@@ -126,9 +134,9 @@ public final class Main {
      * candidate before and after a read, the read must name it too. Counts the reads that named
      * one of lockkit's candidates; a wrong name is recorded in `failed`.
      */
-    static Thread crossReader(Path dir, java.util.concurrent.Callable<String> leader,
-            java.util.concurrent.atomic.AtomicBoolean stop, AtomicLong namedLockkit,
-            java.util.concurrent.atomic.AtomicReference<Exception> failed) {
+    static Thread crossReader(Path dir, Callable<String> leader,
+            AtomicBoolean stop, AtomicLong namedLockkit,
+            AtomicReference<Exception> failed) {
         Thread t = new Thread(() -> {
             while (!stop.get() && failed.get() == null) {
                 try {
@@ -153,8 +161,8 @@ public final class Main {
     }
 
     /** Stops the reader; fails unless it named one of lockkit's leaders at least once. */
-    static void finishReader(Thread reader, java.util.concurrent.atomic.AtomicBoolean stop,
-            AtomicLong namedLockkit, java.util.concurrent.atomic.AtomicReference<Exception> failed) throws Exception {
+    static void finishReader(Thread reader, AtomicBoolean stop,
+            AtomicLong namedLockkit, AtomicReference<Exception> failed) throws Exception {
         stop.set(true);
         reader.join();
         if (failed.get() != null) throw failed.get();
@@ -229,8 +237,8 @@ public final class Main {
         Files.createDirectories(dir.resolve("readers"));
         try (CuratorFramework c = client(connect); CuratorFramework r = client(connect)) {
             LeaderLatch reading = new LeaderLatch(r, path);
-            var stop = new java.util.concurrent.atomic.AtomicBoolean();
-            var failed = new java.util.concurrent.atomic.AtomicReference<Exception>();
+            var stop = new AtomicBoolean();
+            var failed = new AtomicReference<Exception>();
             AtomicLong namedLockkit = new AtomicLong();
             waitForPeer(dir);
             Thread reader = crossReader(dir, () -> reading.getLeader().getId(), stop, namedLockkit, failed);
@@ -265,24 +273,24 @@ public final class Main {
         Files.createDirectories(dir.resolve("readers"));
         try (CuratorFramework c = client(connect); CuratorFramework r = client(connect)) {
             // Never started: it only reads the participants.
-            var reading = new org.apache.curator.framework.recipes.leader.LeaderSelector(r, path,
-                    new org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter() {
+            var reading = new LeaderSelector(r, path,
+                    new LeaderSelectorListenerAdapter() {
                         public void takeLeadership(CuratorFramework client) {}
                     });
-            var stop = new java.util.concurrent.atomic.AtomicBoolean();
-            var failedReader = new java.util.concurrent.atomic.AtomicReference<Exception>();
+            var stop = new AtomicBoolean();
+            var failedReader = new AtomicReference<Exception>();
             AtomicLong namedLockkit = new AtomicLong();
             waitForPeer(dir);
             Thread reader = crossReader(dir, () -> reading.getLeader().getId(), stop, namedLockkit, failedReader);
             for (int i = 0; i < iterations; i++) {
                 String id = "curator-" + i;
                 CountDownLatch done = new CountDownLatch(1);
-                java.util.concurrent.atomic.AtomicReference<Exception> failed = new java.util.concurrent.atomic.AtomicReference<>();
-                java.util.concurrent.atomic.AtomicReference<org.apache.curator.framework.recipes.leader.LeaderSelector> self =
-                        new java.util.concurrent.atomic.AtomicReference<>();
-                org.apache.curator.framework.recipes.leader.LeaderSelector selector =
-                        new org.apache.curator.framework.recipes.leader.LeaderSelector(c, path,
-                                new org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter() {
+                AtomicReference<Exception> failed = new AtomicReference<>();
+                AtomicReference<LeaderSelector> self =
+                        new AtomicReference<>();
+                LeaderSelector selector =
+                        new LeaderSelector(c, path,
+                                new LeaderSelectorListenerAdapter() {
                                     public void takeLeadership(CuratorFramework client) throws Exception {
                                         try {
                                             enterExclusive(dir);
@@ -421,7 +429,7 @@ public final class Main {
     /** Counts down the moment `latch` leads (its isLeader callback). */
     static CountDownLatch ledSignal(LeaderLatch latch) {
         CountDownLatch led = new CountDownLatch(1);
-        latch.addListener(new org.apache.curator.framework.recipes.leader.LeaderLatchListener() {
+        latch.addListener(new LeaderLatchListener() {
             public void isLeader() { led.countDown(); }
             public void notLeader() {}
         });
@@ -432,10 +440,10 @@ public final class Main {
         CuratorFramework a = client(connect, sessionMs), b = client(connect, sessionMs), o = client(connect, sessionMs);
         // The observer: a cache on the latch path; on every event it reads the leader.
         LeaderLatch reader = new LeaderLatch(o, path);
-        java.util.concurrent.atomic.AtomicReference<String> seen = new java.util.concurrent.atomic.AtomicReference<>("");
+        AtomicReference<String> seen = new AtomicReference<>("");
         java.util.concurrent.ConcurrentHashMap<String, Long> seenAt = new java.util.concurrent.ConcurrentHashMap<>();
-        org.apache.curator.framework.recipes.cache.CuratorCache cache =
-                org.apache.curator.framework.recipes.cache.CuratorCache.build(o, path);
+        CuratorCache cache =
+                CuratorCache.build(o, path);
         cache.listenable().addListener((type, before, after) -> {
             String now = leaderOf(reader);
             if (!now.equals(seen.getAndSet(now))) seenAt.putIfAbsent(now, System.nanoTime());
