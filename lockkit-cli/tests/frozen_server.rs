@@ -1,5 +1,5 @@
-//! `lockkit exec` against a redis-server of the test's own, frozen with SIGSTOP while the
-//! command runs (the shared test servers are never frozen).
+//! `lockkit exec` and `lockkit elect` against a redis-server of the test's own, frozen with
+//! SIGSTOP while the command runs (the shared test servers are never frozen).
 
 mod common;
 
@@ -62,6 +62,18 @@ fn redis_watchdog_command_is_dead_when_a_frozen_servers_lease_ends() {
     let server = PrivateRedis::start();
     suite::watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
         &server.url(),
+        "exec",
+        || server.signal("-STOP"),
+        || server.signal("-CONT"),
+    );
+}
+
+#[test]
+fn redis_elect_command_is_dead_when_a_frozen_servers_lease_ends() {
+    let server = PrivateRedis::start();
+    suite::watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
+        &server.url(),
+        "elect",
         || server.signal("-STOP"),
         || server.signal("-CONT"),
     );

@@ -61,9 +61,10 @@ impl Drop for Tmux {
 /// permit of `<base>pool`, then checks what `top <base>` shows.
 fn top_on(url: &str, queue_visible: bool) {
     let base = format!("{}/", name("top"));
-    let (job, cfg, pool) = (
+    let (job, cfg, lead, pool) = (
         format!("{base}job"),
         format!("{base}cfg"),
+        format!("{base}lead"),
         format!("{base}pool"),
     );
     let dir = TempDir::new("top");
@@ -86,6 +87,11 @@ fn top_on(url: &str, queue_visible: bool) {
     std::fs::remove_file(&ready).unwrap();
     let _permit = Bg::spawn(with(&["--semaphore", "3"], &pool));
     wait_file(&ready, LIMIT);
+    std::fs::remove_file(&ready).unwrap();
+    let mut elect = vec!["elect", lead.as_str(), "--value", "top-leader", "--"];
+    elect.extend(cmd.iter().map(String::as_str));
+    let _leader = Bg::spawn(lockkit(url, &elect));
+    wait_file(&ready, LIMIT);
     let _waiter = Bg::spawn(lockkit(url, &["exec", &job, "--", "true"]));
 
     // --json: both locks, the holder's token, the waiter where the backend shows its queue.
@@ -101,14 +107,20 @@ fn top_on(url: &str, queue_visible: bool) {
         assert!(Instant::now() < end, "the waiter never showed: {v}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(v.as_array().unwrap().len(), 3, "{v}");
+    assert_eq!(v.as_array().unwrap().len(), 4, "{v}");
     assert_eq!(
         (v[2]["name"].as_str(), v[2]["primitive"].as_str()),
+        (Some(lead.as_str()), Some("election")),
+        "{v}"
+    );
+    assert_eq!(v[2]["holders"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(
+        (v[3]["name"].as_str(), v[3]["primitive"].as_str()),
         (Some(pool.as_str()), Some("semaphore")),
         "{v}"
     );
     assert_eq!(
-        (&v[2]["holders"][0]["mode"], &v[2]["holders"][0]["permits"]),
+        (&v[3]["holders"][0]["mode"], &v[3]["holders"][0]["permits"]),
         (&serde_json::json!("permits"), &serde_json::json!(1)),
         "{v}"
     );
@@ -147,9 +159,13 @@ fn top_on(url: &str, queue_visible: bool) {
         "{out}"
     );
     assert!(
-        lines[3].starts_with("semaphore")
-            && lines[3].contains(&pool)
-            && lines[3].contains("permits:1"),
+        lines[3].starts_with("election") && lines[3].contains(&lead),
+        "{out}"
+    );
+    assert!(
+        lines[4].starts_with("semaphore")
+            && lines[4].contains(&pool)
+            && lines[4].contains("permits:1"),
         "{out}"
     );
 
@@ -174,8 +190,12 @@ fn top_on(url: &str, queue_visible: bool) {
         "200ms",
     ]);
     assert!(started.status.success(), "{started:?}");
-    let s = tmux.wait_for("both locks", |s| {
-        s.contains(&job) && s.contains(&cfg) && s.contains(&pool) && s.contains("3 locks")
+    let s = tmux.wait_for("every lock", |s| {
+        s.contains(&job)
+            && s.contains(&cfg)
+            && s.contains(&lead)
+            && s.contains(&pool)
+            && s.contains("4 locks")
     });
     assert!(s.contains(&token), "{s}");
     assert!(s.contains("waiters (in queue order)"), "{s}");

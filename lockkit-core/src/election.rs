@@ -145,7 +145,8 @@ impl Election {
 
 impl Leadership {
     /// The term of this leadership: its fencing token, strictly increasing per election name
-    /// across every change of leader. Pass it to what the leader writes to.
+    /// across every change of leader (on Redis with Sentinel, as durable as its asynchronous
+    /// replication, like a lock's token). Pass it to what the leader writes to.
     pub fn term(&self) -> FencingToken {
         self.core.own.token
     }

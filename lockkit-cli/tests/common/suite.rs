@@ -466,13 +466,23 @@ pub fn fixed_lease_sigterm_leaves_kill_after_before_the_next_holder(url: &str) {
 /// whose shell survives SIGTERM (and records it) and whose child ignores it, is stopped before
 /// the lease's deadline. The server is thawed once the lease has ended on its clock, and the
 /// next holder's command checks that nothing of the first one runs. (Before, SIGTERM came when
-/// the guard read Lost and SIGKILL 10 s after it.)
+/// the guard read Lost and SIGKILL 10 s after it.) `verb` is `exec` (a lock) or `elect` (a
+/// leadership, the next leader's command checking).
 pub fn watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
     url: &str,
+    verb: &str,
     freeze: impl FnOnce(),
     thaw: impl FnOnce(),
 ) {
     let n = name("frozen");
+    // `lockkit VERB NAME EXTRA… -- CMD…`
+    let run_cmd = |extra: &[&str], cmd: &[&str]| {
+        let mut args = vec![verb, n.as_str()];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        lockkit(url, &args)
+    };
     let dir = TempDir::new("frozen");
     let (pidfile, term) = (dir.path("pids"), dir.path("term"));
     let script = format!(
@@ -483,7 +493,7 @@ pub fn watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
         t = term.display(),
         p = pidfile.display()
     );
-    let mut first = Bg::spawn(exec(url, &n, &["--lease", "3s"], &["sh", "-c", &script]));
+    let mut first = Bg::spawn(run_cmd(&["--lease", "3s"], &["sh", "-c", &script]));
     let pids = read_pids(&pidfile);
     freeze();
     let frozen = Instant::now();
@@ -492,12 +502,7 @@ pub fn watchdog_command_is_dead_when_a_frozen_servers_lease_ends(
     std::thread::sleep(Duration::from_millis(3500));
     thaw();
     let o = run(
-        exec(
-            url,
-            &n,
-            &["--wait", "20s"],
-            &["sh", "-c", &none_running(&pids)],
-        ),
+        run_cmd(&["--wait", "20s"], &["sh", "-c", &none_running(&pids)]),
         LIMIT,
     );
     assert_eq!(

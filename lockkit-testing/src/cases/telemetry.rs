@@ -52,6 +52,24 @@ pub async fn spans_read_the_same_on_every_backend(locks: &Locks) {
     }
     assert_eq!(acquire["outcome"], "acquired");
     assert_eq!(release["outcome"], "released");
+
+    // A campaign and a resignation are an acquire and a release of primitive `election`.
+    if locks.capabilities().election.is_none() {
+        return;
+    }
+    let en = name("spans-elect");
+    let lead = locks.election(&en).unwrap().campaign("a").await.unwrap();
+    let term = lead.term().0.to_string();
+    assert!(lead.resign().await.unwrap());
+    let seen = spans::of_lock(&en);
+    let names: Vec<&str> = seen.iter().map(|s| s.name).collect();
+    assert_eq!(names, ["lockkit.acquire", "lockkit.release"], "{seen:?}");
+    for s in &seen {
+        assert_eq!(s.fields["primitive"], "election", "{seen:?}");
+        assert_eq!(s.fields["token"], term, "{seen:?}");
+    }
+    assert_eq!(seen[0].fields["outcome"], "acquired");
+    assert_eq!(seen[1].fields["outcome"], "released");
 }
 
 /// Polls `read` until `ok` holds of what it returns (the core reports some changes just after
@@ -207,6 +225,10 @@ pub async fn metrics_count_a_scripted_sequence(locks: &Locks) {
         assert_eq!(seen.counter(LEADERSHIPS, &el), 1.0);
         assert_eq!(seen.gauge(LEADER_TERM, &el), lead.term().0 as f64);
         assert_eq!(seen.gauge(HELD, &el), 1.0);
+        assert_eq!(
+            seen.samples(ACQUIRE_DURATION, &with(el, "outcome", "acquired")),
+            1.0
+        );
         let led = within(SOON, "the leader", changes.next()).await;
         assert!(led.expect("open").expect("follows").is_some(), "a leads");
         assert!(lead.resign().await.unwrap());
