@@ -63,18 +63,25 @@ async fn connection_loss_makes_guard_suspect_then_held_again() {
         .is_some());
 }
 
+/// Two handles on one prefix: the first reaches the server through a proxy with a 1 s session
+/// (cutting the proxy is a partition: the server expires that session while everyone else
+/// carries on), the second directly.
+async fn partitionable(url: &str) -> (Proxy, lockkit_core::Locks, lockkit_core::Locks) {
+    let proxy = Proxy::start(server_addr(url)).await;
+    let pre = prefix();
+    let via_proxy = format!("zk://{}?session_timeout=1s&prefix={pre}", proxy.addr);
+    let direct = with_params(url, &format!("prefix={pre}"));
+    let cut_off = backend(&via_proxy).await.into_locks();
+    let other = backend(&direct).await.into_locks();
+    (proxy, cut_off, other)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_expiry_makes_guard_lost_and_handle_recovers() {
     let Some(url) = url() else { return };
     let _serial = SERIAL.lock().await;
-    // The holder reaches the server through a proxy; cutting it is a partition: the server
-    // expires the holder's 1 s session while everyone else carries on.
-    let proxy = Proxy::start(server_addr(&url)).await;
-    let pre = prefix();
-    let via_proxy = format!("zk://{}?session_timeout=1s&prefix={pre}", proxy.addr);
-    let direct = with_params(&url, &format!("prefix={pre}"));
-    let locks = backend(&via_proxy).await.into_locks();
-    let other = backend(&direct).await.into_locks();
+    // The holder is the one behind the proxy.
+    let (proxy, locks, other) = partitionable(&url).await;
     let guard = locks.mutex("expire").unwrap().lock().await.unwrap();
     let token = guard.token();
     let waiter = other.mutex("expire").unwrap();
@@ -380,12 +387,8 @@ async fn a_dropped_downgrade_leaves_no_read_node() {
 async fn election_observer_follows_across_its_session_loss() {
     let Some(url) = url() else { return };
     let _serial = SERIAL.lock().await;
-    let proxy = Proxy::start(server_addr(&url)).await;
-    let pre = prefix();
-    let via_proxy = format!("zk://{}?session_timeout=1s&prefix={pre}", proxy.addr);
-    let direct = with_params(&url, &format!("prefix={pre}"));
-    let watching = backend(&via_proxy).await.into_locks();
-    let leading = backend(&direct).await.into_locks();
+    // The observer is the one behind the proxy.
+    let (proxy, watching, leading) = partitionable(&url).await;
     let e = leading.election("observed").unwrap();
     let a = e.campaign("a").await.unwrap();
     let mut changes = watching
