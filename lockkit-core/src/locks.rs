@@ -109,7 +109,12 @@ impl Locks {
 
     /// A multi-lock over mutexes and read or write holds of RW locks, as [`multi`](Self::multi).
     pub fn multi_of(&self, members: &[Member<'_>]) -> Result<MultiLock> {
-        MultiLock::new(members, |n| self.mutex(n), |n| self.rwlock(n))
+        MultiLock::new(
+            members,
+            |p, n| self.kernel.backend.resource(p, n),
+            |n| self.mutex(n),
+            |n| self.rwlock(n),
+        )
     }
 
     /// What the backend offers.

@@ -19,6 +19,9 @@
 //! them behind its back would be worse than keeping them a little longer. Stop at `lost()` and
 //! release (or drop) the guard; `release()` then reports `LockLost`.
 //!
+//! A lock may be a member once: two members the backend keeps in one place (on Redisson's layout
+//! a mutex and an RW lock of one name are one hash) are refused, as a name given twice is.
+//!
 //! Ordered acquisition works on every backend, because every backend has mutexes and RW locks;
 //! it is what Redisson's `RedissonMultiLock` does. A set is not taken atomically: between two
 //! members another client may take the second, and then the first is given back.
@@ -178,9 +181,11 @@ impl fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    /// The multi-lock over `members`, whose handles `mutex` and `rwlock` make.
+    /// The multi-lock over `members`, whose handles `mutex` and `rwlock` make; `resource`
+    /// says which lock on the server a member is ([`Backend::resource`](crate::spi::Backend)).
     pub(crate) fn new(
         members: &[Member<'_>],
+        resource: impl Fn(Primitive, &str) -> String,
         mutex: impl Fn(&str) -> Result<Mutex>,
         rwlock: impl Fn(&str) -> Result<RwLock>,
     ) -> Result<MultiLock> {
@@ -191,14 +196,14 @@ impl MultiLock {
         sorted.sort_by(|a, b| {
             (a.primitive().as_str(), a.name()).cmp(&(b.primitive().as_str(), b.name()))
         });
-        for pair in sorted.windows(2) {
-            if pair[0].primitive() == pair[1].primitive() && pair[0].name() == pair[1].name() {
+        // Two members are one lock when the backend keeps them in one place (Redisson's layout
+        // keeps a mutex and an RW lock of one name in one hash), not only when they are equal.
+        let mut seen = std::collections::HashMap::new();
+        for m in &sorted {
+            if let Some(first) = seen.insert(resource(m.primitive(), m.name()), *m) {
                 return Err(Error::invalid(format!(
-                    "{:?} appears twice in the multi-lock (as {:?} and {:?}); each lock may be \
-                     a member once",
-                    pair[0].name(),
-                    pair[0],
-                    pair[1]
+                    "{first:?} and {m:?} are one lock on this backend; each lock may be a \
+                     member of a multi-lock once"
                 )));
             }
         }

@@ -159,6 +159,17 @@ impl Backend for RedisBackend {
         Ok(Box::new(RedisMutex::new(self.inner.clone(), name)?))
     }
 
+    /// On Redisson's layout a mutex, an RW lock and a semaphore of one name are one key, the
+    /// name itself (as in Redisson, where `getLock("x")` and `getReadWriteLock("x")` share the
+    /// hash `x`); natively, and for elections, every primitive has keys of its own.
+    fn resource(&self, primitive: Primitive, name: &str) -> String {
+        if self.inner.settings.redisson_compat && primitive != Primitive::Election {
+            name.to_string()
+        } else {
+            format!("{}/{name}", primitive.as_str())
+        }
+    }
+
     fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
         Ok(Box::new(crate::shared::RedisRwLock::new(
             self.inner.clone(),

@@ -98,6 +98,34 @@ async fn compat_rejects_names_without_a_shareable_slot() {
     assert!(locks.mutex("{a}b").is_ok());
 }
 
+/// On Redisson's layout a mutex and an RW lock of one name are one hash: a multi-lock refuses to
+/// take it twice (it would wait on itself), while natively they are two locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_multi_lock_refuses_a_mutex_and_rw_lock_of_one_name() {
+    use lockkit_core::Member;
+    let Some(url) = shared_url() else { return };
+    let name = compat_name("rs-multi");
+    let compat = connect(&url, &[("redisson_compat", "true")]).await;
+    for set in [
+        [Member::Mutex(&name), Member::Write(&name)],
+        [Member::Read(&name), Member::Mutex(&name)],
+    ] {
+        let e = compat.multi_of(&set).unwrap_err();
+        assert_eq!(e.kind(), lockkit_core::ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("one lock"), "{e}");
+    }
+    let native = connect(&url, &[]).await;
+    let both = native
+        .multi_of(&[Member::Mutex(&name), Member::Write(&name)])
+        .unwrap();
+    let g = both
+        .acquire(&AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("two separate locks natively");
+    g.release().await.unwrap();
+}
+
 /// Runs one raw command on the admin connection.
 async fn raw<T: redis::FromRedisValue>(
     admin: &mut redis::aio::MultiplexedConnection,

@@ -35,6 +35,14 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// A mutex. Creating one talks to no server.
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>>;
 
+    /// What the lock `name` of `primitive` is on the server: two (primitive, name) pairs with
+    /// the same answer are one lock (a multi-lock refuses to take it twice). By default every
+    /// primitive has names of its own; a backend whose layouts share a key answers alike for
+    /// them.
+    fn resource(&self, primitive: Primitive, name: &str) -> String {
+        format!("{}/{name}", primitive.as_str())
+    }
+
     /// A read-write lock (only called when `capabilities().rwlock` is `Some`).
     fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {
         let _ = name;
