@@ -28,14 +28,6 @@ pub(crate) enum RenewKind {
 }
 
 impl RenewKind {
-    /// How a mutex ownership on `keys` is renewed: an election's also keeps its leader hash.
-    pub(crate) fn of_mutex(keys: &crate::keys::LockKeys) -> RenewKind {
-        match keys.leader {
-            Some(_) => RenewKind::Leader,
-            None => RenewKind::Hash,
-        }
-    }
-
     /// The batched renewal script of this kind (also what `extend` runs).
     pub(crate) fn script(self, scripts: &Scripts) -> &redis::Script {
         match self {
@@ -54,6 +46,22 @@ pub(crate) struct Renewal {
     pub(crate) owner: String,
     /// An elected leader's leader hash, renewed with `key` ([`RenewKind::Leader`]).
     pub(crate) leader: Option<String>,
+}
+
+impl Renewal {
+    /// The renewal of `owner`'s mutex ownership on `keys`: an election's also keeps its leader
+    /// hash.
+    pub(crate) fn of_mutex(keys: &crate::keys::LockKeys, owner: &str) -> Renewal {
+        Renewal {
+            kind: match keys.leader {
+                Some(_) => RenewKind::Leader,
+                None => RenewKind::Hash,
+            },
+            key: keys.lock.clone(),
+            owner: owner.to_string(),
+            leader: keys.leader.clone(),
+        }
+    }
 }
 
 /// One client's renewal round trip.

@@ -13,7 +13,7 @@ use super::held::RedisHeld;
 use crate::client::{Inner, Reentries};
 use crate::keys::LockKeys;
 use crate::replicas::Ticket;
-use crate::watchdog::{RenewKind, Renewal};
+use crate::watchdog::Renewal;
 
 /// A mutex handle.
 #[derive(Debug)]
@@ -105,12 +105,7 @@ impl RedisMutex {
             name: self.name.clone(),
             sent_at,
             expiry,
-            entry: Renewal {
-                kind: RenewKind::of_mutex(&self.keys),
-                key: self.keys.lock.clone(),
-                owner: owner.clone(),
-                leader: self.keys.leader.clone(),
-            },
+            entry: Renewal::of_mutex(&self.keys, &owner),
         };
         self.inner
             .watchdog

@@ -8,7 +8,7 @@ use lockkit_core::{async_trait, Error, Result};
 
 use crate::client::{expiry_bound, Inner, Reentries};
 use crate::keys::LockKeys;
-use crate::watchdog::{RenewKind, Renewal};
+use crate::watchdog::Renewal;
 
 /// One held ownership of a mutex.
 #[derive(Debug)]
@@ -56,12 +56,7 @@ impl Held for RedisHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let renewal = Renewal {
-            kind: RenewKind::of_mutex(&self.keys),
-            key: self.keys.lock.clone(),
-            owner: self.owner.clone(),
-            leader: self.keys.leader.clone(),
-        };
+        let renewal = Renewal::of_mutex(&self.keys, &self.owner);
         self.inner
             .extend(&renewal, lease, self.id, &self.name)
             .await
