@@ -57,16 +57,20 @@ impl RawElection for EtcdElection {
 
     /// One linearizable read of the first candidate.
     async fn leader(&self) -> Result<Option<Leader>> {
-        let kvs = self.inner.keys_by_create(&self.prefix, 1).await?;
-        Ok(kvs
-            .first()
-            .map(|kv| Leader::new(kv.value(), FencingToken(kv.create_revision() as u64))))
+        Ok(self
+            .inner
+            .first_by_create(&self.prefix)
+            .await?
+            .0
+            .map(leader_of))
     }
 
-    /// From the name's watch: every event, in order, with no read of its own.
+    /// One linearizable read for the first state, then the name's watch: every event, in
+    /// order, with no read of its own.
     async fn observe(&self) -> Result<LeaderChanges> {
         let nw = self.watch().await?;
-        Ok(nw.observe().keeping(nw))
+        let (first, rev) = self.inner.first_by_create(&self.prefix).await?;
+        Ok(nw.observe(first.map(leader_of), rev).keeping(nw))
     }
 
     /// Deletes the first candidate's key, whoever's it is. A Go leader's too, but Go's `Election`
@@ -74,4 +78,9 @@ impl RawElection for EtcdElection {
     async fn force_resign(&self) -> Result<bool> {
         crate::ops::delete_first(&self.inner, &self.prefix).await
     }
+}
+
+/// The leader a candidate's key names: its value, and its create revision as the term.
+fn leader_of(kv: etcd_client::KeyValue) -> Leader {
+    Leader::new(kv.value(), FencingToken(kv.create_revision() as u64))
 }

@@ -264,9 +264,22 @@ impl Inner {
         prefix: &[u8],
         limit: i64,
     ) -> Result<Vec<etcd_client::KeyValue>> {
+        Ok(self.range_by_create(prefix, limit).await?.take_kvs())
+    }
+
+    /// The oldest key on `prefix`, and the revision of the (linearizable) read.
+    pub(crate) async fn first_by_create(
+        &self,
+        prefix: &[u8],
+    ) -> Result<(Option<etcd_client::KeyValue>, i64)> {
+        let mut resp = self.range_by_create(prefix, 1).await?;
+        let rev = resp.take_header().map(|h| h.revision()).unwrap_or(0);
+        Ok((resp.take_kvs().into_iter().next(), rev))
+    }
+
+    async fn range_by_create(&self, prefix: &[u8], limit: i64) -> Result<etcd_client::GetResponse> {
         let p = prefix.to_vec();
-        let mut resp = self
-            .pool
+        self.pool
             .run("range", true, move |mut c| {
                 let p = p.clone();
                 async move {
@@ -282,8 +295,7 @@ impl Inner {
                     .await
                 }
             })
-            .await?;
-        Ok(resp.take_kvs())
+            .await
     }
 }
 

@@ -147,7 +147,16 @@ pub(crate) struct Mirror {
     /// An election's candidates' values, by create revision.
     values: HashMap<i64, Vec<u8>>,
     /// An election's observers.
-    observers: Vec<LeaderFeed>,
+    observers: Vec<Observer>,
+}
+
+/// An election's observer: it is told the mirror's leader once the mirror has reached `from`,
+/// the revision of the read that gave it its first state (the mirror may still be behind that
+/// read: a campaign that returned has seen its own key, the local watch may not have yet).
+#[derive(Debug)]
+struct Observer {
+    feed: LeaderFeed,
+    from: i64,
 }
 
 impl Mirror {
@@ -183,9 +192,10 @@ impl Mirror {
         if self.observers.is_empty() {
             return;
         }
-        if let Some(leader) = self.leader() {
-            self.observers.retain_mut(|f| f.send(leader.clone()));
-        }
+        let Some(leader) = self.leader() else { return };
+        let seen = self.seen_rev;
+        self.observers
+            .retain_mut(|o| o.from > seen || o.feed.send(leader.clone()));
     }
 
     fn standing(&self, rev: i64, need: Need) -> Standing {
@@ -391,16 +401,19 @@ impl NameWatch {
         m.holders.insert(rev, cell.clone());
     }
 
-    /// Every change of an election's leader from now on, the current one first (once the
-    /// mirror is in step with the server; every new life of the watch sends the state it
-    /// finds, so a stream survives a broken watch and ends on the current state).
-    pub(crate) fn observe(&self) -> LeaderChanges {
+    /// Every change of an election's leader from now on, starting with `first`, the leader
+    /// a linearizable read at revision `rev` found. Later states come from the mirror once it
+    /// has reached `rev`, so the stream never goes back to an older state than the read's; every
+    /// new life of the watch sends the state it finds, so a stream survives a broken watch and
+    /// ends on the current state.
+    pub(crate) fn observe(&self, first: Option<Leader>, rev: i64) -> LeaderChanges {
         let (mut feed, changes) = LeaderFeed::channel();
         let mut m = self.mirror();
-        if let Some(leader) = m.leader() {
-            feed.send(leader);
-        }
-        m.observers.push(feed);
+        match m.leader() {
+            Some(leader) if m.seen_rev >= rev => feed.send(leader),
+            _ => feed.send(first),
+        };
+        m.observers.push(Observer { feed, from: rev });
         changes
     }
 
@@ -489,8 +502,8 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
             m.synced = false;
             // An election's observers learn that they may have missed changes; the next life
             // of the watch sends them the state it finds.
-            m.observers.retain_mut(|f| {
-                f.fail(Error::new(
+            m.observers.retain_mut(|o| {
+                o.feed.fail(Error::new(
                     ErrorKind::Connection,
                     format!(
                         "the election's watch restarted ({why}); changes in between may be missed"

@@ -127,7 +127,8 @@ macro_rules! conformance_suite {
             election_leader_and_observers_follow_every_change,
             election_lost_leadership_is_signalled_and_refused,
             election_withdrawn_candidates_leave_nothing,
-            election_deleted_leader_is_demoted
+            election_deleted_leader_is_demoted,
+            election_observer_starts_on_the_state_just_made
         );
     };
 }

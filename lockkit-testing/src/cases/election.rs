@@ -247,6 +247,34 @@ pub async fn election_deleted_leader_is_demoted(locks: &Locks) {
     assert!(lead_b.resign().await.unwrap());
 }
 
+/// An observer started right after a campaign returned, or right after a resignation, starts
+/// on that state, never an older one (a backend that serves observers from a local copy must
+/// first bring it up to a read made after the call), many times over.
+pub async fn election_observer_starts_on_the_state_just_made(locks: &Locks) {
+    let Some((_, a)) = election(locks, "elect-observe-now") else {
+        return;
+    };
+    for round in 0..25 {
+        let lead = a.campaign(format!("a-{round}")).await.unwrap();
+        let mut changes = a.observe().await.unwrap();
+        let first = next(&mut changes)
+            .await
+            .map(|l| (l.value().to_vec(), l.term()));
+        assert_eq!(
+            first,
+            Some((format!("a-{round}").into_bytes(), lead.term())),
+            "round {round}: the observer's first state is the campaign just won"
+        );
+        assert!(lead.resign().await.unwrap());
+        let mut after = a.observe().await.unwrap();
+        assert_eq!(
+            next(&mut after).await.map(|l| l.term()),
+            None,
+            "round {round}: the observer's first state after a resignation is no leader"
+        );
+    }
+}
+
 /// Cancelled and timed-out campaigns leave nothing: once the leader resigns, nobody leads,
 /// and a new candidate leads at once.
 pub async fn election_withdrawn_candidates_leave_nothing(locks: &Locks) {
