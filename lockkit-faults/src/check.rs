@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::clock::Micros;
 use crate::handoff::{self, Handoffs};
+use crate::history::{self, Claim, Findings, Hold, Write};
 use crate::proto::{FaultRecord, HoldRecord, LogLine, Msg, RunInfo};
 
 /// A paused holder must see `lost()` within this long after SIGCONT.
@@ -107,6 +108,9 @@ pub struct Report {
     pub errors: BTreeMap<String, usize>,
     /// Release outcomes by kind.
     pub releases: BTreeMap<String, usize>,
+    /// The history checker's findings over the same holds and writes (see [`history`]): an
+    /// overlap there is one whose earlier holder was not told `lost()` before the later began.
+    pub history: Findings,
 }
 
 fn ms(d: i64) -> f64 {
@@ -124,15 +128,25 @@ pub fn check(lines: &[LogLine]) -> Report {
     let mut timeouts: Vec<(Micros, Micros)> = Vec::new();
     let mut releases = BTreeMap::new();
     let (mut accepted, mut rejected, mut stale) = (0, 0, 0);
+    let mut writes: Vec<Write> = Vec::new();
     let mut max_accepted: Option<u64> = None;
     for line in lines {
         match line {
             LogLine::Run(r) => run = Some(r.clone()),
             LogLine::Fault(f) => faults.push(f.clone()),
             LogLine::Msg {
-                msg, accepted: a, ..
+                msg,
+                accepted: a,
+                at,
             } => match msg {
-                Msg::Write { token, .. } => {
+                Msg::Write { worker, token, .. } => {
+                    // The register decides on receipt: invoked and completed at once.
+                    writes.push(Write {
+                        worker: *worker,
+                        token: *token,
+                        invoked: *at,
+                        completed: a.map(|a| (*at, a)),
+                    });
                     if *a == Some(true) {
                         accepted += 1;
                         if max_accepted.is_some_and(|m| *token <= m) {
@@ -264,7 +278,26 @@ pub fn check(lines: &[LogLine]) -> Report {
         ),
         errors,
         releases,
+        history: history::check(&history_holds(&holds), &writes, 1, 0),
     }
+}
+
+/// The holds as the history checker takes them: each believed from its grant until its end
+/// (work done or `lost()`). The run log has no acquire call times, so each grant is taken as
+/// called when it returned.
+fn history_holds(holds: &[HoldRecord]) -> Vec<Hold> {
+    holds
+        .iter()
+        .map(|h| Hold {
+            worker: h.worker,
+            claim: Claim::Exclusive,
+            token: Some(h.token),
+            invoked: h.start,
+            granted: Some(h.start),
+            lost: h.lost_at,
+            released: Some(h.end),
+        })
+        .collect()
 }
 
 impl Report {

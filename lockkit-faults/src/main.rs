@@ -13,6 +13,7 @@ mod check;
 mod clock;
 mod faults;
 mod handoff;
+mod history;
 mod leftovers;
 mod probe;
 mod proto;
@@ -302,7 +303,7 @@ fn print_result(args: &run::RunArgs, o: &run::Outcome) {
          blocked_handoffs={} (longest free gap outside faults {} ms, bound {:.0}; final probe {}) \
          leftovers={} (live sessions; clean after {} ms; after close {}) \
          acquire_timeouts={} (in faults {}; took ms p50/max {}) errors={:?} releases={:?} \
-         verdict={}",
+         history({} overlaps={} regressions={} stale_accepted={}) verdict={}",
         args.url,
         args.topology,
         args.seed,
@@ -336,6 +337,14 @@ fn print_result(args: &run::RunArgs, o: &run::Outcome) {
         fmt_stats(&r.acquire_timeout_ms),
         r.errors,
         r.releases,
+        if r.history.ok() {
+            "clean"
+        } else {
+            "violations"
+        },
+        r.history.overlaps.len(),
+        r.history.token_regressions.len(),
+        r.history.stale_writes_accepted.len(),
         if o.failures.is_empty() {
             "pass".to_string()
         } else {

@@ -21,6 +21,8 @@ mod credentials;
 pub mod failover;
 pub mod harness;
 pub mod metrics;
+pub mod network;
+pub mod proxy;
 pub mod spans;
 mod support;
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use lockkit_core::{LockConfig, LockState};
 use lockkit_testing::failover::free_soon_after;
+use lockkit_testing::proxy::Proxy;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -67,9 +68,9 @@ async fn connection_loss_makes_guard_suspect_then_held_again() {
 /// (cutting the proxy is a partition: the server expires that session while everyone else
 /// carries on), the second directly.
 async fn partitionable(url: &str) -> (Proxy, lockkit_core::Locks, lockkit_core::Locks) {
-    let proxy = Proxy::start(server_addr(url)).await;
+    let proxy = Proxy::start(server_addr(url)).await.unwrap();
     let pre = prefix();
-    let via_proxy = format!("zk://{}?session_timeout=1s&prefix={pre}", proxy.addr);
+    let via_proxy = format!("zk://{}?session_timeout=1s&prefix={pre}", proxy.addr());
     let direct = with_params(url, &format!("prefix={pre}"));
     let cut_off = backend(&via_proxy).await.into_locks();
     let other = backend(&direct).await.into_locks();
@@ -155,10 +156,10 @@ async fn long_disconnection_makes_guard_lost() {
 async fn create_interrupted_by_connection_loss_leaves_one_node() {
     let Some(url) = url() else { return };
     let _serial = SERIAL.lock().await;
-    let proxy = Proxy::start(server_addr(&url)).await;
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
     let b = backend(&format!(
         "zk://{}?session_timeout=10s&prefix={}",
-        proxy.addr,
+        proxy.addr(),
         prefix()
     ))
     .await;

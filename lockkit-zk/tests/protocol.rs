@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, Primitive};
+use lockkit_testing::proxy::Proxy;
 use zookeeper_client as zk;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -310,10 +311,10 @@ async fn permits_of_a_dead_session_come_back() {
     use lockkit_core::AcquireOptions as Opts;
     let Some(url) = url() else { return };
     let pre = prefix();
-    let proxy = Proxy::start(server_addr(&url)).await;
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
     let dying = backend(&format!(
         "zk://{}?session_timeout=1s&prefix={pre}",
-        proxy.addr
+        proxy.addr()
     ))
     .await;
     let other = backend(&with_params(&url, &format!("prefix={pre}"))).await;

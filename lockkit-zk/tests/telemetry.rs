@@ -9,6 +9,7 @@ use common::*;
 use lockkit_core::telemetry::names::{RECONNECTS, RENEWALS, RENEWAL_DURATION, SUSPECT};
 use lockkit_core::LockState;
 use lockkit_testing::metrics::{self, until};
+use lockkit_testing::proxy::Proxy;
 use lockkit_testing::spans;
 
 const OK: [(&str, &str); 2] = [("backend", "zk"), ("result", "ok")];
@@ -40,10 +41,10 @@ async fn a_cut_connection_is_suspect_then_held_and_counts_a_reconnect() {
     let Some(url) = url() else { return };
     assert!(metrics::install());
     assert!(spans::capture());
-    let proxy = Proxy::start(server_addr(&url)).await;
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
     let locks = backend(&format!(
         "zk://{}?session_timeout=10s&prefix={}",
-        proxy.addr,
+        proxy.addr(),
         prefix()
     ))
     .await
