@@ -390,8 +390,8 @@ async fn waiter_whose_turn_comes_on_a_lagging_watch_confirms_it_first() {
         .unwrap()
         .hosts[0]
         .to_string();
-    let proxy = common::LaggingProxy::start(&server, Duration::from_millis(100)).await;
-    let lagging = format!("etcd://{}", proxy.addr);
+    let proxy = common::lagging_proxy(&server, Duration::from_millis(100)).await;
+    let lagging = format!("etcd://{}", proxy.addr());
     let (h, w) = (connect(&url, "").await, connect(&url, "").await);
     let b = connect(&lagging, "").await;
     let mut r = raw(&url).await;
@@ -450,9 +450,9 @@ async fn waiter_whose_watch_lags_past_its_budget_still_takes_its_turn() {
         .unwrap()
         .hosts[0]
         .to_string();
-    let proxy = common::LaggingProxy::start(&server, Duration::from_millis(800)).await;
+    let proxy = common::lagging_proxy(&server, Duration::from_millis(800)).await;
     let h = connect(&url, "").await;
-    let b = connect(&format!("etcd://{}", proxy.addr), "").await;
+    let b = connect(&format!("etcd://{}", proxy.addr()), "").await;
     let n = name("lagging-budget");
     let gh = h.mutex(&n).unwrap().lock().await.unwrap();
     let mb = b.mutex(&n).unwrap();

@@ -49,10 +49,21 @@ pub struct Toxics {
     pub hold_down: bool,
     /// New connections are reset at once (the server's port looks closed).
     pub refuse: bool,
+    /// The first this many connections the proxy accepted pass untouched (a client's first
+    /// connection often carries its requests, a later one its watches).
+    pub spare: usize,
 }
 
 impl Toxics {
-    fn holds(&self, dir: Dir) -> bool {
+    /// Whether the toxics apply to the connection accepted `nth` (from 0).
+    fn apply(&self, nth: usize) -> bool {
+        nth >= self.spare
+    }
+
+    fn holds(&self, dir: Dir, nth: usize) -> bool {
+        if !self.apply(nth) {
+            return false;
+        }
         match dir {
             Dir::Up => self.hold_up,
             Dir::Down => self.hold_down,
@@ -60,12 +71,15 @@ impl Toxics {
     }
 
     /// Whether nothing passes either way (new connections wait before connecting upstream).
-    fn blackhole(&self) -> bool {
-        self.hold_up && self.hold_down
+    fn blackhole(&self, nth: usize) -> bool {
+        self.holds(Dir::Up, nth) && self.holds(Dir::Down, nth)
     }
 
     /// How long a chunk read now waits before it is written.
-    fn delay(&self) -> Duration {
+    fn delay(&self, nth: usize) -> Duration {
+        if !self.apply(nth) {
+            return Duration::ZERO;
+        }
         let jitter = if self.jitter.is_zero() {
             Duration::ZERO
         } else {
@@ -87,6 +101,7 @@ struct Shared {
     toxics: watch::Sender<Toxics>,
     resets: watch::Sender<u64>,
     live: AtomicUsize,
+    accepted: AtomicUsize,
 }
 
 /// A running proxy (see the [module docs](self)). Dropping it stops it and resets its connections.
@@ -108,6 +123,7 @@ impl Proxy {
             toxics: watch::Sender::new(Toxics::default()),
             resets: watch::Sender::new(0),
             live: AtomicUsize::new(0),
+            accepted: AtomicUsize::new(0),
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
@@ -203,16 +219,17 @@ impl Drop for Live<'_> {
 /// One client connection: connect upstream (once not blackholed) and forward both ways until
 /// both sides have closed, or reset both on a reset (or when the proxy is dropped).
 async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
+    let nth = shared.accepted.fetch_add(1, Ordering::AcqRel);
     let _live = Live::new(&shared.live);
     let mut resets = shared.resets.subscribe();
     resets.mark_unchanged();
     let toxics = shared.toxics.subscribe();
-    if toxics.borrow().refuse {
+    if toxics.borrow().refuse && toxics.borrow().apply(nth) {
         return reset(&client);
     }
     let connect = async {
         let mut t = toxics.clone();
-        let _ = t.wait_for(|t| !t.blackhole()).await;
+        let _ = t.wait_for(|t| !t.blackhole(nth)).await;
         TcpStream::connect(&shared.upstream).await
     };
     let mut server = tokio::select! {
@@ -229,8 +246,8 @@ async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
         let (sr, sw) = server.split();
         let both = async {
             tokio::join!(
-                pipe(cr, sw, Dir::Up, toxics.clone()),
-                pipe(sr, cw, Dir::Down, toxics.clone())
+                pipe(cr, sw, Dir::Up, nth, toxics.clone()),
+                pipe(sr, cw, Dir::Down, nth, toxics.clone())
             )
         };
         tokio::select! {
@@ -250,7 +267,7 @@ fn reset(s: &TcpStream) {
 /// Forwards one direction: a reading stage stamps each chunk with when it may be written, a
 /// writing stage writes it then (and not while the direction is held), paced to the bandwidth.
 /// The reader's end of file shuts the writer's side down once everything before it is written.
-async fn pipe<R, W>(mut from: R, mut to: W, dir: Dir, toxics: watch::Receiver<Toxics>)
+async fn pipe<R, W>(mut from: R, mut to: W, dir: Dir, nth: usize, toxics: watch::Receiver<Toxics>)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -261,14 +278,14 @@ where
         let mut last = Instant::now();
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            if held.wait_for(|t| !t.holds(dir)).await.is_err() {
+            if held.wait_for(|t| !t.holds(dir, nth)).await.is_err() {
                 return;
             }
             let n = match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            let due = (Instant::now() + held.borrow().delay()).max(last);
+            let due = (Instant::now() + held.borrow().delay(nth)).max(last);
             last = due;
             if tx.send((due, buf[..n].to_vec())).await.is_err() {
                 return;
@@ -280,12 +297,12 @@ where
         while let Some((due, chunk)) = rx.recv().await {
             tokio::time::sleep_until(due).await;
             // A chunk takes its length's share of the bandwidth before it is out.
-            let bandwidth = held.borrow().bandwidth;
+            let bandwidth = held.borrow().bandwidth.filter(|_| held.borrow().apply(nth));
             if let Some(bps) = bandwidth.filter(|b| *b > 0) {
                 let secs = chunk.len() as f64 / bps as f64;
                 tokio::time::sleep(Duration::from_secs_f64(secs)).await;
             }
-            if held.wait_for(|t| !t.holds(dir)).await.is_err() {
+            if held.wait_for(|t| !t.holds(dir, nth)).await.is_err() {
                 return;
             }
             if to.write_all(&chunk).await.is_err() {
@@ -443,6 +460,23 @@ mod tests {
         p.heal();
         let mut s2 = TcpStream::connect(p.addr()).await.unwrap();
         assert_eq!(roundtrip(&mut s2, b"b").await, b"b");
+    }
+
+    #[tokio::test]
+    async fn spared_connections_pass_untouched() {
+        let (up, _) = echo().await;
+        let p = Proxy::start(up.to_string()).await.unwrap();
+        p.set(Toxics {
+            spare: 1,
+            hold_up: true,
+            hold_down: true,
+            ..Toxics::default()
+        });
+        let mut first = TcpStream::connect(p.addr()).await.unwrap();
+        assert_eq!(roundtrip(&mut first, b"a").await, b"a");
+        let mut second = TcpStream::connect(p.addr()).await.unwrap();
+        second.write_all(b"b").await.unwrap();
+        nothing_within(&mut second, Duration::from_millis(200)).await;
     }
 
     #[tokio::test]

@@ -98,65 +98,16 @@ pub fn name(case: &str) -> String {
     lockkit_testing::unique_name(case)
 }
 
-/// A TCP proxy to one etcd endpoint that delivers what the server sends `delay` late (in order)
-/// on every connection but the first: a lockkit handle's first connection carries its requests,
-/// its next one its watches, so its watch events arrive that much after everyone else's while
-/// its reads stay current (a watch on a lagging member).
-pub struct LaggingProxy {
-    /// `host:port` to give the client instead of the server's.
-    pub addr: String,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl LaggingProxy {
-    pub async fn start(server: &str, delay: Duration) -> LaggingProxy {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let server = server.to_string();
-        let task = tokio::spawn(async move {
-            let mut accepted = 0;
-            while let Ok((client, _)) = listener.accept().await {
-                accepted += 1;
-                let delay = if accepted == 1 { Duration::ZERO } else { delay };
-                let Ok(upstream) = tokio::net::TcpStream::connect(&server).await else {
-                    continue;
-                };
-                let (mut cr, mut cw) = client.into_split();
-                let (mut ur, mut uw) = upstream.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut cr, &mut uw).await;
-                });
-                let (tx, mut rx) =
-                    tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n) = ur.read(&mut buf).await {
-                        if n == 0
-                            || tx
-                                .send((tokio::time::Instant::now(), buf[..n].to_vec()))
-                                .is_err()
-                        {
-                            break;
-                        }
-                    }
-                });
-                tokio::spawn(async move {
-                    while let Some((at, bytes)) = rx.recv().await {
-                        tokio::time::sleep_until(at + delay).await;
-                        if cw.write_all(&bytes).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        LaggingProxy { addr, task }
-    }
-}
-
-impl Drop for LaggingProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A proxy to one etcd endpoint that delays everything `delay` (in order) on every connection
+/// but the first: a lockkit handle's first connection carries its requests, its next one its
+/// watches, so its watch events arrive that much after everyone else's while its reads stay
+/// current (a watch on a lagging member).
+pub async fn lagging_proxy(server: &str, delay: Duration) -> lockkit_testing::proxy::Proxy {
+    let proxy = lockkit_testing::proxy::Proxy::start(server).await.unwrap();
+    proxy.set(lockkit_testing::proxy::Toxics {
+        latency: delay,
+        spare: 1,
+        ..Default::default()
+    });
+    proxy
 }
