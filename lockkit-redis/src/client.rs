@@ -10,6 +10,7 @@ use lockkit_core::spi::{Armed, Attempt, Reaper, Request, StateCell, Undo};
 use lockkit_core::{Backoff, Error, Result};
 use redis::{FromRedisValue, ScriptInvocation};
 
+use crate::beats::Beats;
 use crate::config::Settings;
 use crate::conn::Conn;
 use crate::error;
@@ -37,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) replicas: Arc<Replicas>,
     /// Turns `true` when the handle is closed (election observers end then).
     pub(crate) closed: tokio::sync::watch::Sender<bool>,
+    /// The queued waiters' heartbeats, one round trip per lock.
+    pub(crate) beats: Beats,
 }
 
 impl std::fmt::Debug for Inner {
@@ -58,6 +61,7 @@ impl Inner {
         watchdog: Arc<Watchdog>,
         replicas: Arc<Replicas>,
     ) -> Inner {
+        let beats = Beats::new(conn.clone(), scripts.clone(), &settings);
         Inner {
             conn,
             settings,
@@ -69,6 +73,7 @@ impl Inner {
             reaper: Reaper::default(),
             replicas,
             closed: tokio::sync::watch::Sender::new(false),
+            beats,
         }
     }
 
@@ -103,12 +108,9 @@ impl Inner {
         inv: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.settings.command_timeout, inv.invoke_async(&mut conn)).await
-        {
-            Ok(r) => r.map_err(|e| error::map(e, what)),
-            Err(_) => Err(error::timeout(what)),
-        }
+        self.conn
+            .invoke(inv, self.settings.command_timeout, what)
+            .await
     }
 
     /// Runs a command with the command timeout as an outer bound.

@@ -26,6 +26,22 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection),
 }
 
+impl Conn {
+    /// Runs a script with `timeout` as an outer bound.
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+        timeout: std::time::Duration,
+        what: &str,
+    ) -> Result<T> {
+        let mut conn = self.clone();
+        match tokio::time::timeout(timeout, inv.invoke_async(&mut conn)).await {
+            Ok(r) => r.map_err(|e| error::map(e, what)),
+            Err(_) => Err(error::timeout(what)),
+        }
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod backend;
+mod beats;
 mod client;
 mod config;
 mod conn;

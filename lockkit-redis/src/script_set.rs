@@ -48,6 +48,8 @@ pub mod source {
         "elect.lua",
         "leave.lua"
     );
+    /// One client's heartbeat for all its queued waiters of one native mutex.
+    pub const BEAT: &str = lua!("typed.lua", "fence.lua", "beat.lua");
     /// An elected leader changes its value while it leads.
     pub const PROCLAIM: &str = lua!("proclaim.lua");
     /// An election's leader (read-only).
@@ -126,6 +128,7 @@ pub(crate) struct Scripts {
     pub(crate) try_acquire: Script,
     pub(crate) release: Script,
     pub(crate) leave: Script,
+    pub(crate) beat: Script,
     pub(crate) force_unlock: Script,
     pub(crate) renew: Script,
     pub(crate) renew_leader: Script,
@@ -161,6 +164,7 @@ impl Scripts {
             try_acquire: Script::new(source::TRY_ACQUIRE),
             release: Script::new(source::RELEASE),
             leave: Script::new(source::LEAVE),
+            beat: Script::new(source::BEAT),
             force_unlock: Script::new(source::FORCE_UNLOCK),
             renew: Script::new(source::RENEW),
             renew_leader: Script::new(source::RENEW_LEADER),

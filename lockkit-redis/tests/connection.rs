@@ -168,3 +168,79 @@ async fn rediss_connects_with_a_private_ca() {
     assert!(!e.is_retryable(), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Scripts the server has run (`EVALSHA` and `EVAL` calls in `INFO commandstats`).
+async fn scripts_run(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Idle waiters cost the server one script per client per heartbeat, not one per waiter:
+/// 200 waiters of one client queued on a held lock for 2.5 s of 250 ms heartbeats run about
+/// 10 scripts (they ran 2000 when each waiter sent its own heartbeat). Then every waiter gets
+/// the lock in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_waiters_cost_one_script_per_client_per_heartbeat() {
+    const WAITERS: usize = 200;
+    let server = PrivateRedis::start(&[]);
+    let mut admin = admin(&server.url()).await;
+    let holder = connect(&server.url(), &[]).await;
+    let waiting = connect(&server.url(), &[("waiter_heartbeat", "250ms")]).await;
+    let name = lockkit_testing::unique_name("idle-waiters");
+    let held = holder.mutex(&name).unwrap().lock().await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..WAITERS {
+        let m = waiting.mutex(&name).unwrap();
+        tasks.spawn(async move {
+            let g = m.lock_for(Duration::from_secs(60)).await.unwrap();
+            g.expect("every waiter gets the lock")
+                .release()
+                .await
+                .unwrap();
+        });
+    }
+    let queue = lockkit_redis::LockKeys::mutex("lockkit", &name).queue;
+    let started = std::time::Instant::now();
+    loop {
+        let queued: usize = redis::cmd("LLEN")
+            .arg(&queue)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if queued == WAITERS {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{queued} queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = scripts_run(&mut admin).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let run = scripts_run(&mut admin).await - before;
+    println!("idle waiters: {run} scripts in 2.5 s");
+    // 10 beats, one more at an edge, and perhaps the holder's renewal (every 10 s).
+    assert!(
+        run <= 13,
+        "{run} scripts in 10 heartbeats of {WAITERS} idle waiters in one client"
+    );
+    held.release().await.unwrap();
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+}

@@ -3,11 +3,12 @@
 //! token), so under contention the next holder starts half a round trip after the release,
 //! with no retry and no other waiter woken.
 //!
-//! Each waiter refreshes its place (a heartbeat) every `waiter_heartbeat`, and listens on its
-//! client's channel of the lock (`<lock key>:<client-uuid>`, one subscription per lock per
-//! client, shared by its local waiters). A waiter that died is skipped once its heartbeat is 3
-//! beats old; a lock handed to a waiter that died just before expires after 3 beats. A message
-//! that is lost costs at most one heartbeat: every attempt also takes up a lock handed to us.
+//! Each client refreshes its waiters' places (a heartbeat) every `waiter_heartbeat`, one round
+//! trip per lock for all of them (`beats.rs`), and each waiter listens on its client's channel
+//! of the lock (`<lock key>:<client-uuid>`, one subscription per lock per client, shared by its
+//! local waiters). A waiter that died is skipped once its heartbeat is 3 beats old; a lock
+//! handed to a waiter that died just before expires after 3 beats. A message that is lost costs
+//! at most one heartbeat: the beat sees the lock handed to us, and our next attempt takes it up.
 //!
 //! The wait itself is the core's driver; this file supplies its verbs.
 
@@ -18,6 +19,7 @@ use lockkit_core::{async_trait, ErrorKind, Result};
 use tokio::time::Instant;
 
 use super::handle::RedisMutex;
+use crate::beats::Beating;
 use crate::client::lease_ends_in;
 use crate::pubsub::Subscription;
 use crate::replicas::Ticket;
@@ -86,6 +88,8 @@ struct Claim {
     pttl: i64,
     /// When the holder's lease ends, as far as the last answer tells.
     holder_ends: Option<Instant>,
+    /// Our place in the lock's beat, which keeps our place in the queue (once queued).
+    beat: Option<Beating>,
     won: Option<Won>,
 }
 
@@ -181,6 +185,7 @@ impl Queue for NativeQueue<'_> {
             busy_sent: Instant::now(),
             pttl: -1,
             holder_ends: None,
+            beat: None,
             won: None,
         })
     }
@@ -189,20 +194,34 @@ impl Queue for NativeQueue<'_> {
         self.attempt(c, req).await
     }
 
-    /// Listens until a hand-off, our heartbeat, the holder's lease end (it may have died) or
-    /// the deadline, whichever comes first.
+    /// Listens until a hand-off, a word from the lock's beat (a hand-off whose message was
+    /// lost, our place dropped, the lock free, the beat failing: see `beats.rs`) or the
+    /// deadline, whichever comes first.
     async fn wait(&self, c: &mut Claim, req: &Request) -> Result<Woken> {
         let inner = &self.m.inner;
-        let mut wake = Instant::now() + inner.settings.waiter_heartbeat;
-        if let Some(end) = c.holder_ends {
-            wake = wake.min(end);
+        let beat = c
+            .beat
+            .get_or_insert_with(|| inner.beats.join(&self.m.keys, &c.owner));
+        if let Some(end) = c.holder_ends.take() {
+            beat.holder_ends(end);
         }
-        let listened = inner
-            .subs
-            .listen(&mut c.sub, &c.channel, Some(&c.owner), req.bound(wake))
-            .await?;
-        if listened.is_none() {
-            // Just subscribed: a hand-off before that sent a message we did not see.
+        let Some(sub) = c.sub.as_ref() else {
+            // Subscribing now: a hand-off before that sent a message we did not see.
+            inner
+                .subs
+                .listen(&mut c.sub, &c.channel, Some(&c.owner), Instant::now())
+                .await?;
+            return Ok(Woken::Look);
+        };
+        let heard = req
+            .within(async {
+                tokio::select! {
+                    _ = sub.notified() => true,
+                    _ = beat.look() => false,
+                }
+            })
+            .await;
+        if heard != Some(true) {
             return Ok(Woken::Look);
         }
         if let Some(token) = c.sub.as_ref().and_then(Subscription::take_grant) {
