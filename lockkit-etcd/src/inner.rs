@@ -273,7 +273,12 @@ impl Inner {
         prefix: &[u8],
     ) -> Result<(Option<etcd_client::KeyValue>, i64)> {
         let mut resp = self.range_by_create(prefix, 1).await?;
-        let rev = resp.take_header().map(|h| h.revision()).unwrap_or(0);
+        let rev = resp.take_header().map(|h| h.revision()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Connection,
+                "an etcd range answer without a header",
+            )
+        })?;
         Ok((resp.take_kvs().into_iter().next(), rev))
     }
 

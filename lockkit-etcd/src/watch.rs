@@ -194,8 +194,13 @@ impl Mirror {
         }
         let Some(leader) = self.leader() else { return };
         let seen = self.seen_rev;
-        self.observers
-            .retain_mut(|o| o.from > seen || o.feed.send(leader.clone()));
+        self.observers.retain_mut(|o| {
+            if o.from > seen {
+                !o.feed.is_closed()
+            } else {
+                o.feed.send(leader.clone())
+            }
+        });
     }
 
     fn standing(&self, rev: i64, need: Need) -> Standing {
@@ -409,6 +414,10 @@ impl NameWatch {
     pub(crate) fn observe(&self, first: Option<Leader>, rev: i64) -> LeaderChanges {
         let (mut feed, changes) = LeaderFeed::channel();
         let mut m = self.mirror();
+        if self.is_stopped() {
+            // Closed while the caller read: the stream ends.
+            return changes;
+        }
         match m.leader() {
             Some(leader) if m.seen_rev >= rev => feed.send(leader),
             _ => feed.send(first),
@@ -641,7 +650,8 @@ async fn session_of_watch(
                 m.seen_rev = m.seen_rev.max(rev);
             }
         }
-        for ev in r.events() {
+        let events = r.events();
+        for (i, ev) in events.iter().enumerate() {
             let Some(kv) = ev.kv() else { continue };
             if kv.mod_revision() <= base {
                 continue;
@@ -658,8 +668,16 @@ async fn session_of_watch(
             if kv.mod_revision() > m.seen_rev {
                 m.seen_rev = kv.mod_revision();
             }
-            // Every change, in order: one response may carry several.
-            m.announce();
+            // Every change, in order, once its revision is complete: one response may carry
+            // several revisions, and one revision several events (a revoked lease deletes all
+            // its keys at once), whose states in between never existed.
+            let next = events
+                .get(i + 1)
+                .and_then(|e| e.kv())
+                .map(|kv| kv.mod_revision());
+            if next != Some(kv.mod_revision()) {
+                m.announce();
+            }
         }
         m.settle();
         drop(m);

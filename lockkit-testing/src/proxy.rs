@@ -101,7 +101,6 @@ struct Shared {
     toxics: watch::Sender<Toxics>,
     resets: watch::Sender<u64>,
     live: AtomicUsize,
-    accepted: AtomicUsize,
 }
 
 /// A running proxy (see the [module docs](self)). Dropping it stops it and resets its connections.
@@ -123,12 +122,13 @@ impl Proxy {
             toxics: watch::Sender::new(Toxics::default()),
             resets: watch::Sender::new(0),
             live: AtomicUsize::new(0),
-            accepted: AtomicUsize::new(0),
         });
         let s = shared.clone();
         let accept = tokio::spawn(async move {
+            let mut nth = 0;
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(serve(client, s.clone()));
+                tokio::spawn(serve(client, nth, s.clone()));
+                nth += 1;
             }
         });
         Ok(Proxy {
@@ -218,8 +218,7 @@ impl Drop for Live<'_> {
 
 /// One client connection: connect upstream (once not blackholed) and forward both ways until
 /// both sides have closed, or reset both on a reset (or when the proxy is dropped).
-async fn serve(mut client: TcpStream, shared: Arc<Shared>) {
-    let nth = shared.accepted.fetch_add(1, Ordering::AcqRel);
+async fn serve(mut client: TcpStream, nth: usize, shared: Arc<Shared>) {
     let _live = Live::new(&shared.live);
     let mut resets = shared.resets.subscribe();
     resets.mark_unchanged();

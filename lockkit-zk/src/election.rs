@@ -75,10 +75,13 @@ impl RawElection for ZkElection {
         Ok(Some(parts))
     }
 
+    /// A read through the default session, after a `sync`: a campaign that returned on another
+    /// session (another lease length), perhaps connected to another member, is seen.
     async fn leader(&self) -> Result<Option<Leader>> {
         let session = self.sessions.default();
         let client = session.client()?;
         let limit = session.cfg.command_timeout;
+        synced(&client, &self.dir).await?;
         loop {
             let children = list_or_empty(&client, &self.dir, limit).await?;
             let Some(first) = node::sorted(&children, markers(self.marker), None)
@@ -97,9 +100,11 @@ impl RawElection for ZkElection {
         }
     }
 
+    /// Watches through the default session, after a `sync` (see `leader`), so the first state
+    /// is no older than the call.
     async fn observe(&self) -> Result<LeaderChanges> {
         let session = self.sessions.default().clone();
-        session.client()?;
+        synced(&session.client()?, &self.dir).await?;
         let (feed, changes) = LeaderFeed::channel();
         tokio::spawn(follow(
             session,
@@ -115,6 +120,15 @@ impl RawElection for ZkElection {
     async fn force_resign(&self) -> Result<bool> {
         let (session, markers) = (self.sessions.default(), markers(self.marker));
         queue::force_delete(session, &self.dir, markers, queue::first).await
+    }
+}
+
+/// Brings the member this client talks to up to date with the ensemble's leader, so a read
+/// that follows sees every write completed before the call (on any session).
+async fn synced(client: &zk::Client, dir: &str) -> Result<()> {
+    match client.sync(dir).await {
+        Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+        Err(e) => Err(map(e, "sync the election")),
     }
 }
 

@@ -248,14 +248,30 @@ pub async fn election_deleted_leader_is_demoted(locks: &Locks) {
 }
 
 /// An observer started right after a campaign returned, or right after a resignation, starts
-/// on that state, never an older one (a backend that serves observers from a local copy must
-/// first bring it up to a read made after the call), many times over.
+/// on that state, never an older one, many times over: a backend that serves observers from a
+/// local copy must first bring it up to a read made after the call, and one whose campaigns of
+/// another lease length run on another session (perhaps on another member) must catch up with
+/// it. Every other round campaigns with a 7 s watchdog lease.
 pub async fn election_observer_starts_on_the_state_just_made(locks: &Locks) {
     let Some((_, a)) = election(locks, "elect-observe-now") else {
         return;
     };
-    for round in 0..25 {
-        let lead = a.campaign(format!("a-{round}")).await.unwrap();
+    let other_lease = AcquireOptions::new().watchdog_lease(Duration::from_secs(7));
+    for round in 0..24 {
+        let value = format!("a-{round}");
+        let lead = if round % 2 == 0 {
+            a.campaign(value).await.unwrap()
+        } else {
+            a.campaign_with(value, &other_lease)
+                .await
+                .unwrap()
+                .expect("nobody else campaigns")
+        };
+        assert_eq!(
+            a.leader().await.unwrap().map(|l| l.term()),
+            Some(lead.term()),
+            "round {round}: leader() right after the campaign names it"
+        );
         let mut changes = a.observe().await.unwrap();
         let first = next(&mut changes)
             .await
