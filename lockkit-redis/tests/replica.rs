@@ -41,16 +41,7 @@ async fn primary_and_replica() -> (PrivateRedis, PrivateRedis) {
 
 /// How many `WAIT` commands the server at `url` ran.
 async fn waits_run(url: &str) -> u64 {
-    let mut admin = admin(url).await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_wait:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    command_calls(&mut admin(url).await, &["wait"]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,18 +9,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use lockkit_core::{AcquireOptions, LockState};
 
-async fn evalsha_calls(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(admin)
-        .await
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_are_batched_one_call_per_100_locks() {
     let server = PrivateRedis::start(&[]);
@@ -39,10 +27,10 @@ async fn renewals_are_batched_one_call_per_100_locks() {
             .unwrap();
         guards.push(g.unwrap());
     }
-    let before = evalsha_calls(&mut admin).await;
+    let before = command_calls(&mut admin, &["evalsha"]).await;
     let started = Instant::now();
     tokio::time::sleep(lease * 3).await;
-    let renewals = evalsha_calls(&mut admin).await - before;
+    let renewals = command_calls(&mut admin, &["evalsha"]).await - before;
     let intervals = (started.elapsed().as_millis() / (lease / 3).as_millis()) as u64 + 1;
     // 250 locks = 3 calls per interval; allow the early-renewal window to split a batch.
     assert!(

@@ -376,3 +376,25 @@ pub async fn server_hold_count(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// How many times the server ran the commands `names` (lower case), from `INFO commandstats`.
+pub async fn command_calls(admin: &mut redis::aio::MultiplexedConnection, names: &[&str]) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(admin)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            names.contains(&name).then_some(rest)
+        })
+        .filter_map(|rest| {
+            rest.strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
