@@ -29,6 +29,8 @@ struct Group {
     sooner: Option<Instant>,
     /// Wakes the beat when `sooner` is set.
     wake: Arc<Notify>,
+    /// The beat's task (a new one starts if it ended: its runtime was shut down).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Every lock's local waiters, and what a beat needs to run.
@@ -123,15 +125,12 @@ impl Beats {
     pub(crate) fn join(&self, keys: &LockKeys, owner: &str) -> Beating {
         let look = Arc::new(Notify::new());
         let mut g = self.0.groups();
-        let start = !g.contains_key(&keys.lock);
-        g.entry(keys.lock.clone())
-            .or_default()
-            .waiters
-            .insert(owner.to_string(), look.clone());
-        drop(g);
-        if start {
-            tokio::spawn(run(Arc::downgrade(&self.0), keys.clone()));
+        let group = g.entry(keys.lock.clone()).or_default();
+        group.waiters.insert(owner.to_string(), look.clone());
+        if group.task.as_ref().is_none_or(|t| t.is_finished()) {
+            group.task = Some(tokio::spawn(run(Arc::downgrade(&self.0), keys.clone())));
         }
+        drop(g);
         Beating {
             shared: Arc::downgrade(&self.0),
             lock: keys.lock.clone(),

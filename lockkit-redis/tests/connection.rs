@@ -210,13 +210,17 @@ async fn idle_waiters_cost_one_script_per_client_per_heartbeat() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Waiters that queued before the client's subscription existed look once more after
+    // subscribing: let those attempts pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let before = command_calls(&mut admin, &["evalsha", "eval"]).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let run = command_calls(&mut admin, &["evalsha", "eval"]).await - before;
     println!("idle waiters: {run} scripts in 2.5 s");
-    // 10 beats, one more at an edge, and perhaps the holder's renewal (every 10 s).
+    // 10 beats, one more at an edge, perhaps the holder's renewal (every 10 s), and a few
+    // late looks of a loaded machine; about 2000 when each waiter sent its own heartbeat.
     assert!(
-        run <= 13,
+        run <= 20,
         "{run} scripts in 10 heartbeats of {WAITERS} idle waiters in one client"
     );
     held.release().await.unwrap();

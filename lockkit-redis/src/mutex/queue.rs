@@ -307,8 +307,11 @@ impl Queue for NativeQueue<'_> {
         if !c.queued {
             return Duration::ZERO;
         }
+        // What is left of the holder's lease as last seen (attempts are rare now that the
+        // beat keeps our place: that lease may be long past).
         let waiter_timeout = self.m.inner.settings.waiter_timeout();
-        waiter_timeout.max(Duration::from_millis(c.pttl.max(0) as u64))
+        let lease = Duration::from_millis(c.pttl.max(0) as u64);
+        waiter_timeout.max(lease.saturating_sub(c.busy_sent.elapsed()))
     }
 
     fn lock_name(&self) -> &str {
