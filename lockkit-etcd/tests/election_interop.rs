@@ -2,7 +2,8 @@
 //! it) and the Go peer in `interop/go-etcd` (built here with `go build`): a Go candidate and a
 //! lockkit candidate on one election never lead at once, each names the other as leader, and
 //! leadership passes both ways; `etcdctl elect -l` (Go's `Observe`) follows lockkit's leaders
-//! and proclamations, and lockkit's `leader` and `observe` follow Go's `Proclaim`.
+//! and proclamations, and lockkit's `leader` and `observe` follow Go's `Proclaim`. Also, on
+//! Go's layout, what a revoked lease (as Go's `Session.Close` does) looks like to observers.
 
 mod common;
 
@@ -325,4 +326,85 @@ async fn go_proclaims_and_lockkit_follows() {
         .unwrap();
     assert!(lead.term().0 > term, "the term rises");
     assert!(lead.resign().await.unwrap());
+}
+
+/// A revoked lease deletes every key on it in one revision: an observer sees one change, from the
+/// leader on that lease to the next live candidate, never the candidate of the same lease that
+/// was deleted in that revision too (a leader no revision had).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_lease_is_one_change_to_observers() {
+    let Some(url) = url() else { return };
+    let name = lockkit_testing::unique_name("elect-revoke");
+    let (a, c, o) = (
+        connect(&url, "").await,
+        connect(&url, "").await,
+        connect(&url, "").await,
+    );
+    let mut r = raw(&url).await;
+    let count = |r: &mut lockkit_etcd::etcd_client::Client| {
+        let mut r = r.clone();
+        let p = format!("{}/", go_prefix(&name));
+        async move {
+            let opts = lockkit_etcd::etcd_client::GetOptions::new().with_prefix();
+            let resp = r.get(p, Some(opts.with_count_only())).await.unwrap();
+            resp.count()
+        }
+    };
+    let ea = a.election(&name).unwrap();
+    let lead = ea.campaign("a1").await.unwrap();
+    // A second candidate of the same handle: its key is on the same session lease.
+    let ea2 = ea.clone();
+    let _a2 = tokio::spawn(async move { ea2.campaign("a2").await.map(drop) });
+    let ec = c.election(&name).unwrap();
+    let third = tokio::spawn(async move { ec.campaign("c").await });
+    let started = std::time::Instant::now();
+    while count(&mut r).await < 3 {
+        assert!(started.elapsed() < SOON, "three candidates queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut changes = o.election(&name).unwrap().observe().await.unwrap();
+    let first = changes.next().await.unwrap().unwrap().expect("a1 leads");
+    assert_eq!((first.value(), first.term()), (&b"a1"[..], lead.term()));
+
+    let lease = r
+        .get(
+            format!("{}/", go_prefix(&name)),
+            Some(
+                lockkit_etcd::etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_sort(
+                        lockkit_etcd::etcd_client::SortTarget::Create,
+                        lockkit_etcd::etcd_client::SortOrder::Ascend,
+                    )
+                    .with_limit(1),
+            ),
+        )
+        .await
+        .unwrap()
+        .kvs()[0]
+        .lease();
+    r.lease_revoke(lease).await.unwrap();
+    let lead_c = tokio::time::timeout(SOON, third)
+        .await
+        .expect("c leads once a's lease is gone")
+        .unwrap()
+        .unwrap();
+    let seen = tokio::time::timeout(SOON, async {
+        let mut seen = Vec::new();
+        loop {
+            let l = changes.next().await.unwrap().unwrap();
+            let term = l.as_ref().map(|l| l.term());
+            seen.push(l.map(|l| String::from_utf8_lossy(l.value()).into_owned()));
+            if term == Some(lead_c.term()) {
+                return seen;
+            }
+        }
+    })
+    .await
+    .expect("the observer sees c lead");
+    assert_eq!(
+        seen,
+        vec![Some("c".to_string())],
+        "one change, from a1 to c"
+    );
 }
