@@ -206,11 +206,8 @@ impl ZkConfig {
     }
 
     /// Opens a new session.
-    // Only a TLS connect is ever tried again.
-    #[cfg_attr(not(feature = "tls"), allow(clippy::never_loop))]
     pub(crate) async fn connect(&self) -> Result<zk::Client> {
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
-        #[cfg(feature = "tls")]
         let mut attempt = 1;
         loop {
             let connector = self.connector()?;
@@ -249,11 +246,25 @@ impl ZkConfig {
                 // The handshake works, yet zookeeper-client 0.11 now and then cannot parse the
                 // connect response over TLS ("insufficient buf", about 1 connect in 50 against
                 // ZooKeeper 3.8): a transient failure, so try again while time is left.
-                if attempt < TLS_CONNECT_ATTEMPTS && tokio::time::Instant::now() < deadline {
+                if attempt < CONNECT_ATTEMPTS && tokio::time::Instant::now() < deadline {
                     attempt += 1;
                     tracing::debug!(backend = "zk", hosts = %self.hosts, "lockkit: TLS connect failed; retrying");
                     continue;
                 }
+            }
+            // A plain connect that failed although a server accepts connections (a connect
+            // answer the client could not read, a connection reset on a loaded server): after
+            // one pass over the hosts zookeeper-client reports `NoHosts` at once, so try again
+            // while time is left. A server that is down refuses the probe, and the error is
+            // reported at once.
+            if matches!(failed, zk::Error::NoHosts)
+                && self.tls.is_none()
+                && attempt < CONNECT_ATTEMPTS
+                && accepts(&self.addrs, deadline).await
+            {
+                attempt += 1;
+                tracing::debug!(backend = "zk", hosts = %self.hosts, "lockkit: connect failed; retrying");
+                continue;
             }
             return Err(crate::error::map(
                 failed,
@@ -291,9 +302,20 @@ impl ZkConfig {
     }
 }
 
-/// Connects over TLS tried before a transient failure is reported (see [`ZkConfig::connect`]).
-#[cfg(feature = "tls")]
-const TLS_CONNECT_ATTEMPTS: u32 = 3;
+/// Connects tried before a transient failure is reported (see [`ZkConfig::connect`]).
+const CONNECT_ATTEMPTS: u32 = 3;
+
+/// Whether one of `addrs` accepts a TCP connection before `deadline`.
+async fn accepts(addrs: &[lockkit_core::HostPort], deadline: tokio::time::Instant) -> bool {
+    for a in addrs {
+        let addr = (a.host.as_str(), a.port);
+        let probe = tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(addr));
+        if matches!(probe.await, Ok(Ok(_))) {
+            return true;
+        }
+    }
+    false
+}
 
 #[cfg(test)]
 mod tests {
