@@ -49,7 +49,7 @@ pub mod source {
         "leave.lua"
     );
     /// One client's heartbeat for all its queued waiters of one native mutex.
-    pub const BEAT: &str = lua!("typed.lua", "fence.lua", "beat.lua");
+    pub const BEAT: &str = lua!("typed.lua", "fence.lua", "handoff.lua", "beat.lua");
     /// An elected leader changes its value while it leads.
     pub const PROCLAIM: &str = lua!("proclaim.lua");
     /// An election's leader (read-only).

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::cases::assert_kind;
 use crate::proxy::Proxy;
 use crate::support::unique_name;
 use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, LockGuard, LockState, Locks, Result};
@@ -112,13 +113,6 @@ impl Cut {
                 Err(e) => panic!("the holder's handle did not recover: {e}"),
             }
         }
-    }
-}
-
-fn assert_kind<T: std::fmt::Debug>(r: Result<T>, kind: ErrorKind, what: &str) {
-    match r {
-        Err(e) => assert_eq!(e.kind(), kind, "{what}: {e}"),
-        Ok(v) => panic!("{what}: expected {kind:?}, got Ok({v:?})"),
     }
 }
 

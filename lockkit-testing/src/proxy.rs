@@ -75,6 +75,11 @@ impl Toxics {
         self.holds(Dir::Up, nth) && self.holds(Dir::Down, nth)
     }
 
+    /// The bandwidth limit on the connection accepted `nth`.
+    fn bandwidth(&self, nth: usize) -> Option<u64> {
+        self.bandwidth.filter(|_| self.apply(nth))
+    }
+
     /// How long a chunk read now waits before it is written.
     fn delay(&self, nth: usize) -> Duration {
         if !self.apply(nth) {
@@ -296,7 +301,7 @@ where
         while let Some((due, chunk)) = rx.recv().await {
             tokio::time::sleep_until(due).await;
             // A chunk takes its length's share of the bandwidth before it is out.
-            let bandwidth = held.borrow().bandwidth.filter(|_| held.borrow().apply(nth));
+            let bandwidth = held.borrow().bandwidth(nth);
             if let Some(bps) = bandwidth.filter(|b| *b > 0) {
                 let secs = chunk.len() as f64 / bps as f64;
                 tokio::time::sleep(Duration::from_secs_f64(secs)).await;

@@ -52,15 +52,7 @@ local function enqueue(now)
   -- expiry our guard counts on, whatever the releaser's settings.
   local grant = math.min(tonumber(ARGV[2]), timeout)
   redis.call('hset', KEYS[4], owner, string.format('%.0f', now + timeout) .. ' ' .. string.format('%.0f', grant))
-  -- The queue keys expire when no waiter refreshes them. A waiter's deadline is at most a
-  -- timeout ahead, so keys kept 1.5 to 2 timeouts ahead outlive every live waiter; the expiry is
-  -- set only when less than 1.5 are left (reading it costs a fraction of setting it).
-  if redis.call('pttl', KEYS[3]) < timeout * 1.5 then
-    redis.call('pexpire', KEYS[3], timeout * 2)
-  end
-  if redis.call('pttl', KEYS[4]) < timeout * 1.5 then
-    redis.call('pexpire', KEYS[4], timeout * 2)
-  end
+  keep_queue(KEYS[3], KEYS[4], timeout)
 end
 
 if held > 0 then

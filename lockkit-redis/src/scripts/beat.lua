@@ -32,13 +32,7 @@ for i = 2, #ARGV do
   end
   out[#out + 1] = status
 end
--- As an enqueue does: the queue keys outlive every live waiter.
 if refreshed then
-  if redis.call('pttl', KEYS[2]) < timeout * 1.5 then
-    redis.call('pexpire', KEYS[2], timeout * 2)
-  end
-  if redis.call('pttl', KEYS[3]) < timeout * 1.5 then
-    redis.call('pexpire', KEYS[3], timeout * 2)
-  end
+  keep_queue(KEYS[2], KEYS[3], timeout)
 end
 return out

@@ -7,6 +7,18 @@
 -- died) and is dropped when it reaches the front. A live waiter is never dropped, however long
 -- it waits.
 
+-- The queue keys expire when no waiter refreshes them. A waiter's deadline is at most a
+-- heartbeat timeout ahead, so keys kept 1.5 to 2 timeouts ahead outlive every live waiter; the
+-- expiry is set only when less than 1.5 are left (reading it costs a fraction of setting it).
+local function keep_queue(queue, waiters, timeout)
+  if redis.call('pttl', queue) < timeout * 1.5 then
+    redis.call('pexpire', queue, timeout * 2)
+  end
+  if redis.call('pttl', waiters) < timeout * 1.5 then
+    redis.call('pexpire', waiters, timeout * 2)
+  end
+end
+
 -- The first live waiter (nil when none), dropping dead ones; it stays in the queue.
 local function first_waiter(queue, waiters, now)
   local first = redis.call('lindex', queue, 0)
