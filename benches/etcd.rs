@@ -7,9 +7,11 @@
 //! ```
 //!
 //! Measures (1) the uncontended lock + unlock cycle (p50) of lockkit, of the raw floor (one
-//! transaction put-if-absent + one delete) and of Go's Mutex; (2) 8 clients contending on one lock:
-//! acquisitions per second, p50/p99 wait (from the acquire call to the guard) and the busiest
-//! client's share. The Go side is `interop/go-etcd` in `bench` mode (built with `go build`; set
+//! transaction put-if-absent + one delete) and of Go's Mutex; (2) clients contending on one lock,
+//! each with its own connection and session: acquisitions per second, p50/p99 wait (from the
+//! acquire call to the guard) and the busiest client's share, at each count of
+//! `LOCKKIT_BENCH_CLIENTS` (a comma-separated list, default `8`; the issue's sweep is
+//! `1,8,64,256`). The Go side is `interop/go-etcd` in `bench` mode (built with `go build`; set
 //! `LOCKKIT_BENCH_NO_GO=1` to skip it). The etcd URL comes from `LOCKKIT_TEST_ETCD_URL`
 //! (default `etcd://127.0.0.1:12379`). Sizes: `LOCKKIT_BENCH_CYCLES` (default 300) and
 //! `LOCKKIT_BENCH_ACQUISITIONS` (default 400 for lockkit and Go alike).
@@ -19,8 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit_etcd::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
-
-const CLIENTS: usize = 8;
 
 fn env_usize(k: &str, d: usize) -> usize {
     std::env::var(k)
@@ -56,6 +56,15 @@ fn main() {
         std::env::var("LOCKKIT_TEST_ETCD_URL").unwrap_or_else(|_| "etcd://127.0.0.1:12379".into());
     let cycles = env_usize("LOCKKIT_BENCH_CYCLES", 300);
     let acquisitions = env_usize("LOCKKIT_BENCH_ACQUISITIONS", 400);
+    let sweep: Vec<usize> = std::env::var("LOCKKIT_BENCH_CLIENTS")
+        .unwrap_or_else(|_| "8".into())
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .expect("LOCKKIT_BENCH_CLIENTS: counts like 1,8,64")
+        })
+        .collect();
     let run = format!(
         "lkbench-{:x}",
         std::process::id() as u64 * 7919 + now_nanos() % 100_000
@@ -77,51 +86,55 @@ fn main() {
     let rt1 = if multi_only { &multi } else { &single };
     let raw = rt1.block_on(raw_floor(&url, &run, cycles));
     let uncontended = rt1.block_on(lockkit_uncontended(&url, &run, cycles));
-    let contended = multi.block_on(lockkit_contended(&url, &run, acquisitions));
-    let lk = Side {
-        uncontended_us: uncontended,
-        contended,
-    };
-    let go = if std::env::var("LOCKKIT_BENCH_NO_GO").is_ok() {
-        None
-    } else {
-        go_side(&url, &run, cycles, acquisitions)
-    };
+    let no_go = std::env::var("LOCKKIT_BENCH_NO_GO").is_ok();
+    let go_bin = if no_go { None } else { build_go() };
+    let mut rows = Vec::new();
+    for (i, &clients) in sweep.iter().enumerate() {
+        let lk = multi.block_on(lockkit_contended(&url, &run, clients, acquisitions));
+        // The Go side measures its uncontended cycle on the first count only.
+        let go = go_bin.as_ref().map(|bin| {
+            let cycles = if i == 0 { cycles } else { 1 };
+            go_side(bin, &url, &run, clients, cycles, acquisitions)
+        });
+        rows.push((clients, lk, go));
+    }
 
     println!();
     println!(
-        "etcd benchmark ({url}), uncontended on a {} tokio runtime, {CLIENTS} contending clients on a 2-worker one, {acquisitions} acquisitions",
+        "etcd benchmark ({url}), uncontended on a {} tokio runtime, contending clients on a 2-worker one, {acquisitions} acquisitions",
         if multi_only { "2-worker" } else { "current-thread" }
     );
     println!("uncontended cycle p50:   raw floor {:8.0} us", raw);
-    println!(
-        "                         lockkit   {:8.0} us",
-        lk.uncontended_us
-    );
-    if let Some(go) = go {
+    println!("                         lockkit   {:8.0} us", uncontended);
+    if let Some(Some(go)) = rows.first().map(|r| r.2) {
         println!(
             "                         Go Mutex  {:8.0} us",
             go.uncontended_us
         );
-    }
-    let row = |who: &str, c: Contended| {
         println!(
-            "contended {who:8}  {:7.1} acq/s   wait p50 {:7.2} ms   p99 {:7.2} ms   busiest {:4.1} %",
+            "ratios: uncontended lockkit/Go = {:.2}, lockkit/raw = {:.2}",
+            uncontended / go.uncontended_us,
+            uncontended / raw
+        );
+    }
+    let row = |who: &str, clients: usize, c: Contended| {
+        println!(
+            "contended {clients:4} {who:8}  {:7.1} acq/s   wait p50 {:7.2} ms   p99 {:7.2} ms   busiest {:4.1} %",
             c.per_sec,
             c.p50_ms,
             c.p99_ms,
             c.busiest * 100.0
         )
     };
-    row("lockkit", lk.contended);
-    if let Some(go) = go {
-        row("Go", go.contended);
-        println!(
-            "ratios: contended throughput lockkit/Go = {:.1}x; uncontended lockkit/Go = {:.2}, lockkit/raw = {:.2}",
-            lk.contended.per_sec / go.contended.per_sec,
-            lk.uncontended_us / go.uncontended_us,
-            lk.uncontended_us / raw
-        );
+    for (clients, lk, go) in &rows {
+        row("lockkit", *clients, *lk);
+        if let Some(go) = go {
+            row("Go", *clients, go.contended);
+            println!(
+                "ratio at {clients} clients: contended throughput lockkit/Go = {:.2}x",
+                lk.per_sec / go.contended.per_sec
+            );
+        }
     }
 }
 
@@ -170,10 +183,10 @@ async fn lockkit_uncontended(url: &str, run: &str, cycles: usize) -> f64 {
     pct(&mut lat, 0.5).as_secs_f64() * 1e6
 }
 
-async fn lockkit_contended(url: &str, run: &str, acquisitions: usize) -> Contended {
-    let name = format!("{run}/contended");
+async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) -> Contended {
+    let name = format!("{run}/contended{n}");
     let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
+    for _ in 0..n {
         let locks = lockkit::connect(url).await.unwrap();
         let m = locks.mutex(&name).unwrap();
         // Warm up each client (session + watch) outside the measurement.
@@ -182,7 +195,7 @@ async fn lockkit_contended(url: &str, run: &str, acquisitions: usize) -> Contend
     }
     let left = Arc::new(std::sync::atomic::AtomicI64::new(acquisitions as i64));
     let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(vec![0usize; CLIENTS]));
+    let counts = Arc::new(Mutex::new(vec![0usize; n]));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (i, (_, m)) in clients.iter().enumerate() {
@@ -215,8 +228,8 @@ async fn lockkit_contended(url: &str, run: &str, acquisitions: usize) -> Contend
     }
 }
 
-/// Builds and runs `interop/go-etcd` in bench mode; `None` (with a note) when Go is missing.
-fn go_side(url: &str, run: &str, cycles: usize, acquisitions: usize) -> Option<Side> {
+/// Builds `interop/go-etcd`; `None` (with a note) when Go is missing.
+fn build_go() -> Option<std::path::PathBuf> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let bin = root.join("target").join("go-etcd-peer");
     let built = Command::new("go")
@@ -226,16 +239,27 @@ fn go_side(url: &str, run: &str, cycles: usize, acquisitions: usize) -> Option<S
         .current_dir(root.join("interop/go-etcd"))
         .status();
     match built {
-        Ok(s) if s.success() => {}
+        Ok(s) if s.success() => Some(bin),
         other => {
             eprintln!("skipping the Go side: `go build` failed or go is missing ({other:?})");
-            return None;
+            None
         }
     }
-    let out = Command::new(&bin)
+}
+
+/// Runs the Go peer in bench mode with `clients` contending clients.
+fn go_side(
+    bin: &std::path::Path,
+    url: &str,
+    run: &str,
+    clients: usize,
+    cycles: usize,
+    acquisitions: usize,
+) -> Side {
+    let out = Command::new(bin)
         .args(["bench", "-endpoints", &endpoints(url).join(",")])
-        .args(["-prefix", &format!("{run}/go")])
-        .args(["-clients", &CLIENTS.to_string()])
+        .args(["-prefix", &format!("{run}/go{clients}")])
+        .args(["-clients", &clients.to_string()])
         .args(["-acquisitions", &acquisitions.to_string()])
         .args(["-cycles", &cycles.to_string()])
         .output()
@@ -248,7 +272,7 @@ fn go_side(url: &str, run: &str, cycles: usize, acquisitions: usize) -> Option<S
         let end = rest.find([',', '}']).unwrap();
         rest[..end].parse().unwrap()
     };
-    Some(Side {
+    Side {
         uncontended_us: num("uncontended_p50_us"),
         contended: Contended {
             per_sec: num("contended_per_sec"),
@@ -256,5 +280,5 @@ fn go_side(url: &str, run: &str, cycles: usize, acquisitions: usize) -> Option<S
             p99_ms: num("wait_p99_ms"),
             busiest: num("busiest_share"),
         },
-    })
+    }
 }
