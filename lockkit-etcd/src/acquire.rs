@@ -3,12 +3,13 @@
 //! One transaction creates our key `<prefix><lease hex>[_n]` if absent (attached to the session
 //! lease, or to a lease of its own for fixed leases) and reads the keys ranked before it. If
 //! they leave room for us we hold at once. Otherwise we wait on the name's long-lived watch (see
-//! `watch.rs`) until the mirror shows that we hold; ranks are create revisions, never key names
-//! or mere existence, because key names come back whenever a session locks again. The watch
-//! only wakes us: the turn it shows, and a wait that ran out, are settled by one linearizable
-//! read of the queue, since the watch may lag the server. If our own key vanishes while we wait
-//! (etcd issue 11456) we start over with a fresh key. Every failure, timeout and cancellation
-//! deletes our key (etcd issue 9715).
+//! `watch.rs`): a RW lock's or semaphore's until its mirror shows that we hold, a mutex's
+//! (narrow, see `key_watch.rs`) until the key ranked just before ours is deleted. Ranks are
+//! create revisions, never key names or mere existence, because key names come back whenever a
+//! session locks again. The watch only wakes us: the turn it shows, and a wait that ran out, are
+//! settled by a linearizable read of the queue, since the watch may lag the server. If our own
+//! key vanishes while we wait (etcd issue 11456) we start over with a fresh key. Every failure,
+//! timeout and cancellation deletes our key (etcd issue 9715).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,12 +20,13 @@ use etcd_client::{
 use lockkit_core::spi::{
     drive, Exit, GuardParts, LeaseClock, Queue, Request, Standing as Turn, StateCell, Woken,
 };
-use lockkit_core::{async_trait, Error, ErrorKind, FencingToken, Lease, Result};
+use lockkit_core::{async_trait, Backoff, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::sync::Notify;
 
 use crate::client::is_lease_not_found;
 use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
+use crate::key_watch::{BeforeWatch, Phase};
 use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, InFlight, KeyLease};
 use crate::session::{grant_exact, Session};
 use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
@@ -74,6 +76,14 @@ struct Claim {
     waiter: Option<Arc<Notify>>,
     /// What the watch last showed of our key.
     seen: Standing,
+    /// Whether `seen` comes from a linearizable read (a narrow watch's waits end in one).
+    settled: bool,
+    /// On a narrow watch: the key ranked just before ours (name, create revision), as last read.
+    before: Option<(Vec<u8>, i64)>,
+    /// On a narrow watch: our watch of `before`'s key.
+    watching: Option<BeforeWatch>,
+    /// Paces new watches of `before` that etcd keeps breaking.
+    rewatch: Option<lockkit_core::Retry>,
 }
 
 #[async_trait]
@@ -110,15 +120,16 @@ impl Queue for EtcdQueue<'_> {
             parked: false,
             waiter: None,
             seen: Standing::Unknown,
+            settled: false,
+            before: None,
+            watching: None,
+            rewatch: None,
         })
     }
 
     async fn enqueue(&self, c: &mut Claim, _r: &Request) -> Result<Turn> {
         let w = &self.want;
-        match c
-            .create(self.inner, w.nw.prefix(), &w.value, w.need, w.kind)
-            .await
-        {
+        match c.create(self.inner, w.nw, &w.value, w.need, w.kind).await {
             Ok(true) => Ok(Turn::Owner),
             Ok(false) => Ok(Turn::Waiting),
             // The lease went away under us: a new claim on a new one.
@@ -148,13 +159,10 @@ impl Queue for EtcdQueue<'_> {
             .waiter
             .get_or_insert_with(|| nw.add_waiter(c.rev, need))
             .clone();
-        if nw.is_stopped() {
-            // Only a closed handle stops its watches.
-            self.inner.check_open()?;
-            return Err(Error::new(
-                ErrorKind::Closed,
-                "the lock's watch has stopped",
-            ));
+        self.check_watch()?;
+        c.settled = false;
+        if nw.is_narrow() {
+            return self.wait_narrow(c, r, &notify).await;
         }
         c.seen = nw.standing(c.rev, need);
         if matches!(c.seen, Standing::Owner | Standing::Gone) {
@@ -177,6 +185,10 @@ impl Queue for EtcdQueue<'_> {
             return Ok(Turn::Gone);
         }
         self.inner.check_open()?;
+        if c.settled && c.seen == Standing::Owner {
+            // A linearizable read showed our turn.
+            return Ok(Turn::Owner);
+        }
         if c.seen != Standing::Owner && !r.expired() {
             // Woken early, and the watch shows no turn: nothing to settle yet.
             return Ok(Turn::Waiting);
@@ -187,9 +199,9 @@ impl Queue for EtcdQueue<'_> {
         Ok(match on_server {
             Standing::Owner => Turn::Owner,
             Standing::Gone => Turn::Gone,
-            // The watch said our turn came, the server says it did not: never trust that watch
-            // again for this key; a fresh key settles it.
-            _ if c.seen == Standing::Owner && !r.expired() => Turn::Gone,
+            // The mirror said our turn came, the server says it did not: never trust that
+            // mirror again for this key; a fresh key settles it.
+            _ if c.seen == Standing::Owner && !c.settled && !r.expired() => Turn::Gone,
             _ => Turn::Waiting,
         })
     }
@@ -229,6 +241,7 @@ impl Queue for EtcdQueue<'_> {
     /// the server does not take now fails the leave, and the driver abandons the claim.
     async fn leave(&self, c: &mut Claim, _exit: Exit) -> Result<()> {
         c.unregister(self.want.nw);
+        self.want.nw.forget(c.rev);
         if let Some(create) = c.inflight.as_mut() {
             let _ = create.await;
             c.inflight = None;
@@ -239,6 +252,7 @@ impl Queue for EtcdQueue<'_> {
     /// Hands the key, and a create still in flight, to the reaper.
     fn abandon(&self, mut c: Claim) {
         c.unregister(self.want.nw);
+        self.want.nw.forget(c.rev);
         reap_key(
             self.inner,
             std::mem::take(&mut c.key),
@@ -250,6 +264,125 @@ impl Queue for EtcdQueue<'_> {
 
     fn lock_name(&self) -> &str {
         self.want.name
+    }
+}
+
+impl EtcdQueue<'_> {
+    /// An error when the name's watch has stopped (only a closed handle stops its watches).
+    fn check_watch(&self) -> Result<()> {
+        if self.want.nw.is_stopped() {
+            self.inner.check_open()?;
+            return Err(Error::new(
+                ErrorKind::Closed,
+                "the lock's watch has stopped",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A mutex's wait (a narrow watch): watch the key ranked just before ours, read the queue
+    /// again once the watch is in place (a key still there then is deleted later, so its delete
+    /// reaches the watch), and wait for that delete; every turn is settled by such a read.
+    async fn wait_narrow(&self, c: &mut Claim, r: &Request, notify: &Arc<Notify>) -> Result<Woken> {
+        let nw = self.want.nw;
+        loop {
+            self.check_watch()?;
+            if nw.standing(c.rev, Need::Exclusive) == Standing::Gone {
+                c.seen = Standing::Gone;
+                c.settled = true;
+                return Ok(Woken::Look);
+            }
+            let Some((before, _)) = c.before.clone() else {
+                c.seen = Standing::Owner;
+                c.settled = true;
+                return Ok(Woken::Look);
+            };
+            let watching = c
+                .watching
+                .as_ref()
+                .filter(|w| w.key == before)
+                .map(|w| w.phase());
+            match watching {
+                Some(Phase::Created) => {
+                    if r.within(notify.notified()).await.is_none() {
+                        // The deadline: the driver's last look settles it.
+                        c.seen = Standing::Waiting;
+                        return Ok(Woken::Look);
+                    }
+                }
+                Some(Phase::Pending) => unreachable!("a before watch is awaited until created"),
+                // Deleted: read again. Broken: read again and watch anew.
+                Some(Phase::Fired) => {}
+                Some(Phase::Broken) | None => {
+                    if watching == Some(Phase::Broken) {
+                        let pace = c.rewatch.get_or_insert_with(|| Backoff::WATCH.start());
+                        if r.within(pace.wait()).await.is_none() {
+                            c.seen = Standing::Waiting;
+                            return Ok(Woken::Look);
+                        }
+                    }
+                    if let Some(old) = c.watching.take() {
+                        nw.end_before(&old);
+                    }
+                    let Some(mut w) = nw.watch_before(&before, notify) else {
+                        unreachable!("a narrow watch")
+                    };
+                    let phase = r.within(w.settled()).await;
+                    c.watching = Some(w);
+                    if phase.is_none() {
+                        c.seen = Standing::Waiting;
+                        return Ok(Woken::Look);
+                    }
+                }
+            }
+            self.read_turn(c).await?;
+            if c.seen != Standing::Waiting {
+                return Ok(Woken::Look);
+            }
+            if c.watching
+                .as_ref()
+                .is_some_and(|w| w.phase() == Phase::Created)
+            {
+                c.rewatch = None;
+            }
+        }
+    }
+
+    /// One linearizable read of our key and the key ranked just before it: sets `c.seen`
+    /// (settled) and `c.before`.
+    async fn read_turn(&self, c: &mut Claim) -> Result<()> {
+        let (p, rev) = (self.want.nw.prefix().to_vec(), c.rev);
+        let resp = self
+            .inner
+            .pool
+            .run("read the lock queue", true, move |mut cl| {
+                let opts = GetOptions::new()
+                    .with_prefix()
+                    .with_max_create_revision(rev)
+                    .with_sort(SortTarget::Create, SortOrder::Descend)
+                    .with_limit(2);
+                let p = p.clone();
+                async move { cl.get(p, Some(opts)).await }
+            })
+            .await?;
+        let kvs = resp.kvs();
+        c.settled = true;
+        let ours = kvs
+            .first()
+            .is_some_and(|kv| kv.create_revision() == rev && kv.key() == c.key);
+        if !ours {
+            c.seen = Standing::Gone;
+            return Ok(());
+        }
+        c.before = kvs
+            .get(1)
+            .map(|kv| (kv.key().to_vec(), kv.create_revision()));
+        c.seen = if c.before.is_some() {
+            Standing::Waiting
+        } else {
+            Standing::Owner
+        };
+        Ok(())
     }
 }
 
@@ -309,13 +442,25 @@ impl Claim {
     async fn create(
         &mut self,
         inner: &Inner,
-        prefix: &[u8],
+        nw: &NameWatch,
         value: &[u8],
         need: Need,
         kind: Kind,
     ) -> Result<bool> {
-        // The mutex only needs the first key; the others need everyone ranked before them.
-        let limit = if need == Need::Exclusive { 1 } else { 0 };
+        let prefix = nw.prefix();
+        if let KeyLease::Session(s) = &self.lease {
+            // A create that gets no answer may land late: a stray, whatever the slot.
+            nw.watch_strays(s.id());
+        }
+        // A narrow watch (a mutex) needs the key ranked just before ours, read newest first
+        // (ours, then that one); a writer only needs the first key; the others need everyone
+        // ranked before them.
+        let narrow = nw.is_narrow();
+        let (limit, order) = match need {
+            Need::Exclusive if narrow => (2, SortOrder::Descend),
+            Need::Exclusive => (1, SortOrder::Ascend),
+            _ => (0, SortOrder::Ascend),
+        };
         for _ in 0..3 {
             let (pool, key, lease, prefix, value) = (
                 inner.pool.clone(),
@@ -334,7 +479,7 @@ impl Claim {
                         Some(
                             GetOptions::new()
                                 .with_prefix()
-                                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                                .with_sort(SortTarget::Create, order)
                                 .with_limit(limit),
                         ),
                     );
@@ -361,14 +506,16 @@ impl Claim {
             let ops = resp.op_responses();
             if resp.succeeded() {
                 self.rev = rev;
+                nw.watch_own(&self.key, rev);
                 return Ok(match ops.get(1) {
                     Some(TxnOpResponse::Get(g)) => {
-                        let before: Vec<_> = g
-                            .kvs()
-                            .iter()
-                            .filter(|kv| kv.create_revision() < rev)
-                            .map(|kv| kind.entry(kv.value()))
-                            .collect();
+                        let before = g.kvs().iter().filter(|kv| kv.create_revision() < rev);
+                        self.before = before
+                            .clone()
+                            .next()
+                            .filter(|_| narrow)
+                            .map(|kv| (kv.key().to_vec(), kv.create_revision()));
+                        let before: Vec<_> = before.map(|kv| kind.entry(kv.value())).collect();
                         need.holds(before.iter())
                     }
                     _ => false,
@@ -422,10 +569,14 @@ impl Claim {
         }
     }
 
-    /// Ends our registration with the name's watch.
+    /// Ends our registration with the name's watch (and a narrow watch's watch of the key
+    /// before ours).
     fn unregister(&mut self, nw: &NameWatch) {
         if self.waiter.take().is_some() {
             nw.remove_waiter(self.rev);
+        }
+        if let Some(w) = self.watching.take() {
+            nw.end_before(&w);
         }
     }
 

@@ -7,6 +7,7 @@ mod config;
 mod election;
 mod held;
 mod inner;
+mod key_watch;
 mod mutex;
 mod ops;
 mod rwlock;

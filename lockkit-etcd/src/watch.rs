@@ -32,11 +32,12 @@ use lockkit_core::spi::{LeaderFeed, StateCell};
 use lockkit_core::{
     Backoff, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LostReason, Result,
 };
-use tokio::sync::{watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::Pool;
+use crate::key_watch::{BeforeWatch, Cmd, KeyWatches};
 
 /// Aborts the background task kept in `slot` (a name's watch), if it is still there.
 fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
@@ -277,11 +278,14 @@ enum Readiness {
 }
 
 /// The watch of one lock prefix, shared by every handle, acquire and guard of that lock in one
-/// client. The task stops when the last user drops it.
+/// client. The task stops when the last user drops it. A mutex's is narrow (see
+/// `key_watch.rs`): it watches a few keys, not the prefix, and keeps no mirror.
 #[derive(Debug)]
 pub(crate) struct NameWatch {
     prefix: Vec<u8>,
     mirror: Mutex<Mirror>,
+    /// A narrow watch's registrations (a mutex's); `None` for a prefix watch.
+    keys: Option<Mutex<KeyWatches>>,
     ready: watch::Sender<Readiness>,
     slots: Mutex<BTreeSet<u32>>,
     strays: Strays,
@@ -304,15 +308,17 @@ impl NameWatch {
         strays: Strays,
     ) -> Arc<NameWatch> {
         let (ready, _) = watch::channel(Readiness::Pending);
+        let (cmds, rx) = mpsc::unbounded_channel();
         let nw = Arc::new(NameWatch {
             prefix,
             mirror: Mutex::new(Mirror::new(kind)),
+            keys: (kind == Kind::Mutex).then(|| Mutex::new(KeyWatches::new(cmds))),
             ready,
             slots: Mutex::new(BTreeSet::new()),
             strays,
             task: Mutex::new(None),
         });
-        let task = tokio::spawn(run(Arc::downgrade(&nw), pool));
+        let task = tokio::spawn(run(Arc::downgrade(&nw), pool, rx));
         *nw.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
         nw
     }
@@ -321,6 +327,9 @@ impl NameWatch {
     /// the handle closed.
     pub(crate) fn stop(&self) {
         abort_task(&self.task);
+        if let Some(mut k) = self.keys() {
+            k.stop();
+        }
         let mut m = self.mirror();
         m.synced = false;
         for (_, cell) in m.holders.drain() {
@@ -380,24 +389,97 @@ impl NameWatch {
         self.mirror.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where our key of create revision `rev` stands.
+    /// A narrow watch's registrations; `None` for a prefix watch.
+    pub(crate) fn keys(&self) -> Option<MutexGuard<'_, KeyWatches>> {
+        self.keys
+            .as_ref()
+            .map(|k| k.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Whether this is a narrow watch (a mutex's): waiters watch the key before theirs.
+    pub(crate) fn is_narrow(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// Where our key of create revision `rev` stands. A narrow watch knows only whether the
+    /// key is gone.
     pub(crate) fn standing(&self, rev: i64, need: Need) -> Standing {
+        if let Some(k) = self.keys() {
+            return if k.is_gone(rev) {
+                Standing::Gone
+            } else {
+                Standing::Unknown
+            };
+        }
         self.mirror().standing(rev, need)
     }
 
-    /// Registers a waiter for `rev`; it is notified when it became owner or lost its key.
+    /// Our key `key` was created at `rev`: a narrow watch watches it for its delete (a prefix
+    /// watch sees it anyway).
+    pub(crate) fn watch_own(&self, key: &[u8], rev: i64) {
+        if let Some(mut k) = self.keys() {
+            k.own(key, rev);
+        }
+    }
+
+    /// A narrow watch on `key`, ranked just before a waiter's key, whose delete wakes `waiter`.
+    pub(crate) fn watch_before(&self, key: &[u8], waiter: &Arc<Notify>) -> Option<BeforeWatch> {
+        self.keys().map(|mut k| k.before(key, waiter.clone()))
+    }
+
+    /// Ends a before watch.
+    pub(crate) fn end_before(&self, w: &BeforeWatch) {
+        if let Some(mut k) = self.keys() {
+            k.end_before(w);
+        }
+    }
+
+    /// A narrow watch watches the keys named by our session lease `lease` for strays (a prefix
+    /// watch sees every key): `<prefix><lease hex>` and its slots `…_<n>` (the range up to
+    /// `` ` ``, the byte after `_`; another lease's keys in it are not ours).
+    pub(crate) fn watch_strays(&self, lease: i64) {
+        if let Some(mut k) = self.keys() {
+            let mut start = self.prefix.clone();
+            start.extend_from_slice(format!("{lease:x}").as_bytes());
+            let mut end = start.clone();
+            end.push(b'`');
+            k.strays(start, end);
+        }
+    }
+
+    /// Our key of create revision `rev` is done with (deleted, or handed to the reaper).
+    pub(crate) fn forget(&self, rev: i64) {
+        if let Some(mut k) = self.keys() {
+            k.forget(rev);
+        }
+    }
+
+    /// Registers a waiter for `rev`; it is notified when it became owner or lost its key (on a
+    /// narrow watch: when its key, or the key before it, is deleted).
     pub(crate) fn add_waiter(&self, rev: i64, need: Need) -> Arc<Notify> {
         let n = Arc::new(Notify::new());
+        if let Some(mut k) = self.keys() {
+            k.set_waiter(rev, Some(n.clone()));
+            return n;
+        }
         self.mirror().waiters.insert(rev, (n.clone(), need));
         n
     }
 
     pub(crate) fn remove_waiter(&self, rev: i64) {
+        if let Some(mut k) = self.keys() {
+            k.set_waiter(rev, None);
+            return;
+        }
         self.mirror().waiters.remove(&rev);
     }
 
     /// Registers a holder: its state turns Lost when its key disappears.
     pub(crate) fn add_holder(&self, rev: i64, cell: &StateCell) {
+        if let Some(mut k) = self.keys() {
+            k.set_holder(rev, cell);
+            return;
+        }
         let mut m = self.mirror();
         if m.standing(rev, Need::Shared) == Standing::Gone {
             cell.mark_lost(LostReason::Deleted);
@@ -427,6 +509,7 @@ impl NameWatch {
     }
 
     pub(crate) fn remove_holder(&self, rev: i64) {
+        self.forget(rev);
         self.mirror().holders.remove(&rev);
     }
 
@@ -478,14 +561,18 @@ impl Drop for Slot {
     }
 }
 
-async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
+async fn run(
+    nw: std::sync::Weak<NameWatch>,
+    pool: Arc<Pool>,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+) {
     let mut retry = Backoff::WATCH.start();
     loop {
         let Some(prefix) = nw.upgrade().map(|n| n.prefix.clone()) else {
             return;
         };
         let key = String::from_utf8_lossy(&prefix).into_owned();
-        let ended = session_of_watch(&nw, &pool, prefix).await;
+        let ended = session_of_watch(&nw, &pool, prefix, &mut cmds).await;
         let why = match &ended {
             Ok(()) => "it moved to another endpoint".to_string(),
             Err(e) => e.to_string(),
@@ -526,13 +613,15 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
     }
 }
 
-/// One life of the watch stream: create, wait for `created`, range, then apply events until the
-/// stream ends.
+/// One life of the watch stream: create, wait for `created`, range (or, on a narrow watch, create
+/// its key watches), then apply events until the stream ends.
 async fn session_of_watch(
     nw: &std::sync::Weak<NameWatch>,
     pool: &Arc<Pool>,
     prefix: Vec<u8>,
+    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
 ) -> Result<()> {
+    let narrow = nw.upgrade().is_some_and(|n| n.is_narrow());
     let limit = pool.timeout();
     // Subscribed first, so a failover during the setup is seen too.
     let mut moves = pool.moves();
@@ -544,11 +633,14 @@ async fn session_of_watch(
             return Err(e);
         }
     };
-    let opened = tokio::time::timeout(
-        limit,
-        client.watch(prefix.clone(), Some(WatchOptions::new().with_prefix())),
-    )
-    .await;
+    // A narrow stream is anchored by a watch of the prefix itself, a key no lock writes; its
+    // key watches come and go on it.
+    let opts = if narrow {
+        WatchOptions::new()
+    } else {
+        WatchOptions::new().with_prefix()
+    };
+    let opened = tokio::time::timeout(limit, client.watch(prefix.clone(), Some(opts))).await;
     let mut stream = match opened {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -574,6 +666,19 @@ async fn session_of_watch(
             ));
         }
     }
+    // The narrow watch's key watches in place of the mirror: created again (with ids this
+    // stream has not seen, so the commands still queued for them are dropped below).
+    let mut live = std::collections::HashSet::new();
+    if narrow {
+        let Some(n) = nw.upgrade() else { return Ok(()) };
+        let ids = n.keys().map(|mut k| k.restart()).unwrap_or_default();
+        for id in ids {
+            create_key_watch(&n, &mut stream, &mut live, id).await?;
+        }
+        n.ready.send_replace(Readiness::Ready);
+        drop(n);
+        return narrow_stream(nw, pool, idx, stream, cmds, live, moves).await;
+    }
     let p2 = prefix.clone();
     let mut resp = pool
         .run("range", true, move |mut c| {
@@ -597,46 +702,12 @@ async fn session_of_watch(
         }
     }
     // When the stream last said something, and whether a progress report was asked for since.
-    let mut heard = Instant::now();
-    let mut asked = false;
+    let mut listen = Listen::new(pool, idx, moves);
     loop {
-        let quiet_until = heard + limit * if asked { 2 } else { 1 };
-        let msg = tokio::select! {
-            msg = stream.message() => msg,
-            _ = tokio::time::sleep_until(quiet_until) => {
-                if asked {
-                    pool.failed(idx);
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!("the etcd watch stayed silent for {:?}", limit * 2),
-                    ));
-                }
-                stream
-                    .request_progress()
-                    .await
-                    .map_err(|e| crate::client::map_err(e, "watch progress"))?;
-                asked = true;
-                continue;
-            }
-            _ = moves.changed() => {
-                // Others found an endpoint failing: follow them if it was ours.
-                if pool.current().0 != idx {
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        heard = Instant::now();
-        asked = false;
-        // A stream that broke or ended (a member that lost its leader ends it) is resumed on the
-        // next endpoint.
-        let msg = msg.map_err(|e| {
-            pool.failed(idx);
-            crate::client::map_err(e, "watch")
-        })?;
-        let Some(r) = msg else {
-            pool.failed(idx);
-            return Err(Error::new(ErrorKind::Connection, "etcd watch stream ended"));
+        let r = match listen.next(&mut stream, None).await? {
+            Heard::Message(r) => r,
+            Heard::Moved => return Ok(()),
+            Heard::Command(_) => continue,
         };
         let Some(n) = nw.upgrade() else { return Ok(()) };
         if r.canceled() {
@@ -681,6 +752,179 @@ async fn session_of_watch(
         }
         m.settle();
         drop(m);
+        for (key, rev) in strays {
+            n.strays.reap(pool, key, rev);
+        }
+    }
+}
+
+/// What a watch stream's listener heard.
+enum Heard {
+    Message(etcd_client::WatchResponse),
+    /// A narrow watch's registry asks for a create or cancel.
+    Command(Cmd),
+    /// The pool moved to another endpoint: the stream follows.
+    Moved,
+}
+
+/// Listens to one life of a watch stream: a stream that says nothing for a command timeout is
+/// asked for a progress report and given up (and the pool fails over) when none comes within
+/// another; a stream that broke or ended (a member that lost its leader ends it) is resumed on
+/// the next endpoint.
+struct Listen<'a> {
+    pool: &'a Arc<Pool>,
+    idx: usize,
+    moves: watch::Receiver<u64>,
+    heard: Instant,
+    asked: bool,
+}
+
+impl<'a> Listen<'a> {
+    fn new(pool: &'a Arc<Pool>, idx: usize, moves: watch::Receiver<u64>) -> Listen<'a> {
+        Listen {
+            pool,
+            idx,
+            moves,
+            heard: Instant::now(),
+            asked: false,
+        }
+    }
+
+    async fn next(
+        &mut self,
+        stream: &mut etcd_client::WatchStream,
+        mut cmds: Option<&mut mpsc::UnboundedReceiver<Cmd>>,
+    ) -> Result<Heard> {
+        let (pool, idx, limit) = (self.pool, self.idx, self.pool.timeout());
+        loop {
+            let quiet_until = self.heard + limit * if self.asked { 2 } else { 1 };
+            let msg = tokio::select! {
+                msg = stream.message() => msg,
+                cmd = async { cmds.as_mut().expect("checked").recv().await }, if cmds.is_some() => {
+                    // Every sender gone: the name's watch was dropped.
+                    return Ok(cmd.map_or(Heard::Moved, Heard::Command));
+                }
+                _ = tokio::time::sleep_until(quiet_until) => {
+                    if self.asked {
+                        pool.failed(idx);
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!("the etcd watch stayed silent for {:?}", limit * 2),
+                        ));
+                    }
+                    stream
+                        .request_progress()
+                        .await
+                        .map_err(|e| crate::client::map_err(e, "watch progress"))?;
+                    self.asked = true;
+                    continue;
+                }
+                _ = self.moves.changed() => {
+                    // Others found an endpoint failing: follow them if it was ours.
+                    if pool.current().0 != idx {
+                        return Ok(Heard::Moved);
+                    }
+                    continue;
+                }
+            };
+            self.heard = Instant::now();
+            self.asked = false;
+            let msg = msg.map_err(|e| {
+                pool.failed(idx);
+                crate::client::map_err(e, "watch")
+            })?;
+            let Some(r) = msg else {
+                pool.failed(idx);
+                return Err(Error::new(ErrorKind::Connection, "etcd watch stream ended"));
+            };
+            return Ok(Heard::Message(r));
+        }
+    }
+}
+
+/// Sends the create of a narrow watch's key watch `id`, unless it is in place on this stream or
+/// was cancelled.
+async fn create_key_watch(
+    n: &NameWatch,
+    stream: &mut etcd_client::WatchStream,
+    live: &mut std::collections::HashSet<i64>,
+    id: i64,
+) -> Result<()> {
+    if live.contains(&id) {
+        return Ok(());
+    }
+    let Some((key, opts)) = n.keys().and_then(|k| k.create_request(id)) else {
+        return Ok(());
+    };
+    live.insert(id);
+    stream
+        .watch(key, Some(opts))
+        .await
+        .map_err(|e| crate::client::map_err(e, "watch"))
+}
+
+/// The rest of one life of a narrow watch's stream: sends its registry's creates and cancels
+/// and routes what comes back.
+async fn narrow_stream(
+    nw: &std::sync::Weak<NameWatch>,
+    pool: &Arc<Pool>,
+    idx: usize,
+    mut stream: etcd_client::WatchStream,
+    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+    mut live: std::collections::HashSet<i64>,
+    moves: watch::Receiver<u64>,
+) -> Result<()> {
+    let mut listen = Listen::new(pool, idx, moves);
+    loop {
+        let heard = listen.next(&mut stream, Some(cmds)).await?;
+        let Some(n) = nw.upgrade() else { return Ok(()) };
+        let r = match heard {
+            Heard::Moved => return Ok(()),
+            Heard::Command(Cmd::Create(id)) => {
+                create_key_watch(&n, &mut stream, &mut live, id).await?;
+                continue;
+            }
+            Heard::Command(Cmd::Cancel(id)) => {
+                if live.remove(&id) {
+                    stream
+                        .cancel(id)
+                        .await
+                        .map_err(|e| crate::client::map_err(e, "watch cancel"))?;
+                }
+                continue;
+            }
+            Heard::Message(r) => r,
+        };
+        let id = r.watch_id();
+        if id == 0 {
+            if r.canceled() {
+                return Err(cancelled(r.cancel_reason()));
+            }
+            continue;
+        }
+        let mut strays = Vec::new();
+        {
+            let Some(mut k) = n.keys() else { return Ok(()) };
+            if let Some(rev) = r.header().map(|h| h.revision()) {
+                k.seen_rev = k.seen_rev.max(rev);
+            }
+            if r.canceled() {
+                live.remove(&id);
+                k.cancelled(id);
+                continue;
+            }
+            if r.created() {
+                k.created(id);
+            }
+            for ev in r.events() {
+                let deleted = ev.event_type() == EventType::Delete;
+                if k.event(id, deleted) {
+                    if let Some(kv) = ev.kv().filter(|kv| n.is_stray(kv)) {
+                        strays.push(stray(kv));
+                    }
+                }
+            }
+        }
         for (key, rev) in strays {
             n.strays.reap(pool, key, rev);
         }
