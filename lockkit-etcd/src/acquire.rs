@@ -80,8 +80,10 @@ struct Claim {
     settled: bool,
     /// On a narrow watch: the key ranked just before ours (name, create revision), as last read.
     before: Option<(Vec<u8>, i64)>,
-    /// On a narrow watch: our watch of `before`'s key.
+    /// On a narrow watch: our place on the watch of `before`'s key.
     watching: Option<BeforeWatch>,
+    /// Whether that watch hears `before`'s delete for certain.
+    confirmed: bool,
     /// Paces new watches of `before` that etcd keeps breaking.
     rewatch: Option<lockkit_core::Retry>,
 }
@@ -123,6 +125,7 @@ impl Queue for EtcdQueue<'_> {
             settled: false,
             before: None,
             watching: None,
+            confirmed: false,
             rewatch: None,
         })
     }
@@ -280,9 +283,10 @@ impl EtcdQueue<'_> {
         Ok(())
     }
 
-    /// A mutex's wait (a narrow watch): watch the key ranked just before ours, read the queue
-    /// again once the watch is in place (a key still there then is deleted later, so its delete
-    /// reaches the watch), and wait for that delete; every turn is settled by such a read.
+    /// A mutex's wait (a narrow watch): wait on the key ranked just before ours for its delete,
+    /// on a watch that hears every delete of it since before that key was created (else, once
+    /// the watch is in place, read the queue again: a key still there then is deleted later, so
+    /// its delete reaches the watch); every turn is settled by such a read.
     async fn wait_narrow(&self, c: &mut Claim, r: &Request, notify: &Arc<Notify>) -> Result<Woken> {
         let nw = self.want.nw;
         loop {
@@ -292,29 +296,45 @@ impl EtcdQueue<'_> {
                 c.settled = true;
                 return Ok(Woken::Look);
             }
-            let Some((before, _)) = c.before.clone() else {
+            let Some((before, brev)) = c.before.clone() else {
                 c.seen = Standing::Owner;
                 c.settled = true;
                 return Ok(Woken::Look);
             };
-            let watching = c
+            let phase = c
                 .watching
                 .as_ref()
-                .filter(|w| w.key == before)
+                .filter(|w| w.key == before && w.rev == brev)
                 .map(|w| w.phase());
-            match watching {
+            match phase {
                 Some(Phase::Created) => {
-                    if r.within(notify.notified()).await.is_none() {
-                        // The deadline: the driver's last look settles it.
+                    let w = c.watching.as_ref().expect("just seen");
+                    if c.confirmed || nw.before_covers(w) {
+                        c.confirmed = true;
+                        c.rewatch = None;
+                        if r.within(notify.notified()).await.is_none() {
+                            // The deadline: the driver's last look settles it.
+                            c.seen = Standing::Waiting;
+                            return Ok(Woken::Look);
+                        }
+                        // Fired, broken, our key gone, or a stale wake-up: look again.
+                        continue;
+                    }
+                    // Read below: the key is still there after the watch was in place.
+                }
+                Some(Phase::Pending) => {
+                    let w = c.watching.as_mut().expect("just seen");
+                    if r.within(w.settled()).await.is_none() {
                         c.seen = Standing::Waiting;
                         return Ok(Woken::Look);
                     }
+                    continue;
                 }
-                Some(Phase::Pending) => unreachable!("a before watch is awaited until created"),
-                // Deleted: read again. Broken: read again and watch anew.
+                // Deleted: read again.
                 Some(Phase::Fired) => {}
+                // A new key before ours, or the watch broke: watch it anew.
                 Some(Phase::Broken) | None => {
-                    if watching == Some(Phase::Broken) {
+                    if phase == Some(Phase::Broken) {
                         let pace = c.rewatch.get_or_insert_with(|| Backoff::WATCH.start());
                         if r.within(pace.wait()).await.is_none() {
                             c.seen = Standing::Waiting;
@@ -324,27 +344,18 @@ impl EtcdQueue<'_> {
                     if let Some(old) = c.watching.take() {
                         nw.end_before(&old);
                     }
-                    let Some(mut w) = nw.watch_before(&before, notify) else {
-                        unreachable!("a narrow watch")
-                    };
-                    let phase = r.within(w.settled()).await;
-                    c.watching = Some(w);
-                    if phase.is_none() {
-                        c.seen = Standing::Waiting;
-                        return Ok(Woken::Look);
-                    }
+                    c.watching = nw.watch_before(&before, brev, notify);
+                    c.confirmed = false;
+                    continue;
                 }
             }
+            let created = phase == Some(Phase::Created);
             self.read_turn(c).await?;
             if c.seen != Standing::Waiting {
                 return Ok(Woken::Look);
             }
-            if c.watching
-                .as_ref()
-                .is_some_and(|w| w.phase() == Phase::Created)
-            {
-                c.rewatch = None;
-            }
+            // Still the same key before ours, read after its watch was in place.
+            c.confirmed = created && c.before == Some((before, brev));
         }
     }
 

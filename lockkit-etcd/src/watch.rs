@@ -422,9 +422,20 @@ impl NameWatch {
         }
     }
 
-    /// A narrow watch on `key`, ranked just before a waiter's key, whose delete wakes `waiter`.
-    pub(crate) fn watch_before(&self, key: &[u8], waiter: &Arc<Notify>) -> Option<BeforeWatch> {
-        self.keys().map(|mut k| k.before(key, waiter.clone()))
+    /// A narrow watch on `key` (its incarnation created at `rev`, ranked just before a
+    /// waiter's key), whose delete wakes `waiter`.
+    pub(crate) fn watch_before(
+        &self,
+        key: &[u8],
+        rev: i64,
+        waiter: &Arc<Notify>,
+    ) -> Option<BeforeWatch> {
+        self.keys().map(|mut k| k.before(key, rev, waiter.clone()))
+    }
+
+    /// Whether `w`'s watch hears every delete of the incarnation it waits on.
+    pub(crate) fn before_covers(&self, w: &BeforeWatch) -> bool {
+        self.keys().is_some_and(|k| k.covers(w))
     }
 
     /// Ends a before watch.
@@ -914,11 +925,12 @@ async fn narrow_stream(
                 continue;
             }
             if r.created() {
-                k.created(id);
+                k.created(id, r.header().map_or(0, |h| h.revision()));
             }
             for ev in r.events() {
                 let deleted = ev.event_type() == EventType::Delete;
-                if k.event(id, deleted) {
+                let rev = ev.kv().map_or(0, |kv| kv.mod_revision());
+                if k.event(id, deleted, rev) {
                     if let Some(kv) = ev.kv().filter(|kv| n.is_stray(kv)) {
                         strays.push(stray(kv));
                     }

@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             release_of_lost_guard_is_an_error_not_a_panic,
             drop_releases_in_background,
             dropped_waiting_acquire_leaves_no_trace,
+            waiter_behind_one_that_gave_up_gets_the_lock,
             timed_out_acquire_leaves_no_trace,
             fifo_order_of_ten_waiters,
             is_locked_reflects_holder,

@@ -53,6 +53,44 @@ pub async fn dropped_waiting_acquire_leaves_no_trace(locks: &Locks) {
     );
 }
 
+/// A waiter queued behind one that gives up still gets the lock when the holder releases: a
+/// backend whose waiters each wait on the one before them (etcd's mutex, ZooKeeper) must move
+/// on to the next one before.
+pub async fn waiter_behind_one_that_gave_up_gets_the_lock(locks: &Locks) {
+    let n = name("behind-quitter");
+    let holder = mutex(locks, &n).lock().await.unwrap();
+    let quitter = mutex(locks, &n);
+    let quits = tokio::spawn(async move {
+        quitter
+            .acquire(&AcquireOptions::new().wait(Duration::from_millis(700)))
+            .await
+            .map(|g| g.is_some())
+    });
+    // Plain (not fair) acquires: a backend need not show them as queued, so a pause.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let behind = mutex(locks, &n);
+    let waits = tokio::spawn(async move {
+        let g = behind.lock_for(Duration::from_secs(30)).await?;
+        match g {
+            Some(g) => g.release().await.map(|()| true),
+            None => Ok(false),
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !quits.await.unwrap().unwrap(),
+        "the quitter got a held lock"
+    );
+    // The one behind now waits on the holder alone.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder.release().await.unwrap();
+    let got = within(SOON, "the waiter behind the quitter", waits)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got, "the waiter behind the quitter never got the lock");
+}
+
 /// An acquire that ran out of budget leaves nothing behind: right after the holder releases, a
 /// no-wait attempt succeeds.
 pub async fn timed_out_acquire_leaves_no_trace(locks: &Locks) {
