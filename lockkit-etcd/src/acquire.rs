@@ -1,12 +1,13 @@
-//! Acquiring a key on a lock prefix, shared by the mutex, the RW lock and the semaphore.
+//! Acquiring a key on a lock prefix, shared by the mutex, the RW lock, the semaphore and the
+//! election.
 //!
 //! One transaction creates our key `<prefix><lease hex>[_n]` if absent (attached to the session
-//! lease, or to a lease of its own for fixed leases) and reads the keys ranked before it. If
-//! they leave room for us we hold at once. Otherwise we wait on the name's long-lived watch (see
-//! `watch.rs`): a RW lock's or semaphore's until its mirror shows that we hold, a mutex's
-//! (narrow, see `key_watch.rs`) until the key ranked just before ours is deleted. Ranks are
-//! create revisions, never key names or mere existence, because key names come back whenever a
-//! session locks again. The watch only wakes us: the turn it shows, and a wait that ran out, are
+//! lease, or to a lease of its own for fixed leases) and reads the keys ranked before it (a
+//! mutex: ours and the one just before it). If they leave room for us we hold at once. Otherwise
+//! we wait on the name's long-lived watch (see `watch.rs`): a RW lock's, semaphore's or
+//! election's until its mirror shows that we hold, a mutex's (narrow, see `key_watch.rs`) until
+//! the key ranked just before ours is deleted. Ranks are create revisions, never key names or
+//! mere existence, because key names come back whenever a session locks again. The watch only wakes us: the turn it shows, and a wait that ran out, are
 //! settled by a linearizable read of the queue, since the watch may lag the server. If our own
 //! key vanishes while we wait (etcd issue 11456) we start over with a fresh key. Every failure,
 //! timeout and cancellation deletes our key (etcd issue 9715).
@@ -323,8 +324,15 @@ impl EtcdQueue<'_> {
                     // Read below: the key is still there after the watch was in place.
                 }
                 Some(Phase::Pending) => {
+                    // Our own key's delete wakes us meanwhile too.
                     let w = c.watching.as_mut().expect("just seen");
-                    if r.within(w.settled()).await.is_none() {
+                    let settled = async {
+                        tokio::select! {
+                            _ = w.settled() => {}
+                            _ = notify.notified() => {}
+                        }
+                    };
+                    if r.within(settled).await.is_none() {
                         c.seen = Standing::Waiting;
                         return Ok(Woken::Look);
                     }
@@ -336,7 +344,13 @@ impl EtcdQueue<'_> {
                 Some(Phase::Broken) | None => {
                     if phase == Some(Phase::Broken) {
                         let pace = c.rewatch.get_or_insert_with(|| Backoff::WATCH.start());
-                        if r.within(pace.wait()).await.is_none() {
+                        let paced = async {
+                            tokio::select! {
+                                _ = pace.wait() => {}
+                                _ = notify.notified() => {}
+                            }
+                        };
+                        if r.within(paced).await.is_none() {
                             c.seen = Standing::Waiting;
                             return Ok(Woken::Look);
                         }
@@ -529,7 +543,12 @@ impl Claim {
                         let before: Vec<_> = before.map(|kv| kind.entry(kv.value())).collect();
                         need.holds(before.iter())
                     }
-                    _ => false,
+                    _ => {
+                        return Err(Error::new(
+                            ErrorKind::Backend,
+                            "an etcd acquire answer without its range",
+                        ))
+                    }
                 });
             }
             // Our slot's key exists: left over from an earlier acquisition whose delete failed,

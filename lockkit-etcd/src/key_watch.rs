@@ -20,12 +20,16 @@
 //!   every delete from the revision after the one its `created` answer reports; a waiter whose
 //!   predecessor was created before that reads the queue again once the watch is in place (a
 //!   key still there in that read is deleted later, so its delete reaches the watch);
-//! - **stray** watches (puts only) on the keys named by one of our session leases: a put there
-//!   in a slot no acquisition of ours holds is one of our strays (see `strays.rs`); only our own
-//!   acquisitions' puts come through, one per acquisition.
+//! - **stray** watches (puts only) on the keys named by one of our session leases (the range
+//!   `<prefix><lease hex>` to that plus `` ` ``, the byte after `_`): a put there on our lease in
+//!   a slot no acquisition of ours holds is one of our strays (see `strays.rs`). Our own
+//!   acquisitions' puts come through, one per acquisition (and those of a lease whose hex
+//!   extends ours, which are not on our lease). Each life of the stream reads the range before
+//!   it watches it, so a stray that landed while no watch was there is found too.
 //!
-//! The stream's task (`watch.rs`) sends what this registry asks for and routes what comes back;
-//! a new life of the stream creates the own-key and stray watches again from their revisions
+//! Watch ids are chosen by the client (etcd 3.4 or later). The stream's task (`watch.rs`) sends
+//! what this registry asks for and routes what comes back; a new life of the stream creates the
+//! own-key watches again from their keys' revisions, reads and watches the stray ranges again,
 //! and breaks the before watches, whose waiters read again and watch anew.
 
 use std::collections::{HashMap, HashSet};
@@ -73,7 +77,8 @@ enum What {
         /// When a waiter last asked for it (for the cache's eviction).
         used: u64,
     },
-    Stray,
+    /// The keys named by session lease `lease`.
+    Stray { lease: i64 },
 }
 
 /// A waiter on a before watch: woken by a delete of the key's incarnation created at `rev`.
@@ -116,9 +121,12 @@ pub(crate) struct BeforeWatch {
 }
 
 impl BeforeWatch {
-    /// The watch's phase now.
+    /// The watch's phase now; a watch dropped before it was created is `Broken`.
     pub(crate) fn phase(&self) -> Phase {
-        *self.phase.borrow()
+        match *self.phase.borrow() {
+            Phase::Pending if self.phase.has_changed().is_err() => Phase::Broken,
+            p => p,
+        }
     }
 
     /// Waits until the watch is past `Pending`.
@@ -145,8 +153,6 @@ pub(crate) struct KeyWatches {
     /// Key ranges already watched for strays, by their start.
     strays: HashSet<Vec<u8>>,
     cmds: mpsc::UnboundedSender<Cmd>,
-    /// The highest revision the stream has reported.
-    pub(crate) seen_rev: i64,
 }
 
 impl KeyWatches {
@@ -160,7 +166,6 @@ impl KeyWatches {
             tick: 0,
             strays: HashSet::new(),
             cmds,
-            seen_rev: 0,
         }
     }
 
@@ -248,22 +253,32 @@ impl KeyWatches {
         self.tick += 1;
         self.next_sub += 1;
         let (tick, sub) = (self.tick, self.next_sub);
-        let id = match self.befores.get(key) {
-            Some(id) => *id,
-            None => {
-                let what = What::Before {
-                    covers: None,
-                    last_delete: 0,
-                    subs: Vec::new(),
-                    used: tick,
-                };
-                let id = self.add(key.to_vec(), None, 0, what);
-                self.befores.insert(key.to_vec(), id);
-                self.evict();
-                id
-            }
-        };
         let (phase, rx) = watch::channel(Phase::Pending);
+        let w = BeforeWatch {
+            key: key.to_vec(),
+            rev,
+            sub,
+            phase: rx,
+        };
+        let me = BeforeSub {
+            sub,
+            rev,
+            phase,
+            waiter,
+        };
+        let Some(&id) = self.befores.get(key) else {
+            let what = What::Before {
+                covers: None,
+                last_delete: 0,
+                subs: vec![me],
+                used: tick,
+            };
+            let id = self.add(key.to_vec(), None, 0, what);
+            self.befores.insert(key.to_vec(), id);
+            // After the waiter is in: a watch with a waiter is never evicted.
+            self.evict();
+            return w;
+        };
         if let Some(Reg {
             what:
                 What::Before {
@@ -277,25 +292,15 @@ impl KeyWatches {
         {
             *used = tick;
             if *last_delete > rev {
-                phase.send_replace(Phase::Fired);
+                me.phase.send_replace(Phase::Fired);
             } else {
                 if covers.is_some() {
-                    phase.send_replace(Phase::Created);
+                    me.phase.send_replace(Phase::Created);
                 }
-                subs.push(BeforeSub {
-                    sub,
-                    rev,
-                    phase,
-                    waiter,
-                });
+                subs.push(me);
             }
         }
-        BeforeWatch {
-            key: key.to_vec(),
-            rev,
-            sub,
-            phase: rx,
-        }
+        w
     }
 
     /// Whether the watch of `w`'s key hears every delete of the incarnation `w` waits on: it
@@ -352,16 +357,54 @@ impl KeyWatches {
         }
     }
 
-    /// Watches the keys from `start` up to `end` (those named by one of our session leases) for
-    /// puts, once.
-    pub(crate) fn strays(&mut self, start: Vec<u8>, end: Vec<u8>) {
-        if self.strays.insert(start.clone()) {
-            let from = if self.seen_rev > 0 {
-                self.seen_rev + 1
-            } else {
-                0
-            };
-            self.add(start, Some(end), from, What::Stray);
+    /// Watches the keys from `start` up to `end` (those named by our session lease `lease`) for
+    /// puts, once; the stream's task reads them first (see [`stray_range`](Self::stray_range)).
+    /// The watches of leases `owned` says are no longer ours are cancelled.
+    pub(crate) fn strays(
+        &mut self,
+        lease: i64,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        owned: impl Fn(i64) -> bool,
+    ) {
+        if self.strays.contains(&start) {
+            return;
+        }
+        let gone: Vec<i64> = self
+            .regs
+            .iter()
+            .filter(|(_, r)| matches!(r.what, What::Stray { lease } if !owned(lease)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            if let Some(reg) = self.regs.get(&id) {
+                self.strays.remove(&reg.key);
+            }
+            self.cancel(id);
+        }
+        self.strays.insert(start.clone());
+        self.add(start, Some(end), 0, What::Stray { lease });
+    }
+
+    /// The key range of stray watch `id`, which the stream's task reads (and reaps the strays it
+    /// finds) before it creates the watch from the revision after that read: a stray that landed
+    /// before the watch, or while the stream was down, is found too.
+    pub(crate) fn stray_range(&self, id: i64) -> Option<(Vec<u8>, Vec<u8>)> {
+        match self.regs.get(&id) {
+            Some(Reg {
+                key,
+                end: Some(end),
+                what: What::Stray { .. },
+                ..
+            }) => Some((key.clone(), end.clone())),
+            _ => None,
+        }
+    }
+
+    /// Watch `id` is to start at revision `from`.
+    pub(crate) fn start_at(&mut self, id: i64, from: i64) {
+        if let Some(reg) = self.regs.get_mut(&id) {
+            reg.from = from;
         }
     }
 
@@ -369,7 +412,7 @@ impl KeyWatches {
     pub(crate) fn create_request(&self, id: i64) -> Option<(Vec<u8>, WatchOptions)> {
         let reg = self.regs.get(&id)?;
         let filter = match reg.what {
-            What::Stray => WatchFilterType::NoDelete,
+            What::Stray { .. } => WatchFilterType::NoDelete,
             _ => WatchFilterType::NoPut,
         };
         let mut opts = WatchOptions::new().with_watch_id(id).with_filters([filter]);
@@ -403,19 +446,35 @@ impl KeyWatches {
         }
     }
 
-    /// etcd cancelled (or refused) watch `id`: a before watch breaks; an own-key or stray watch
-    /// is asked for again from now (a compacted start revision is the only cause seen).
-    pub(crate) fn cancelled(&mut self, id: i64) {
-        let Some(reg) = self.regs.get_mut(&id) else {
-            return;
+    /// etcd cancelled (or refused) watch `id`: a before watch breaks (its waiters read again);
+    /// an own-key or stray watch whose start was compacted away is asked for again, under a new
+    /// id, from the compaction (`compacted`); `true` for any other cancel of those, which ends
+    /// the stream (a new life, paced, creates them again).
+    pub(crate) fn cancelled(&mut self, id: i64, compacted: i64) -> bool {
+        let Some(reg) = self.regs.get(&id) else {
+            return false;
         };
-        match &reg.what {
-            What::Before { .. } => self.drop_before(id),
-            _ => {
-                reg.from = 0;
-                let _ = self.cmds.send(Cmd::Create(id));
+        if matches!(reg.what, What::Before { .. }) {
+            self.drop_before(id);
+            return false;
+        }
+        if compacted <= 0 {
+            return true;
+        }
+        let mut reg = self.regs.remove(&id).expect("just found");
+        reg.from = compacted;
+        let new = self.next_id;
+        self.next_id += 1;
+        for v in self.own.values_mut() {
+            if *v == id {
+                *v = new;
             }
         }
+        self.regs.insert(new, reg);
+        // etcd keeps a compacted watch's id until the client cancels it.
+        let _ = self.cmds.send(Cmd::Cancel(id));
+        let _ = self.cmds.send(Cmd::Create(new));
+        false
     }
 
     /// An event of watch `id` at revision `rev`; `true` for a put the caller should check as a
@@ -453,7 +512,7 @@ impl KeyWatches {
                 });
                 false
             }
-            What::Stray => !deleted,
+            What::Stray { .. } => !deleted,
             _ => false,
         }
     }
@@ -491,7 +550,7 @@ impl KeyWatches {
                         s.fire(Phase::Broken);
                     }
                 }
-                What::Stray => {}
+                What::Stray { .. } => {}
             }
         }
         self.own.clear();
@@ -555,6 +614,41 @@ mod tests {
         k.event(1, true, 12);
         let late = k.before(b"p/a", 10, n);
         assert_eq!(late.phase(), Phase::Fired);
+    }
+
+    /// A new watch whose name's cache is full of watches with waiters is not evicted at once
+    /// (its waiter is in before the cache is trimmed).
+    #[test]
+    fn a_new_watch_with_a_waiter_survives_a_full_cache() {
+        let (mut k, mut rx) = watches();
+        let n = Arc::new(Notify::new());
+        let busy: Vec<_> = (0..=CACHE)
+            .map(|i| k.before(format!("p/{i}").as_bytes(), 1, n.clone()))
+            .collect();
+        let cmds = sent(&mut rx);
+        assert!(cmds.iter().all(|c| c.starts_with("Create")), "{cmds:?}");
+        assert!(busy.iter().all(|w| w.phase() == Phase::Pending));
+    }
+
+    /// An own-key watch whose start etcd compacted away is asked for again under a new id (etcd
+    /// keeps the old one until it is cancelled); any other cancel of it ends the stream.
+    #[test]
+    fn a_compacted_own_watch_comes_back_under_a_new_id() {
+        let (mut k, mut rx) = watches();
+        k.own(b"p/mine", 7);
+        assert_eq!(sent(&mut rx), ["Create(1)"]);
+        assert!(!k.cancelled(1, 50));
+        assert_eq!(sent(&mut rx), ["Cancel(1)", "Create(2)"]);
+        let cell = StateCell::new(lockkit_core::spi::LeaseClock::starting(
+            tokio::time::Instant::now(),
+            std::time::Duration::from_secs(60),
+        ));
+        k.set_holder(7, &cell);
+        k.event(2, true, 60);
+        assert!(k.is_gone(7));
+        assert_eq!(cell.get(), lockkit_core::LockState::Lost);
+        k.own(b"p/other", 8);
+        assert!(k.cancelled(3, 0), "a refused own-key watch ends the stream");
     }
 
     /// Idle watches beyond the cache are cancelled, least recently used first; a watch with a

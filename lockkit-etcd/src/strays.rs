@@ -47,7 +47,6 @@ impl Strays {
     }
 
     /// Whether `lease` is one of the handle's session leases.
-    #[cfg(test)]
     pub(crate) fn owns(&self, lease: i64) -> bool {
         self.leases().contains(&lease)
     }

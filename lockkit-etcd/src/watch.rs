@@ -1,13 +1,15 @@
-//! One long-lived prefix watch per lock name per client, and the local mirror of the prefix it
-//! maintains.
+//! One long-lived watch stream per lock name per client: for a RW lock, a semaphore or an
+//! election, a prefix watch and the local mirror of the prefix it maintains; for a mutex, a
+//! narrow stream of single-key watches (see `key_watch.rs`), since a prefix watch in every client
+//! sends every change to every client (2·C messages per hand-off among C clients).
 //!
-//! Why: a watch created for each wait lands in etcd's "unsynced" watcher group now and then (and
-//! always when it starts at a past revision, as Go's `concurrency.Mutex` does), and unsynced
-//! watchers are only served by etcd's 100 ms catch-up loop. A watch that is created once, from
-//! the current revision, before any wait on the name begins, stays synced and gets every event
-//! as the write commits. No watcher is ever created on the acquire hot path.
+//! Why long-lived: a watch created for each wait lands in etcd's "unsynced" watcher group now and
+//! then (and always when it starts at a past revision, as Go's `concurrency.Mutex` does), and
+//! unsynced watchers are only served by etcd's 100 ms catch-up loop. A watch that is created once,
+//! from the current revision, before any wait on the name begins, stays synced and gets every
+//! event as the write commits. A narrow stream keeps its key watches for the same reason.
 //!
-//! The watch task keeps a mirror of the prefix: every key with its create revision, built from
+//! The prefix watch's task keeps a mirror of the prefix: every key with its create revision, built from
 //! one range read taken after the watch was created and then updated by the watch events. A
 //! waiter owns the lock when the mirror (at or after the revision of its own put) shows its own
 //! key with the lowest create revision: etcd serializes writes and the watch delivers them in
@@ -21,7 +23,8 @@
 //! of their own, so that other requests keep working through an election), a stream that says nothing for a command
 //! timeout is asked for a progress report and is given up (and the pool fails over) when none
 //! comes within another, and a failover of the pool, which other requests notice first, moves
-//! the watch to the new endpoint too. Each new life of the watch rebuilds the mirror.
+//! the watch to the new endpoint too. Each new life of the watch rebuilds the mirror (or
+//! creates the narrow stream's key watches again).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -454,7 +457,7 @@ impl NameWatch {
             start.extend_from_slice(format!("{lease:x}").as_bytes());
             let mut end = start.clone();
             end.push(b'`');
-            k.strays(start, end);
+            k.strays(lease, start, end, |l| self.strays.owns(l));
         }
     }
 
@@ -677,14 +680,14 @@ async fn session_of_watch(
             ));
         }
     }
-    // The narrow watch's key watches in place of the mirror: created again (with ids this
-    // stream has not seen, so the commands still queued for them are dropped below).
+    // The narrow watch's key watches in place of the mirror: created again (a create still
+    // queued for one of them finds it live on this stream and is skipped).
     let mut live = std::collections::HashSet::new();
     if narrow {
         let Some(n) = nw.upgrade() else { return Ok(()) };
         let ids = n.keys().map(|mut k| k.restart()).unwrap_or_default();
         for id in ids {
-            create_key_watch(&n, &mut stream, &mut live, id).await?;
+            create_key_watch(&n, pool, &mut stream, &mut live, id).await?;
         }
         n.ready.send_replace(Readiness::Ready);
         drop(n);
@@ -854,9 +857,11 @@ impl<'a> Listen<'a> {
 }
 
 /// Sends the create of a narrow watch's key watch `id`, unless it is in place on this stream or
-/// was cancelled.
+/// was cancelled. A stray watch's keys are read first: the strays among them are reaped, and the
+/// watch starts after that read.
 async fn create_key_watch(
     n: &NameWatch,
+    pool: &Arc<Pool>,
     stream: &mut etcd_client::WatchStream,
     live: &mut std::collections::HashSet<i64>,
     id: i64,
@@ -864,14 +869,39 @@ async fn create_key_watch(
     if live.contains(&id) {
         return Ok(());
     }
+    let range = n.keys().and_then(|k| k.stray_range(id));
+    if let Some((start, end)) = range {
+        let mut resp = pool
+            .run("range", true, move |mut c| {
+                let (start, end) = (start.clone(), end.clone());
+                async move { c.get(start, Some(GetOptions::new().with_range(end))).await }
+            })
+            .await?;
+        let rev = resp.take_header().map(|h| h.revision()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Connection,
+                "an etcd range answer without a header",
+            )
+        })?;
+        for kv in resp.kvs().iter().filter(|kv| n.is_stray(kv)) {
+            let (key, created) = stray(kv);
+            n.strays.reap(pool, key, created);
+        }
+        if let Some(mut k) = n.keys() {
+            k.start_at(id, rev + 1);
+        }
+    }
     let Some((key, opts)) = n.keys().and_then(|k| k.create_request(id)) else {
         return Ok(());
     };
     live.insert(id);
-    stream
-        .watch(key, Some(opts))
-        .await
-        .map_err(|e| crate::client::map_err(e, "watch"))
+    match tokio::time::timeout(pool.timeout(), stream.watch(key, Some(opts))).await {
+        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch")),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            "a watch request could not be sent",
+        )),
+    }
 }
 
 /// The rest of one life of a narrow watch's stream: sends its registry's creates and cancels
@@ -892,22 +922,28 @@ async fn narrow_stream(
         let r = match heard {
             Heard::Moved => return Ok(()),
             Heard::Command(Cmd::Create(id)) => {
-                create_key_watch(&n, &mut stream, &mut live, id).await?;
+                create_key_watch(&n, pool, &mut stream, &mut live, id).await?;
                 continue;
             }
             Heard::Command(Cmd::Cancel(id)) => {
                 if live.remove(&id) {
-                    stream
-                        .cancel(id)
-                        .await
-                        .map_err(|e| crate::client::map_err(e, "watch cancel"))?;
+                    match tokio::time::timeout(pool.timeout(), stream.cancel(id)).await {
+                        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel"))?,
+                        Err(_) => {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                "a watch cancel could not be sent",
+                            ))
+                        }
+                    }
                 }
                 continue;
             }
             Heard::Message(r) => r,
         };
         let id = r.watch_id();
-        if id == 0 {
+        // The anchor (0), or a create etcd refused without taking its id (-1: a duplicate id).
+        if id <= 0 {
             if r.canceled() {
                 return Err(cancelled(r.cancel_reason()));
             }
@@ -916,12 +952,13 @@ async fn narrow_stream(
         let mut strays = Vec::new();
         {
             let Some(mut k) = n.keys() else { return Ok(()) };
-            if let Some(rev) = r.header().map(|h| h.revision()) {
-                k.seen_rev = k.seen_rev.max(rev);
-            }
             if r.canceled() {
-                live.remove(&id);
-                k.cancelled(id);
+                if k.cancelled(id, r.compact_revision()) {
+                    return Err(cancelled(r.cancel_reason()));
+                }
+                if r.compact_revision() <= 0 {
+                    live.remove(&id);
+                }
                 continue;
             }
             if r.created() {

@@ -507,3 +507,41 @@ async fn a_create_applied_after_its_acquire_gave_up_does_not_block_the_lock() {
     gc.release().await.unwrap();
     assert!(keys(&mut r, &n).await.is_empty());
 }
+
+/// More waiters on one name in one client than the narrow watch keeps idle (32): every one of
+/// them gets the lock in turn, and nothing is left behind. A waiter's watch of the key before
+/// it must never be the one the cache lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_waiters_in_one_client_all_get_the_lock() {
+    let Some(url) = url() else { return };
+    let locks = connect(&url, "").await;
+    let mut r = raw(&url).await;
+    let n = name("forty-waiters");
+    let holder = locks.mutex(&n).unwrap().lock().await.unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..40 {
+        let (m, done) = (locks.mutex(&n).unwrap(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = m.lock_for(Duration::from_secs(60)).await.unwrap().unwrap();
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            g.release().await.unwrap();
+        }));
+    }
+    eventually(SOON, "forty waiters queued", || {
+        let mut r = r.clone();
+        let n = n.clone();
+        async move { keys(&mut r, &n).await.len() == 41 }
+    })
+    .await;
+    holder.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    })
+    .await
+    .expect("every waiter got the lock");
+    assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 40);
+    assert!(keys(&mut r, &n).await.is_empty());
+}
