@@ -324,15 +324,8 @@ impl EtcdQueue<'_> {
                     // Read below: the key is still there after the watch was in place.
                 }
                 Some(Phase::Pending) => {
-                    // Our own key's delete wakes us meanwhile too.
                     let w = c.watching.as_mut().expect("just seen");
-                    let settled = async {
-                        tokio::select! {
-                            _ = w.settled() => {}
-                            _ = notify.notified() => {}
-                        }
-                    };
-                    if r.within(settled).await.is_none() {
+                    if r.within(or_woken(w.settled(), notify)).await.is_none() {
                         c.seen = Standing::Waiting;
                         return Ok(Woken::Look);
                     }
@@ -344,13 +337,7 @@ impl EtcdQueue<'_> {
                 Some(Phase::Broken) | None => {
                     if phase == Some(Phase::Broken) {
                         let pace = c.rewatch.get_or_insert_with(|| Backoff::WATCH.start());
-                        let paced = async {
-                            tokio::select! {
-                                _ = pace.wait() => {}
-                                _ = notify.notified() => {}
-                            }
-                        };
-                        if r.within(paced).await.is_none() {
+                        if r.within(or_woken(pace.wait(), notify)).await.is_none() {
                             c.seen = Standing::Waiting;
                             return Ok(Woken::Look);
                         }
@@ -408,6 +395,15 @@ impl EtcdQueue<'_> {
             Standing::Owner
         };
         Ok(())
+    }
+}
+
+/// Runs `fut` until it ends or `notify` wakes us (our own key's delete wakes a waiter whatever
+/// it awaits).
+async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
+    tokio::select! {
+        _ = fut => {}
+        _ = notify.notified() => {}
     }
 }
 
