@@ -363,20 +363,15 @@ impl EtcdQueue<'_> {
     /// One linearizable read of our key and the key ranked just before it: sets `c.seen`
     /// (settled) and `c.before`.
     async fn read_turn(&self, c: &mut Claim) -> Result<()> {
-        let (p, rev) = (self.want.nw.prefix().to_vec(), c.rev);
-        let resp = self
-            .inner
-            .pool
-            .run("read the lock queue", true, move |mut cl| {
-                let opts = GetOptions::new()
-                    .with_prefix()
-                    .with_max_create_revision(rev)
-                    .with_sort(SortTarget::Create, SortOrder::Descend)
-                    .with_limit(2);
-                let p = p.clone();
-                async move { cl.get(p, Some(opts)).await }
-            })
-            .await?;
+        let rev = c.rev;
+        let resp = read_queue(
+            self.inner,
+            self.want.nw.prefix(),
+            rev,
+            SortOrder::Descend,
+            2,
+        )
+        .await?;
         let kvs = resp.kvs();
         c.settled = true;
         let ours = kvs
@@ -396,6 +391,30 @@ impl EtcdQueue<'_> {
         };
         Ok(())
     }
+}
+
+/// One linearizable read of the keys on `prefix` created up to `rev`, in create order `order`,
+/// at most `limit` (0: all).
+async fn read_queue(
+    inner: &Inner,
+    prefix: &[u8],
+    rev: i64,
+    order: SortOrder,
+    limit: i64,
+) -> Result<etcd_client::GetResponse> {
+    let p = prefix.to_vec();
+    inner
+        .pool
+        .run("read the lock queue", true, move |mut c| {
+            let opts = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision(rev)
+                .with_sort(SortTarget::Create, order)
+                .with_limit(limit);
+            let p = p.clone();
+            async move { c.get(p, Some(opts)).await }
+        })
+        .await
 }
 
 /// Runs `fut` until it ends or `notify` wakes us (our own key's delete wakes a waiter whatever
@@ -419,19 +438,7 @@ async fn turn_on_server(
 ) -> Result<Standing> {
     // A mutex or writer only needs to know whether ours is the first key.
     let limit = if need == Need::Exclusive { 1 } else { 0 };
-    let p = prefix.to_vec();
-    let resp = inner
-        .pool
-        .run("read the lock queue", true, move |mut c| {
-            let opts = GetOptions::new()
-                .with_prefix()
-                .with_max_create_revision(rev)
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(limit);
-            let p = p.clone();
-            async move { c.get(p, Some(opts)).await }
-        })
-        .await?;
+    let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
     let kvs = resp.kvs();
     if !kvs
         .iter()
