@@ -7,10 +7,11 @@
 //! we wait on the name's long-lived watch (see `watch.rs`): a RW lock's, semaphore's or
 //! election's until its mirror shows that we hold, a mutex's (narrow, see `key_watch.rs`) until
 //! the key ranked just before ours is deleted. Ranks are create revisions, never key names or
-//! mere existence, because key names come back whenever a session locks again. The watch only wakes us: the turn it shows, and a wait that ran out, are
-//! settled by a linearizable read of the queue, since the watch may lag the server. If our own
-//! key vanishes while we wait (etcd issue 11456) we start over with a fresh key. Every failure,
-//! timeout and cancellation deletes our key (etcd issue 9715).
+//! mere existence, because key names come back whenever a session locks again. The watch only
+//! wakes us: the turn it shows, and a wait that ran out, are settled by a linearizable read of
+//! the queue, since the watch may lag the server. If our own key vanishes while we wait (etcd
+//! issue 11456) we start over with a fresh key. Every failure, timeout and cancellation deletes
+//! our key (etcd issue 9715).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -32,7 +32,7 @@
 //! own-key watches again from their keys' revisions, reads and watches the stray ranges again,
 //! and breaks the before watches, whose waiters read again and watch anew.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use etcd_client::{WatchFilterType, WatchOptions};
@@ -150,8 +150,6 @@ pub(crate) struct KeyWatches {
     befores: HashMap<Vec<u8>, i64>,
     next_sub: u64,
     tick: u64,
-    /// Key ranges already watched for strays, by their start.
-    strays: HashSet<Vec<u8>>,
     cmds: mpsc::UnboundedSender<Cmd>,
 }
 
@@ -164,7 +162,6 @@ impl KeyWatches {
             befores: HashMap::new(),
             next_sub: 0,
             tick: 0,
-            strays: HashSet::new(),
             cmds,
         }
     }
@@ -307,7 +304,14 @@ impl KeyWatches {
     /// was in place before that incarnation was created.
     pub(crate) fn covers(&self, w: &BeforeWatch) -> bool {
         let reg = self.befores.get(&w.key).and_then(|id| self.regs.get(id));
-        matches!(reg, Some(Reg { what: What::Before { covers: Some(from), .. }, .. }) if *from <= w.rev + 1)
+        let covers = match reg {
+            Some(Reg {
+                what: What::Before { covers, .. },
+                ..
+            }) => *covers,
+            _ => None,
+        };
+        covers.is_some_and(|from| from <= w.rev + 1)
     }
 
     /// Ends a waiter's place on a before watch; the watch is kept for the next waiter.
@@ -357,17 +361,18 @@ impl KeyWatches {
         }
     }
 
-    /// Watches the keys from `start` up to `end` (those named by our session lease `lease`) for
-    /// puts, once; the stream's task reads them first (see [`stray_range`](Self::stray_range)).
-    /// The watches of leases `owned` says are no longer ours are cancelled.
+    /// Watches the keys `range` gives (from its start up to its end: those named by our session
+    /// lease `lease`) for puts, once per lease; the stream's task reads them first (see
+    /// [`stray_range`](Self::stray_range)). The watches of leases `owned` says are no longer
+    /// ours are cancelled.
     pub(crate) fn strays(
         &mut self,
         lease: i64,
-        start: Vec<u8>,
-        end: Vec<u8>,
+        range: impl FnOnce() -> (Vec<u8>, Vec<u8>),
         owned: impl Fn(i64) -> bool,
     ) {
-        if self.strays.contains(&start) {
+        let watched = |r: &Reg| matches!(r.what, What::Stray { lease: l } if l == lease);
+        if self.regs.values().any(watched) {
             return;
         }
         let gone: Vec<i64> = self
@@ -377,12 +382,9 @@ impl KeyWatches {
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
-            if let Some(reg) = self.regs.get(&id) {
-                self.strays.remove(&reg.key);
-            }
             self.cancel(id);
         }
-        self.strays.insert(start.clone());
+        let (start, end) = range();
         self.add(start, Some(end), 0, What::Stray { lease });
     }
 

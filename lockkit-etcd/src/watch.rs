@@ -9,22 +9,22 @@
 //! from the current revision, before any wait on the name begins, stays synced and gets every
 //! event as the write commits. A narrow stream keeps its key watches for the same reason.
 //!
-//! The prefix watch's task keeps a mirror of the prefix: every key with its create revision, built from
-//! one range read taken after the watch was created and then updated by the watch events. A
-//! waiter owns the lock when the mirror (at or after the revision of its own put) shows its own
-//! key with the lowest create revision: etcd serializes writes and the watch delivers them in
-//! order, and a key created later can never rank lower. The same mirror tells a waiter that its
-//! own key vanished (etcd issue 11456) and tells a holder that its key was deleted by someone
-//! else (`force_unlock`, lease expiry), which makes the guard Lost at once. Each waiter is woken
-//! only when it became the owner or lost its key, so there is no herd.
+//! The prefix watch's task keeps a mirror of the prefix: every key with its create revision,
+//! built from one range read taken after the watch was created and then updated by the watch
+//! events. A waiter owns the lock when the mirror (at or after the revision of its own put)
+//! shows its own key with the lowest create revision: etcd serializes writes and the watch
+//! delivers them in order, and a key created later can never rank lower. The same mirror tells
+//! a waiter that its own key vanished (etcd issue 11456) and tells a holder that its key was
+//! deleted by someone else (`force_unlock`, lease expiry), which makes the guard Lost at once.
+//! Each waiter is woken only when it became the owner or lost its key, so there is no herd.
 //!
 //! A watch must never go silent unnoticed, or waiters would never wake. Its stream requires a
 //! leader (a member cut off from the quorum ends it; only the watch streams do, through clients
-//! of their own, so that other requests keep working through an election), a stream that says nothing for a command
-//! timeout is asked for a progress report and is given up (and the pool fails over) when none
-//! comes within another, and a failover of the pool, which other requests notice first, moves
-//! the watch to the new endpoint too. Each new life of the watch rebuilds the mirror (or
-//! creates the narrow stream's key watches again).
+//! of their own, so that other requests keep working through an election), a stream that says
+//! nothing for a command timeout is asked for a progress report and is given up (and the pool
+//! fails over) when none comes within another, and a failover of the pool, which other requests
+//! notice first, moves the watch to the new endpoint too. Each new life of the watch rebuilds
+//! the mirror (or creates the narrow stream's key watches again).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -453,11 +453,14 @@ impl NameWatch {
     /// `` ` ``, the byte after `_`; another lease's keys in it are not ours).
     pub(crate) fn watch_strays(&self, lease: i64) {
         if let Some(mut k) = self.keys() {
-            let mut start = self.prefix.clone();
-            start.extend_from_slice(format!("{lease:x}").as_bytes());
-            let mut end = start.clone();
-            end.push(b'`');
-            k.strays(lease, start, end, |l| self.strays.owns(l));
+            let range = || {
+                let mut start = self.prefix.clone();
+                start.extend_from_slice(format!("{lease:x}").as_bytes());
+                let mut end = start.clone();
+                end.push(b'`');
+                (start, end)
+            };
+            k.strays(lease, range, |l| self.strays.owns(l));
         }
     }
 
