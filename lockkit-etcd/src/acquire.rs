@@ -342,6 +342,16 @@ impl EtcdQueue<'_> {
                             c.seen = Standing::Waiting;
                             return Ok(Woken::Look);
                         }
+                        // Read before watching anew: a waiter whose watches keep breaking (a
+                        // stream that keeps restarting) still learns its turn, at the pace.
+                        if let Some(old) = c.watching.take() {
+                            nw.end_before(&old);
+                        }
+                        self.read_turn(c).await?;
+                        if c.seen != Standing::Waiting {
+                            return Ok(Woken::Look);
+                        }
+                        continue;
                     }
                     if let Some(old) = c.watching.take() {
                         nw.end_before(&old);

@@ -1,5 +1,5 @@
-//! What one `Locks` handle on etcd shares: the connection pool, the sessions and the per-name
-//! watches.
+//! What one `Locks` handle on etcd shares: the connection pool, the sessions, the per-name
+//! watches and the mutexes' key stream.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +11,7 @@ use lockkit_core::spi::{Reaper, SessionPool};
 use lockkit_core::{encode_name, Error, ErrorKind, Result};
 
 use crate::client::Pool;
+use crate::key_stream::KeyStream;
 use crate::session::Session;
 use crate::strays::Strays;
 use crate::watch::{Kind, NameWatch};
@@ -50,6 +51,8 @@ pub(crate) struct Inner {
     sessions: SessionPool<Session>,
     /// Every name's watch, kept for a while after its last use (see `name_watch`).
     names: Mutex<HashMap<Vec<u8>, WatchEntry>>,
+    /// The one stream of every mutex name's watches, started by the first.
+    keys: Mutex<Option<Arc<KeyStream>>>,
     closed: AtomicBool,
     /// Deletes the server did not take at once, retried until done.
     pub(crate) reaper: Reaper,
@@ -66,6 +69,7 @@ impl Inner {
             lease,
             sessions: SessionPool::new("session leases", MAX_SESSIONS),
             names: Mutex::new(HashMap::new()),
+            keys: Mutex::new(None),
             closed: AtomicBool::new(false),
             strays: Strays::new(reaper.clone()),
             reaper,
@@ -198,11 +202,19 @@ impl Inner {
                     nw.clone()
                 }
                 None => {
+                    let keys = || {
+                        let mut ks = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+                        ks.get_or_insert_with(|| {
+                            KeyStream::start(self.pool.clone(), self.strays.clone())
+                        })
+                        .clone()
+                    };
                     let nw = NameWatch::start(
                         self.pool.clone(),
                         prefix.to_vec(),
                         kind,
                         self.strays.clone(),
+                        keys,
                     );
                     names.insert(prefix.to_vec(), (nw.clone(), now));
                     nw
@@ -255,6 +267,10 @@ impl Inner {
         let names = std::mem::take(&mut *self.names.lock().unwrap_or_else(|e| e.into_inner()));
         for (nw, _) in names.values() {
             nw.stop();
+        }
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(ks) = keys {
+            ks.stop();
         }
     }
 

@@ -1,11 +1,12 @@
-//! The narrow watches of a mutex name: a few single keys instead of the whole prefix.
+//! The narrow watches of the mutex names of one client: a few single keys per name instead of
+//! each name's whole prefix, all on one stream (`key_stream.rs`).
 //!
 //! Why: a prefix watch in every client sends every put and delete on a lock to every client, so
 //! one hand-off among C contending clients costs the server 2·C watch messages (measured: at 256
 //! clients etcd spent six times the CPU per acquisition it spends at 8, and the rate fell to a
 //! third of Go's). A mutex needs less: a waiter needs to hear of one delete, the key ranked just
 //! before its own (as Go's `concurrency.Mutex` waits), and a holder or waiter of one delete, its
-//! own key's. So a mutex name's stream carries, on one gRPC stream per name per client:
+//! own key's. So a mutex name registers, on its client's one key stream:
 //! - **own key** watches (deletes only), from the revision after the key's create: a waiter whose
 //!   key vanished (etcd issue 11456) is woken, a holder whose key was deleted by someone else
 //!   (`force_unlock`, lease expiry) turns Lost at once;
@@ -27,10 +28,13 @@
 //!   extends ours, which are not on our lease). Each life of the stream reads the range before
 //!   it watches it, so a stray that landed while no watch was there is found too.
 //!
-//! Watch ids are chosen by the client (etcd 3.4 or later). The stream's task (`watch.rs`) sends
-//! what this registry asks for and routes what comes back; a new life of the stream creates the
-//! own-key watches again from their keys' revisions, reads and watches the stray ranges again,
-//! and breaks the before watches, whose waiters read again and watch anew.
+//! Why one stream for every name: a gRPC stream and its buffers cost about 30 KiB, so a stream
+//! per name made a held lock cost 35 KiB of the process; the registrations are a few hundred
+//! bytes. Watch ids are chosen by the client (etcd 3.4 or later), unique on the client's stream.
+//! The stream's task (`key_stream.rs`) sends what this registry asks for and routes what comes
+//! back; a new life of the stream creates the own-key watches again from their keys'
+//! revisions, reads and watches the stray ranges again, and breaks the before watches, whose
+//! waiters read again and watch anew.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +43,8 @@ use etcd_client::{WatchFilterType, WatchOptions};
 use lockkit_core::spi::StateCell;
 use lockkit_core::LostReason;
 use tokio::sync::{mpsc, watch, Notify};
+
+use crate::strays::Slots;
 
 /// Where a waiter's before watch is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +70,12 @@ pub(crate) enum Cmd {
 #[derive(Debug)]
 enum What {
     Own {
+        /// The key's create revision.
+        rev: i64,
         gone: bool,
+        /// Its watch's start was compacted away: a delete may have been missed, so the key is
+        /// read before the watch is created again.
+        check: bool,
         waiter: Option<Arc<Notify>>,
         holder: Option<StateCell>,
     },
@@ -77,8 +88,9 @@ enum What {
         /// When a waiter last asked for it (for the cache's eviction).
         used: u64,
     },
-    /// The keys named by session lease `lease`.
-    Stray { lease: i64 },
+    /// The keys named by session lease `lease`; `slots` are the name's slots our acquisitions
+    /// hold.
+    Stray { lease: i64, slots: Slots },
 }
 
 /// A waiter on a before watch: woken by a delete of the key's incarnation created at `rev`.
@@ -102,6 +114,8 @@ pub(crate) const CACHE: usize = 32;
 
 #[derive(Debug)]
 struct Reg {
+    /// The lock's prefix (its name).
+    name: Arc<[u8]>,
     key: Vec<u8>,
     /// The end of a range watch (exclusive); `None` for one key.
     end: Option<Vec<u8>>,
@@ -110,9 +124,35 @@ struct Reg {
     what: What,
 }
 
+/// The registrations of one name, by what they are.
+#[derive(Debug, Default)]
+struct Name {
+    own: Vec<i64>,
+    /// Before watches, by key.
+    befores: HashMap<Vec<u8>, i64>,
+    /// Stray watches, by lease.
+    strays: Vec<(i64, i64)>,
+}
+
+impl Name {
+    fn is_empty(&self) -> bool {
+        self.own.is_empty() && self.befores.is_empty() && self.strays.is_empty()
+    }
+
+    fn ids(&self) -> impl Iterator<Item = i64> + '_ {
+        let strays = self.strays.iter().map(|(_, id)| *id);
+        self.own
+            .iter()
+            .copied()
+            .chain(self.befores.values().copied())
+            .chain(strays)
+    }
+}
+
 /// A waiter's place on a before watch (ended by `KeyWatches::end_before`).
 #[derive(Debug)]
 pub(crate) struct BeforeWatch {
+    name: Arc<[u8]>,
     pub(crate) key: Vec<u8>,
     /// The create revision of the key's incarnation waited on.
     pub(crate) rev: i64,
@@ -138,16 +178,23 @@ impl BeforeWatch {
     }
 }
 
-/// The registrations of one name's narrow stream.
+/// Which name a put on a stray watch is under, and the slots its acquisitions hold: what
+/// telling a stray of ours needs.
+#[derive(Debug, Clone)]
+pub(crate) struct StrayScope {
+    pub(crate) name: Arc<[u8]>,
+    pub(crate) slots: Slots,
+}
+
+/// The registrations of a client's key stream.
 #[derive(Debug)]
 pub(crate) struct KeyWatches {
-    /// Client-chosen watch ids, never reused on a stream; 0 is the stream's anchor.
+    /// Client-chosen watch ids, never reused on a stream.
     next_id: i64,
     regs: HashMap<i64, Reg>,
     /// Our keys' registrations, by create revision.
     own: HashMap<i64, i64>,
-    /// Before watches, by key.
-    befores: HashMap<Vec<u8>, i64>,
+    names: HashMap<Arc<[u8]>, Name>,
     next_sub: u64,
     tick: u64,
     cmds: mpsc::UnboundedSender<Cmd>,
@@ -159,47 +206,97 @@ impl KeyWatches {
             next_id: 1,
             regs: HashMap::new(),
             own: HashMap::new(),
-            befores: HashMap::new(),
+            names: HashMap::new(),
             next_sub: 0,
             tick: 0,
             cmds,
         }
     }
 
-    fn add(&mut self, key: Vec<u8>, end: Option<Vec<u8>>, from: i64, what: What) -> i64 {
+    /// Whether nothing is registered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.regs.is_empty()
+    }
+
+    /// Files `reg` under `id` (and in its name's and our keys' indexes).
+    fn insert(&mut self, id: i64, reg: Reg) {
+        let name = self.names.entry(reg.name.clone()).or_default();
+        match &reg.what {
+            What::Own { rev, .. } => {
+                name.own.push(id);
+                self.own.insert(*rev, id);
+            }
+            What::Before { .. } => {
+                name.befores.insert(reg.key.clone(), id);
+            }
+            What::Stray { lease, .. } => name.strays.push((*lease, id)),
+        }
+        self.regs.insert(id, reg);
+    }
+
+    /// Takes registration `id` out of every index.
+    fn remove(&mut self, id: i64) -> Option<Reg> {
+        let reg = self.regs.remove(&id)?;
+        if let What::Own { rev, .. } = &reg.what {
+            if self.own.get(rev) == Some(&id) {
+                self.own.remove(rev);
+            }
+        }
+        if let Some(name) = self.names.get_mut(&reg.name) {
+            match &reg.what {
+                What::Own { .. } => name.own.retain(|i| *i != id),
+                What::Before { .. } => {
+                    if name.befores.get(&reg.key) == Some(&id) {
+                        name.befores.remove(&reg.key);
+                    }
+                }
+                What::Stray { .. } => name.strays.retain(|(_, i)| *i != id),
+            }
+            if name.is_empty() {
+                self.names.remove(&reg.name);
+            }
+        }
+        Some(reg)
+    }
+
+    fn add(&mut self, name: &Arc<[u8]>, key: Vec<u8>, end: Option<Vec<u8>>, what: What) -> i64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.regs.insert(
-            id,
-            Reg {
-                key,
-                end,
-                from,
-                what,
-            },
-        );
+        let from = match what {
+            What::Own { rev, .. } => rev + 1,
+            _ => 0,
+        };
+        let reg = Reg {
+            name: name.clone(),
+            key,
+            end,
+            from,
+            what,
+        };
+        self.insert(id, reg);
         let _ = self.cmds.send(Cmd::Create(id));
         id
     }
 
-    fn cancel(&mut self, id: i64) {
-        if self.regs.remove(&id).is_some() {
-            let _ = self.cmds.send(Cmd::Cancel(id));
-        }
+    fn cancel(&mut self, id: i64) -> Option<Reg> {
+        let reg = self.remove(id)?;
+        let _ = self.cmds.send(Cmd::Cancel(id));
+        Some(reg)
     }
 
-    /// Watches our key `key` (created at `rev`) for its delete.
-    pub(crate) fn own(&mut self, key: &[u8], rev: i64) {
+    /// Watches our key `key` of lock `name` (created at `rev`) for its delete.
+    pub(crate) fn own(&mut self, name: &Arc<[u8]>, key: &[u8], rev: i64) {
         if self.own.contains_key(&rev) {
             return;
         }
         let what = What::Own {
+            rev,
             gone: false,
+            check: false,
             waiter: None,
             holder: None,
         };
-        let id = self.add(key.to_vec(), None, rev + 1, what);
-        self.own.insert(rev, id);
+        self.add(name, key.to_vec(), None, what);
     }
 
     fn own_mut(&mut self, rev: i64) -> Option<&mut What> {
@@ -239,19 +336,27 @@ impl KeyWatches {
 
     /// Our key `rev` is done with: its watch is cancelled.
     pub(crate) fn forget(&mut self, rev: i64) {
-        if let Some(id) = self.own.remove(&rev) {
+        if let Some(&id) = self.own.get(&rev) {
             self.cancel(id);
         }
     }
 
-    /// Waits on `key` (its incarnation created at `rev`, ranked just before a waiter's) for its
-    /// delete, which wakes `waiter`; the key's watch is created if the name keeps none.
-    pub(crate) fn before(&mut self, key: &[u8], rev: i64, waiter: Arc<Notify>) -> BeforeWatch {
+    /// Waits on `key` of lock `name` (its incarnation created at `rev`, ranked just before a
+    /// waiter's) for its delete, which wakes `waiter`; the key's watch is created if the name
+    /// keeps none.
+    pub(crate) fn before(
+        &mut self,
+        name: &Arc<[u8]>,
+        key: &[u8],
+        rev: i64,
+        waiter: Arc<Notify>,
+    ) -> BeforeWatch {
         self.tick += 1;
         self.next_sub += 1;
         let (tick, sub) = (self.tick, self.next_sub);
         let (phase, rx) = watch::channel(Phase::Pending);
         let w = BeforeWatch {
+            name: name.clone(),
             key: key.to_vec(),
             rev,
             sub,
@@ -263,17 +368,16 @@ impl KeyWatches {
             phase,
             waiter,
         };
-        let Some(&id) = self.befores.get(key) else {
+        let Some(id) = self.before_id(name, key) else {
             let what = What::Before {
                 covers: None,
                 last_delete: 0,
                 subs: vec![me],
                 used: tick,
             };
-            let id = self.add(key.to_vec(), None, 0, what);
-            self.befores.insert(key.to_vec(), id);
+            self.add(name, key.to_vec(), None, what);
             // After the waiter is in: a watch with a waiter is never evicted.
-            self.evict();
+            self.evict(name);
             return w;
         };
         if let Some(Reg {
@@ -300,11 +404,20 @@ impl KeyWatches {
         w
     }
 
+    fn before_id(&self, name: &[u8], key: &[u8]) -> Option<i64> {
+        self.names.get(name)?.befores.get(key).copied()
+    }
+
+    fn before_mut(&mut self, w: &BeforeWatch) -> Option<&mut What> {
+        let id = self.before_id(&w.name, &w.key)?;
+        self.regs.get_mut(&id).map(|r| &mut r.what)
+    }
+
     /// Whether the watch of `w`'s key hears every delete of the incarnation `w` waits on: it
     /// was in place before that incarnation was created.
     pub(crate) fn covers(&self, w: &BeforeWatch) -> bool {
-        let reg = self.befores.get(&w.key).and_then(|id| self.regs.get(id));
-        let covers = match reg {
+        let id = self.before_id(&w.name, &w.key);
+        let covers = match id.and_then(|id| self.regs.get(&id)) {
             Some(Reg {
                 what: What::Before { covers, .. },
                 ..
@@ -316,23 +429,18 @@ impl KeyWatches {
 
     /// Ends a waiter's place on a before watch; the watch is kept for the next waiter.
     pub(crate) fn end_before(&mut self, w: &BeforeWatch) {
-        let reg = self
-            .befores
-            .get(&w.key)
-            .and_then(|id| self.regs.get_mut(id));
-        if let Some(Reg {
-            what: What::Before { subs, .. },
-            ..
-        }) = reg
-        {
+        if let Some(What::Before { subs, .. }) = self.before_mut(w) {
             subs.retain(|s| s.sub != w.sub);
         }
     }
 
-    /// Cancels the least recently used before watches without waiters beyond [`CACHE`].
-    fn evict(&mut self) {
-        while self.befores.len() > CACHE {
-            let idle = self
+    /// Cancels `name`'s least recently used before watches without waiters beyond [`CACHE`].
+    fn evict(&mut self, name: &[u8]) {
+        loop {
+            let Some(n) = self.names.get(name).filter(|n| n.befores.len() > CACHE) else {
+                return;
+            };
+            let idle = n
                 .befores
                 .values()
                 .filter_map(|id| match self.regs.get(id) {
@@ -344,61 +452,75 @@ impl KeyWatches {
                 })
                 .min();
             let Some((_, id)) = idle else { return };
-            self.drop_before(id);
-            let _ = self.cmds.send(Cmd::Cancel(id));
+            self.cancel(id);
         }
     }
 
     /// Removes before watch `id`; its waiters are told it broke, and read again.
     fn drop_before(&mut self, id: i64) {
-        if let Some(reg) = self.regs.remove(&id) {
-            self.befores.remove(&reg.key);
-            if let What::Before { subs, .. } = reg.what {
-                for s in subs {
-                    s.fire(Phase::Broken);
-                }
+        if let Some(Reg {
+            what: What::Before { subs, .. },
+            ..
+        }) = self.remove(id)
+        {
+            for s in subs {
+                s.fire(Phase::Broken);
             }
         }
     }
 
     /// Watches the keys `range` gives (from its start up to its end: those named by our session
-    /// lease `lease`) for puts, once per lease; the stream's task reads them first (see
-    /// [`stray_range`](Self::stray_range)). The watches of leases `owned` says are no longer
-    /// ours are cancelled.
+    /// lease `lease` under lock `name`, whose acquisitions hold `slots`) for puts, once per name
+    /// and lease; the stream's task reads them first (see [`stray_range`](Self::stray_range)).
+    /// The name's watches of leases `owned` says are no longer ours are cancelled.
     pub(crate) fn strays(
         &mut self,
+        name: &Arc<[u8]>,
+        slots: &Slots,
         lease: i64,
         range: impl FnOnce() -> (Vec<u8>, Vec<u8>),
         owned: impl Fn(i64) -> bool,
     ) {
-        let watched = |r: &Reg| matches!(r.what, What::Stray { lease: l } if l == lease);
-        if self.regs.values().any(watched) {
+        let watched = self.names.get(&**name).map(|n| n.strays.as_slice());
+        if watched.is_some_and(|s| s.iter().any(|(l, _)| *l == lease)) {
             return;
         }
-        let gone: Vec<i64> = self
-            .regs
+        let gone: Vec<i64> = watched
+            .unwrap_or_default()
             .iter()
-            .filter(|(_, r)| matches!(r.what, What::Stray { lease } if !owned(lease)))
-            .map(|(id, _)| *id)
+            .filter(|(l, _)| !owned(*l))
+            .map(|(_, id)| *id)
             .collect();
         for id in gone {
             self.cancel(id);
         }
         let (start, end) = range();
-        self.add(start, Some(end), 0, What::Stray { lease });
+        let what = What::Stray {
+            lease,
+            slots: slots.clone(),
+        };
+        self.add(name, start, Some(end), what);
     }
 
-    /// The key range of stray watch `id`, which the stream's task reads (and reaps the strays it
-    /// finds) before it creates the watch from the revision after that read: a stray that landed
-    /// before the watch, or while the stream was down, is found too.
-    pub(crate) fn stray_range(&self, id: i64) -> Option<(Vec<u8>, Vec<u8>)> {
+    /// The key range of stray watch `id` and whose strays it finds, which the stream's task
+    /// reads (and reaps the strays it finds) before it creates the watch from the revision after
+    /// that read: a stray that landed before the watch, or while the stream was down, is found
+    /// too.
+    pub(crate) fn stray_range(&self, id: i64) -> Option<(Vec<u8>, Vec<u8>, StrayScope)> {
         match self.regs.get(&id) {
             Some(Reg {
+                name,
                 key,
                 end: Some(end),
-                what: What::Stray { .. },
+                what: What::Stray { slots, .. },
                 ..
-            }) => Some((key.clone(), end.clone())),
+            }) => {
+                let scope = StrayScope {
+                    name: name.clone(),
+                    slots: slots.clone(),
+                };
+                Some((key.clone(), end.clone(), scope))
+            }
             _ => None,
         }
     }
@@ -410,9 +532,49 @@ impl KeyWatches {
         }
     }
 
-    /// What to send for a create of `id`, unless it was cancelled meanwhile.
+    /// Our key of own-key watch `id` and its create revision, when the key is to be read before
+    /// the watch is created again (its start was compacted away).
+    pub(crate) fn own_to_check(&self, id: i64) -> Option<(Vec<u8>, i64)> {
+        match self.regs.get(&id) {
+            Some(Reg {
+                key,
+                what:
+                    What::Own {
+                        rev,
+                        check: true,
+                        gone: false,
+                        ..
+                    },
+                ..
+            }) => Some((key.clone(), *rev)),
+            _ => None,
+        }
+    }
+
+    /// Own-key watch `id`'s key was read at revision `at`: `there` when it was still our key.
+    /// A key that is not is gone (its holder turns Lost, its waiter is woken); one that is is
+    /// watched from after the read.
+    pub(crate) fn own_checked(&mut self, id: i64, there: bool, at: i64) {
+        let Some(reg) = self.regs.get_mut(&id) else {
+            return;
+        };
+        if let What::Own { check, .. } = &mut reg.what {
+            *check = false;
+        }
+        if there {
+            reg.from = at + 1;
+        } else {
+            self.event(id, true, at);
+        }
+    }
+
+    /// What to send for a create of `id`, unless it was cancelled meanwhile (or is our key,
+    /// known to be gone: nothing is left to hear).
     pub(crate) fn create_request(&self, id: i64) -> Option<(Vec<u8>, WatchOptions)> {
         let reg = self.regs.get(&id)?;
+        if matches!(reg.what, What::Own { gone: true, .. }) {
+            return None;
+        }
         let filter = match reg.what {
             What::Stray { .. } => WatchFilterType::NoDelete,
             _ => WatchFilterType::NoPut,
@@ -427,15 +589,20 @@ impl KeyWatches {
         Some((reg.key.clone(), opts))
     }
 
-    /// etcd created watch `id`, as of revision `rev`.
-    pub(crate) fn created(&mut self, id: i64, rev: i64) {
+    /// etcd created watch `id`, as of revision `rev` (`None` when the answer had no header: the
+    /// watch then covers nothing, and its waiters read again once it is in place).
+    pub(crate) fn created(&mut self, id: i64, rev: Option<i64>) {
         if let Some(Reg {
             what: What::Before { covers, subs, .. },
             from,
             ..
         }) = self.regs.get_mut(&id)
         {
-            *covers = Some(if *from > 0 { *from } else { rev + 1 });
+            *covers = if *from > 0 {
+                Some(*from)
+            } else {
+                rev.map(|r| r + 1)
+            };
             for s in subs.iter() {
                 s.phase.send_if_modified(|p| {
                     let pending = *p == Phase::Pending;
@@ -448,43 +615,63 @@ impl KeyWatches {
         }
     }
 
-    /// etcd cancelled (or refused) watch `id`: a before watch breaks (its waiters read again);
-    /// an own-key or stray watch whose start was compacted away is asked for again, under a new
-    /// id, from the compaction (`compacted`); `true` for any other cancel of those, which ends
-    /// the stream (a new life, paced, creates them again).
-    pub(crate) fn cancelled(&mut self, id: i64, compacted: i64) -> bool {
+    /// etcd cancelled (or refused) watch `id`.
+    /// - A before watch breaks (its waiters read again).
+    /// - A watch etcd `refused` (the user may not read its keys) is dropped: an own key's waiter
+    ///   is woken, and its read meets the same refusal. The stream carries other names' watches
+    ///   and goes on.
+    /// - An own-key or stray watch whose start was compacted away is asked for again, under a
+    ///   new id, from the compaction (`compacted`).
+    ///
+    /// `true` for any other cancel, which ends the stream (a new life, paced, creates the
+    /// watches again).
+    pub(crate) fn cancelled(&mut self, id: i64, compacted: i64, refused: bool) -> bool {
         let Some(reg) = self.regs.get(&id) else {
             return false;
         };
         if matches!(reg.what, What::Before { .. }) {
             self.drop_before(id);
+            if compacted > 0 {
+                // etcd keeps a compacted watch's id until the client cancels it.
+                let _ = self.cmds.send(Cmd::Cancel(id));
+            }
+            return false;
+        }
+        if refused {
+            if let Some(Reg {
+                what: What::Own {
+                    waiter: Some(n), ..
+                },
+                ..
+            }) = self.remove(id)
+            {
+                n.notify_one();
+            }
             return false;
         }
         if compacted <= 0 {
             return true;
         }
-        let mut reg = self.regs.remove(&id).expect("just found");
+        let Some(mut reg) = self.remove(id) else {
+            return false;
+        };
         reg.from = compacted;
+        if let What::Own { check, .. } = &mut reg.what {
+            *check = true;
+        }
         let new = self.next_id;
         self.next_id += 1;
-        for v in self.own.values_mut() {
-            if *v == id {
-                *v = new;
-            }
-        }
-        self.regs.insert(new, reg);
+        self.insert(new, reg);
         // etcd keeps a compacted watch's id until the client cancels it.
         let _ = self.cmds.send(Cmd::Cancel(id));
         let _ = self.cmds.send(Cmd::Create(new));
         false
     }
 
-    /// An event of watch `id` at revision `rev`; `true` for a put the caller should check as a
-    /// stray.
-    pub(crate) fn event(&mut self, id: i64, deleted: bool, rev: i64) -> bool {
-        let Some(reg) = self.regs.get_mut(&id) else {
-            return false;
-        };
+    /// An event of watch `id` at revision `rev`; for a put on a stray watch, what the caller
+    /// needs to check it as a stray.
+    pub(crate) fn event(&mut self, id: i64, deleted: bool, rev: i64) -> Option<StrayScope> {
+        let reg = self.regs.get_mut(&id)?;
         match &mut reg.what {
             What::Own {
                 gone,
@@ -499,7 +686,7 @@ impl KeyWatches {
                 if let Some(cell) = holder.take() {
                     cell.mark_lost(LostReason::Deleted);
                 }
-                false
+                None
             }
             What::Before {
                 last_delete, subs, ..
@@ -512,15 +699,18 @@ impl KeyWatches {
                     }
                     !fired
                 });
-                false
+                None
             }
-            What::Stray { .. } => !deleted,
-            _ => false,
+            What::Stray { slots, .. } if !deleted => Some(StrayScope {
+                name: reg.name.clone(),
+                slots: slots.clone(),
+            }),
+            _ => None,
         }
     }
 
-    /// A new life of the stream: every watch to create again (before watches break instead).
-    pub(crate) fn restart(&mut self) -> Vec<i64> {
+    /// The stream is gone: every before watch breaks (its waiters read again and watch anew).
+    pub(crate) fn restart(&mut self) {
         let broken: Vec<i64> = self
             .regs
             .iter()
@@ -530,33 +720,56 @@ impl KeyWatches {
         for id in broken {
             self.drop_before(id);
         }
+    }
+
+    /// Every watch a new stream creates, oldest first.
+    pub(crate) fn ids(&self) -> Vec<i64> {
         let mut ids: Vec<i64> = self.regs.keys().copied().collect();
         ids.sort_unstable();
         ids
     }
 
+    /// Ends a registration: holders turn Lost (the handle closed), waiters are woken.
+    fn close(reg: Reg) {
+        match reg.what {
+            What::Own { waiter, holder, .. } => {
+                if let Some(n) = waiter {
+                    n.notify_one();
+                }
+                if let Some(cell) = holder {
+                    cell.mark_lost(LostReason::Closed);
+                }
+            }
+            What::Before { subs, .. } => {
+                for s in subs {
+                    s.fire(Phase::Broken);
+                }
+            }
+            What::Stray { .. } => {}
+        }
+    }
+
+    /// Lock `name`'s watch stopped (its handle closed, or nothing used it for a while): its
+    /// watches are cancelled, holders turn Lost, waiters are woken.
+    pub(crate) fn drop_name(&mut self, name: &[u8]) {
+        let ids: Vec<i64> = match self.names.get(name) {
+            Some(n) => n.ids().collect(),
+            None => return,
+        };
+        for id in ids {
+            if let Some(reg) = self.cancel(id) {
+                KeyWatches::close(reg);
+            }
+        }
+    }
+
     /// The handle closed: holders turn Lost, waiters are woken.
     pub(crate) fn stop(&mut self) {
         for (_, reg) in self.regs.drain() {
-            match reg.what {
-                What::Own { waiter, holder, .. } => {
-                    if let Some(n) = waiter {
-                        n.notify_one();
-                    }
-                    if let Some(cell) = holder {
-                        cell.mark_lost(LostReason::Closed);
-                    }
-                }
-                What::Before { subs, .. } => {
-                    for s in subs {
-                        s.fire(Phase::Broken);
-                    }
-                }
-                What::Stray { .. } => {}
-            }
+            KeyWatches::close(reg);
         }
         self.own.clear();
-        self.befores.clear();
+        self.names.clear();
     }
 }
 
@@ -569,6 +782,10 @@ mod tests {
         (KeyWatches::new(tx), rx)
     }
 
+    fn name(n: &str) -> Arc<[u8]> {
+        Arc::from(n.as_bytes())
+    }
+
     fn sent(rx: &mut mpsc::UnboundedReceiver<Cmd>) -> Vec<String> {
         let mut out = Vec::new();
         while let Ok(c) = rx.try_recv() {
@@ -577,24 +794,32 @@ mod tests {
         out
     }
 
+    fn cell() -> StateCell {
+        StateCell::new(lockkit_core::spi::LeaseClock::starting(
+            tokio::time::Instant::now(),
+            std::time::Duration::from_secs(60),
+        ))
+    }
+
     /// A key's watch is created once and kept for the next waiter; it covers an incarnation
     /// only if it was in place before that incarnation was created.
     #[test]
     fn a_before_watch_is_kept_and_knows_what_it_covers() {
         let (mut k, mut rx) = watches();
+        let p = name("p/");
         let n = Arc::new(Notify::new());
-        let w = k.before(b"p/a", 10, n.clone());
+        let w = k.before(&p, b"p/a", 10, n.clone());
         assert_eq!(w.phase(), Phase::Pending);
         assert_eq!(sent(&mut rx), ["Create(1)"]);
-        k.created(1, 20);
+        k.created(1, Some(20));
         assert_eq!(w.phase(), Phase::Created);
         assert!(!k.covers(&w), "created at 20, the key at 10: read again");
         // Its delete fires it, once.
-        assert!(!k.event(1, true, 30));
+        assert!(k.event(1, true, 30).is_none());
         assert_eq!(w.phase(), Phase::Fired);
         k.end_before(&w);
         // The key comes back (created at 40): the same watch, covering it, nothing sent.
-        let w2 = k.before(b"p/a", 40, n.clone());
+        let w2 = k.before(&p, b"p/a", 40, n.clone());
         assert_eq!(w2.phase(), Phase::Created);
         assert!(k.covers(&w2));
         assert!(sent(&mut rx).is_empty());
@@ -605,16 +830,51 @@ mod tests {
         assert_eq!(w2.phase(), Phase::Fired);
     }
 
+    /// A created answer without a header covers nothing: the waiter reads again.
+    #[test]
+    fn a_watch_created_without_a_header_covers_nothing() {
+        let (mut k, _rx) = watches();
+        let n = Arc::new(Notify::new());
+        let w = k.before(&name("p/"), b"p/a", 10, n);
+        k.created(1, None);
+        assert_eq!(w.phase(), Phase::Created);
+        assert!(!k.covers(&w));
+    }
+
+    /// An own-key watch compacted away is read before it is watched again: a key deleted
+    /// meanwhile turns its holder Lost; one still there is watched from after the read.
+    #[test]
+    fn a_compacted_own_watch_reads_its_key_first() {
+        let (mut k, _rx) = watches();
+        let p = name("p/");
+        k.own(&p, b"p/a", 7);
+        k.own(&p, b"p/b", 8);
+        let c = cell();
+        k.set_holder(7, &c);
+        assert_eq!(k.own_to_check(1), None);
+        k.cancelled(1, 50, false);
+        k.cancelled(2, 50, false);
+        assert_eq!(k.own_to_check(3), Some((b"p/a".to_vec(), 7)));
+        k.own_checked(3, false, 60);
+        assert_eq!(c.get(), lockkit_core::LockState::Lost);
+        assert!(k.is_gone(7));
+        assert!(k.create_request(3).is_none(), "nothing left to watch");
+        k.own_checked(4, true, 60);
+        assert_eq!(k.own_to_check(4), None);
+        assert!(format!("{:?}", k.create_request(4)).contains("start_revision: 61"));
+    }
+
     /// A waiter that comes after the delete was heard is told at once.
     #[test]
     fn a_delete_heard_before_the_waiter_came_fires_at_once() {
         let (mut k, _rx) = watches();
+        let p = name("p/");
         let n = Arc::new(Notify::new());
-        let w = k.before(b"p/a", 10, n.clone());
-        k.created(1, 5);
+        let w = k.before(&p, b"p/a", 10, n.clone());
+        k.created(1, Some(5));
         k.end_before(&w);
         k.event(1, true, 12);
-        let late = k.before(b"p/a", 10, n);
+        let late = k.before(&p, b"p/a", 10, n);
         assert_eq!(late.phase(), Phase::Fired);
     }
 
@@ -623,9 +883,10 @@ mod tests {
     #[test]
     fn a_new_watch_with_a_waiter_survives_a_full_cache() {
         let (mut k, mut rx) = watches();
+        let p = name("p/");
         let n = Arc::new(Notify::new());
         let busy: Vec<_> = (0..=CACHE)
-            .map(|i| k.before(format!("p/{i}").as_bytes(), 1, n.clone()))
+            .map(|i| k.before(&p, format!("p/{i}").as_bytes(), 1, n.clone()))
             .collect();
         let cmds = sent(&mut rx);
         assert!(cmds.iter().all(|c| c.starts_with("Create")), "{cmds:?}");
@@ -633,44 +894,117 @@ mod tests {
     }
 
     /// An own-key watch whose start etcd compacted away is asked for again under a new id (etcd
-    /// keeps the old one until it is cancelled); any other cancel of it ends the stream.
+    /// keeps the old one until it is cancelled); one etcd refused is dropped and wakes its
+    /// waiter; any other cancel of it ends the stream.
     #[test]
     fn a_compacted_own_watch_comes_back_under_a_new_id() {
         let (mut k, mut rx) = watches();
-        k.own(b"p/mine", 7);
+        let p = name("p/");
+        k.own(&p, b"p/mine", 7);
         assert_eq!(sent(&mut rx), ["Create(1)"]);
-        assert!(!k.cancelled(1, 50));
+        assert!(!k.cancelled(1, 50, false));
         assert_eq!(sent(&mut rx), ["Cancel(1)", "Create(2)"]);
-        let cell = StateCell::new(lockkit_core::spi::LeaseClock::starting(
-            tokio::time::Instant::now(),
-            std::time::Duration::from_secs(60),
-        ));
-        k.set_holder(7, &cell);
+        let c = cell();
+        k.set_holder(7, &c);
         k.event(2, true, 60);
         assert!(k.is_gone(7));
-        assert_eq!(cell.get(), lockkit_core::LockState::Lost);
-        k.own(b"p/other", 8);
-        assert!(k.cancelled(3, 0), "a refused own-key watch ends the stream");
+        assert_eq!(c.get(), lockkit_core::LockState::Lost);
+        k.own(&p, b"p/other", 8);
+        assert!(
+            k.cancelled(3, 0, false),
+            "a cancelled own-key watch ends the stream"
+        );
+        let n = Arc::new(Notify::new());
+        k.own(&p, b"p/third", 9);
+        k.set_waiter(9, Some(n.clone()));
+        assert!(!k.cancelled(4, 0, true), "a refused one does not");
+        assert!(k.ids().iter().all(|id| *id != 4));
+        let woken = std::pin::pin!(n.notified());
+        let cx = &mut std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(
+            std::future::Future::poll(woken, cx).is_ready(),
+            "its waiter reads again"
+        );
     }
 
-    /// Idle watches beyond the cache are cancelled, least recently used first; a watch with a
-    /// waiter never is. A new stream life breaks every before watch.
+    /// Idle watches beyond a name's cache are cancelled, least recently used first; a watch
+    /// with a waiter never is, and another name's watches do not count. A stream that ended
+    /// breaks every before watch.
     #[test]
     fn idle_watches_are_evicted_and_a_restart_breaks_the_rest() {
         let (mut k, mut rx) = watches();
+        let (p, q) = (name("p/"), name("q/"));
         let n = Arc::new(Notify::new());
-        let busy = k.before(b"p/busy", 1, n.clone());
+        let busy = k.before(&p, b"p/busy", 1, n.clone());
         for i in 0..CACHE {
-            let w = k.before(format!("p/{i}").as_bytes(), 1, n.clone());
+            let w = k.before(&q, format!("q/{i}").as_bytes(), 1, n.clone());
+            k.end_before(&w);
+        }
+        for i in 0..CACHE {
+            let w = k.before(&p, format!("p/{i}").as_bytes(), 1, n.clone());
             k.end_before(&w);
         }
         let cmds = sent(&mut rx);
-        assert_eq!(cmds.len(), CACHE + 2, "{cmds:?}");
-        assert_eq!(cmds.last().unwrap(), "Cancel(2)", "the oldest idle one");
+        assert_eq!(cmds.len(), 2 * CACHE + 2, "{cmds:?}");
+        assert_eq!(
+            cmds.last().unwrap(),
+            &format!("Cancel({})", CACHE + 2),
+            "the oldest idle one of p"
+        );
         assert_eq!(busy.phase(), Phase::Pending);
-        k.own(b"p/mine", 7);
-        let again = k.restart();
+        k.own(&p, b"p/mine", 7);
+        k.restart();
         assert_eq!(busy.phase(), Phase::Broken);
-        assert_eq!(again.len(), 1, "only the own-key watch is created again");
+        assert_eq!(k.ids().len(), 1, "only the own-key watch is created again");
+    }
+
+    /// A name that stops takes its watches with it and leaves the others'; its holders turn
+    /// Lost.
+    #[test]
+    fn a_stopped_name_cancels_only_its_watches() {
+        let (mut k, mut rx) = watches();
+        let (p, q) = (name("p/"), name("q/"));
+        let slots = Slots::default();
+        k.own(&p, b"p/mine", 7);
+        let c = cell();
+        k.set_holder(7, &c);
+        k.strays(
+            &p,
+            &slots,
+            0x1f,
+            || (b"p/1f".to_vec(), b"p/1f`".to_vec()),
+            |_| true,
+        );
+        k.strays(
+            &p,
+            &slots,
+            0x1f,
+            || unreachable!("once per lease"),
+            |_| true,
+        );
+        k.own(&q, b"q/mine", 8);
+        assert_eq!(sent(&mut rx).len(), 3);
+        k.drop_name(&p);
+        assert_eq!(sent(&mut rx), ["Cancel(1)", "Cancel(2)"]);
+        assert_eq!(c.get(), lockkit_core::LockState::Lost);
+        assert_eq!(k.ids(), [3]);
+        assert!(!k.names.contains_key(&*p));
+        // A stray watch of a lease no longer ours is cancelled when another is added.
+        k.strays(
+            &q,
+            &slots,
+            0x1,
+            || (b"q/1".to_vec(), b"q/1`".to_vec()),
+            |_| true,
+        );
+        k.strays(
+            &q,
+            &slots,
+            0x2,
+            || (b"q/2".to_vec(), b"q/2`".to_vec()),
+            |l| l != 1,
+        );
+        assert_eq!(sent(&mut rx), ["Create(4)", "Cancel(4)", "Create(5)"]);
+        assert!(k.event(5, false, 9).is_some_and(|s| *s.name == *b"q/"));
     }
 }

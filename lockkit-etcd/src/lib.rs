@@ -7,6 +7,7 @@ mod config;
 mod election;
 mod held;
 mod inner;
+mod key_stream;
 mod key_watch;
 mod mutex;
 mod ops;
@@ -14,6 +15,7 @@ mod rwlock;
 mod semaphore;
 mod session;
 mod strays;
+mod stream;
 mod tls;
 mod watch;
 

@@ -10,12 +10,15 @@
 //! create is sent until its key is known to be deleted). It is deleted through the reaper,
 //! owner-checked on its create revision, so a newer key in the same slot is never touched.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 
 use lockkit_core::spi::{Attempt, Reaper};
 
 use crate::client::Pool;
+
+/// The key slots of one lock name that this handle's acquisitions hold (see `watch::Slot`).
+pub(crate) type Slots = Arc<Mutex<BTreeSet<u32>>>;
 
 /// The session leases of one handle, and where their stray keys go.
 #[derive(Debug, Clone)]
@@ -52,11 +55,27 @@ impl Strays {
     }
 
     /// The slot of `key` (under `prefix`, on `lease`) if it is a key of one of our sessions.
-    pub(crate) fn slot_of(&self, prefix: &[u8], key: &[u8], lease: i64) -> Option<u32> {
+    fn slot_of(&self, prefix: &[u8], key: &[u8], lease: i64) -> Option<u32> {
         if lease == 0 || !self.leases().contains(&lease) {
             return None;
         }
         slot_of(prefix, key, lease)
+    }
+
+    /// Whether `kv`, under lock `prefix`, is a key of one of our sessions in a slot no
+    /// acquisition of ours holds (`slots` are those they hold): its name and create revision.
+    pub(crate) fn stray(
+        &self,
+        prefix: &[u8],
+        slots: &Slots,
+        kv: &etcd_client::KeyValue,
+    ) -> Option<(Vec<u8>, i64)> {
+        let slot = self.slot_of(prefix, kv.key(), kv.lease())?;
+        let held = slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&slot);
+        (!held).then(|| (kv.key().to_vec(), kv.create_revision()))
     }
 
     /// Deletes `key` while its create revision is `rev`, retried until the server takes it.

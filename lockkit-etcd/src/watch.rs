@@ -1,7 +1,8 @@
-//! One long-lived watch stream per lock name per client: for a RW lock, a semaphore or an
-//! election, a prefix watch and the local mirror of the prefix it maintains; for a mutex, a
-//! narrow stream of single-key watches (see `key_watch.rs`), since a prefix watch in every client
-//! sends every change to every client (2·C messages per hand-off among C clients).
+//! The watch of one lock name in one client: for a RW lock, a semaphore or an election, a
+//! long-lived prefix watch stream of its own and the local mirror of the prefix it maintains;
+//! for a mutex, a few single-key watches on the client's one key stream (see `key_watch.rs` and
+//! `key_stream.rs`), since a prefix watch in every client sends every change to every client
+//! (2·C messages per hand-off among C clients).
 //!
 //! Why long-lived: a watch created for each wait lands in etcd's "unsynced" watcher group now and
 //! then (and always when it starts at a past revision, as Go's `concurrency.Mutex` does), and
@@ -24,9 +25,10 @@
 //! nothing for a command timeout is asked for a progress report and is given up (and the pool
 //! fails over) when none comes within another, and a failover of the pool, which other requests
 //! notice first, moves the watch to the new endpoint too. Each new life of the watch rebuilds
-//! the mirror (or creates the narrow stream's key watches again).
+//! the mirror.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -35,12 +37,14 @@ use lockkit_core::spi::{LeaderFeed, StateCell};
 use lockkit_core::{
     Backoff, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LostReason, Result,
 };
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use crate::client::Pool;
-use crate::key_watch::{BeforeWatch, Cmd, KeyWatches};
+use crate::key_stream::KeyStream;
+use crate::key_watch::{BeforeWatch, KeyWatches};
+use crate::strays::{Slots, Strays};
+use crate::stream::{cancelled, Heard, Listen};
 
 /// Aborts the background task kept in `slot` (a name's watch), if it is still there.
 fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
@@ -48,7 +52,6 @@ fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
         t.abort();
     }
 }
-use crate::strays::Strays;
 
 /// What the mirror says about one of our keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,18 +284,22 @@ enum Readiness {
 }
 
 /// The watch of one lock prefix, shared by every handle, acquire and guard of that lock in one
-/// client. The task stops when the last user drops it. A mutex's is narrow (see
-/// `key_watch.rs`): it watches a few keys, not the prefix, and keeps no mirror.
+/// client. A prefix watch's task stops when the last user drops it. A mutex's is narrow (see
+/// `key_watch.rs`): it watches a few keys on the client's key stream, not the prefix, and keeps
+/// no mirror.
 #[derive(Debug)]
 pub(crate) struct NameWatch {
-    prefix: Vec<u8>,
+    prefix: Arc<[u8]>,
     mirror: Mutex<Mirror>,
-    /// A narrow watch's registrations (a mutex's); `None` for a prefix watch.
-    keys: Option<Mutex<KeyWatches>>,
+    /// A narrow watch's stream (a mutex's), which keeps its registrations; `None` for a prefix
+    /// watch.
+    keys: Option<Arc<KeyStream>>,
     ready: watch::Sender<Readiness>,
-    slots: Mutex<BTreeSet<u32>>,
+    slots: Slots,
     strays: Strays,
+    /// A prefix watch's task.
     task: Mutex<Option<JoinHandle<()>>>,
+    stopped: AtomicBool,
 }
 
 impl Drop for NameWatch {
@@ -302,36 +309,47 @@ impl Drop for NameWatch {
 }
 
 impl NameWatch {
-    /// Creates the watch of `prefix` (which ends with `/`) and starts its task; stray keys of
-    /// the handle's sessions (see `strays.rs`) go to `strays`.
+    /// Creates the watch of `prefix` (which ends with `/`): a mutex's on the client's key
+    /// stream `keys`, which it asks for, any other's on a stream of its own, whose task starts
+    /// here. Stray keys of the handle's sessions (see `strays.rs`) go to `strays`.
     pub(crate) fn start(
         pool: Arc<Pool>,
         prefix: Vec<u8>,
         kind: Kind,
         strays: Strays,
+        keys: impl FnOnce() -> Arc<KeyStream>,
     ) -> Arc<NameWatch> {
-        let (ready, _) = watch::channel(Readiness::Pending);
-        let (cmds, rx) = mpsc::unbounded_channel();
+        let narrow = kind == Kind::Mutex;
+        // A narrow watch is ready at once: its stream creates its watches when it can.
+        let (ready, _) = watch::channel(if narrow {
+            Readiness::Ready
+        } else {
+            Readiness::Pending
+        });
         let nw = Arc::new(NameWatch {
-            prefix,
+            prefix: prefix.into(),
             mirror: Mutex::new(Mirror::new(kind)),
-            keys: (kind == Kind::Mutex).then(|| Mutex::new(KeyWatches::new(cmds))),
+            keys: narrow.then(keys),
             ready,
-            slots: Mutex::new(BTreeSet::new()),
+            slots: Slots::default(),
             strays,
             task: Mutex::new(None),
+            stopped: AtomicBool::new(false),
         });
-        let task = tokio::spawn(run(Arc::downgrade(&nw), pool, rx));
-        *nw.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        if !narrow {
+            let task = tokio::spawn(run(Arc::downgrade(&nw), pool));
+            *nw.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }
         nw
     }
 
-    /// Stops the watch (the handle was closed): holders turn Lost, waiters are woken and find
-    /// the handle closed.
+    /// Stops the watch (the handle was closed, or nothing used the name for a while): holders
+    /// turn Lost, waiters are woken and find the handle closed.
     pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
         abort_task(&self.task);
         if let Some(mut k) = self.keys() {
-            k.stop();
+            k.drop_name(&self.prefix);
         }
         let mut m = self.mirror();
         m.synced = false;
@@ -347,10 +365,7 @@ impl NameWatch {
 
     /// Whether [`stop`](Self::stop) was called.
     pub(crate) fn is_stopped(&self) -> bool {
-        self.task
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
+        self.stopped.load(Ordering::Acquire)
     }
 
     /// The watched prefix.
@@ -358,17 +373,10 @@ impl NameWatch {
         &self.prefix
     }
 
-    /// Whether `kv` is a key of one of our sessions in a slot no acquisition of ours holds.
-    fn is_stray(&self, kv: &etcd_client::KeyValue) -> bool {
-        self.strays
-            .slot_of(&self.prefix, kv.key(), kv.lease())
-            .is_some_and(|slot| {
-                !self
-                    .slots
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .contains(&slot)
-            })
+    /// Whether `kv` is a key of one of our sessions in a slot no acquisition of ours holds:
+    /// its name and create revision.
+    fn stray(&self, kv: &etcd_client::KeyValue) -> Option<(Vec<u8>, i64)> {
+        self.strays.stray(&self.prefix, &self.slots, kv)
     }
 
     /// Waits until the watch is in place and the mirror is built.
@@ -392,11 +400,10 @@ impl NameWatch {
         self.mirror.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A narrow watch's registrations; `None` for a prefix watch.
-    pub(crate) fn keys(&self) -> Option<MutexGuard<'_, KeyWatches>> {
-        self.keys
-            .as_ref()
-            .map(|k| k.lock().unwrap_or_else(|e| e.into_inner()))
+    /// A narrow watch's registrations (those of every mutex name of the client); `None` for a
+    /// prefix watch.
+    fn keys(&self) -> Option<MutexGuard<'_, KeyWatches>> {
+        self.keys.as_ref().map(|k| k.keys())
     }
 
     /// Whether this is a narrow watch (a mutex's): waiters watch the key before theirs.
@@ -421,7 +428,7 @@ impl NameWatch {
     /// watch sees it anyway).
     pub(crate) fn watch_own(&self, key: &[u8], rev: i64) {
         if let Some(mut k) = self.keys() {
-            k.own(key, rev);
+            k.own(&self.prefix, key, rev);
         }
     }
 
@@ -433,7 +440,8 @@ impl NameWatch {
         rev: i64,
         waiter: &Arc<Notify>,
     ) -> Option<BeforeWatch> {
-        self.keys().map(|mut k| k.before(key, rev, waiter.clone()))
+        self.keys()
+            .map(|mut k| k.before(&self.prefix, key, rev, waiter.clone()))
     }
 
     /// Whether `w`'s watch hears every delete of the incarnation it waits on.
@@ -454,13 +462,15 @@ impl NameWatch {
     pub(crate) fn watch_strays(&self, lease: i64) {
         if let Some(mut k) = self.keys() {
             let range = || {
-                let mut start = self.prefix.clone();
+                let mut start = self.prefix.to_vec();
                 start.extend_from_slice(format!("{lease:x}").as_bytes());
                 let mut end = start.clone();
                 end.push(b'`');
                 (start, end)
             };
-            k.strays(lease, range, |l| self.strays.owns(l));
+            k.strays(&self.prefix, &self.slots, lease, range, |l| {
+                self.strays.owns(l)
+            });
         }
     }
 
@@ -558,7 +568,7 @@ pub(crate) struct Slot {
 impl Slot {
     /// The key for this slot under lease `lease`.
     pub(crate) fn key(&self, lease: i64) -> Vec<u8> {
-        let mut k = self.nw.prefix.clone();
+        let mut k = self.nw.prefix.to_vec();
         if self.n == 0 {
             k.extend_from_slice(format!("{lease:x}").as_bytes());
         } else {
@@ -578,18 +588,14 @@ impl Drop for Slot {
     }
 }
 
-async fn run(
-    nw: std::sync::Weak<NameWatch>,
-    pool: Arc<Pool>,
-    mut cmds: mpsc::UnboundedReceiver<Cmd>,
-) {
+async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
     let mut retry = Backoff::WATCH.start();
     loop {
-        let Some(prefix) = nw.upgrade().map(|n| n.prefix.clone()) else {
+        let Some(prefix) = nw.upgrade().map(|n| n.prefix.to_vec()) else {
             return;
         };
         let key = String::from_utf8_lossy(&prefix).into_owned();
-        let ended = session_of_watch(&nw, &pool, prefix, &mut cmds).await;
+        let ended = session_of_watch(&nw, &pool, prefix).await;
         let why = match &ended {
             Ok(()) => "it moved to another endpoint".to_string(),
             Err(e) => e.to_string(),
@@ -630,15 +636,13 @@ async fn run(
     }
 }
 
-/// One life of the watch stream: create, wait for `created`, range (or, on a narrow watch, create
-/// its key watches), then apply events until the stream ends.
+/// One life of the watch stream: create, wait for `created`, range, then apply events until the
+/// stream ends.
 async fn session_of_watch(
     nw: &std::sync::Weak<NameWatch>,
     pool: &Arc<Pool>,
     prefix: Vec<u8>,
-    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
 ) -> Result<()> {
-    let narrow = nw.upgrade().is_some_and(|n| n.is_narrow());
     let limit = pool.timeout();
     // Subscribed first, so a failover during the setup is seen too.
     let mut moves = pool.moves();
@@ -650,13 +654,7 @@ async fn session_of_watch(
             return Err(e);
         }
     };
-    // A narrow stream is anchored by a watch of the prefix itself, a key no lock writes; its
-    // key watches come and go on it.
-    let opts = if narrow {
-        WatchOptions::new()
-    } else {
-        WatchOptions::new().with_prefix()
-    };
+    let opts = WatchOptions::new().with_prefix();
     let opened = tokio::time::timeout(limit, client.watch(prefix.clone(), Some(opts))).await;
     let mut stream = match opened {
         Ok(Ok(s)) => s,
@@ -683,19 +681,6 @@ async fn session_of_watch(
             ));
         }
     }
-    // The narrow watch's key watches in place of the mirror: created again (a create still
-    // queued for one of them finds it live on this stream and is skipped).
-    let mut live = std::collections::HashSet::new();
-    if narrow {
-        let Some(n) = nw.upgrade() else { return Ok(()) };
-        let ids = n.keys().map(|mut k| k.restart()).unwrap_or_default();
-        for id in ids {
-            create_key_watch(&n, pool, &mut stream, &mut live, id).await?;
-        }
-        n.ready.send_replace(Readiness::Ready);
-        drop(n);
-        return narrow_stream(nw, pool, idx, stream, cmds, live, moves).await;
-    }
     let p2 = prefix.clone();
     let mut resp = pool
         .run("range", true, move |mut c| {
@@ -707,7 +692,7 @@ async fn session_of_watch(
     {
         let Some(n) = nw.upgrade() else { return Ok(()) };
         let kvs = resp.take_kvs();
-        let strays: Vec<_> = kvs.iter().filter(|kv| n.is_stray(kv)).map(stray).collect();
+        let strays: Vec<_> = kvs.iter().filter_map(|kv| n.stray(kv)).collect();
         let mut m = n.mirror();
         m.reset(base, kvs);
         m.settle();
@@ -747,9 +732,7 @@ async fn session_of_watch(
             match ev.event_type() {
                 EventType::Put => {
                     m.put(kv.key(), kv.create_revision(), kv.value());
-                    if n.is_stray(kv) {
-                        strays.push(stray(kv));
-                    }
+                    strays.extend(n.stray(kv));
                 }
                 EventType::Delete => m.delete(kv.key()),
             }
@@ -772,234 +755,5 @@ async fn session_of_watch(
         for (key, rev) in strays {
             n.strays.reap(pool, key, rev);
         }
-    }
-}
-
-/// What a watch stream's listener heard.
-enum Heard {
-    Message(etcd_client::WatchResponse),
-    /// A narrow watch's registry asks for a create or cancel.
-    Command(Cmd),
-    /// The pool moved to another endpoint: the stream follows.
-    Moved,
-}
-
-/// Listens to one life of a watch stream: a stream that says nothing for a command timeout is
-/// asked for a progress report and given up (and the pool fails over) when none comes within
-/// another; a stream that broke or ended (a member that lost its leader ends it) is resumed on
-/// the next endpoint.
-struct Listen<'a> {
-    pool: &'a Arc<Pool>,
-    idx: usize,
-    moves: watch::Receiver<u64>,
-    heard: Instant,
-    asked: bool,
-}
-
-impl<'a> Listen<'a> {
-    fn new(pool: &'a Arc<Pool>, idx: usize, moves: watch::Receiver<u64>) -> Listen<'a> {
-        Listen {
-            pool,
-            idx,
-            moves,
-            heard: Instant::now(),
-            asked: false,
-        }
-    }
-
-    async fn next(
-        &mut self,
-        stream: &mut etcd_client::WatchStream,
-        mut cmds: Option<&mut mpsc::UnboundedReceiver<Cmd>>,
-    ) -> Result<Heard> {
-        let (pool, idx, limit) = (self.pool, self.idx, self.pool.timeout());
-        loop {
-            let quiet_until = self.heard + limit * if self.asked { 2 } else { 1 };
-            let msg = tokio::select! {
-                msg = stream.message() => msg,
-                cmd = async { cmds.as_mut().expect("checked").recv().await }, if cmds.is_some() => {
-                    // Every sender gone: the name's watch was dropped.
-                    return Ok(cmd.map_or(Heard::Moved, Heard::Command));
-                }
-                _ = tokio::time::sleep_until(quiet_until) => {
-                    if self.asked {
-                        pool.failed(idx);
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!("the etcd watch stayed silent for {:?}", limit * 2),
-                        ));
-                    }
-                    stream
-                        .request_progress()
-                        .await
-                        .map_err(|e| crate::client::map_err(e, "watch progress"))?;
-                    self.asked = true;
-                    continue;
-                }
-                _ = self.moves.changed() => {
-                    // Others found an endpoint failing: follow them if it was ours.
-                    if pool.current().0 != idx {
-                        return Ok(Heard::Moved);
-                    }
-                    continue;
-                }
-            };
-            self.heard = Instant::now();
-            self.asked = false;
-            let msg = msg.map_err(|e| {
-                pool.failed(idx);
-                crate::client::map_err(e, "watch")
-            })?;
-            let Some(r) = msg else {
-                pool.failed(idx);
-                return Err(Error::new(ErrorKind::Connection, "etcd watch stream ended"));
-            };
-            return Ok(Heard::Message(r));
-        }
-    }
-}
-
-/// Sends the create of a narrow watch's key watch `id`, unless it is in place on this stream or
-/// was cancelled. A stray watch's keys are read first: the strays among them are reaped, and the
-/// watch starts after that read.
-async fn create_key_watch(
-    n: &NameWatch,
-    pool: &Arc<Pool>,
-    stream: &mut etcd_client::WatchStream,
-    live: &mut std::collections::HashSet<i64>,
-    id: i64,
-) -> Result<()> {
-    if live.contains(&id) {
-        return Ok(());
-    }
-    let range = n.keys().and_then(|k| k.stray_range(id));
-    if let Some((start, end)) = range {
-        let mut resp = pool
-            .run("range", true, move |mut c| {
-                let (start, end) = (start.clone(), end.clone());
-                async move { c.get(start, Some(GetOptions::new().with_range(end))).await }
-            })
-            .await?;
-        let rev = resp.take_header().map(|h| h.revision()).ok_or_else(|| {
-            Error::new(
-                ErrorKind::Connection,
-                "an etcd range answer without a header",
-            )
-        })?;
-        for kv in resp.kvs().iter().filter(|kv| n.is_stray(kv)) {
-            let (key, created) = stray(kv);
-            n.strays.reap(pool, key, created);
-        }
-        if let Some(mut k) = n.keys() {
-            k.start_at(id, rev + 1);
-        }
-    }
-    let Some((key, opts)) = n.keys().and_then(|k| k.create_request(id)) else {
-        return Ok(());
-    };
-    live.insert(id);
-    match tokio::time::timeout(pool.timeout(), stream.watch(key, Some(opts))).await {
-        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch")),
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            "a watch request could not be sent",
-        )),
-    }
-}
-
-/// The rest of one life of a narrow watch's stream: sends its registry's creates and cancels
-/// and routes what comes back.
-async fn narrow_stream(
-    nw: &std::sync::Weak<NameWatch>,
-    pool: &Arc<Pool>,
-    idx: usize,
-    mut stream: etcd_client::WatchStream,
-    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
-    mut live: std::collections::HashSet<i64>,
-    moves: watch::Receiver<u64>,
-) -> Result<()> {
-    let mut listen = Listen::new(pool, idx, moves);
-    loop {
-        let heard = listen.next(&mut stream, Some(cmds)).await?;
-        let Some(n) = nw.upgrade() else { return Ok(()) };
-        let r = match heard {
-            Heard::Moved => return Ok(()),
-            Heard::Command(Cmd::Create(id)) => {
-                create_key_watch(&n, pool, &mut stream, &mut live, id).await?;
-                continue;
-            }
-            Heard::Command(Cmd::Cancel(id)) => {
-                if live.remove(&id) {
-                    match tokio::time::timeout(pool.timeout(), stream.cancel(id)).await {
-                        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel"))?,
-                        Err(_) => {
-                            return Err(Error::new(
-                                ErrorKind::Timeout,
-                                "a watch cancel could not be sent",
-                            ))
-                        }
-                    }
-                }
-                continue;
-            }
-            Heard::Message(r) => r,
-        };
-        let id = r.watch_id();
-        // The anchor (0), or a create etcd refused without taking its id (-1: a duplicate id).
-        if id <= 0 {
-            if r.canceled() {
-                return Err(cancelled(r.cancel_reason()));
-            }
-            continue;
-        }
-        let mut strays = Vec::new();
-        {
-            let Some(mut k) = n.keys() else { return Ok(()) };
-            if r.canceled() {
-                if k.cancelled(id, r.compact_revision()) {
-                    return Err(cancelled(r.cancel_reason()));
-                }
-                if r.compact_revision() <= 0 {
-                    live.remove(&id);
-                }
-                continue;
-            }
-            if r.created() {
-                k.created(id, r.header().map_or(0, |h| h.revision()));
-            }
-            for ev in r.events() {
-                let deleted = ev.event_type() == EventType::Delete;
-                let rev = ev.kv().map_or(0, |kv| kv.mod_revision());
-                if k.event(id, deleted, rev) {
-                    if let Some(kv) = ev.kv().filter(|kv| n.is_stray(kv)) {
-                        strays.push(stray(kv));
-                    }
-                }
-            }
-        }
-        for (key, rev) in strays {
-            n.strays.reap(pool, key, rev);
-        }
-    }
-}
-
-/// A stray key's name and create revision.
-fn stray(kv: &etcd_client::KeyValue) -> (Vec<u8>, i64) {
-    (kv.key().to_vec(), kv.create_revision())
-}
-
-/// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.
-fn cancelled(reason: &str) -> Error {
-    if reason.contains("permission denied") {
-        Error::new(
-            ErrorKind::Auth,
-            format!("etcd refused the watch of the lock: {reason}"),
-        )
-        .with_retryable(false)
-    } else {
-        Error::new(
-            ErrorKind::Backend,
-            format!("etcd cancelled the watch: {reason}"),
-        )
     }
 }

@@ -1,0 +1,344 @@
+//! The one watch stream of a client that carries every mutex name's narrow watches (what they
+//! are and why is in `key_watch.rs`). Its task sends the registry's creates and cancels and
+//! routes what comes back. There is no stream while nothing is registered: the first create
+//! opens one. Like a name's prefix watch (`watch.rs`), a stream that goes silent is asked for
+//! progress and given up, a failover of the pool moves it, and each new life creates every
+//! registration again.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
+use lockkit_core::{Backoff, Error, ErrorKind, Result};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::client::Pool;
+use crate::key_watch::{Cmd, KeyWatches};
+use crate::strays::Strays;
+use crate::stream::{cancelled, Heard, Listen};
+
+/// A client's key stream: the registry of its mutex names' narrow watches and the task that
+/// keeps them on one gRPC stream.
+#[derive(Debug)]
+pub(crate) struct KeyStream {
+    keys: Mutex<KeyWatches>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for KeyStream {
+    fn drop(&mut self) {
+        self.abort();
+    }
+}
+
+impl KeyStream {
+    /// Starts the stream's task; stray keys of the handle's sessions (see `strays.rs`) go to
+    /// `strays`.
+    pub(crate) fn start(pool: Arc<Pool>, strays: Strays) -> Arc<KeyStream> {
+        let (cmds, rx) = mpsc::unbounded_channel();
+        let ks = Arc::new(KeyStream {
+            keys: Mutex::new(KeyWatches::new(cmds)),
+            task: Mutex::new(None),
+        });
+        let task = tokio::spawn(run(Arc::downgrade(&ks), pool, strays, rx));
+        *ks.task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        ks
+    }
+
+    pub(crate) fn keys(&self) -> MutexGuard<'_, KeyWatches> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn abort(&self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    /// The handle closed: the stream ends, holders turn Lost, waiters are woken.
+    pub(crate) fn stop(&self) {
+        self.abort();
+        self.keys().stop();
+    }
+}
+
+async fn run(
+    ks: Weak<KeyStream>,
+    pool: Arc<Pool>,
+    strays: Strays,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+) {
+    let mut retry = Backoff::WATCH.start();
+    loop {
+        // No stream while nothing is watched: the first create opens one.
+        loop {
+            let empty = match ks.upgrade() {
+                Some(k) => k.keys().is_empty(),
+                None => return,
+            };
+            if !empty {
+                break;
+            }
+            if cmds.recv().await.is_none() {
+                return;
+            }
+        }
+        let ended = life(&ks, &pool, &strays, &mut cmds).await;
+        let Some(k) = ks.upgrade() else { return };
+        k.keys().restart();
+        drop(k);
+        match ended {
+            Ok(()) => retry.reset(),
+            Err(e) => {
+                tracing::debug!(
+                    backend = "etcd",
+                    error = %e,
+                    "lockkit: the lock key watch stream broke; restarting it"
+                );
+                retry.wait().await;
+            }
+        }
+    }
+}
+
+/// One life of the stream: what it has sent, on which endpoint.
+struct Life<'a> {
+    pool: &'a Arc<Pool>,
+    strays: &'a Strays,
+    idx: usize,
+    client: Client,
+    /// Opened by the first create.
+    stream: Option<WatchStream>,
+    /// Watches created (or asked for) on this stream.
+    live: HashSet<i64>,
+    /// Creates sent and not yet answered, in order: etcd answers them in order, and answers a
+    /// create it refuses with id -1.
+    asked: VecDeque<i64>,
+}
+
+impl Life<'_> {
+    /// Sends the create of watch `id`, unless it is in place on this stream or was cancelled.
+    /// A stray watch's keys are read first: the strays among them are reaped, and the watch
+    /// starts after that read.
+    async fn create(&mut self, ks: &KeyStream, id: i64) -> Result<()> {
+        if self.live.contains(&id) {
+            return Ok(());
+        }
+        let range = ks.keys().stray_range(id);
+        if let Some((start, end, scope)) = range {
+            let mut resp = self
+                .pool
+                .run("range", true, move |mut c| {
+                    let (start, end) = (start.clone(), end.clone());
+                    async move { c.get(start, Some(GetOptions::new().with_range(end))).await }
+                })
+                .await?;
+            let rev = resp.take_header().map(|h| h.revision()).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Connection,
+                    "an etcd range answer without a header",
+                )
+            })?;
+            for kv in resp.kvs() {
+                if let Some((key, created)) = self.strays.stray(&scope.name, &scope.slots, kv) {
+                    self.strays.reap(self.pool, key, created);
+                }
+            }
+            ks.keys().start_at(id, rev + 1);
+        }
+        let check = ks.keys().own_to_check(id);
+        if let Some((key, rev)) = check {
+            let mut resp = self
+                .pool
+                .run("read a lock key", true, move |mut c| {
+                    let key = key.clone();
+                    async move { c.get(key, None).await }
+                })
+                .await?;
+            let at = resp.take_header().map(|h| h.revision()).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Connection,
+                    "an etcd range answer without a header",
+                )
+            })?;
+            let there = resp
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == rev);
+            ks.keys().own_checked(id, there, at);
+        }
+        let Some((key, opts)) = ks.keys().create_request(id) else {
+            return Ok(());
+        };
+        self.live.insert(id);
+        self.asked.push_back(id);
+        self.send(key, opts).await
+    }
+
+    async fn send(&mut self, key: Vec<u8>, opts: WatchOptions) -> Result<()> {
+        let limit = self.pool.timeout();
+        let Some(stream) = self.stream.as_mut() else {
+            let opened = tokio::time::timeout(limit, self.client.watch(key, Some(opts))).await;
+            return match opened {
+                Ok(Ok(s)) => {
+                    self.stream = Some(s);
+                    Ok(())
+                }
+                Ok(Err(e)) => {
+                    self.pool.failed(self.idx);
+                    Err(crate::client::map_err(e, "watch"))
+                }
+                Err(_) => {
+                    self.pool.failed(self.idx);
+                    Err(Error::new(ErrorKind::Timeout, "etcd watch did not open"))
+                }
+            };
+        };
+        match tokio::time::timeout(limit, stream.watch(key, Some(opts))).await {
+            Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch")),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                "a watch request could not be sent",
+            )),
+        }
+    }
+
+    async fn cancel(&mut self, id: i64) -> Result<()> {
+        let Some(stream) = self.stream.as_mut().filter(|_| self.live.remove(&id)) else {
+            return Ok(());
+        };
+        match tokio::time::timeout(self.pool.timeout(), stream.cancel(id)).await {
+            Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel")),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                "a watch cancel could not be sent",
+            )),
+        }
+    }
+}
+
+/// One life of the stream: every registration created, then the registry's creates and
+/// cancels sent and what comes back routed, until the stream ends.
+async fn life(
+    ks: &Weak<KeyStream>,
+    pool: &Arc<Pool>,
+    strays: &Strays,
+    cmds: &mut mpsc::UnboundedReceiver<Cmd>,
+) -> Result<()> {
+    // Subscribed first, so a failover during the setup is seen too.
+    let mut moves = pool.moves();
+    moves.mark_unchanged();
+    let (idx, client) = match pool.current_watcher().await {
+        Ok(c) => c,
+        Err(e) => {
+            pool.failed(pool.current().0);
+            return Err(e);
+        }
+    };
+    let mut life = Life {
+        pool,
+        strays,
+        idx,
+        client,
+        stream: None,
+        live: HashSet::new(),
+        asked: VecDeque::new(),
+    };
+    {
+        let Some(k) = ks.upgrade() else { return Ok(()) };
+        let ids = k.keys().ids();
+        for id in ids {
+            life.create(&k, id).await?;
+        }
+    }
+    let mut listen = Listen::new(pool, idx, moves);
+    loop {
+        listen.idle(life.live.is_empty());
+        // Everything was cancelled before the stream opened: the next create opens one.
+        let Some(stream) = life.stream.as_mut() else {
+            return Ok(());
+        };
+        let heard = listen.next(stream, Some(cmds)).await?;
+        let Some(k) = ks.upgrade() else { return Ok(()) };
+        let r = match heard {
+            Heard::Moved => return Ok(()),
+            Heard::Command(Cmd::Create(id)) => {
+                life.create(&k, id).await?;
+                continue;
+            }
+            Heard::Command(Cmd::Cancel(id)) => {
+                life.cancel(id).await?;
+                continue;
+            }
+            Heard::Message(r) => r,
+        };
+        let mut id = r.watch_id();
+        if r.created() {
+            // The answer to the oldest create not yet answered; -1 when etcd refused it.
+            let asked = life.asked.pop_front();
+            if id == -1 && r.canceled() {
+                id = asked.unwrap_or(-1);
+            } else if asked != Some(id) {
+                // A gRPC proxy, or etcd before 3.4, numbers watches itself: events would reach
+                // the wrong waiters and holders. Waiters whose watches break read instead.
+                tracing::warn!(
+                    backend = "etcd",
+                    asked,
+                    got = id,
+                    "lockkit: etcd did not take the watch id this client chose (a gRPC proxy, \
+                     or etcd before 3.4?); the lock's waiters poll instead"
+                );
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "etcd did not take the watch id this client chose",
+                ));
+            }
+        }
+        if id <= 0 {
+            // A progress report, or a refusal of a create we cannot place.
+            if r.canceled() {
+                return Err(cancelled(r.cancel_reason()));
+            }
+            continue;
+        }
+        let mut found = Vec::new();
+        {
+            let mut keys = k.keys();
+            if r.canceled() {
+                let reason = r.cancel_reason();
+                let refused = reason.contains("permission denied");
+                if refused {
+                    tracing::debug!(
+                        backend = "etcd",
+                        reason,
+                        "lockkit: etcd refused a lock key watch"
+                    );
+                }
+                if keys.cancelled(id, r.compact_revision(), refused) {
+                    return Err(cancelled(reason));
+                }
+                if r.compact_revision() <= 0 {
+                    life.live.remove(&id);
+                }
+                continue;
+            }
+            if r.created() {
+                keys.created(id, r.header().map(|h| h.revision()));
+            }
+            for ev in r.events() {
+                let deleted = ev.event_type() == EventType::Delete;
+                let rev = ev.kv().map_or(0, |kv| kv.mod_revision());
+                let Some(scope) = keys.event(id, deleted, rev) else {
+                    continue;
+                };
+                if let Some(kv) = ev.kv() {
+                    found.extend(strays.stray(&scope.name, &scope.slots, kv));
+                }
+            }
+        }
+        for (key, rev) in found {
+            strays.reap(pool, key, rev);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! What every long-lived watch stream shares: listening to one life of it (progress checks,
+//! failover), and the error for a watch etcd cancelled.
+
+use std::sync::Arc;
+
+use lockkit_core::{Error, ErrorKind, Result};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::client::Pool;
+use crate::key_watch::Cmd;
+
+/// What a watch stream's listener heard.
+pub(crate) enum Heard {
+    Message(etcd_client::WatchResponse),
+    /// A narrow watch's registry asks for a create or cancel.
+    Command(Cmd),
+    /// The pool moved to another endpoint: the stream follows.
+    Moved,
+}
+
+/// Listens to one life of a watch stream: a stream that says nothing for a command timeout is
+/// asked for a progress report and given up (and the pool fails over) when none comes within
+/// another; a stream that broke or ended (a member that lost its leader ends it) is resumed on
+/// the next endpoint.
+pub(crate) struct Listen<'a> {
+    pool: &'a Arc<Pool>,
+    idx: usize,
+    moves: watch::Receiver<u64>,
+    heard: Instant,
+    asked: bool,
+    idle: bool,
+}
+
+impl<'a> Listen<'a> {
+    pub(crate) fn new(pool: &'a Arc<Pool>, idx: usize, moves: watch::Receiver<u64>) -> Listen<'a> {
+        Listen {
+            pool,
+            idx,
+            moves,
+            heard: Instant::now(),
+            asked: false,
+            idle: false,
+        }
+    }
+
+    /// Whether nothing is watched on the stream: etcd answers no progress request then (3.5
+    /// sends its report through a watch), so the silence check pauses, and starts afresh when
+    /// something is watched again.
+    pub(crate) fn idle(&mut self, idle: bool) {
+        if self.idle && !idle {
+            self.heard = Instant::now();
+            self.asked = false;
+        }
+        self.idle = idle;
+    }
+
+    pub(crate) async fn next(
+        &mut self,
+        stream: &mut etcd_client::WatchStream,
+        mut cmds: Option<&mut mpsc::UnboundedReceiver<Cmd>>,
+    ) -> Result<Heard> {
+        let (pool, idx, limit) = (self.pool, self.idx, self.pool.timeout());
+        loop {
+            let quiet_until = self.heard + limit * if self.asked { 2 } else { 1 };
+            let msg = tokio::select! {
+                msg = stream.message() => msg,
+                cmd = async { cmds.as_mut().expect("checked").recv().await }, if cmds.is_some() => {
+                    // Every sender gone: the registry was dropped.
+                    return Ok(cmd.map_or(Heard::Moved, Heard::Command));
+                }
+                _ = tokio::time::sleep_until(quiet_until), if !self.idle => {
+                    if self.asked {
+                        pool.failed(idx);
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!("the etcd watch stayed silent for {:?}", limit * 2),
+                        ));
+                    }
+                    stream
+                        .request_progress()
+                        .await
+                        .map_err(|e| crate::client::map_err(e, "watch progress"))?;
+                    self.asked = true;
+                    continue;
+                }
+                _ = self.moves.changed() => {
+                    // Others found an endpoint failing: follow them if it was ours.
+                    if pool.current().0 != idx {
+                        return Ok(Heard::Moved);
+                    }
+                    continue;
+                }
+            };
+            self.heard = Instant::now();
+            self.asked = false;
+            let msg = msg.map_err(|e| {
+                pool.failed(idx);
+                crate::client::map_err(e, "watch")
+            })?;
+            let Some(r) = msg else {
+                pool.failed(idx);
+                return Err(Error::new(ErrorKind::Connection, "etcd watch stream ended"));
+            };
+            return Ok(Heard::Message(r));
+        }
+    }
+}
+
+/// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.
+pub(crate) fn cancelled(reason: &str) -> Error {
+    if reason.contains("permission denied") {
+        Error::new(
+            ErrorKind::Auth,
+            format!("etcd refused the watch of the lock: {reason}"),
+        )
+        .with_retryable(false)
+    } else {
+        Error::new(
+            ErrorKind::Backend,
+            format!("etcd cancelled the watch: {reason}"),
+        )
+    }
+}
