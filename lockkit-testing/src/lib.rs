@@ -20,6 +20,7 @@ pub mod cases;
 mod credentials;
 pub mod failover;
 pub mod harness;
+pub mod idle;
 pub mod metrics;
 pub mod network;
 pub mod proxy;

@@ -1,7 +1,8 @@
-//! Every mutex name of one client shares one watch stream. Alone in their binary, one at a time:
-//! one reads etcd's own count of watch streams, which tests running at the same time would move,
-//! and one compacts the server's history, which would break other tests' watches from past
-//! revisions.
+//! What the server sees: every mutex name of one client shares one watch stream, idle waiters
+//! send nothing, and a delete compacted away while the stream was down is still found. Alone in
+//! their binary, one at a time: they read etcd's own counters, which tests running at the same
+//! time would move, or compact the server's history, which would break other tests' watches
+//! from past revisions.
 
 mod common;
 
@@ -17,22 +18,27 @@ const SOON: Duration = Duration::from_secs(5);
 /// The cases run one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// etcd's metric `metric` (a gauge), read from its `/metrics` page on the client port.
+/// The sum of etcd's metric `metric` over its labels, from its `/metrics` page on the client
+/// port.
 fn gauge(url: &str, metric: &str) -> f64 {
     let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
     let mut conn = std::net::TcpStream::connect(u.hosts[0].to_string()).unwrap();
     conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut page = String::new();
     conn.read_to_string(&mut page).unwrap();
-    page.lines()
-        .find_map(|l| {
-            l.strip_prefix(metric)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
+    let values: Vec<f64> = page
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(metric)?;
+            let value = match rest.strip_prefix(' ') {
+                Some(v) => v,
+                None => rest.strip_prefix('{')?.split_once("} ")?.1,
+            };
+            value.trim().parse().ok()
         })
-        .unwrap_or_else(|| panic!("no {metric} on etcd's /metrics page"))
+        .collect();
+    assert!(!values.is_empty(), "no {metric} on etcd's /metrics page");
+    values.iter().sum()
 }
 
 const STREAMS: &str = "etcd_debugging_mvcc_watch_stream_total";
@@ -132,4 +138,29 @@ async fn key_deleted_and_compacted_while_the_stream_was_down_turns_the_guard_los
         .expect("the guard whose key was deleted (and compacted) turned Lost");
     holder.close().await.unwrap();
     other.close().await.unwrap();
+}
+
+/// Idle waiters cost etcd nothing per waiter: each waits on a watch (of the key before its own),
+/// and keepalives are one per session lease per client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_waiters_cost_the_server_nothing_per_waiter() {
+    let Some(url) = url() else { return };
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let cfg = LockConfig::new(url.clone());
+    let holder = lockkit_etcd::connect(&cfg).await.unwrap();
+    let waiting = lockkit_etcd::connect(&cfg).await.unwrap();
+    let (waiters, quiet) = lockkit_testing::idle::sizes();
+    let received = || async { gauge(&url, "grpc_server_msg_received_total") as u64 };
+    let taken =
+        lockkit_testing::idle::idle_waiters(&holder, &waiting, waiters, quiet, received).await;
+    eprintln!("etcd: {taken} requests in {quiet:?} from {waiters} idle waiters");
+    // Two session leases' keepalives (every third of the TTL) and a watch progress check a
+    // second at most; one request per waiter would be hundreds.
+    let bound = 2 * quiet.as_secs() + 10;
+    assert!(
+        taken <= bound,
+        "{taken} requests in {quiet:?} from {waiters} idle waiters (bound {bound})"
+    );
+    holder.close().await.unwrap();
+    waiting.close().await.unwrap();
 }
