@@ -1,5 +1,5 @@
-//! Redis benchmark: lockkit against the raw floor and a plain `SET NX` retry loop, on the same
-//! server in the same run.
+//! Redis benchmark: lockkit against the raw floor, a plain `SET NX` retry loop and `rslock` (the
+//! Redlock crate, on one server), on the same server in the same run.
 //!
 //! ```text
 //! eval "$(scripts/services.sh up)"
@@ -11,15 +11,17 @@
 //!   multiplexed connection), and `try_lock`'s own scripts on that connection. The kinds take
 //!   turns cycle by cycle, so machine noise hits them alike; the ratio of the medians is
 //!   reported, and the median of the per-round ratios.
-//! * contended: `LOCKKIT_BENCH_CLIENTS` (8) clients, their own connections each, take one lock
+//! * contended: `LOCKKIT_BENCH_CLIENTS` clients (a comma-separated list, default `8`; the
+//!   issue's sweep is `1,8,64,256`), their own connections each, take one lock
 //!   `LOCKKIT_BENCH_TOTAL` (2000) times per round with the non-fair and the fair (FIFO) mutex:
 //!   throughput, p50/p99 wait, the busiest client's share, overlaps (must be 0); against a plain
-//!   `SET NX PX` retry loop (1 ms between tries) and the same loop without sleeping.
-//!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (9) rounds of all four (odd rounds in reverse order); the
-//!   median per-round throughput ratio of lockkit to the 1 ms loop is reported. Once with
-//!   nothing done under the lock (a releasing client can barge straight back in: a retry loop's
-//!   best case), once with 1 ms of waiting under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500,
-//!   acquisitions per round).
+//!   `SET NX PX` retry loop (1 ms between tries), the same loop without sleeping, and `rslock`'s
+//!   `acquire` (its retries as it ships them: up to 200 ms apart, at random).
+//!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (9) rounds of all five (odd rounds in reverse order); the
+//!   median per-round throughput ratios of lockkit to the best peer and to `rslock` are
+//!   reported. At every count with nothing done under the lock (a releasing client can barge
+//!   straight back in: a retry loop's best case), and at the first count with 1 ms of waiting
+//!   under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500, acquisitions per round).
 //!
 //! `LOCKKIT_BENCH_ROUNDS` (default 6) × `LOCKKIT_BENCH_CYCLES` (default 500) sets the
 //! uncontended run length.
@@ -31,9 +33,18 @@ use std::time::{Duration, Instant};
 use lockkit::Locks;
 use lockkit_redis::redis;
 
-/// Contending clients (`LOCKKIT_BENCH_CLIENTS`, default 8), each with its own connections.
-fn client_count() -> usize {
-    env_num("LOCKKIT_BENCH_CLIENTS", 8)
+/// The counts of contending clients (`LOCKKIT_BENCH_CLIENTS`, default 8), each client with its
+/// own connections.
+fn client_counts() -> Vec<usize> {
+    std::env::var("LOCKKIT_BENCH_CLIENTS")
+        .unwrap_or_else(|_| "8".into())
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .expect("LOCKKIT_BENCH_CLIENTS: counts like 1,8,64")
+        })
+        .collect()
 }
 
 const CAD: &str =
@@ -233,13 +244,13 @@ impl Arena {
 async fn contended_lockkit(
     url: &str,
     name: &str,
-    total: usize,
+    (total, count): (usize, usize),
     fair: bool,
     hold: Duration,
 ) -> Contended {
     let arena = Arc::new(Arena::default());
     let mut clients = Vec::new();
-    for _ in 0..client_count() {
+    for _ in 0..count {
         clients.push(lockkit::connect(url).await.unwrap());
     }
     let started = Instant::now();
@@ -282,14 +293,14 @@ async fn contended_lockkit(
 async fn contended_setnx(
     url: &str,
     key: &str,
-    total: usize,
+    (total, count): (usize, usize),
     retry: Option<Duration>,
     hold: Duration,
 ) -> Contended {
     let arena = Arc::new(Arena::default());
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for c in 0..client_count() {
+    for c in 0..count {
         let mut conn = raw_conn(url).await;
         let (arena, key) = (arena.clone(), key.to_string());
         tasks.push(tokio::spawn(async move {
@@ -343,6 +354,62 @@ async fn contended_setnx(
     finish(label, started, tasks, arena, Vec::new()).await
 }
 
+/// `rslock` (Redlock on one server): `acquire_no_guard` retries until it has the lock, `unlock`
+/// releases it; each client its own `LockManager` (its own connection).
+async fn contended_rslock(
+    url: &str,
+    key: &str,
+    (total, count): (usize, usize),
+    hold: Duration,
+) -> Contended {
+    let arena = Arc::new(Arena::default());
+    let mut managers = Vec::new();
+    for _ in 0..count {
+        let rl = rslock::LockManager::new(vec![url.to_string()]);
+        // Connected before the clock starts, as the others are.
+        let warm = rl
+            .lock(format!("{key}-warm").as_bytes(), Duration::from_secs(30))
+            .await;
+        if let Ok(l) = warm {
+            rl.unlock(&l).await;
+        }
+        managers.push(rl);
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for rl in managers {
+        let (arena, key) = (arena.clone(), key.to_string());
+        tasks.push(tokio::spawn(async move {
+            let (mut waits, mut mine) = (Vec::new(), 0);
+            loop {
+                let t = Instant::now();
+                let l = rl
+                    .acquire_no_guard(key.as_bytes(), Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                let wait = t.elapsed();
+                let more = arena.enter(total);
+                work(hold).await;
+                arena.leave();
+                rl.unlock(&l).await;
+                if !more {
+                    return (waits, mine);
+                }
+                waits.push(wait);
+                mine += 1;
+            }
+        }));
+    }
+    finish(
+        "rslock (acquire, as shipped)",
+        started,
+        tasks,
+        arena,
+        Vec::new(),
+    )
+    .await
+}
+
 async fn finish(
     label: &'static str,
     started: Instant,
@@ -369,54 +436,67 @@ async fn finish(
     }
 }
 
-/// `rounds` alternating rounds of every contended variant, `hold` of work under the lock; prints
-/// the table and the median per-round throughput ratio of lockkit to the 1 ms retry loop.
-async fn contended_table(url: &str, run: &str, total: usize, rounds: usize, hold: Duration) {
+/// `rounds` alternating rounds of every contended variant among `count` clients, `hold` of work
+/// under the lock; prints the table and the median per-round throughput ratios of lockkit to
+/// the best peer and to `rslock`.
+async fn contended_table(
+    url: &str,
+    run: &str,
+    (total, count): (usize, usize),
+    rounds: usize,
+    hold: Duration,
+) {
     println!(
-        "\ncontended: {} clients, one lock, {:?} of work under it, {total} acquisitions per round, \
-         {rounds} alternating rounds",
-        client_count(),
-        hold
+        "\ncontended: {count} clients, one lock, {hold:?} of work under it, {total} acquisitions \
+         per round, {rounds} alternating rounds"
     );
     println!(
         "{:<34} {:>9} {:>10} {:>10} {:>10} {:>9}",
         "", "acq/s", "p50 ms", "p99 ms", "busiest", "overlaps"
     );
-    let tag = hold.as_micros();
+    let tag = format!("{}-{count}", hold.as_micros());
+    let size = (total, count);
     // Alternating rounds, as above: machine noise hits every variant alike.
     let mut rows: Vec<Contended> = Vec::new();
     let mut ratios = Vec::new();
     for round in 0..rounds {
         let retry = Some(Duration::from_millis(1));
         // Odd rounds run the variants in reverse, so none always follows another.
-        let mut round_rows: Vec<Option<Contended>> = (0..4).map(|_| None).collect();
+        let mut round_rows: Vec<Option<Contended>> = (0..5).map(|_| None).collect();
         let order: Vec<usize> = if round % 2 == 0 {
-            (0..4).collect()
+            (0..5).collect()
         } else {
-            (0..4).rev().collect()
+            (0..5).rev().collect()
         };
         for i in order {
             round_rows[i] = Some(match i {
                 0 => {
-                    contended_lockkit(url, &format!("{run}/c{tag}-{round}"), total, false, hold)
+                    contended_lockkit(url, &format!("{run}/c{tag}-{round}"), size, false, hold)
                         .await
                 }
                 1 => {
-                    contended_lockkit(url, &format!("{run}/cf{tag}-{round}"), total, true, hold)
+                    contended_lockkit(url, &format!("{run}/cf{tag}-{round}"), size, true, hold)
                         .await
                 }
                 2 => {
-                    contended_setnx(url, &format!("{run}:s1-{tag}-{round}"), total, retry, hold)
+                    contended_setnx(url, &format!("{run}:s1-{tag}-{round}"), size, retry, hold)
                         .await
                 }
-                _ => {
-                    contended_setnx(url, &format!("{run}:s0-{tag}-{round}"), total, None, hold)
-                        .await
+                3 => {
+                    contended_setnx(url, &format!("{run}:s0-{tag}-{round}"), size, None, hold).await
                 }
+                _ => contended_rslock(url, &format!("{run}:rl-{tag}-{round}"), size, hold).await,
             });
         }
         let round_rows: Vec<Contended> = round_rows.into_iter().flatten().collect();
-        ratios.push(round_rows[0].rate() / round_rows[2].rate());
+        let best_peer = round_rows[2..]
+            .iter()
+            .map(Contended::rate)
+            .fold(0.0, f64::max);
+        ratios.push((
+            round_rows[0].rate() / best_peer,
+            round_rows[0].rate() / round_rows[4].rate(),
+        ));
         for (i, r) in round_rows.into_iter().enumerate() {
             match rows.get_mut(i) {
                 Some(acc) => acc.absorb(r),
@@ -427,12 +507,20 @@ async fn contended_table(url: &str, run: &str, total: usize, rounds: usize, hold
     for r in &rows {
         r.print();
     }
-    ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let best: Vec<f64> = ratios.iter().map(|r| r.0).collect();
+    let rsl: Vec<f64> = ratios.iter().map(|r| r.1).collect();
     println!(
-        "ratio lockkit/SET NX loop (1 ms) throughput: median of {rounds} rounds {:.3}, rounds \
-         {:.3?} (target >= 1)",
-        ratios[ratios.len() / 2],
-        ratios
+        "ratio lockkit/best peer throughput at {count} clients: median of {rounds} rounds {:.3}, \
+         rounds {best:.3?} (target >= 2)",
+        median(best.clone())
+    );
+    println!(
+        "ratio lockkit/rslock throughput at {count} clients: median of {rounds} rounds {:.3}",
+        median(rsl)
     );
     assert!(rows.iter().all(|r| r.overlaps == 0), "overlapping holders");
 }
@@ -528,9 +616,13 @@ fn main() {
 
         // Contended: with nothing done under the lock (the releasing client can barge straight
         // back in: the best case for a retry loop), and with 1 ms of work under it.
-        contended_table(&url, &run, total, contended_rounds, Duration::ZERO).await;
+        let counts = client_counts();
+        for &count in &counts {
+            contended_table(&url, &run, (total, count), contended_rounds, Duration::ZERO).await;
+        }
         let with_work = if quick { 50 } else { env_num("LOCKKIT_BENCH_WORK_TOTAL", 500) };
-        contended_table(&url, &run, with_work, contended_rounds, Duration::from_millis(1)).await;
+        let size = (with_work, counts[0]);
+        contended_table(&url, &run, size, contended_rounds, Duration::from_millis(1)).await;
     }))
     .unwrap();
 }
