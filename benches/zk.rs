@@ -9,10 +9,11 @@
 //! * uncontended: one client, acquire + release (awaited) in a loop, against the raw floor
 //!   (create ephemeral-sequential + getChildren + delete, one after the other, on one session)
 //!   and Curator's `InterProcessMutex` (`interop/curator`, `bench-uncontended`);
-//! * contended: 8 clients (8 sessions) take one lock `LOCKKIT_BENCH_TOTAL` (2000) times in all:
-//!   throughput, p50/p99 wait, the busiest client's share, and how many rounds of 8 consecutive
-//!   acquisitions were served to 8 different clients (1.0 = perfect FIFO), against Curator's
-//!   `bench-contended`.
+//! * contended: `LOCKKIT_BENCH_CLIENTS` clients (a comma-separated list, default `8`; the issue's
+//!   sweep is `1,8,64,256`), each its own session, take one lock `LOCKKIT_BENCH_TOTAL` (2000)
+//!   times in all: throughput, p50/p99 wait, the busiest client's share, and how many rounds of
+//!   C consecutive acquisitions were served to C different clients (1.0 = perfect FIFO), against
+//!   Curator's `bench-contended` with as many clients, and the lockkit/Curator ratio per count.
 //!
 //! Each measurement runs twice, alternating lockkit and Curator, and the mean is reported.
 //! `LOCKKIT_BENCH_SECS` (default 4) sets the uncontended run length. The Curator side is built
@@ -25,7 +26,17 @@ use std::time::{Duration, Instant};
 use lockkit_core::{LockConfig, Locks};
 use lockkit_zk::zookeeper_client as zk;
 
-const CLIENTS: usize = 8;
+/// The counts of contending clients (`LOCKKIT_BENCH_CLIENTS`, default 8).
+fn client_counts() -> Vec<usize> {
+    env_or("LOCKKIT_BENCH_CLIENTS", "8")
+        .split(',')
+        .map(|c| {
+            c.trim()
+                .parse()
+                .expect("LOCKKIT_BENCH_CLIENTS: counts like 1,8,64")
+        })
+        .collect()
+}
 
 fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_string())
@@ -107,12 +118,12 @@ impl Contended {
     }
 }
 
-async fn lockkit_contended(url: &str, total: usize, round: usize) -> Contended {
+async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) -> Contended {
     let mut clients: Vec<Locks> = Vec::new();
-    for _ in 0..CLIENTS {
+    for _ in 0..count {
         clients.push(lockkit_zk::connect(&LockConfig::new(url)).await.unwrap());
     }
-    let name = format!("bench/contended-{round}");
+    let name = format!("bench/contended-{count}-{round}");
     let remaining = Arc::new(std::sync::atomic::AtomicIsize::new(total as isize));
     let order = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let waits = Arc::new(Mutex::new(Vec::with_capacity(total)));
@@ -145,14 +156,14 @@ async fn lockkit_contended(url: &str, total: usize, round: usize) -> Contended {
     let mut waits = waits.lock().unwrap().clone();
     waits.sort();
     let order = order.lock().unwrap().clone();
-    let mut counts = [0usize; CLIENTS];
+    let mut counts = vec![0usize; count];
     for &id in &order {
         counts[id] += 1;
     }
     let (mut rounds, mut fair) = (0, 0);
-    for chunk in order.chunks_exact(CLIENTS) {
+    for chunk in order.chunks_exact(count) {
         rounds += 1;
-        let mut seen = [false; CLIENTS];
+        let mut seen = vec![false; count];
         chunk.iter().for_each(|&i| seen[i] = true);
         if seen.iter().all(|&s| s) {
             fair += 1;
@@ -274,56 +285,56 @@ fn main() {
         );
     }
 
-    let mut lk_c = Vec::new();
-    let mut cu_c = Vec::new();
-    for round in 0..2 {
-        lk_c.push(rt.block_on(lockkit_contended(&url, total, round)));
-        let path = format!("/lockkit-bench-{run}/curator-c{round}");
-        if let Some(out) = curator(&[
-            "bench-contended",
-            &hosts,
-            &path,
-            &CLIENTS.to_string(),
-            &total.to_string(),
-        ]) {
-            cu_c.push(Contended {
-                ops: field(&out, "ops_per_sec"),
-                p50: field(&out, "p50_ms"),
-                p99: field(&out, "p99_ms"),
-                busiest: field(&out, "busiest_share"),
-                fifo: field(&out, "fifo_rounds"),
-            });
+    for count in client_counts() {
+        let mut lk_c = Vec::new();
+        let mut cu_c = Vec::new();
+        for round in 0..2 {
+            lk_c.push(rt.block_on(lockkit_contended(&url, total, count, round)));
+            let path = format!("/lockkit-bench-{run}/curator-c{count}-{round}");
+            if let Some(out) = curator(&[
+                "bench-contended",
+                &hosts,
+                &path,
+                &count.to_string(),
+                &total.to_string(),
+            ]) {
+                cu_c.push(Contended {
+                    ops: field(&out, "ops_per_sec"),
+                    p50: field(&out, "p50_ms"),
+                    p99: field(&out, "p99_ms"),
+                    busiest: field(&out, "busiest_share"),
+                    fifo: field(&out, "fifo_rounds"),
+                });
+            }
         }
-    }
-    let lk = Contended::mean(lk_c[0], lk_c[1]);
-    println!("\ncontended, {CLIENTS} clients (sessions), {total} acquisitions:");
-    let show = |who: &str, c: &Contended| {
-        println!(
-            "  {who:<26} {:8.1} acq/s  p50 wait {:6.2} ms  p99 wait {:6.2} ms  busiest {:5.1}%  FIFO rounds {:5.1}%",
-            c.ops, c.p50, c.p99, c.busiest * 100.0, c.fifo * 100.0
-        )
-    };
-    show("lockkit zk mutex:", &lk);
-    if cu_c.len() == 2 {
-        let cu = Contended::mean(cu_c[0], cu_c[1]);
-        show("Curator InterProcessMutex:", &cu);
-        println!(
-            "  lockkit / Curator:          {:8.2}x  (target >= 1.3x)",
-            lk.ops / cu.ops
-        );
+        let lk = Contended::mean(lk_c[0], lk_c[1]);
+        println!("\ncontended, {count} clients (sessions), {total} acquisitions:");
+        let show = |who: &str, c: &Contended| {
+            println!(
+                "  {who:<26} {:8.1} acq/s  p50 wait {:6.2} ms  p99 wait {:6.2} ms  busiest {:5.1}%  FIFO rounds {:5.1}%",
+                c.ops, c.p50, c.p99, c.busiest * 100.0, c.fifo * 100.0
+            )
+        };
+        show("lockkit zk mutex:", &lk);
+        if cu_c.len() == 2 {
+            let cu = Contended::mean(cu_c[0], cu_c[1]);
+            show("Curator InterProcessMutex:", &cu);
+            println!(
+                "  lockkit / Curator at {count} clients: {:8.2}x  (target >= 2x)",
+                lk.ops / cu.ops
+            );
+        }
     }
     // The Curator paths live under /lockkit-bench-<run>; remove what is left of them.
     rt.block_on(async {
         if let Ok(b) = lockkit_zk::connect_zk(&LockConfig::new(url.clone())).await {
             if let Ok(client) = b.zk_client() {
-                for round in 0..2 {
-                    for kind in ["u", "c"] {
-                        let _ = client
-                            .delete(&format!("/lockkit-bench-{run}/curator-{kind}{round}"), None)
-                            .await;
-                    }
+                let base = format!("/lockkit-bench-{run}");
+                let left = client.list_children(&base).await.unwrap_or_default();
+                for child in left {
+                    let _ = client.delete(&format!("{base}/{child}"), None).await;
                 }
-                let _ = client.delete(&format!("/lockkit-bench-{run}"), None).await;
+                let _ = client.delete(&base, None).await;
             }
         }
     });
