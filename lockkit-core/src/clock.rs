@@ -13,15 +13,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::reason::LostReason;
+use crate::signal::Signal;
 
 /// The local deadline of one lease (or one session). Backends renew it; guards read it.
 #[derive(Debug)]
 pub struct LeaseClock {
-    deadline: watch::Sender<Option<Instant>>,
+    deadline: Signal<Option<Instant>>,
     /// What a guard that outlives the deadline has lost its lock to.
     expiry: LostReason,
 }
@@ -29,8 +29,10 @@ pub struct LeaseClock {
 impl LeaseClock {
     /// A clock with no deadline yet (`expiry`: the reason reported when one passes).
     pub fn new(expiry: LostReason) -> Arc<Self> {
-        let (deadline, _) = watch::channel(None);
-        Arc::new(LeaseClock { deadline, expiry })
+        Arc::new(LeaseClock {
+            deadline: Signal::new(None),
+            expiry,
+        })
     }
 
     /// A lease of `lease` granted by a request sent at `sent_at`.
@@ -71,7 +73,7 @@ impl LeaseClock {
 
     /// The deadline, if any.
     pub fn deadline(&self) -> Option<Instant> {
-        *self.deadline.borrow()
+        self.deadline.get()
     }
 
     /// Whether the deadline has passed at `now`.
@@ -93,26 +95,29 @@ impl LeaseClock {
     /// Resolves once the deadline has passed, following every change of it; never while there
     /// is none.
     pub async fn passed(&self) {
-        let mut rx = self.deadline.subscribe();
         loop {
-            let at = *rx.borrow_and_update();
+            let (at, seen) = self.deadline.seen();
             match at {
                 Some(at) if at <= Instant::now() => return,
                 Some(at) => {
                     tokio::select! {
                         _ = tokio::time::sleep_until(at) => {}
-                        _ = rx.changed() => {}
+                        _ = self.deadline.changed(seen) => {}
                     }
                 }
-                None => {
-                    let _ = rx.changed().await;
-                }
+                None => self.deadline.changed(seen).await,
             }
         }
     }
 
-    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<Instant>> {
-        self.deadline.subscribe()
+    /// The deadline and its version, for [`deadline_changed`](Self::deadline_changed).
+    pub(crate) fn deadline_seen(&self) -> (Option<Instant>, u64) {
+        self.deadline.seen()
+    }
+
+    /// Resolves once the deadline changed since version `seen`.
+    pub(crate) async fn deadline_changed(&self, seen: u64) {
+        self.deadline.changed(seen).await
     }
 }
 

@@ -32,6 +32,7 @@ mod rwlock;
 mod secret;
 mod semaphore;
 pub mod settings;
+mod signal;
 pub mod spi;
 mod state;
 pub mod telemetry;

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
-use tokio::sync::watch;
+use crate::signal::Signal;
 use tokio::time::Instant;
 
 use crate::clock::LeaseClock;
@@ -52,7 +52,7 @@ struct Snapshot {
 
 #[derive(Debug)]
 struct Cell {
-    tx: watch::Sender<Snapshot>,
+    tx: Signal<Snapshot>,
     clock: Arc<LeaseClock>,
     /// Which lock and token this is, once the core adopted the ownership: its state changes
     /// are then reported (events and metrics).
@@ -75,7 +75,7 @@ impl fmt::Debug for StateCell {
 impl StateCell {
     /// A new cell in state [`LockState::Held`] whose deadline is `clock`'s.
     pub fn new(clock: Arc<LeaseClock>) -> Self {
-        let (tx, _) = watch::channel(Snapshot {
+        let tx = Signal::new(Snapshot {
             state: LockState::Held,
             reason: None,
         });
@@ -95,10 +95,10 @@ impl StateCell {
 
     /// The current state: `Lost` once the clock's deadline has passed.
     pub fn get(&self) -> LockState {
-        let state = self.cell.tx.borrow().state;
+        let state = self.cell.tx.get().state;
         if state.is_live() && self.cell.clock.has_passed(Instant::now()) {
             self.expire();
-            return self.cell.tx.borrow().state;
+            return self.cell.tx.get().state;
         }
         state
     }
@@ -106,7 +106,7 @@ impl StateCell {
     /// Why the lock was lost, once it was.
     pub fn reason(&self) -> Option<LostReason> {
         let _ = self.get();
-        self.cell.tx.borrow().reason
+        self.cell.tx.get().reason
     }
 
     fn expire(&self) {
@@ -209,8 +209,6 @@ impl StateCell {
     pub fn changes(&self) -> StateChanges {
         StateChanges {
             cell: self.clone(),
-            state_rx: self.cell.tx.subscribe(),
-            clock_rx: self.cell.clock.subscribe(),
             last: None,
         }
     }
@@ -224,8 +222,6 @@ impl StateCell {
 /// [`next`](Self::next) is cancel safe: a change seen by a dropped call is returned by the next.
 pub struct StateChanges {
     cell: StateCell,
-    state_rx: watch::Receiver<Snapshot>,
-    clock_rx: watch::Receiver<Option<Instant>>,
     last: Option<LockState>,
 }
 
@@ -242,8 +238,8 @@ impl StateChanges {
     /// first call returns the current state at once.
     pub async fn next(&mut self) -> Option<LockState> {
         loop {
-            self.state_rx.borrow_and_update();
-            let deadline = *self.clock_rx.borrow_and_update();
+            let (_, state_seen) = self.cell.cell.tx.seen();
+            let (deadline, clock_seen) = self.cell.cell.clock.deadline_seen();
             let now = self.cell.get();
             if self.last != Some(now) {
                 if self.last.is_some_and(LockState::is_final) {
@@ -255,18 +251,19 @@ impl StateChanges {
             if now.is_final() {
                 return None;
             }
+            let (cell, clock) = (&self.cell.cell.tx, &self.cell.cell.clock);
             match deadline {
                 Some(at) => {
                     tokio::select! {
-                        _ = self.state_rx.changed() => {}
-                        _ = self.clock_rx.changed() => {}
+                        _ = cell.changed(state_seen) => {}
+                        _ = clock.deadline_changed(clock_seen) => {}
                         _ = tokio::time::sleep_until(at) => {}
                     }
                 }
                 None => {
                     tokio::select! {
-                        _ = self.state_rx.changed() => {}
-                        _ = self.clock_rx.changed() => {}
+                        _ = cell.changed(state_seen) => {}
+                        _ = clock.deadline_changed(clock_seen) => {}
                     }
                 }
             }

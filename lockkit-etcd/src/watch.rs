@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use etcd_client::{EventType, GetOptions, WatchOptions};
@@ -290,11 +290,16 @@ enum Readiness {
 #[derive(Debug)]
 pub(crate) struct NameWatch {
     prefix: Arc<[u8]>,
-    mirror: Mutex<Mirror>,
+    kind: Kind,
+    /// A prefix watch's mirror (boxed, and never made for a narrow watch: a held mutex costs a
+    /// few hundred bytes less).
+    mirror: OnceLock<Box<Mutex<Mirror>>>,
     /// A narrow watch's stream (a mutex's), which keeps its registrations; `None` for a prefix
     /// watch.
     keys: Option<Arc<KeyStream>>,
-    ready: watch::Sender<Readiness>,
+    /// A prefix watch's readiness (a narrow watch is ready at once: its stream creates its
+    /// watches when it can).
+    ready: Option<watch::Sender<Readiness>>,
     slots: Slots,
     strays: Strays,
     /// A prefix watch's task.
@@ -320,15 +325,11 @@ impl NameWatch {
         keys: impl FnOnce() -> Arc<KeyStream>,
     ) -> Arc<NameWatch> {
         let narrow = kind == Kind::Mutex;
-        // A narrow watch is ready at once: its stream creates its watches when it can.
-        let (ready, _) = watch::channel(if narrow {
-            Readiness::Ready
-        } else {
-            Readiness::Pending
-        });
+        let ready = (!narrow).then(|| watch::channel(Readiness::Pending).0);
         let nw = Arc::new(NameWatch {
             prefix: prefix.into(),
-            mirror: Mutex::new(Mirror::new(kind)),
+            kind,
+            mirror: OnceLock::new(),
             keys: narrow.then(keys),
             ready,
             slots: Slots::default(),
@@ -351,7 +352,8 @@ impl NameWatch {
         if let Some(mut k) = self.keys() {
             k.drop_name(&self.prefix);
         }
-        let mut m = self.mirror();
+        let Some(m) = self.mirror.get() else { return };
+        let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
         m.synced = false;
         for (_, cell) in m.holders.drain() {
             cell.mark_lost(LostReason::Closed);
@@ -381,7 +383,10 @@ impl NameWatch {
 
     /// Waits until the watch is in place and the mirror is built.
     pub(crate) async fn ready(&self, limit: Duration) -> Result<()> {
-        let mut rx = self.ready.subscribe();
+        let Some(ready) = &self.ready else {
+            return Ok(());
+        };
+        let mut rx = ready.subscribe();
         let settled = tokio::time::timeout(limit, rx.wait_for(|r| *r != Readiness::Pending)).await;
         let settled = settled.ok().and_then(|r| r.ok()).map(|r| r.clone());
         match settled {
@@ -397,7 +402,10 @@ impl NameWatch {
     }
 
     pub(crate) fn mirror(&self) -> MutexGuard<'_, Mirror> {
-        self.mirror.lock().unwrap_or_else(|e| e.into_inner())
+        let m = self
+            .mirror
+            .get_or_init(|| Box::new(Mutex::new(Mirror::new(self.kind))));
+        m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A narrow watch's registrations (those of every mutex name of the client); `None` for a
@@ -537,7 +545,9 @@ impl NameWatch {
 
     pub(crate) fn remove_holder(&self, rev: i64) {
         self.forget(rev);
-        self.mirror().holders.remove(&rev);
+        if !self.is_narrow() {
+            self.mirror().holders.remove(&rev);
+        }
     }
 
     /// Reserves the lowest free key slot of this client for this lock (see `Slot`).
@@ -611,7 +621,9 @@ async fn run(nw: std::sync::Weak<NameWatch>, pool: Arc<Pool>) {
                 );
                 if e.kind() == ErrorKind::Auth {
                     if let Some(n) = nw.upgrade() {
-                        n.ready.send_replace(Readiness::Refused(e.to_string()));
+                        if let Some(ready) = &n.ready {
+                            ready.send_replace(Readiness::Refused(e.to_string()));
+                        }
                     }
                 }
             }
@@ -698,7 +710,9 @@ async fn session_of_watch(
         m.settle();
         m.announce();
         drop(m);
-        n.ready.send_replace(Readiness::Ready);
+        if let Some(ready) = &n.ready {
+            ready.send_replace(Readiness::Ready);
+        }
         for (key, rev) in strays {
             n.strays.reap(pool, key, rev);
         }

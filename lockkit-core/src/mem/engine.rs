@@ -4,7 +4,7 @@
 //! Only the queue's front is ever granted, so order is strict FIFO and a waiting writer blocks
 //! readers that arrive after it.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -87,9 +87,56 @@ struct Waiter {
     tx: oneshot::Sender<Grant>,
 }
 
+/// A resource's holders by owner id, oldest first. Usually one: a vector sized to fit (a
+/// `BTreeMap`'s first node took 1 KiB of every held lock).
+#[derive(Debug, Default)]
+struct Holders(Vec<(u64, Holder)>);
+
+impl Holders {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&u64, &Holder)> {
+        self.0.iter().map(|(id, h)| (id, h))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Holder> {
+        self.0.iter().map(|(_, h)| h)
+    }
+
+    /// Owner ids only grow, so pushing keeps the order.
+    fn insert(&mut self, owner: u64, h: Holder) {
+        if self.0.capacity() == 0 {
+            self.0.reserve_exact(1);
+        }
+        self.0.push((owner, h));
+    }
+
+    fn remove(&mut self, owner: &u64) -> Option<Holder> {
+        let at = self.0.iter().position(|(id, _)| id == owner)?;
+        Some(self.0.remove(at).1)
+    }
+
+    fn get_mut(&mut self, owner: &u64) -> Option<&mut Holder> {
+        self.0
+            .iter_mut()
+            .find(|(id, _)| id == owner)
+            .map(|(_, h)| h)
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&u64, &mut Holder) -> bool) {
+        self.0.retain_mut(|(id, h)| keep(id, h));
+    }
+}
+
 #[derive(Debug, Default)]
 struct Resource {
-    holders: BTreeMap<u64, Holder>,
+    holders: Holders,
     queue: VecDeque<Waiter>,
 }
 
