@@ -16,6 +16,8 @@
 //! (default `etcd://127.0.0.1:12379`). Sizes: `LOCKKIT_BENCH_CYCLES` (default 300) and
 //! `LOCKKIT_BENCH_ACQUISITIONS` (default 400 for lockkit and Go alike).
 
+mod common;
+
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,15 +58,7 @@ fn main() {
         std::env::var("LOCKKIT_TEST_ETCD_URL").unwrap_or_else(|_| "etcd://127.0.0.1:12379".into());
     let cycles = env_usize("LOCKKIT_BENCH_CYCLES", 300);
     let acquisitions = env_usize("LOCKKIT_BENCH_ACQUISITIONS", 400);
-    let sweep: Vec<usize> = std::env::var("LOCKKIT_BENCH_CLIENTS")
-        .unwrap_or_else(|_| "8".into())
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse()
-                .expect("LOCKKIT_BENCH_CLIENTS: counts like 1,8,64")
-        })
-        .collect();
+    let sweep = common::client_counts();
     let run = format!(
         "lkbench-{:x}",
         std::process::id() as u64 * 7919 + now_nanos() % 100_000

@@ -26,26 +26,14 @@
 //! `LOCKKIT_BENCH_ROUNDS` (default 6) × `LOCKKIT_BENCH_CYCLES` (default 500) sets the
 //! uncontended run length.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockkit::Locks;
 use lockkit_redis::redis;
-
-/// The counts of contending clients (`LOCKKIT_BENCH_CLIENTS`, default 8), each client with its
-/// own connections.
-fn client_counts() -> Vec<usize> {
-    std::env::var("LOCKKIT_BENCH_CLIENTS")
-        .unwrap_or_else(|_| "8".into())
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse()
-                .expect("LOCKKIT_BENCH_CLIENTS: counts like 1,8,64")
-        })
-        .collect()
-}
 
 const CAD: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0";
@@ -616,7 +604,7 @@ fn main() {
 
         // Contended: with nothing done under the lock (the releasing client can barge straight
         // back in: the best case for a retry loop), and with 1 ms of work under it.
-        let counts = client_counts();
+        let counts = common::client_counts();
         for &count in &counts {
             contended_table(&url, &run, (total, count), contended_rounds, Duration::ZERO).await;
         }

@@ -19,24 +19,14 @@
 //! `LOCKKIT_BENCH_SECS` (default 4) sets the uncontended run length. The Curator side is built
 //! with Maven on first use; without java/mvn it is skipped.
 
+mod common;
+
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit_core::{LockConfig, Locks};
 use lockkit_zk::zookeeper_client as zk;
-
-/// The counts of contending clients (`LOCKKIT_BENCH_CLIENTS`, default 8).
-fn client_counts() -> Vec<usize> {
-    env_or("LOCKKIT_BENCH_CLIENTS", "8")
-        .split(',')
-        .map(|c| {
-            c.trim()
-                .parse()
-                .expect("LOCKKIT_BENCH_CLIENTS: counts like 1,8,64")
-        })
-        .collect()
-}
 
 fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_string())
@@ -285,7 +275,7 @@ fn main() {
         );
     }
 
-    for count in client_counts() {
+    for count in common::client_counts() {
         let mut lk_c = Vec::new();
         let mut cu_c = Vec::new();
         for round in 0..2 {
