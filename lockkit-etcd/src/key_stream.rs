@@ -71,10 +71,11 @@ async fn run(
 ) {
     let mut retry = Backoff::WATCH.start();
     loop {
-        // No stream while nothing is watched: the first create opens one.
+        // No stream while nothing is to be watched (a life that found nothing to create ends at
+        // once, and would spin): the next create opens one.
         loop {
             let empty = match ks.upgrade() {
-                Some(k) => k.keys().is_empty(),
+                Some(k) => k.keys().is_idle(),
                 None => return,
             };
             if !empty {

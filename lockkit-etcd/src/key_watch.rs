@@ -213,9 +213,12 @@ impl KeyWatches {
         }
     }
 
-    /// Whether nothing is registered.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.regs.is_empty()
+    /// Whether nothing is left to watch: nothing registered but our keys known to be gone
+    /// (whose creates are skipped), so a stream would carry nothing.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.regs
+            .values()
+            .all(|r| matches!(r.what, What::Own { gone: true, .. }))
     }
 
     /// Files `reg` under `id` (and in its name's and our keys' indexes).
@@ -862,6 +865,9 @@ mod tests {
         k.own_checked(4, true, 60);
         assert_eq!(k.own_to_check(4), None);
         assert!(format!("{:?}", k.create_request(4)).contains("start_revision: 61"));
+        assert!(!k.is_idle(), "the other key is still watched");
+        k.forget(8);
+        assert!(k.is_idle(), "a stream would carry nothing");
     }
 
     /// A waiter that comes after the delete was heard is told at once.
