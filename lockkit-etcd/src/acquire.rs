@@ -337,21 +337,26 @@ impl EtcdQueue<'_> {
                 // A new key before ours, or the watch broke: watch it anew.
                 Some(Phase::Broken) | None => {
                     if phase == Some(Phase::Broken) {
+                        let again = c.rewatch.is_some();
                         let pace = c.rewatch.get_or_insert_with(|| Backoff::WATCH.start());
                         if r.within(or_woken(pace.wait(), notify)).await.is_none() {
                             c.seen = Standing::Waiting;
                             return Ok(Woken::Look);
                         }
-                        // Read before watching anew: a waiter whose watches keep breaking (a
-                        // stream that keeps restarting) still learns its turn, at the pace.
-                        if let Some(old) = c.watching.take() {
-                            nw.end_before(&old);
+                        // A watch that broke again since the last confirmed one: read before
+                        // watching anew, so a waiter whose watches keep breaking (a stream that
+                        // keeps restarting) still learns its turn, at the pace. After a first
+                        // break, the new watch's confirming read is enough.
+                        if again {
+                            if let Some(old) = c.watching.take() {
+                                nw.end_before(&old);
+                            }
+                            self.read_turn(c).await?;
+                            if c.seen != Standing::Waiting {
+                                return Ok(Woken::Look);
+                            }
+                            continue;
                         }
-                        self.read_turn(c).await?;
-                        if c.seen != Standing::Waiting {
-                            return Ok(Woken::Look);
-                        }
-                        continue;
                     }
                     if let Some(old) = c.watching.take() {
                         nw.end_before(&old);

@@ -196,6 +196,9 @@ impl Inner {
         let nw = {
             let now = std::time::Instant::now();
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            // Checked again under the lock `close` takes the watches under: no watch (nor key
+            // stream) starts after they were stopped.
+            self.check_open()?;
             let nw = match names.get_mut(prefix) {
                 Some((nw, used)) => {
                     *used = now;

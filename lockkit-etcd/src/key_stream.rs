@@ -5,13 +5,14 @@
 //! progress and given up, a failover of the pool moves it, and each new life creates every
 //! registration again.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
+use etcd_client::{Client, EventType, GetOptions, WatchFilterType, WatchOptions, WatchStream};
 use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Duration;
 
 use crate::client::Pool;
 use crate::key_watch::{Cmd, KeyWatches};
@@ -116,7 +117,17 @@ struct Life<'a> {
     /// Creates sent and not yet answered, in order: etcd answers them in order, and answers a
     /// create it refuses with id -1.
     asked: VecDeque<i64>,
+    /// A gRPC proxy (or etcd before 3.4) numbers watches itself: its id of each of our watches
+    /// whose id it did not take, and ours of each of its ids, until the watch is cancelled.
+    theirs: HashMap<i64, i64>,
+    ours: HashMap<i64, i64>,
+    /// The watch that probes a silent stream, while it is asked for.
+    probe: Option<i64>,
 }
+
+/// How long a watch whose read before its create failed waits before it is tried again (the
+/// stream and every other watch on it go on meanwhile).
+const READ_RETRY: Duration = Duration::from_secs(1);
 
 impl Life<'_> {
     /// Sends the create of watch `id`, unless it is in place on this stream or was cancelled.
@@ -126,6 +137,28 @@ impl Life<'_> {
         if self.live.contains(&id) {
             return Ok(());
         }
+        if let Err(e) = self.read_first(ks, id).await {
+            // Only this watch waits: the others on the stream are not its read's business.
+            tracing::debug!(
+                backend = "etcd",
+                error = %e,
+                "lockkit: a read before a lock key watch failed; trying it again"
+            );
+            ks.keys().create_later(id, READ_RETRY);
+            return Ok(());
+        }
+        let Some((key, opts)) = ks.keys().create_request(id) else {
+            return Ok(());
+        };
+        self.live.insert(id);
+        self.asked.push_back(id);
+        self.send(key, opts).await
+    }
+
+    /// What watch `id` reads before it is created: a stray watch's keys (the strays among them
+    /// are reaped, and the watch starts after that read), and an own key whose watch's start
+    /// was compacted away (see `KeyWatches::own_to_check`).
+    async fn read_first(&mut self, ks: &KeyStream, id: i64) -> Result<()> {
         let range = ks.keys().stray_range(id);
         if let Some((start, end, scope)) = range {
             let mut resp = self
@@ -169,12 +202,7 @@ impl Life<'_> {
                 .is_some_and(|kv| kv.create_revision() == rev);
             ks.keys().own_checked(id, there, at);
         }
-        let Some((key, opts)) = ks.keys().create_request(id) else {
-            return Ok(());
-        };
-        self.live.insert(id);
-        self.asked.push_back(id);
-        self.send(key, opts).await
+        Ok(())
     }
 
     async fn send(&mut self, key: Vec<u8>, opts: WatchOptions) -> Result<()> {
@@ -209,7 +237,8 @@ impl Life<'_> {
         let Some(stream) = self.stream.as_mut().filter(|_| self.live.remove(&id)) else {
             return Ok(());
         };
-        match tokio::time::timeout(self.pool.timeout(), stream.cancel(id)).await {
+        let server_id = self.theirs.get(&id).copied().unwrap_or(id);
+        match tokio::time::timeout(self.pool.timeout(), stream.cancel(server_id)).await {
             Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel")),
             Err(_) => Err(Error::new(
                 ErrorKind::Timeout,
@@ -245,6 +274,9 @@ async fn life(
         stream: None,
         live: HashSet::new(),
         asked: VecDeque::new(),
+        theirs: HashMap::new(),
+        ours: HashMap::new(),
+        probe: None,
     };
     {
         let Some(k) = ks.upgrade() else { return Ok(()) };
@@ -255,12 +287,19 @@ async fn life(
     }
     let mut listen = Listen::new(pool, idx, moves);
     loop {
-        listen.idle(life.live.is_empty());
-        // Everything was cancelled before the stream opened: the next create opens one.
-        let Some(stream) = life.stream.as_mut() else {
+        let idle = life.live.is_empty();
+        listen.idle(idle);
+        // Every watch was cancelled (or never sent): the stream closes, and the next create
+        // opens one.
+        if idle && life.asked.is_empty() && ks.upgrade().is_none_or(|k| k.keys().is_idle()) {
             return Ok(());
+        }
+        let heard = match life.stream.as_mut() {
+            Some(stream) => listen.next(stream, Some(cmds)).await?,
+            // Nothing sent yet (the reads before the creates are tried again later): the next
+            // create opens the stream.
+            None => cmds.recv().await.map_or(Heard::Moved, Heard::Command),
         };
-        let heard = listen.next(stream, Some(cmds)).await?;
         let Some(k) = ks.upgrade() else { return Ok(()) };
         let r = match heard {
             Heard::Moved => return Ok(()),
@@ -272,6 +311,21 @@ async fn life(
                 life.cancel(id).await?;
                 continue;
             }
+            Heard::Quiet => {
+                // Behind a gRPC proxy: a watch that hears nothing, created and cancelled again,
+                // shows the stream is alive.
+                let probe = k.keys().probe();
+                if let Some((id, key)) = probe {
+                    let opts = WatchOptions::new()
+                        .with_watch_id(id)
+                        .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
+                    life.live.insert(id);
+                    life.asked.push_back(id);
+                    life.probe = Some(id);
+                    life.send(key, opts).await?;
+                }
+                continue;
+            }
             Heard::Message(r) => r,
         };
         let mut id = r.watch_id();
@@ -280,20 +334,25 @@ async fn life(
             let asked = life.asked.pop_front();
             if id == -1 && r.canceled() {
                 id = asked.unwrap_or(-1);
-            } else if asked != Some(id) {
-                // A gRPC proxy, or etcd before 3.4, numbers watches itself: events would reach
-                // the wrong waiters and holders. Waiters whose watches break read instead.
-                tracing::warn!(
-                    backend = "etcd",
-                    asked,
-                    got = id,
-                    "lockkit: etcd did not take the watch id this client chose (a gRPC proxy, \
-                     or etcd before 3.4?); the lock's waiters poll instead"
-                );
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    "etcd did not take the watch id this client chose",
-                ));
+            } else if let Some(ours) = asked.filter(|a| *a != id) {
+                // A gRPC proxy, or etcd before 3.4, numbers watches itself (and a proxy
+                // answers no progress request).
+                life.theirs.insert(ours, id);
+                life.ours.insert(id, ours);
+                id = ours;
+                listen.probe();
+            }
+            if life.probe.is_some() && life.probe == Some(id) {
+                life.probe = None;
+                life.cancel(id).await?;
+                continue;
+            }
+        } else if let Some(ours) = life.ours.get(&id).copied() {
+            id = ours;
+            // A compacted watch keeps its id until we cancel it.
+            if r.canceled() && r.compact_revision() <= 0 {
+                life.ours.remove(&r.watch_id());
+                life.theirs.remove(&ours);
             }
         }
         if id <= 0 {

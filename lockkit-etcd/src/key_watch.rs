@@ -281,6 +281,28 @@ impl KeyWatches {
         id
     }
 
+    /// A new watch id and a key watched now, for a watch that probes a silent stream.
+    pub(crate) fn probe(&mut self) -> Option<(i64, Vec<u8>)> {
+        let key = self
+            .regs
+            .values()
+            .find(|r| !matches!(r.what, What::Own { gone: true, .. }))?
+            .key
+            .clone();
+        let id = self.next_id;
+        self.next_id += 1;
+        Some((id, key))
+    }
+
+    /// Sends the create of watch `id` again after `after` (its read before the create failed).
+    pub(crate) fn create_later(&self, id: i64, after: std::time::Duration) {
+        let cmds = self.cmds.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            let _ = cmds.send(Cmd::Create(id));
+        });
+    }
+
     fn cancel(&mut self, id: i64) -> Option<Reg> {
         let reg = self.remove(id)?;
         let _ = self.cmds.send(Cmd::Cancel(id));
@@ -620,9 +642,10 @@ impl KeyWatches {
 
     /// etcd cancelled (or refused) watch `id`.
     /// - A before watch breaks (its waiters read again).
-    /// - A watch etcd `refused` (the user may not read its keys) is dropped: an own key's waiter
-    ///   is woken, and its read meets the same refusal. The stream carries other names' watches
-    ///   and goes on.
+    /// - A watch etcd `refused` (the user may not read its keys) is not on the stream any more,
+    ///   but stays registered (the next stream life asks again): an own key's waiter is woken,
+    ///   and its read meets the same refusal. The stream carries other names' watches and goes
+    ///   on.
     /// - An own-key or stray watch whose start was compacted away is asked for again, under a
     ///   new id, from the compaction (`compacted`).
     ///
@@ -641,12 +664,11 @@ impl KeyWatches {
             return false;
         }
         if refused {
-            if let Some(Reg {
-                what: What::Own {
-                    waiter: Some(n), ..
-                },
-                ..
-            }) = self.remove(id)
+            // Kept: its holder still turns Lost on the key's delete should a later stream's
+            // create of it be allowed, and its waiter forgets it when its read fails too.
+            if let What::Own {
+                waiter: Some(n), ..
+            } = &reg.what
             {
                 n.notify_one();
             }
@@ -900,8 +922,8 @@ mod tests {
     }
 
     /// An own-key watch whose start etcd compacted away is asked for again under a new id (etcd
-    /// keeps the old one until it is cancelled); one etcd refused is dropped and wakes its
-    /// waiter; any other cancel of it ends the stream.
+    /// keeps the old one until it is cancelled); one etcd refused stays registered and wakes
+    /// its waiter; any other cancel of it ends the stream.
     #[test]
     fn a_compacted_own_watch_comes_back_under_a_new_id() {
         let (mut k, mut rx) = watches();
@@ -924,7 +946,10 @@ mod tests {
         k.own(&p, b"p/third", 9);
         k.set_waiter(9, Some(n.clone()));
         assert!(!k.cancelled(4, 0, true), "a refused one does not");
-        assert!(k.ids().iter().all(|id| *id != 4));
+        assert!(
+            k.ids().contains(&4),
+            "and is asked for again by the next stream"
+        );
         let woken = std::pin::pin!(n.notified());
         let cx = &mut std::task::Context::from_waker(std::task::Waker::noop());
         assert!(

@@ -17,6 +17,9 @@ pub(crate) enum Heard {
     Command(Cmd),
     /// The pool moved to another endpoint: the stream follows.
     Moved,
+    /// The stream was silent for a command timeout, and is probed by its owner (see
+    /// [`Listen::probe`]): any answer within another keeps it.
+    Quiet,
 }
 
 /// Listens to one life of a watch stream: a stream that says nothing for a command timeout is
@@ -30,6 +33,7 @@ pub(crate) struct Listen<'a> {
     heard: Instant,
     asked: bool,
     idle: bool,
+    probe: bool,
 }
 
 impl<'a> Listen<'a> {
@@ -41,7 +45,14 @@ impl<'a> Listen<'a> {
             heard: Instant::now(),
             asked: false,
             idle: false,
+            probe: false,
         }
+    }
+
+    /// A silent stream is probed by its owner (on [`Heard::Quiet`]) instead of asked for a
+    /// progress report: etcd's gRPC proxy answers no progress request.
+    pub(crate) fn probe(&mut self) {
+        self.probe = true;
     }
 
     /// Whether nothing is watched on the stream: etcd answers no progress request then (3.5
@@ -76,6 +87,10 @@ impl<'a> Listen<'a> {
                             ErrorKind::Timeout,
                             format!("the etcd watch stayed silent for {:?}", limit * 2),
                         ));
+                    }
+                    if self.probe {
+                        self.asked = true;
+                        return Ok(Heard::Quiet);
                     }
                     stream
                         .request_progress()

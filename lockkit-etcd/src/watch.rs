@@ -723,7 +723,7 @@ async fn session_of_watch(
         let r = match listen.next(&mut stream, None).await? {
             Heard::Message(r) => r,
             Heard::Moved => return Ok(()),
-            Heard::Command(_) => continue,
+            Heard::Command(_) | Heard::Quiet => continue,
         };
         let Some(n) = nw.upgrade() else { return Ok(()) };
         if r.canceled() {

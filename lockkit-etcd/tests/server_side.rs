@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::time::Duration;
 
-use common::{connect, eventually, name, raw, url};
+use common::{connect, eventually, gauge, name, raw, url};
 use lockkit_core::{LockConfig, LockState};
 use lockkit_testing::proxy::Proxy;
 
@@ -17,29 +16,6 @@ const SOON: Duration = Duration::from_secs(5);
 
 /// The cases run one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The sum of etcd's metric `metric` over its labels, from its `/metrics` page on the client
-/// port.
-fn gauge(url: &str, metric: &str) -> f64 {
-    let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
-    let mut conn = std::net::TcpStream::connect(u.hosts[0].to_string()).unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut page = String::new();
-    conn.read_to_string(&mut page).unwrap();
-    let values: Vec<f64> = page
-        .lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(metric)?;
-            let value = match rest.strip_prefix(' ') {
-                Some(v) => v,
-                None => rest.strip_prefix('{')?.split_once("} ")?.1,
-            };
-            value.trim().parse().ok()
-        })
-        .collect();
-    assert!(!values.is_empty(), "no {metric} on etcd's /metrics page");
-    values.iter().sum()
-}
 
 const STREAMS: &str = "etcd_debugging_mvcc_watch_stream_total";
 

@@ -62,9 +62,19 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Whatever queueing set going settles first.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = counter().await;
+    // Whatever queueing set going (the waiters' watches and the reads that confirm them)
+    // settles first: the window opens once the counter stays still for half a second.
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut before = counter().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = counter().await;
+        let still = now.saturating_sub(before) <= 2;
+        before = now;
+        if still || Instant::now() >= until {
+            break;
+        }
+    }
     tokio::time::sleep(quiet).await;
     let taken = counter().await.saturating_sub(before);
     held.release().await.unwrap();

@@ -1,6 +1,7 @@
 //! Helpers shared by the etcd test binaries.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use lockkit_core::LockConfig;
@@ -110,4 +111,28 @@ pub async fn lagging_proxy(server: &str, delay: Duration) -> lockkit_testing::pr
         ..Default::default()
     });
     proxy
+}
+
+/// The sum of etcd's metric `metric` over its labels, from its `/metrics` page on the client
+/// port (an etcd server's or its gRPC proxy's). `metric` may name its first labels too
+/// (`name{label="value"`).
+pub fn gauge(url: &str, metric: &str) -> f64 {
+    let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
+    let mut conn = std::net::TcpStream::connect(u.hosts[0].to_string()).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut page = String::new();
+    conn.read_to_string(&mut page).unwrap();
+    let values: Vec<f64> = page
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(metric)?;
+            let value = match rest.strip_prefix(' ') {
+                Some(v) => v,
+                None => rest.strip_prefix(['{', ','])?.split_once("} ")?.1,
+            };
+            value.trim().parse().ok()
+        })
+        .collect();
+    assert!(!values.is_empty(), "no {metric} on etcd's /metrics page");
+    values.iter().sum()
 }
