@@ -13,7 +13,7 @@ use zookeeper_client as zk;
 use crate::error::map;
 use crate::ops::delete_node;
 use crate::queue::{Node, Unclaimed, NODE_DATA};
-use crate::session::Session;
+use crate::session::{Nodes, Session};
 
 /// For write locks: what a downgrade needs.
 #[derive(Debug, Clone)]
@@ -25,13 +25,11 @@ pub(crate) struct WriteInfo {
 #[derive(Debug)]
 pub(crate) struct ZkHeld {
     session: Arc<Session>,
-    client: zk::Client,
+    nodes: Arc<Nodes>,
     name: Arc<str>,
-    paths: Vec<String>,
     token: FencingToken,
     lease: Lease,
     state: StateCell,
-    released: Arc<AtomicBool>,
     track_id: u64,
     write: Option<WriteInfo>,
 }
@@ -75,39 +73,26 @@ fn parts_for_paths(
         // The session ended between our create and now: its ephemeral nodes went with it.
         state.mark_lost(LostReason::SessionExpired);
     }
-    let released = Arc::new(AtomicBool::new(false));
-    let sid = client.session_id().0;
-    let track_id = session.track(
-        &state,
-        crate::session::Tracked {
-            session_id: sid,
-            client: client.clone(),
-            paths: paths.clone(),
-            released: released.clone(),
-        },
-    );
-    if client.state() == zk::SessionState::Disconnected {
+    let disconnected = client.state() == zk::SessionState::Disconnected;
+    let nodes = Arc::new(Nodes {
+        client,
+        paths,
+        released: AtomicBool::new(false),
+    });
+    let track_id = session.track(&state, nodes.clone());
+    if disconnected {
         state.mark_suspect();
     }
-    let name: Arc<str> = Arc::from(name);
-    for path in &paths {
-        watch_for_loss(
-            client.clone(),
-            name.clone(),
-            path.clone(),
-            state.clone(),
-            released.clone(),
-        );
+    for i in 0..nodes.paths.len() {
+        watch_for_loss(nodes.clone(), i, state.clone());
     }
     let held = ZkHeld {
         session: session.clone(),
-        client,
-        name: name.clone(),
-        paths,
+        nodes,
+        name: Arc::from(name),
         token,
         lease,
         state: state.clone(),
-        released,
         track_id,
         write,
     };
@@ -120,70 +105,33 @@ fn parts_for_paths(
 /// at once either way.
 const WATCH_AFTER: Duration = Duration::from_millis(100);
 
-/// Marks `state` Lost when our node is deleted by someone else or the session ends.
-fn watch_for_loss(
-    client: zk::Client,
-    name: Arc<str>,
-    path: String,
-    state: StateCell,
-    released: Arc<AtomicBool>,
-) {
+/// Marks `state` Lost when our node `i` is deleted by someone else or the session ends.
+fn watch_for_loss(nodes: Arc<Nodes>, i: usize, state: StateCell) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    // Small, as there is one per held node: the watch itself is `watch_once`'s.
     rt.spawn(async move {
-        let sid = client.session_id().0;
-        let lost = |why: LostReason| {
-            // (The core reports the loss.)
-            if !released.load(Ordering::Acquire) {
-                state.mark_lost(why);
-            }
-        };
         tokio::time::sleep(WATCH_AFTER).await;
         let mut retry = lockkit_core::Backoff::WATCH.start();
         loop {
-            if released.load(Ordering::Acquire) {
+            if nodes.released.load(Ordering::Acquire) {
                 return;
             }
-            match client.get_and_watch_data(&path).await {
-                Ok((_, stat, watcher)) => {
-                    if stat.ephemeral_owner != sid {
-                        lost(LostReason::Deleted);
-                        return;
+            match watch_once(&nodes, i).await {
+                Ok(Some(why)) => {
+                    // (The core reports the loss.)
+                    if !nodes.released.load(Ordering::Acquire) {
+                        state.mark_lost(why);
                     }
-                    let event = watcher.changed().await;
-                    match event.event_type {
-                        zk::EventType::NodeDeleted => {
-                            lost(LostReason::Deleted);
-                            return;
-                        }
-                        zk::EventType::Session if event.session_state.is_terminated() => {
-                            lost(LostReason::SessionExpired);
-                            return;
-                        }
-                        _ => {}
-                    }
-                }
-                Err(zk::Error::NoNode) => {
-                    lost(LostReason::Deleted);
                     return;
                 }
-                Err(
-                    zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed,
-                ) => {
-                    lost(LostReason::SessionExpired);
-                    return;
-                }
+                Ok(None) => {}
                 Err(e) => {
-                    if client.state().is_terminated() {
-                        lost(LostReason::SessionExpired);
-                        return;
-                    }
                     // Connection trouble: the session task reports Suspect; try again.
                     tracing::debug!(
                         backend = "zk",
-                        lock = &*name,
-                        key = %path,
+                        key = %nodes.paths[i],
                         error = %e,
                         "lockkit: deletion watch not set yet"
                     );
@@ -194,32 +142,53 @@ fn watch_for_loss(
     });
 }
 
+/// Sets a watch on our node `i` and awaits it: why the node is lost, `None` to watch again (an
+/// event that is not a loss), or the error to retry after.
+async fn watch_once(nodes: &Nodes, i: usize) -> std::result::Result<Option<LostReason>, zk::Error> {
+    let (client, path) = (&nodes.client, &nodes.paths[i]);
+    match client.get_and_watch_data(path).await {
+        Ok((_, stat, watcher)) => {
+            if stat.ephemeral_owner != client.session_id().0 {
+                return Ok(Some(LostReason::Deleted));
+            }
+            let event = watcher.changed().await;
+            Ok(match event.event_type {
+                zk::EventType::NodeDeleted => Some(LostReason::Deleted),
+                zk::EventType::Session if event.session_state.is_terminated() => {
+                    Some(LostReason::SessionExpired)
+                }
+                _ => None,
+            })
+        }
+        Err(zk::Error::NoNode) => Ok(Some(LostReason::Deleted)),
+        Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed) => {
+            Ok(Some(LostReason::SessionExpired))
+        }
+        Err(_) if client.state().is_terminated() => Ok(Some(LostReason::SessionExpired)),
+        Err(e) => Err(e),
+    }
+}
+
 impl ZkHeld {
     /// A downgrade that did not happen: the write node is ours to watch again (the watch may
     /// have ended while the deletion was expected, and the node may be gone meanwhile).
     fn rearm_loss_watch(&self) {
-        self.released.store(false, Ordering::Release);
-        watch_for_loss(
-            self.client.clone(),
-            self.name.clone(),
-            self.paths[0].clone(),
-            self.state.clone(),
-            self.released.clone(),
-        );
+        self.nodes.released.store(false, Ordering::Release);
+        watch_for_loss(self.nodes.clone(), 0, self.state.clone());
     }
 
     /// Deletes `paths` in the reaper: retried until they are gone or the session has ended.
     fn reap_paths(&self, paths: Vec<String>) {
         let (paths, limit) = (Arc::new(paths), self.session.cfg.command_timeout);
         self.session
-            .reap("delete a lock node", &self.client, move |client| {
+            .reap("delete a lock node", &self.nodes.client, move |client| {
                 let paths = paths.clone();
                 async move { delete_all(&client, &paths, limit).await.map(drop) }
             });
     }
 
     fn finish(&self) {
-        self.released.store(true, Ordering::Release);
+        self.nodes.released.store(true, Ordering::Release);
         self.session.untrack(self.track_id);
     }
 }
@@ -237,7 +206,7 @@ impl Held for ZkHeld {
     async fn release(&self) -> Result<()> {
         self.finish();
         let limit = self.session.cfg.command_timeout;
-        match delete_all(&self.client, &self.paths, limit).await {
+        match delete_all(&self.nodes.client, &self.nodes.paths, limit).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::new(
                 ErrorKind::LockLost,
@@ -246,7 +215,7 @@ impl Held for ZkHeld {
                     self.name
                 ),
             )),
-            Err(_) if self.client.state().is_terminated() => {
+            Err(_) if self.nodes.client.state().is_terminated() => {
                 // The session is gone, and with it our ephemeral nodes.
                 Err(Error::new(
                     ErrorKind::LockLost,
@@ -260,7 +229,7 @@ impl Held for ZkHeld {
                 // The node must not outlive the guard while the session lives, whatever the
                 // error: a refusal (`NoAuth` after an ACL change) can be lifted as well as a
                 // connection can come back, and the reaper tries until then.
-                self.reap_paths(self.paths.clone());
+                self.reap_paths(self.nodes.paths.clone());
                 Err(e)
             }
         }
@@ -269,9 +238,9 @@ impl Held for ZkHeld {
     /// A leader's new value: the data of its node, only while the node is there.
     async fn proclaim(&self, value: &[u8]) -> Result<()> {
         let limit = self.session.cfg.command_timeout;
-        let path = &self.paths[0];
+        let path = &self.nodes.paths[0];
         let set = crate::ops::retry(limit, "set data", || async {
-            match self.client.set_data(path, value, None).await {
+            match self.nodes.client.set_data(path, value, None).await {
                 Err(zk::Error::NoNode) => Ok(None),
                 other => other.map(Some),
             }
@@ -288,7 +257,7 @@ impl Held for ZkHeld {
         let Some(write) = &self.write else {
             return Err(Error::unsupported("only a write lock can be downgraded"));
         };
-        let path = &self.paths[0];
+        let path = &self.nodes.paths[0];
         let name = path.rsplit('/').next().unwrap_or_default();
         let Some(at) = name.rfind(crate::node::WRITE_MARKER) else {
             return Err(Error::new(
@@ -309,17 +278,17 @@ impl Held for ZkHeld {
         // fails not knowing whether the multi committed (a frozen server may commit it when it
         // resumes), the reaper deletes whatever node of ours carries its protected prefix. The
         // write node is the write guard's, which the core releases if the downgrade fails.
-        let mut cleanup = Unclaimed::armed(&self.session, self.client.clone());
+        let mut cleanup = Unclaimed::armed(&self.session, self.nodes.client.clone());
         cleanup.push_prefix(&write.dir, &prefix);
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls));
-        let mut multi = self.client.new_multi_writer();
+        let mut multi = self.nodes.client.new_multi_writer();
         multi
             .add_delete(path, None)
             .and_then(|_| multi.add_create(&read_path, NODE_DATA, &options))
             .map_err(|e| map(e, "downgrade"))?;
         // The deletion of our write node is ours: its watch must not report it as a loss (the
         // notification comes before the multi's reply).
-        self.released.store(true, Ordering::Release);
+        self.nodes.released.store(true, Ordering::Release);
         // Bounded: a frozen server answers nothing, and the client notices it only later.
         let limit = self.session.cfg.command_timeout;
         let failed = match tokio::time::timeout(limit, multi.commit()).await {
@@ -343,11 +312,11 @@ impl Held for ZkHeld {
             // frozen server resumes. If our read node is there, it did; otherwise (or if we
             // cannot tell) the armed cleanup deletes the read node should it exist (or appear).
             let lookup = async {
-                crate::ops::retry(limit, "sync", || self.client.sync(&write.dir)).await?;
-                crate::ops::retry(limit, "stat", || self.client.check_stat(&read_path)).await
+                crate::ops::retry(limit, "sync", || self.nodes.client.sync(&write.dir)).await?;
+                crate::ops::retry(limit, "stat", || self.nodes.client.check_stat(&read_path)).await
             };
             match tokio::time::timeout(limit, lookup).await {
-                Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.client.session_id().0 => {}
+                Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.nodes.client.session_id().0 => {}
                 _ => {
                     self.rearm_loss_watch();
                     return Err(e);
@@ -359,7 +328,7 @@ impl Held for ZkHeld {
         Ok(parts_for_paths(
             &self.session,
             &self.name,
-            self.client.clone(),
+            self.nodes.client.clone(),
             vec![read_path],
             self.token,
             self.lease,

@@ -9,7 +9,7 @@
 //! whatever this task saw. A heartbeat request every quarter of the timeout moves the clock on.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -21,14 +21,19 @@ use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
 
-/// A live guard: what session events and `close` need to reach it.
+/// Our nodes of one ownership: what its guard, its session's registry of guards and its
+/// deletion watches share.
 #[derive(Debug)]
-pub(crate) struct Tracked {
-    pub session_id: i64,
+pub(crate) struct Nodes {
+    /// The client of the session that created them.
     pub client: zk::Client,
     pub paths: Vec<String>,
-    pub released: Arc<std::sync::atomic::AtomicBool>,
+    /// Set once their deletion is ours (release, downgrade, close): no loss to report.
+    pub released: AtomicBool,
 }
+
+/// A live guard: what session events and `close` need to reach it.
+pub(crate) type Tracked = Arc<Nodes>;
 
 /// The client of the current ZooKeeper session and that session's lease clock.
 #[derive(Debug, Clone)]
@@ -283,18 +288,19 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
                         session = sid,
                         "lockkit: disconnected; locks suspect"
                     );
-                    s.live.suspect(|t| t.session_id == sid);
+                    s.live.suspect(|t| t.client.session_id().0 == sid);
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                     lockkit_core::telemetry::reconnected("zk");
-                    s.live.held(|t| t.session_id == sid);
+                    s.live.held(|t| t.client.session_id().0 == sid);
                 }
                 zk::SessionState::Expired
                 | zk::SessionState::AuthFailed
                 | zk::SessionState::Closed => {
                     tracing::warn!(backend = "zk", session = sid, state = ?event, "lockkit: session ended; locks lost");
-                    s.live
-                        .lost(LostReason::SessionExpired, |t| t.session_id == sid);
+                    s.live.lost(LostReason::SessionExpired, |t| {
+                        t.client.session_id().0 == sid
+                    });
                     break;
                 }
             }
