@@ -5,19 +5,19 @@
 //! progress and given up, a failover of the pool moves it, and each new life creates every
 //! registration again.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use etcd_client::{Client, EventType, GetOptions, WatchFilterType, WatchOptions, WatchStream};
 use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::Duration;
 
 use crate::client::Pool;
 use crate::key_watch::{Cmd, KeyWatches};
 use crate::strays::Strays;
 use crate::stream::{cancelled, Heard, Listen};
+use crate::watch_ids::WatchIds;
 
 /// A client's key stream: the registry of its mutex names' narrow watches and the task that
 /// keeps them on one gRPC stream.
@@ -88,10 +88,12 @@ async fn run(
         }
         let ended = life(&ks, &pool, &strays, &mut cmds).await;
         let Some(k) = ks.upgrade() else { return };
-        k.keys().restart();
+        if !matches!(ended, Ok(Ended::Idle)) {
+            k.keys().restart();
+        }
         drop(k);
         match ended {
-            Ok(()) => retry.reset(),
+            Ok(_) => retry.reset(),
             Err(e) => {
                 tracing::debug!(
                     backend = "etcd",
@@ -104,6 +106,14 @@ async fn run(
     }
 }
 
+/// How a life of the stream ended well.
+enum Ended {
+    /// Nothing was left to watch: no watch broke.
+    Idle,
+    /// The pool moved, or the registry went away.
+    Gone,
+}
+
 /// One life of the stream: what it has sent, on which endpoint.
 struct Life<'a> {
     pool: &'a Arc<Pool>,
@@ -112,29 +122,22 @@ struct Life<'a> {
     client: Client,
     /// Opened by the first create.
     stream: Option<WatchStream>,
-    /// Watches created (or asked for) on this stream.
+    /// Watches created (or asked for, or held back) on this stream.
     live: HashSet<i64>,
-    /// Creates sent and not yet answered, in order: etcd answers them in order, and answers a
-    /// create it refuses with id -1.
-    asked: VecDeque<i64>,
-    /// A gRPC proxy (or etcd before 3.4) numbers watches itself: its id of each of our watches
-    /// whose id it did not take, and ours of each of its ids, until the watch is cancelled.
-    theirs: HashMap<i64, i64>,
-    ours: HashMap<i64, i64>,
+    /// Whose ids the stream speaks in, and the creates in flight.
+    ids: WatchIds,
     /// The watch that probes a silent stream, while it is asked for.
     probe: Option<i64>,
 }
-
-/// How long a watch whose read before its create failed waits before it is tried again (the
-/// stream and every other watch on it go on meanwhile).
-const READ_RETRY: Duration = Duration::from_secs(1);
 
 impl Life<'_> {
     /// Sends the create of watch `id`, unless it is in place on this stream or was cancelled.
     /// A stray watch's keys are read first: the strays among them are reaped, and the watch
     /// starts after that read.
-    async fn create(&mut self, ks: &KeyStream, id: i64) -> Result<()> {
-        if self.live.contains(&id) {
+    /// `retried`: the create comes from its retry (its read before failed); others wait for
+    /// that retry.
+    async fn create(&mut self, ks: &KeyStream, id: i64, retried: bool) -> Result<()> {
+        if self.live.contains(&id) || (!retried && ks.keys().is_retrying(id)) {
             return Ok(());
         }
         if let Err(e) = self.read_first(ks, id).await {
@@ -144,14 +147,52 @@ impl Life<'_> {
                 error = %e,
                 "lockkit: a read before a lock key watch failed; trying it again"
             );
-            ks.keys().create_later(id, READ_RETRY);
+            ks.keys().create_later(id);
             return Ok(());
         }
+        ks.keys().read_done(id);
+        self.live.insert(id);
+        if self.ids.may_send() {
+            self.send_create(ks, id).await
+        } else {
+            self.ids.hold(id);
+            Ok(())
+        }
+    }
+
+    async fn send_create(&mut self, ks: &KeyStream, id: i64) -> Result<()> {
         let Some((key, opts)) = ks.keys().create_request(id) else {
+            self.live.remove(&id);
             return Ok(());
         };
+        self.ids.sent(id);
+        self.send(key, opts).await
+    }
+
+    /// Sends the held creates that may go now.
+    async fn send_held(&mut self, ks: &KeyStream) -> Result<()> {
+        while let Some(id) = self.ids.next_held() {
+            self.send_create(ks, id).await?;
+        }
+        Ok(())
+    }
+
+    /// Behind a gRPC proxy, a silent stream: a watch that hears nothing, created and cancelled
+    /// again, shows the stream is alive. Not while a create is in flight (its answer will
+    /// show it) or a probe is.
+    async fn probe(&mut self, ks: &KeyStream) -> Result<()> {
+        if self.probe.is_some() || !self.ids.settled() {
+            return Ok(());
+        }
+        let Some((id, key)) = ks.keys().probe() else {
+            return Ok(());
+        };
+        let opts = WatchOptions::new()
+            .with_watch_id(id)
+            .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
         self.live.insert(id);
-        self.asked.push_back(id);
+        self.ids.sent(id);
+        self.probe = Some(id);
         self.send(key, opts).await
     }
 
@@ -234,10 +275,20 @@ impl Life<'_> {
     }
 
     async fn cancel(&mut self, id: i64) -> Result<()> {
-        let Some(stream) = self.stream.as_mut().filter(|_| self.live.remove(&id)) else {
+        if !self.live.remove(&id) {
+            return Ok(());
+        }
+        match self.ids.cancel(id) {
+            Some(server_id) => self.send_cancel(server_id).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Sends a cancel of the server's watch `server_id`.
+    async fn send_cancel(&mut self, server_id: i64) -> Result<()> {
+        let Some(stream) = self.stream.as_mut() else {
             return Ok(());
         };
-        let server_id = self.theirs.get(&id).copied().unwrap_or(id);
         match tokio::time::timeout(self.pool.timeout(), stream.cancel(server_id)).await {
             Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel")),
             Err(_) => Err(Error::new(
@@ -255,7 +306,7 @@ async fn life(
     pool: &Arc<Pool>,
     strays: &Strays,
     cmds: &mut mpsc::UnboundedReceiver<Cmd>,
-) -> Result<()> {
+) -> Result<Ended> {
     // Subscribed first, so a failover during the setup is seen too.
     let mut moves = pool.moves();
     moves.mark_unchanged();
@@ -273,16 +324,16 @@ async fn life(
         client,
         stream: None,
         live: HashSet::new(),
-        asked: VecDeque::new(),
-        theirs: HashMap::new(),
-        ours: HashMap::new(),
+        ids: WatchIds::default(),
         probe: None,
     };
     {
-        let Some(k) = ks.upgrade() else { return Ok(()) };
+        let Some(k) = ks.upgrade() else {
+            return Ok(Ended::Gone);
+        };
         let ids = k.keys().ids();
         for id in ids {
-            life.create(&k, id).await?;
+            life.create(&k, id, false).await?;
         }
     }
     let mut listen = Listen::new(pool, idx, moves);
@@ -291,8 +342,8 @@ async fn life(
         listen.idle(idle);
         // Every watch was cancelled (or never sent): the stream closes, and the next create
         // opens one.
-        if idle && life.asked.is_empty() && ks.upgrade().is_none_or(|k| k.keys().is_idle()) {
-            return Ok(());
+        if idle && life.ids.settled() && ks.upgrade().is_none_or(|k| k.keys().is_idle()) {
+            return Ok(Ended::Idle);
         }
         let heard = match life.stream.as_mut() {
             Some(stream) => listen.next(stream, Some(cmds)).await?,
@@ -300,11 +351,17 @@ async fn life(
             // create opens the stream.
             None => cmds.recv().await.map_or(Heard::Moved, Heard::Command),
         };
-        let Some(k) = ks.upgrade() else { return Ok(()) };
+        let Some(k) = ks.upgrade() else {
+            return Ok(Ended::Gone);
+        };
         let r = match heard {
-            Heard::Moved => return Ok(()),
+            Heard::Moved => return Ok(Ended::Gone),
             Heard::Command(Cmd::Create(id)) => {
-                life.create(&k, id).await?;
+                life.create(&k, id, false).await?;
+                continue;
+            }
+            Heard::Command(Cmd::Retry(id)) => {
+                life.create(&k, id, true).await?;
                 continue;
             }
             Heard::Command(Cmd::Cancel(id)) => {
@@ -312,48 +369,46 @@ async fn life(
                 continue;
             }
             Heard::Quiet => {
-                // Behind a gRPC proxy: a watch that hears nothing, created and cancelled again,
-                // shows the stream is alive.
-                let probe = k.keys().probe();
-                if let Some((id, key)) = probe {
-                    let opts = WatchOptions::new()
-                        .with_watch_id(id)
-                        .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
-                    life.live.insert(id);
-                    life.asked.push_back(id);
-                    life.probe = Some(id);
-                    life.send(key, opts).await?;
-                }
+                life.probe(&k).await?;
                 continue;
             }
             Heard::Message(r) => r,
         };
         let mut id = r.watch_id();
         if r.created() {
-            // The answer to the oldest create not yet answered; -1 when etcd refused it.
-            let asked = life.asked.pop_front();
-            if id == -1 && r.canceled() {
-                id = asked.unwrap_or(-1);
-            } else if let Some(ours) = asked.filter(|a| *a != id) {
-                // A gRPC proxy, or etcd before 3.4, numbers watches itself (and a proxy
-                // answers no progress request).
-                life.theirs.insert(ours, id);
-                life.ours.insert(id, ours);
-                id = ours;
+            let refused = id == -1 && r.canceled();
+            let answer = life.ids.created(id, refused);
+            if life.ids.proxied() {
+                // A gRPC proxy (which answers no progress request).
                 listen.probe();
             }
-            if life.probe.is_some() && life.probe == Some(id) {
-                life.probe = None;
-                life.cancel(id).await?;
+            if let Some(server_id) = answer.cancel {
+                life.send_cancel(server_id).await?;
+            }
+            life.send_held(&k).await?;
+            match answer.id {
+                Some(ours) => id = ours,
+                None if r.canceled() => return Err(cancelled(r.cancel_reason())),
+                None => continue,
+            }
+            if answer.cancel.is_some() || (refused && !life.live.contains(&id)) {
+                // Cancelled while its create was in flight.
                 continue;
             }
-        } else if let Some(ours) = life.ours.get(&id).copied() {
-            id = ours;
-            // A compacted watch keeps its id until we cancel it.
-            if r.canceled() && r.compact_revision() <= 0 {
-                life.ours.remove(&r.watch_id());
-                life.theirs.remove(&ours);
+            if life.probe == Some(id) {
+                life.probe = None;
+                if refused {
+                    life.live.remove(&id);
+                } else {
+                    life.cancel(id).await?;
+                }
+                continue;
             }
+        } else {
+            // A compacted watch keeps its id until we cancel it.
+            id = life
+                .ids
+                .route(id, r.canceled() && r.compact_revision() <= 0);
         }
         if id <= 0 {
             // A progress report, or a refusal of a create we cannot place.

@@ -30,8 +30,8 @@
 //!
 //! Why one stream for every name: a gRPC stream and its buffers cost about 30 KiB, so a stream
 //! per name made a held lock cost 35 KiB of the process; the registrations are a few hundred
-//! bytes. Watch ids are chosen by the client (etcd 3.4 or later), unique on the client's stream.
-//! The stream's task (`key_stream.rs`) sends what this registry asks for and routes what comes
+//! bytes. Watch ids are chosen by the client, unique on the client's stream (behind a gRPC proxy,
+//! which numbers watches itself, `watch_ids.rs` maps its ids to ours). The stream's task (`key_stream.rs`) sends what this registry asks for and routes what comes
 //! back; a new life of the stream creates the own-key watches again from their keys'
 //! revisions, reads and watches the stray ranges again, and breaks the before watches, whose
 //! waiters read again and watch anew.
@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use etcd_client::{WatchFilterType, WatchOptions};
 use lockkit_core::spi::StateCell;
-use lockkit_core::LostReason;
+use lockkit_core::{Backoff, LostReason, Retry};
 use tokio::sync::{mpsc, watch, Notify};
 
 use crate::strays::Slots;
@@ -65,6 +65,8 @@ pub(crate) enum Phase {
 pub(crate) enum Cmd {
     Create(i64),
     Cancel(i64),
+    /// A create whose read before it failed, tried again.
+    Retry(i64),
 }
 
 #[derive(Debug)]
@@ -198,6 +200,8 @@ pub(crate) struct KeyWatches {
     next_sub: u64,
     tick: u64,
     cmds: mpsc::UnboundedSender<Cmd>,
+    /// Watches whose read before their create failed, with the pace of their retries.
+    retrying: HashMap<i64, Retry>,
 }
 
 impl KeyWatches {
@@ -210,6 +214,7 @@ impl KeyWatches {
             next_sub: 0,
             tick: 0,
             cmds,
+            retrying: HashMap::new(),
         }
     }
 
@@ -239,6 +244,7 @@ impl KeyWatches {
 
     /// Takes registration `id` out of every index.
     fn remove(&mut self, id: i64) -> Option<Reg> {
+        self.retrying.remove(&id);
         let reg = self.regs.remove(&id)?;
         if let What::Own { rev, .. } = &reg.what {
             if self.own.get(rev) == Some(&id) {
@@ -281,26 +287,38 @@ impl KeyWatches {
         id
     }
 
-    /// A new watch id and a key watched now, for a watch that probes a silent stream.
+    /// A new watch id and one of our keys (it need not exist), for a watch that probes a
+    /// silent stream.
     pub(crate) fn probe(&mut self) -> Option<(i64, Vec<u8>)> {
-        let key = self
-            .regs
-            .values()
-            .find(|r| !matches!(r.what, What::Own { gone: true, .. }))?
-            .key
-            .clone();
+        let key = self.regs.values().next()?.key.clone();
         let id = self.next_id;
         self.next_id += 1;
         Some((id, key))
     }
 
-    /// Sends the create of watch `id` again after `after` (its read before the create failed).
-    pub(crate) fn create_later(&self, id: i64, after: std::time::Duration) {
+    /// The read before watch `id`'s create failed: it is tried again after a pause that
+    /// grows while it keeps failing, and meanwhile other creates of it wait for that.
+    pub(crate) fn create_later(&mut self, id: i64) {
+        let pause = self
+            .retrying
+            .entry(id)
+            .or_insert_with(|| Backoff::WATCH.start())
+            .next_pause();
         let cmds = self.cmds.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(after).await;
-            let _ = cmds.send(Cmd::Create(id));
+            tokio::time::sleep(pause).await;
+            let _ = cmds.send(Cmd::Retry(id));
         });
+    }
+
+    /// Whether watch `id`'s read is to be tried again (its retry creates it).
+    pub(crate) fn is_retrying(&self, id: i64) -> bool {
+        self.retrying.contains_key(&id)
+    }
+
+    /// The read before watch `id`'s create went through.
+    pub(crate) fn read_done(&mut self, id: i64) {
+        self.retrying.remove(&id);
     }
 
     fn cancel(&mut self, id: i64) -> Option<Reg> {

@@ -18,6 +18,7 @@ mod strays;
 mod stream;
 mod tls;
 mod watch;
+mod watch_ids;
 
 use std::sync::Arc;
 

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, WatchOptions};
+use etcd_client::{EventType, GetOptions, WatchFilterType, WatchOptions};
 use lockkit_core::spi::{LeaderFeed, StateCell};
 use lockkit_core::{
     Backoff, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LostReason, Result,
@@ -45,6 +45,10 @@ use crate::key_stream::KeyStream;
 use crate::key_watch::{BeforeWatch, KeyWatches};
 use crate::strays::{Slots, Strays};
 use crate::stream::{cancelled, Heard, Listen};
+
+/// The id a prefix watch asks for on its own stream: an answer under another id is a gRPC
+/// proxy's.
+const PREFIX_WATCH: i64 = 1;
 
 /// Aborts the background task kept in `slot` (a name's watch), if it is still there.
 fn abort_task(slot: &Mutex<Option<JoinHandle<()>>>) {
@@ -666,7 +670,9 @@ async fn session_of_watch(
             return Err(e);
         }
     };
-    let opts = WatchOptions::new().with_prefix();
+    let opts = WatchOptions::new()
+        .with_prefix()
+        .with_watch_id(PREFIX_WATCH);
     let opened = tokio::time::timeout(limit, client.watch(prefix.clone(), Some(opts))).await;
     let mut stream = match opened {
         Ok(Ok(s)) => s,
@@ -679,12 +685,13 @@ async fn session_of_watch(
             return Err(Error::new(ErrorKind::Timeout, "etcd watch did not open"));
         }
     };
-    // The `created` answer: from here on every event on the prefix reaches us.
-    match tokio::time::timeout(limit, stream.message()).await {
+    // The `created` answer: from here on every event on the prefix reaches us. A gRPC proxy
+    // numbers watches itself (and answers no progress request: the stream is probed instead).
+    let main = match tokio::time::timeout(limit, stream.message()).await {
         Ok(Ok(Some(r))) if r.created() && r.canceled() => {
             return Err(cancelled(r.cancel_reason()));
         }
-        Ok(Ok(Some(r))) if r.created() => {}
+        Ok(Ok(Some(r))) if r.created() => r.watch_id(),
         _ => {
             pool.failed(idx);
             return Err(Error::new(
@@ -692,7 +699,8 @@ async fn session_of_watch(
                 "etcd watch was not created",
             ));
         }
-    }
+    };
+    let proxied = main != PREFIX_WATCH;
     let p2 = prefix.clone();
     let mut resp = pool
         .run("range", true, move |mut c| {
@@ -719,12 +727,56 @@ async fn session_of_watch(
     }
     // When the stream last said something, and whether a progress report was asked for since.
     let mut listen = Listen::new(pool, idx, moves);
+    if proxied {
+        listen.probe();
+    }
+    let mut probing = false;
     loop {
         let r = match listen.next(&mut stream, None).await? {
             Heard::Message(r) => r,
             Heard::Moved => return Ok(()),
-            Heard::Command(_) | Heard::Quiet => continue,
+            Heard::Command(_) => continue,
+            Heard::Quiet => {
+                // Behind a gRPC proxy: a watch of the prefix key alone that hears nothing,
+                // created and cancelled again, shows the stream is alive.
+                if !probing {
+                    let opts = WatchOptions::new()
+                        .with_watch_id(PREFIX_WATCH + 1)
+                        .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
+                    let sent = stream.watch(prefix.clone(), Some(opts));
+                    match tokio::time::timeout(limit, sent).await {
+                        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch"))?,
+                        Err(_) => {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                "a watch request could not be sent",
+                            ))
+                        }
+                    }
+                    probing = true;
+                }
+                continue;
+            }
         };
+        if proxied && r.watch_id() != main {
+            // The probe's answers: cancelled once created.
+            if r.created() {
+                probing = false;
+                if !r.canceled() {
+                    let cancel = stream.cancel(r.watch_id());
+                    match tokio::time::timeout(limit, cancel).await {
+                        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel"))?,
+                        Err(_) => {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                "a watch cancel could not be sent",
+                            ))
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         let Some(n) = nw.upgrade() else { return Ok(()) };
         if r.canceled() {
             return Err(cancelled(r.cancel_reason()));

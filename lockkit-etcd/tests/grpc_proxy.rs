@@ -7,14 +7,16 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{connect, gauge, name, url};
+use common::{connect, name, url};
 use lockkit_core::LockState;
 
 const SOON: Duration = Duration::from_secs(5);
 
-/// Watch streams the proxy's clients opened.
-const WATCH_STREAMS: &str =
-    "grpc_server_started_total{grpc_method=\"Watch\",grpc_service=\"etcdserverpb.Watch\"";
+/// Watch streams this process gave up and restarted, from lockkit's own events (the proxy's
+/// `/metrics` page is etcd's, which counts the proxy's streams, not its clients').
+fn restarts() -> usize {
+    lockkit_testing::spans::events_mentioning("restarting it")
+}
 
 /// An `etcd grpc-proxy` in front of the test server, stopped (by its PID) when dropped.
 struct GrpcProxy {
@@ -64,9 +66,13 @@ async fn grpc_proxy(server: &str) -> GrpcProxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     let Some(url) = url() else { return };
+    assert!(
+        lockkit_testing::spans::capture(),
+        "lockkit's events are seen"
+    );
     let proxy = grpc_proxy(&url).await;
     // A short command timeout, so that a quiet stream is checked within the test.
-    let locks = connect(&proxy.url, "command_timeout=500ms").await;
+    let locks = connect(&proxy.url, "command_timeout=1s").await;
     let direct = connect(&url, "").await;
 
     // Several names on one client's stream, so that ids the proxy numbers differ from ours.
@@ -77,13 +83,13 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     }
 
     // The proxy answers no progress request: a quiet stream is probed instead, and stays.
-    let streams = || gauge(&proxy.url, WATCH_STREAMS);
+    let streams = restarts;
     let opened = streams();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         streams() - opened,
-        0.0,
-        "watch streams opened while the client's stayed quiet for 6 command timeouts"
+        0,
+        "watch streams restarted while the client's stayed quiet for 4 command timeouts"
     );
 
     // A delete of one name's key from elsewhere reaches that holder, and only that one.
@@ -100,16 +106,67 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
         assert_eq!(guards[i].state(), LockState::Held, "guard {i}");
     }
 
-    // A waiter through the proxy is woken when the holder releases, and in turn.
+    // Many creates and cancels at once on the client's stream (waits that end at once, their
+    // watches cancelled while their creates may still be in flight), and the watches still
+    // reach the right guards.
+    let opened = streams();
+    let mut churn = Vec::new();
+    for t in 0..8 {
+        let (locks, held, own) = (
+            locks.clone(),
+            names[3].clone(),
+            name(&format!("grpc-proxy-churn-{t}")),
+        );
+        churn.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                assert!(locks
+                    .mutex(&held)
+                    .unwrap()
+                    .try_lock()
+                    .await
+                    .unwrap()
+                    .is_none());
+                let g = locks.mutex(&own).unwrap().lock().await.unwrap();
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for c in churn {
+        c.await.unwrap();
+    }
+    assert_eq!(
+        streams() - opened,
+        0,
+        "the stream restarted (a cancel reached another watch?)"
+    );
+    assert!(direct
+        .mutex(&names[0])
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap());
+    tokio::time::timeout(SOON, guards[0].lost())
+        .await
+        .expect("after the churn, the guard whose key was deleted turned Lost");
+    assert_eq!(guards[3].state(), LockState::Held);
+
+    // A waiter through the proxy is woken when the holder releases, by its watch: well before
+    // its wait would have ended and looked anyway.
     let m = locks.mutex(&names[1]).unwrap();
-    let waiter = tokio::spawn(async move { m.lock_for(SOON).await });
+    let waiter = tokio::spawn(async move { m.lock_for(SOON * 2).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     guards.remove(1).release().await.unwrap();
+    let released = std::time::Instant::now();
     let g = waiter
         .await
         .unwrap()
         .unwrap()
         .expect("the waiter got the lock");
+    assert!(
+        released.elapsed() < SOON,
+        "the waiter got in {:?} after the release",
+        released.elapsed()
+    );
     g.release().await.unwrap();
 
     for g in guards {
@@ -119,21 +176,35 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     }
 
     // An RW lock's prefix watch through the proxy: a reader waiting on a writer gets in when
-    // the writer releases.
+    // the writer releases, by its watch.
     let rw = name("grpc-proxy-rw");
     let w = locks.rwlock(&rw).unwrap().write_lock().await.unwrap();
     let r = locks.rwlock(&rw).unwrap();
     let reader = tokio::spawn(async move {
-        r.read(&lockkit_core::AcquireOptions::new().wait(SOON))
+        r.read(&lockkit_core::AcquireOptions::new().wait(SOON * 2))
             .await
     });
+    // Its prefix stream is quiet while the writer holds: probed too, it stays.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let opened = streams();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        streams() - opened,
+        0,
+        "watch streams restarted while an RW lock's stayed quiet for 4 command timeouts"
+    );
     w.release().await.unwrap();
+    let released = std::time::Instant::now();
     let g = reader
         .await
         .unwrap()
         .unwrap()
         .expect("the reader got the lock");
+    assert!(
+        released.elapsed() < SOON,
+        "the reader got in {:?} after the release",
+        released.elapsed()
+    );
     g.release().await.unwrap();
     locks.close().await.unwrap();
     direct.close().await.unwrap();

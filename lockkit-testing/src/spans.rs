@@ -137,3 +137,12 @@ pub fn events_of_lock(lock: &str) -> Vec<EventRecord> {
         .cloned()
         .collect()
 }
+
+/// How many lockkit events so far have a field (the message, an error) containing `text`.
+pub fn events_mentioning(text: &str) -> usize {
+    store()
+        .events
+        .iter()
+        .filter(|r| r.fields.values().any(|v| v.contains(text)))
+        .count()
+}

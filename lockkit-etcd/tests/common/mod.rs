@@ -114,8 +114,7 @@ pub async fn lagging_proxy(server: &str, delay: Duration) -> lockkit_testing::pr
 }
 
 /// The sum of etcd's metric `metric` over its labels, from its `/metrics` page on the client
-/// port (an etcd server's or its gRPC proxy's). `metric` may name its first labels too
-/// (`name{label="value"`).
+/// port.
 pub fn gauge(url: &str, metric: &str) -> f64 {
     let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
     let mut conn = std::net::TcpStream::connect(u.hosts[0].to_string()).unwrap();
@@ -128,7 +127,7 @@ pub fn gauge(url: &str, metric: &str) -> f64 {
             let rest = l.strip_prefix(metric)?;
             let value = match rest.strip_prefix(' ') {
                 Some(v) => v,
-                None => rest.strip_prefix(['{', ','])?.split_once("} ")?.1,
+                None => rest.strip_prefix('{')?.split_once("} ")?.1,
             };
             value.trim().parse().ok()
         })
