@@ -82,8 +82,14 @@ async fn run(
             if !empty {
                 break;
             }
-            if cmds.recv().await.is_none() {
-                return;
+            match cmds.recv().await {
+                None => return,
+                // Its watch is gone (else the registry would not be idle).
+                Some(Cmd::Retry(id)) => match ks.upgrade() {
+                    Some(k) => k.keys().read_done(id),
+                    None => return,
+                },
+                Some(_) => {}
             }
         }
         let ended = life(&ks, &pool, &strays, &mut cmds).await;
@@ -374,6 +380,13 @@ async fn life(
             }
             Heard::Message(r) => r,
         };
+        if life.ids.overdue(pool.timeout() * 2) {
+            pool.failed(idx);
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                "a lock key watch's create was not answered",
+            ));
+        }
         let mut id = r.watch_id();
         if r.created() {
             let refused = id == -1 && r.canceled();

@@ -30,11 +30,12 @@
 //!
 //! Why one stream for every name: a gRPC stream and its buffers cost about 30 KiB, so a stream
 //! per name made a held lock cost 35 KiB of the process; the registrations are a few hundred
-//! bytes. Watch ids are chosen by the client, unique on the client's stream (behind a gRPC proxy,
-//! which numbers watches itself, `watch_ids.rs` maps its ids to ours). The stream's task (`key_stream.rs`) sends what this registry asks for and routes what comes
-//! back; a new life of the stream creates the own-key watches again from their keys'
-//! revisions, reads and watches the stray ranges again, and breaks the before watches, whose
-//! waiters read again and watch anew.
+//! bytes. Watch ids are chosen by the client, unique on the client's stream (behind a gRPC
+//! proxy, which numbers watches itself, `watch_ids.rs` maps its ids to ours). The stream's task
+//! (`key_stream.rs`) sends what this registry asks for and routes what comes back; a new life of
+//! the stream creates the own-key watches again from their keys' revisions, reads and watches
+//! the stray ranges again, and breaks the before watches, whose waiters read again and watch
+//! anew.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -813,6 +814,7 @@ impl KeyWatches {
         }
         self.own.clear();
         self.names.clear();
+        self.retrying.clear();
     }
 }
 

@@ -6,14 +6,15 @@
 //! cancel asked for while it is in flight is sent, under the proxy's id, once it is answered.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 /// The ids of one life of a stream.
 #[derive(Debug, Default)]
 pub(crate) struct WatchIds {
     /// Whether the server takes our ids; `None` until a create was answered.
     taken: Option<bool>,
-    /// Creates sent and not yet answered, oldest first.
-    asked: VecDeque<i64>,
+    /// Creates sent and not yet answered, oldest first, with when they were sent.
+    asked: VecDeque<(i64, Instant)>,
     /// Creates waiting for the one in flight to be answered.
     held: VecDeque<i64>,
     /// The server's id of each of our watches whose id it did not take, and ours of each of its.
@@ -40,7 +41,15 @@ impl WatchIds {
 
     /// The create of `id` was sent.
     pub(crate) fn sent(&mut self, id: i64) {
-        self.asked.push_back(id);
+        self.asked.push_back((id, Instant::now()));
+    }
+
+    /// Whether a create has waited longer than `limit` for its answer: the stream is stuck
+    /// (others' events may still flow, so its silence check does not see it).
+    pub(crate) fn overdue(&self, limit: Duration) -> bool {
+        self.asked
+            .front()
+            .is_some_and(|(_, at)| at.elapsed() > limit)
     }
 
     /// The create of `id` waits for the one in flight.
@@ -74,7 +83,7 @@ impl WatchIds {
             self.held.remove(at);
             return None;
         }
-        if self.taken != Some(true) && self.asked.contains(&id) {
+        if self.taken != Some(true) && self.asked.iter().any(|(a, _)| *a == id) {
             self.cancel_answered.insert(id);
             return None;
         }
@@ -83,7 +92,7 @@ impl WatchIds {
 
     /// A create's answer, with the server's id `got` (-1 and `refused` when it refused it).
     pub(crate) fn created(&mut self, got: i64, refused: bool) -> Created {
-        let Some(ours) = self.asked.pop_front() else {
+        let Some((ours, _)) = self.asked.pop_front() else {
             return Created {
                 id: None,
                 cancel: None,
@@ -159,6 +168,13 @@ mod tests {
         assert_eq!(ids.route(0, true), 5);
         assert_eq!(ids.route(0, false), 0, "forgotten once cancelled");
         assert!(ids.settled());
+        assert!(!ids.overdue(Duration::ZERO));
+        ids.sent(9);
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(
+            ids.overdue(Duration::from_millis(1)),
+            "an unanswered create"
+        );
     }
 
     /// A cancel while the create is in flight waits for its answer, and goes out under the
