@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use etcd_client::{Client, EventType, GetOptions, WatchFilterType, WatchOptions, WatchStream};
+use etcd_client::{Client, EventType, GetOptions, WatchOptions, WatchStream};
 use lockkit_core::{Backoff, Error, ErrorKind, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use crate::client::Pool;
 use crate::key_watch::{Cmd, KeyWatches};
 use crate::strays::Strays;
-use crate::stream::{cancelled, Heard, Listen};
+use crate::stream::{self, cancelled, Heard, Listen};
 use crate::watch_ids::WatchIds;
 
 /// A client's key stream: the registry of its mutex names' narrow watches and the task that
@@ -193,9 +193,7 @@ impl Life<'_> {
         let Some((id, key)) = ks.keys().probe() else {
             return Ok(());
         };
-        let opts = WatchOptions::new()
-            .with_watch_id(id)
-            .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
+        let opts = stream::probe(id);
         self.live.insert(id);
         self.ids.sent(id);
         self.probe = Some(id);
@@ -253,30 +251,13 @@ impl Life<'_> {
     }
 
     async fn send(&mut self, key: Vec<u8>, opts: WatchOptions) -> Result<()> {
-        let limit = self.pool.timeout();
-        let Some(stream) = self.stream.as_mut() else {
-            let opened = tokio::time::timeout(limit, self.client.watch(key, Some(opts))).await;
-            return match opened {
-                Ok(Ok(s)) => {
-                    self.stream = Some(s);
-                    Ok(())
-                }
-                Ok(Err(e)) => {
-                    self.pool.failed(self.idx);
-                    Err(crate::client::map_err(e, "watch"))
-                }
-                Err(_) => {
-                    self.pool.failed(self.idx);
-                    Err(Error::new(ErrorKind::Timeout, "etcd watch did not open"))
-                }
-            };
-        };
-        match tokio::time::timeout(limit, stream.watch(key, Some(opts))).await {
-            Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch")),
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                "a watch request could not be sent",
-            )),
+        match self.stream.as_mut() {
+            Some(stream) => stream::create(stream, key, opts, self.pool.timeout()).await,
+            None => {
+                let opened = stream::open(self.pool, self.idx, &mut self.client, key, opts);
+                self.stream = Some(opened.await?);
+                Ok(())
+            }
         }
     }
 
@@ -292,15 +273,9 @@ impl Life<'_> {
 
     /// Sends a cancel of the server's watch `server_id`.
     async fn send_cancel(&mut self, server_id: i64) -> Result<()> {
-        let Some(stream) = self.stream.as_mut() else {
-            return Ok(());
-        };
-        match tokio::time::timeout(self.pool.timeout(), stream.cancel(server_id)).await {
-            Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel")),
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                "a watch cancel could not be sent",
-            )),
+        match self.stream.as_mut() {
+            Some(stream) => stream::cancel(stream, server_id, self.pool.timeout()).await,
+            None => Ok(()),
         }
     }
 }

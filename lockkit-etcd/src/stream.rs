@@ -1,11 +1,13 @@
-//! What every long-lived watch stream shares: listening to one life of it (progress checks,
-//! failover), and the error for a watch etcd cancelled.
+//! What every long-lived watch stream shares: opening it, sending creates and cancels on it,
+//! listening to one life of it (progress checks or probes, failover), and the error for a watch
+//! etcd cancelled.
 
 use std::sync::Arc;
 
+use etcd_client::{Client, WatchFilterType, WatchOptions, WatchStream};
 use lockkit_core::{Error, ErrorKind, Result};
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
+use tokio::time::{Duration, Instant};
 
 use crate::client::Pool;
 use crate::key_watch::Cmd;
@@ -120,6 +122,64 @@ impl<'a> Listen<'a> {
             return Ok(Heard::Message(r));
         }
     }
+}
+
+/// Opens a watch stream on endpoint `idx`'s `client` with its first create; an endpoint that
+/// fails to open one is marked failed.
+pub(crate) async fn open(
+    pool: &Pool,
+    idx: usize,
+    client: &mut Client,
+    key: Vec<u8>,
+    opts: WatchOptions,
+) -> Result<WatchStream> {
+    match tokio::time::timeout(pool.timeout(), client.watch(key, Some(opts))).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => {
+            pool.failed(idx);
+            Err(crate::client::map_err(e, "watch"))
+        }
+        Err(_) => {
+            pool.failed(idx);
+            Err(Error::new(ErrorKind::Timeout, "etcd watch did not open"))
+        }
+    }
+}
+
+/// Sends a create of a watch on `key` within `limit`.
+pub(crate) async fn create(
+    stream: &mut WatchStream,
+    key: Vec<u8>,
+    opts: WatchOptions,
+    limit: Duration,
+) -> Result<()> {
+    match tokio::time::timeout(limit, stream.watch(key, Some(opts))).await {
+        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch")),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            "a watch request could not be sent",
+        )),
+    }
+}
+
+/// Sends a cancel of the server's watch `id` within `limit`.
+pub(crate) async fn cancel(stream: &mut WatchStream, id: i64, limit: Duration) -> Result<()> {
+    match tokio::time::timeout(limit, stream.cancel(id)).await {
+        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel")),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            "a watch cancel could not be sent",
+        )),
+    }
+}
+
+/// A probe of a silent stream behind a gRPC proxy (which answers no progress request): a watch
+/// `id` of one key that hears nothing, whose `created` answer shows the stream is alive and which
+/// is then cancelled.
+pub(crate) fn probe(id: i64) -> WatchOptions {
+    WatchOptions::new()
+        .with_watch_id(id)
+        .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete])
 }
 
 /// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.

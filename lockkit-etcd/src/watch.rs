@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, WatchFilterType, WatchOptions};
+use etcd_client::{EventType, GetOptions, WatchOptions};
 use lockkit_core::spi::{LeaderFeed, StateCell};
 use lockkit_core::{
     Backoff, Error, ErrorKind, FencingToken, Leader, LeaderChanges, LostReason, Result,
@@ -44,7 +44,7 @@ use crate::client::Pool;
 use crate::key_stream::KeyStream;
 use crate::key_watch::{BeforeWatch, KeyWatches};
 use crate::strays::{Slots, Strays};
-use crate::stream::{cancelled, Heard, Listen};
+use crate::stream::{self, cancelled, Heard, Listen};
 
 /// The id a prefix watch asks for on its own stream: an answer under another id is a gRPC
 /// proxy's.
@@ -673,18 +673,7 @@ async fn session_of_watch(
     let opts = WatchOptions::new()
         .with_prefix()
         .with_watch_id(PREFIX_WATCH);
-    let opened = tokio::time::timeout(limit, client.watch(prefix.clone(), Some(opts))).await;
-    let mut stream = match opened {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            pool.failed(idx);
-            return Err(crate::client::map_err(e, "watch"));
-        }
-        Err(_) => {
-            pool.failed(idx);
-            return Err(Error::new(ErrorKind::Timeout, "etcd watch did not open"));
-        }
-    };
+    let mut stream = stream::open(pool, idx, &mut client, prefix.clone(), opts).await?;
     // The `created` answer: from here on every event on the prefix reaches us. A gRPC proxy
     // numbers watches itself (and answers no progress request: the stream is probed instead).
     let main = match tokio::time::timeout(limit, stream.message()).await {
@@ -740,19 +729,8 @@ async fn session_of_watch(
                 // Behind a gRPC proxy: a watch of the prefix key alone that hears nothing,
                 // created and cancelled again, shows the stream is alive.
                 if !probing {
-                    let opts = WatchOptions::new()
-                        .with_watch_id(PREFIX_WATCH + 1)
-                        .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
-                    let sent = stream.watch(prefix.clone(), Some(opts));
-                    match tokio::time::timeout(limit, sent).await {
-                        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch"))?,
-                        Err(_) => {
-                            return Err(Error::new(
-                                ErrorKind::Timeout,
-                                "a watch request could not be sent",
-                            ))
-                        }
-                    }
+                    let opts = stream::probe(PREFIX_WATCH + 1);
+                    stream::create(&mut stream, prefix.clone(), opts, limit).await?;
                     probing = true;
                 }
                 continue;
@@ -763,16 +741,7 @@ async fn session_of_watch(
             if r.created() {
                 probing = false;
                 if !r.canceled() {
-                    let cancel = stream.cancel(r.watch_id());
-                    match tokio::time::timeout(limit, cancel).await {
-                        Ok(sent) => sent.map_err(|e| crate::client::map_err(e, "watch cancel"))?,
-                        Err(_) => {
-                            return Err(Error::new(
-                                ErrorKind::Timeout,
-                                "a watch cancel could not be sent",
-                            ))
-                        }
-                    }
+                    stream::cancel(&mut stream, r.watch_id(), limit).await?;
                 }
             }
             continue;

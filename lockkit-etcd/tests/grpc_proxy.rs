@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{connect, name, url};
-use lockkit_core::LockState;
+use lockkit_core::{LockGuard, LockState};
+use lockkit_etcd::EtcdLocks;
 
 const SOON: Duration = Duration::from_secs(5);
 
@@ -16,6 +17,24 @@ const SOON: Duration = Duration::from_secs(5);
 /// `/metrics` page is etcd's, which counts the proxy's streams, not its clients').
 fn restarts() -> usize {
     lockkit_testing::spans::events_mentioning("restarting it")
+}
+
+/// Asserts that no watch stream restarts while `what` stays quiet for 4 command timeouts.
+async fn stays_quiet(what: &str) {
+    let opened = restarts();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        restarts() - opened,
+        0,
+        "watch streams restarted while {what} stayed quiet for 4 command timeouts"
+    );
+}
+
+/// Deletes `name`'s key from `direct`, and asserts that `guard` (its holder through the proxy)
+/// turns Lost.
+async fn force_unlock_reaches(direct: &EtcdLocks, name: &str, guard: &LockGuard, what: &str) {
+    assert!(direct.mutex(name).unwrap().force_unlock().await.unwrap());
+    tokio::time::timeout(SOON, guard.lost()).await.expect(what);
 }
 
 /// An `etcd grpc-proxy` in front of the test server, stopped (by its PID) when dropped.
@@ -83,25 +102,16 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     }
 
     // The proxy answers no progress request: a quiet stream is probed instead, and stays.
-    let streams = restarts;
-    let opened = streams();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        streams() - opened,
-        0,
-        "watch streams restarted while the client's stayed quiet for 4 command timeouts"
-    );
+    stays_quiet("the client's").await;
 
     // A delete of one name's key from elsewhere reaches that holder, and only that one.
-    assert!(direct
-        .mutex(&names[2])
-        .unwrap()
-        .force_unlock()
-        .await
-        .unwrap());
-    tokio::time::timeout(SOON, guards[2].lost())
-        .await
-        .expect("the guard whose key was deleted turned Lost through the proxy");
+    force_unlock_reaches(
+        &direct,
+        &names[2],
+        &guards[2],
+        "the guard whose key was deleted turned Lost through the proxy",
+    )
+    .await;
     for i in [0, 1, 3] {
         assert_eq!(guards[i].state(), LockState::Held, "guard {i}");
     }
@@ -109,7 +119,7 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     // Many creates and cancels at once on the client's stream (waits that end at once, their
     // watches cancelled while their creates may still be in flight), and the watches still
     // reach the right guards.
-    let opened = streams();
+    let opened = restarts();
     let mut churn = Vec::new();
     for t in 0..8 {
         let (locks, held, own) = (
@@ -135,19 +145,17 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
         c.await.unwrap();
     }
     assert_eq!(
-        streams() - opened,
+        restarts() - opened,
         0,
         "the stream restarted (a cancel reached another watch?)"
     );
-    assert!(direct
-        .mutex(&names[0])
-        .unwrap()
-        .force_unlock()
-        .await
-        .unwrap());
-    tokio::time::timeout(SOON, guards[0].lost())
-        .await
-        .expect("after the churn, the guard whose key was deleted turned Lost");
+    force_unlock_reaches(
+        &direct,
+        &names[0],
+        &guards[0],
+        "after the churn, the guard whose key was deleted turned Lost",
+    )
+    .await;
     assert_eq!(guards[3].state(), LockState::Held);
 
     // A waiter through the proxy is woken when the holder releases, by its watch: well before
@@ -186,13 +194,7 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     });
     // Its prefix stream is quiet while the writer holds: probed too, it stays.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let opened = streams();
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        streams() - opened,
-        0,
-        "watch streams restarted while an RW lock's stayed quiet for 4 command timeouts"
-    );
+    stays_quiet("an RW lock's").await;
     w.release().await.unwrap();
     let released = std::time::Instant::now();
     let g = reader

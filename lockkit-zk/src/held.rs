@@ -110,7 +110,7 @@ fn watch_for_loss(nodes: Arc<Nodes>, i: usize, state: StateCell) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    // Small, as there is one per held node: the watch itself is `watch_once`'s.
+    // One per held node; the watch itself is `watch_once`'s.
     rt.spawn(async move {
         tokio::time::sleep(WATCH_AFTER).await;
         let mut retry = lockkit_core::Backoff::WATCH.start();
