@@ -20,23 +20,16 @@ mod common;
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lockkit_etcd::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use lockkit_measure::{Latencies, Tally};
 
 fn env_usize(k: &str, d: usize) -> usize {
     std::env::var(k)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(d)
-}
-
-fn pct(xs: &mut [Duration], p: f64) -> Duration {
-    if xs.is_empty() {
-        return Duration::ZERO;
-    }
-    xs.sort();
-    xs[((xs.len() - 1) as f64 * p) as usize]
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -148,7 +141,7 @@ fn endpoints(url: &str) -> Vec<String> {
 async fn raw_floor(url: &str, run: &str, cycles: usize) -> f64 {
     let mut c = Client::connect(endpoints(url), None).await.unwrap();
     let key = format!("{run}/raw/k");
-    let mut lat = Vec::new();
+    let mut lat = Latencies::new();
     for _ in 0..cycles {
         let t = Instant::now();
         let txn = Txn::new()
@@ -156,9 +149,9 @@ async fn raw_floor(url: &str, run: &str, cycles: usize) -> f64 {
             .and_then([TxnOp::put(key.clone(), "", None)]);
         assert!(c.txn(txn).await.unwrap().succeeded());
         c.delete(key.clone(), None).await.unwrap();
-        lat.push(t.elapsed());
+        lat.record(t.elapsed());
     }
-    pct(&mut lat, 0.5).as_secs_f64() * 1e6
+    lat.quantile(0.5).as_secs_f64() * 1e6
 }
 
 async fn lockkit_uncontended(url: &str, run: &str, cycles: usize) -> f64 {
@@ -166,15 +159,15 @@ async fn lockkit_uncontended(url: &str, run: &str, cycles: usize) -> f64 {
     let m = locks.mutex(&format!("{run}/uncontended")).unwrap();
     // Warm up: session lease and the name's watch.
     m.lock().await.unwrap().release().await.unwrap();
-    let mut lat = Vec::new();
+    let mut lat = Latencies::new();
     for _ in 0..cycles {
         let t = Instant::now();
         let g = m.lock().await.unwrap();
         g.release().await.unwrap();
-        lat.push(t.elapsed());
+        lat.record(t.elapsed());
     }
     locks.close().await.unwrap();
-    pct(&mut lat, 0.5).as_secs_f64() * 1e6
+    lat.quantile(0.5).as_secs_f64() * 1e6
 }
 
 async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) -> Contended {
@@ -188,37 +181,33 @@ async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) 
         clients.push((locks, m));
     }
     let left = Arc::new(std::sync::atomic::AtomicI64::new(acquisitions as i64));
-    let waits = Arc::new(Mutex::new(Vec::new()));
-    let counts = Arc::new(Mutex::new(vec![0usize; n]));
+    let tally = Arc::new(Mutex::new(Tally::new(n)));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (i, (_, m)) in clients.iter().enumerate() {
-        let (m, left, waits, counts) = (m.clone(), left.clone(), waits.clone(), counts.clone());
+        let (m, left, tally) = (m.clone(), left.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
             while left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0 {
                 let t = Instant::now();
                 let g = m.lock().await.unwrap();
                 let w = t.elapsed();
                 g.release().await.unwrap();
-                waits.lock().unwrap().push(w);
-                counts.lock().unwrap()[i] += 1;
+                tally.lock().unwrap().record(i, w);
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    let elapsed = start.elapsed();
-    let mut w = waits.lock().unwrap().clone();
-    let busiest = *counts.lock().unwrap().iter().max().unwrap();
+    let run = tally.lock().unwrap().summary(start.elapsed());
     for (locks, _) in clients {
         locks.close().await.unwrap();
     }
     Contended {
-        per_sec: acquisitions as f64 / elapsed.as_secs_f64(),
-        p50_ms: pct(&mut w, 0.5).as_secs_f64() * 1e3,
-        p99_ms: pct(&mut w, 0.99).as_secs_f64() * 1e3,
-        busiest: busiest as f64 / acquisitions as f64,
+        per_sec: run.per_sec,
+        p50_ms: run.p50.as_secs_f64() * 1e3,
+        p99_ms: run.p99.as_secs_f64() * 1e3,
+        busiest: run.busiest_share,
     }
 }
 

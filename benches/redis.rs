@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockkit::Locks;
+use lockkit_measure::{Latencies, Tally};
 use lockkit_redis::redis;
 
 const CAD: &str =
@@ -43,14 +44,6 @@ fn env_num(key: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 fn us(d: Duration) -> f64 {
@@ -149,13 +142,13 @@ async fn uncontended_round(
     script_keys: &lockkit_redis::LockKeys,
     scripts: &(redis::Script, redis::Script),
     n: usize,
-) -> [Vec<Duration>; 4] {
-    let mut out = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+) -> [Latencies; 4] {
+    let mut out: [Latencies; 4] = Default::default();
     for i in 0..n {
-        out[0].push(raw_cycle(raw, cad, raw_key, i).await);
-        out[1].push(lockkit_cycle(lock, false).await);
-        out[2].push(lockkit_cycle(lock, true).await);
-        out[3].push(script_cycle(raw, script_keys, scripts, i).await);
+        out[0].record(raw_cycle(raw, cad, raw_key, i).await);
+        out[1].record(lockkit_cycle(lock, false).await);
+        out[2].record(lockkit_cycle(lock, true).await);
+        out[3].record(script_cycle(raw, script_keys, scripts, i).await);
     }
     out
 }
@@ -163,39 +156,31 @@ async fn uncontended_round(
 struct Contended {
     label: &'static str,
     secs: f64,
-    total: usize,
-    waits: Vec<Duration>,
-    per_client: Vec<usize>,
+    tally: Tally,
     overlaps: usize,
 }
 
 impl Contended {
     fn rate(&self) -> f64 {
-        self.total as f64 / self.secs
+        self.tally.ops() as f64 / self.secs
     }
 
     /// Adds another round of the same variant.
     fn absorb(&mut self, other: Contended) {
         self.secs += other.secs;
-        self.total += other.total;
-        self.waits.extend(other.waits);
-        for (mine, theirs) in self.per_client.iter_mut().zip(other.per_client) {
-            *mine += theirs;
-        }
+        self.tally.add(&other.tally);
         self.overlaps += other.overlaps;
     }
 
     fn print(&self) {
-        let mut w = self.waits.clone();
-        w.sort();
-        let busiest = *self.per_client.iter().max().unwrap_or(&0);
+        let w = self.tally.waits();
         println!(
             "{:<34} {:>9.0} {:>10.2} {:>10.2} {:>9.1}% {:>9}",
             self.label,
             self.rate(),
-            us(pct(&w, 0.5)) / 1000.0,
-            us(pct(&w, 0.99)) / 1000.0,
-            100.0 * busiest as f64 / self.total as f64,
+            us(w.quantile(0.5)) / 1000.0,
+            us(w.quantile(0.99)) / 1000.0,
+            100.0 * self.tally.busiest_share(),
             self.overlaps
         );
     }
@@ -246,7 +231,7 @@ async fn contended_lockkit(
     for locks in &clients {
         let (lock, arena) = (locks.mutex(name).unwrap(), arena.clone());
         tasks.push(tokio::spawn(async move {
-            let (mut waits, mut mine) = (Vec::new(), 0);
+            let mut waits = Vec::new();
             loop {
                 let t = Instant::now();
                 let opts = lockkit::AcquireOptions::new().fair(fair);
@@ -257,10 +242,9 @@ async fn contended_lockkit(
                 arena.leave();
                 g.release().await.unwrap();
                 if !more {
-                    return (waits, mine);
+                    return waits;
                 }
                 waits.push(wait);
-                mine += 1;
             }
         }));
     }
@@ -293,7 +277,7 @@ async fn contended_setnx(
         let (arena, key) = (arena.clone(), key.to_string());
         tasks.push(tokio::spawn(async move {
             let cad = redis::Script::new(CAD);
-            let (mut waits, mut mine, mut n) = (Vec::new(), 0, 0u64);
+            let (mut waits, mut n) = (Vec::new(), 0u64);
             loop {
                 let t = Instant::now();
                 let val = format!("{c}-{n}");
@@ -327,10 +311,9 @@ async fn contended_setnx(
                     .await
                     .unwrap();
                 if !more {
-                    return (waits, mine);
+                    return waits;
                 }
                 waits.push(wait);
-                mine += 1;
             }
         }));
     }
@@ -368,7 +351,7 @@ async fn contended_rslock(
     for rl in managers {
         let (arena, key) = (arena.clone(), key.to_string());
         tasks.push(tokio::spawn(async move {
-            let (mut waits, mut mine) = (Vec::new(), 0);
+            let mut waits = Vec::new();
             loop {
                 let t = Instant::now();
                 let l = rl
@@ -381,10 +364,9 @@ async fn contended_rslock(
                 arena.leave();
                 rl.unlock(&l).await;
                 if !more {
-                    return (waits, mine);
+                    return waits;
                 }
                 waits.push(wait);
-                mine += 1;
             }
         }));
     }
@@ -401,25 +383,22 @@ async fn contended_rslock(
 async fn finish(
     label: &'static str,
     started: Instant,
-    tasks: Vec<tokio::task::JoinHandle<(Vec<Duration>, usize)>>,
+    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
     arena: Arc<Arena>,
     clients: Vec<Locks>,
 ) -> Contended {
-    let mut waits = Vec::new();
-    let mut per_client = Vec::new();
-    for t in tasks {
-        let (w, n) = t.await.unwrap();
-        waits.extend(w);
-        per_client.push(n);
+    let mut tally = Tally::new(tasks.len());
+    for (client, t) in tasks.into_iter().enumerate() {
+        for wait in t.await.unwrap() {
+            tally.record(client, wait);
+        }
     }
     let secs = started.elapsed().as_secs_f64();
     drop(clients);
     Contended {
         label,
         secs,
-        total: per_client.iter().sum(),
-        waits,
-        per_client,
+        tally,
         overlaps: arena.overlaps.load(Ordering::SeqCst),
     }
 }
@@ -542,8 +521,7 @@ fn main() {
         let locks = lockkit::connect(&url).await.unwrap();
         let lock = locks.mutex(&format!("{run}/uncontended")).unwrap();
         let raw_key = format!("{run}:raw");
-        let (mut raw_t, mut lk_t, mut lw_t, mut sc_t) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let [mut raw_t, mut lk_t, mut lw_t, mut sc_t]: [Latencies; 4] = Default::default();
         let script_keys = lockkit_redis::LockKeys::mutex("lockkit", &format!("{run}/scripts"));
         let scripts = (
             redis::Script::new(lockkit_redis::scripts::TRY_ACQUIRE),
@@ -553,27 +531,21 @@ fn main() {
         uncontended_round(&mut raw, &cad, &raw_key, &lock, &script_keys, &scripts, 100).await;
         let (mut ratios, mut wait_ratios) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let [mut r, mut l, mut w, s] =
+            let [r, l, w, s] =
                 uncontended_round(&mut raw, &cad, &raw_key, &lock, &script_keys, &scripts, cycles)
                     .await;
-            r.sort();
-            l.sort();
-            w.sort();
-            ratios.push(us(pct(&l, 0.5)) / us(pct(&r, 0.5)));
-            wait_ratios.push(us(pct(&w, 0.5)) / us(pct(&r, 0.5)));
-            raw_t.extend(r);
-            lk_t.extend(l);
-            lw_t.extend(w);
-            sc_t.extend(s);
-        }
-        for v in [&mut raw_t, &mut lk_t, &mut lw_t, &mut sc_t] {
-            v.sort();
+            ratios.push(us(l.quantile(0.5)) / us(r.quantile(0.5)));
+            wait_ratios.push(us(w.quantile(0.5)) / us(r.quantile(0.5)));
+            raw_t.add(&r);
+            lk_t.add(&l);
+            lw_t.add(&w);
+            sc_t.add(&s);
         }
         for r in [&mut ratios, &mut wait_ratios] {
             r.sort_by(|a, b| a.partial_cmp(b).unwrap());
         }
-        let mean = |v: &[Duration]| us(v.iter().sum::<Duration>() / v.len() as u32);
-        println!("\nuncontended acquire+release, {} cycles each, {rounds} rounds, kinds taking turns", raw_t.len());
+        let mean = |v: &Latencies| us(v.mean());
+        println!("\nuncontended acquire+release, {} cycles each, {rounds} rounds, kinds taking turns", raw_t.count());
         println!("{:<44} {:>9} {:>9} {:>9} {:>10}", "", "p50 µs", "p99 µs", "mean µs", "cycles/s");
         for (label, v) in [
             ("raw floor: SET NX PX + EVALSHA compare-del", &raw_t),
@@ -583,8 +555,8 @@ fn main() {
         ] {
             println!(
                 "{label:<44} {:>9.1} {:>9.1} {:>9.1} {:>10.0}",
-                us(pct(v, 0.5)),
-                us(pct(v, 0.99)),
+                us(v.quantile(0.5)),
+                us(v.quantile(0.99)),
                 mean(v),
                 1e6 / mean(v)
             );
@@ -595,7 +567,7 @@ fn main() {
         ] {
             println!(
                 "ratio lockkit {label}/raw: p50 {:.3}, mean {:.3}, median of per-round p50 ratios {:.3} (target <= 1.25)",
-                us(pct(v, 0.5)) / us(pct(&raw_t, 0.5)),
+                us(v.quantile(0.5)) / us(raw_t.quantile(0.5)),
                 mean(v) / mean(&raw_t),
                 per_round[per_round.len() / 2]
             );

@@ -23,21 +23,14 @@ mod common;
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lockkit_core::{LockConfig, Locks};
+use lockkit_measure::Tally;
 use lockkit_zk::zookeeper_client as zk;
 
 fn env_or(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * p) as usize).min(sorted.len() - 1);
-    sorted[i].as_secs_f64() * 1e3
 }
 
 async fn raw_floor(url: &str, secs: f64) -> f64 {
@@ -116,12 +109,12 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
     let name = format!("bench/contended-{count}-{round}");
     let remaining = Arc::new(std::sync::atomic::AtomicIsize::new(total as isize));
     let order = Arc::new(Mutex::new(Vec::with_capacity(total)));
-    let waits = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let tally = Arc::new(Mutex::new(Tally::new(count)));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (id, locks) in clients.iter().enumerate() {
         let lock = locks.mutex(&name).unwrap();
-        let (remaining, order, waits) = (remaining.clone(), order.clone(), waits.clone());
+        let (remaining, order, tally) = (remaining.clone(), order.clone(), tally.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let t0 = Instant::now();
@@ -129,7 +122,7 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
                 let waited = t0.elapsed();
                 let more = remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0;
                 if more {
-                    waits.lock().unwrap().push(waited);
+                    tally.lock().unwrap().record(id, waited);
                     order.lock().unwrap().push(id);
                 }
                 g.release().await.unwrap();
@@ -142,14 +135,8 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
     for t in tasks {
         t.await.unwrap();
     }
-    let secs = start.elapsed().as_secs_f64();
-    let mut waits = waits.lock().unwrap().clone();
-    waits.sort();
+    let run = tally.lock().unwrap().summary(start.elapsed());
     let order = order.lock().unwrap().clone();
-    let mut counts = vec![0usize; count];
-    for &id in &order {
-        counts[id] += 1;
-    }
     let (mut rounds, mut fair) = (0, 0);
     for chunk in order.chunks_exact(count) {
         rounds += 1;
@@ -160,10 +147,10 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
         }
     }
     Contended {
-        ops: total as f64 / secs,
-        p50: pct(&waits, 0.5),
-        p99: pct(&waits, 0.99),
-        busiest: *counts.iter().max().unwrap() as f64 / total as f64,
+        ops: run.per_sec,
+        p50: run.p50.as_secs_f64() * 1e3,
+        p99: run.p99.as_secs_f64() * 1e3,
+        busiest: run.busiest_share,
         fifo: fair as f64 / rounds.max(1) as f64,
     }
 }

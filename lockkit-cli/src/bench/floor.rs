@@ -4,21 +4,18 @@
 use std::time::Instant;
 
 use lockkit::BackendKind;
+use lockkit_measure::Latencies;
 
 use super::raw::RawFloor;
 use super::results::Row;
-use super::scenario::{summarize, ClientResult, Scenario, Setup};
+use super::scenario::{summarize, Scenario, Setup};
 
 /// The raw-floor row of the backend `s` talks to.
 pub(crate) async fn run(s: &Setup<'_>) -> Row {
     let backend = s.locks.backend().to_string();
     match raw_floor(s).await {
         RawFloor::Measured(waits, elapsed, what) => {
-            let r = ClientResult {
-                done: waits.len() as u64,
-                waits_ns: waits,
-            };
-            let mut row = summarize(&backend, Scenario::Raw.name(), 1, &[r], elapsed, 0);
+            let mut row = summarize(&backend, Scenario::Raw.name(), 1, &waits.into(), elapsed, 0);
             row.note = Some(what.into());
             row
         }
@@ -32,12 +29,12 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
         BackendKind::MEMORY => {
             // An uncontended in-process mutex cycle: the floor under any mem:// lock.
             let m = std::sync::Mutex::new(0u64);
-            let mut waits = Vec::with_capacity(s.ops as usize);
+            let mut waits = Latencies::new();
             let started = Instant::now();
             for _ in 0..s.ops {
                 let t0 = Instant::now();
                 let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-                waits.push(t0.elapsed().as_nanos() as u64);
+                waits.record(t0.elapsed());
                 *g += 1;
                 drop(g);
                 s.progress.inc(1);
@@ -48,7 +45,7 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
             Ok(url) => {
                 let dir = std::path::PathBuf::from(url.path);
                 let path = dir.join(format!("raw-floor.{}.lock", std::process::id()));
-                let mut waits = Vec::with_capacity(s.ops as usize);
+                let mut waits = Latencies::new();
                 let started = Instant::now();
                 for _ in 0..s.ops {
                     let t0 = Instant::now();
@@ -61,7 +58,7 @@ async fn raw_floor(s: &Setup<'_>) -> RawFloor {
                         .and_then(|f| f.try_lock().map_err(std::io::Error::from).map(|()| f));
                     match r {
                         Ok(f) => {
-                            waits.push(t0.elapsed().as_nanos() as u64);
+                            waits.record(t0.elapsed());
                             drop(f);
                         }
                         Err(e) => return RawFloor::Failed(format!("{}: {e}", path.display())),

@@ -1,10 +1,12 @@
 //! `lockkit bench`: the same lock scenarios across several backends, side by side.
 
+mod charts;
 mod floor;
 mod raw;
 mod report;
 mod results;
 mod scenario;
+mod text;
 
 use std::io::IsTerminal;
 use std::time::Duration;

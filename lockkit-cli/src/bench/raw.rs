@@ -11,6 +11,8 @@
 //! Redis Sentinel or Cluster URLs get an `n/a` row saying why.
 
 use std::time::Duration;
+
+use lockkit_measure::Latencies;
 #[cfg(feature = "full")]
 use std::time::Instant;
 
@@ -21,7 +23,7 @@ use lockkit::{BackendKind, LockConfig};
 
 /// The raw floor: the backend's own minimal steps for one lock cycle, without lockkit.
 pub(crate) enum RawFloor {
-    Measured(Vec<u64>, Duration, &'static str),
+    Measured(Latencies, Duration, &'static str),
     NotMeasured(&'static str),
     Failed(String),
 }
@@ -67,7 +69,7 @@ pub(super) async fn floor(
 }
 
 #[cfg(feature = "full")]
-type Measured = Result<(Vec<u64>, Duration, &'static str), String>;
+type Measured = Result<(Latencies, Duration, &'static str), String>;
 
 #[cfg(feature = "full")]
 async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBar) -> Measured {
@@ -82,7 +84,7 @@ async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progres
         .get_multiplexed_async_connection()
         .await
         .map_err(|e| e.to_string())?;
-    let mut waits = Vec::with_capacity(ops as usize);
+    let mut waits = Latencies::new();
     let started = Instant::now();
     for _ in 0..ops {
         let t0 = Instant::now();
@@ -95,7 +97,7 @@ async fn redis_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progres
             .query_async(&mut con)
             .await
             .map_err(|e| e.to_string())?;
-        waits.push(t0.elapsed().as_nanos() as u64);
+        waits.record(t0.elapsed());
         if got.is_none() {
             return Err(format!("raw floor key {key} was busy"));
         }
@@ -120,7 +122,7 @@ async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBa
     let client = Client::connect(&connect).await.map_err(|e| e.to_string())?;
     let path = format!("/{key}");
     let opts = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-    let mut waits = Vec::with_capacity(ops as usize);
+    let mut waits = Latencies::new();
     let started = Instant::now();
     for _ in 0..ops {
         let t0 = Instant::now();
@@ -128,7 +130,7 @@ async fn zk_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &ProgressBa
             .create(&path, b"", &opts)
             .await
             .map_err(|e| format!("create {path}: {e}"))?;
-        waits.push(t0.elapsed().as_nanos() as u64);
+        waits.record(t0.elapsed());
         client
             .delete(&path, None)
             .await
@@ -145,7 +147,7 @@ async fn etcd_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progress
     let mut client = Client::connect(endpoints, None)
         .await
         .map_err(|e| e.to_string())?;
-    let mut waits = Vec::with_capacity(ops as usize);
+    let mut waits = Latencies::new();
     let started = Instant::now();
     for _ in 0..ops {
         let t0 = Instant::now();
@@ -153,7 +155,7 @@ async fn etcd_floor(url: &lockkit::ServerUrl, key: &str, ops: u64, pb: &Progress
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, "raw", None)]);
         let resp = client.txn(txn).await.map_err(|e| e.to_string())?;
-        waits.push(t0.elapsed().as_nanos() as u64);
+        waits.record(t0.elapsed());
         if !resp.succeeded() {
             return Err(format!("raw floor key {key} was busy"));
         }

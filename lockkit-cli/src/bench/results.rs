@@ -21,7 +21,8 @@ pub(crate) struct Row {
     /// The busiest client's share of the ops (1/clients is perfectly even).
     pub(crate) busiest_share: Option<f64>,
     pub(crate) violations: u64,
-    /// Wait-latency histogram: bucket `i` counts waits in [2^i, 2^(i+1)) µs.
+    /// Wait-latency histogram: bucket `i` counts waits in [2^i, 2^(i+1)) µs (bucket 0 also those
+    /// under 1 µs), up to the last non-empty bucket.
     pub(crate) histogram: Vec<u64>,
 }
 

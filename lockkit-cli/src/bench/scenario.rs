@@ -1,11 +1,12 @@
 //! The bench scenarios and the overlap detector.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use lockkit::{AcquireOptions, BackendKind, LockConfig, Locks};
+use lockkit_measure::Tally;
 use rand::{Rng, SeedableRng};
 
 use super::results::Row;
@@ -33,7 +34,6 @@ pub(crate) struct Setup<'a> {
 }
 
 const MANY_NAMES: usize = 1000;
-const BUCKETS: usize = 25;
 
 /// Counts holders inside a critical section and every entry that broke the rules.
 #[derive(Debug, Default)]
@@ -67,13 +67,6 @@ impl Detector {
             _ => self.readers.fetch_sub(1, Ordering::SeqCst),
         };
     }
-}
-
-/// What one client measured.
-#[derive(Debug, Default)]
-pub(crate) struct ClientResult {
-    pub(crate) waits_ns: Vec<u64>,
-    pub(crate) done: u64,
 }
 
 impl Scenario {
@@ -157,26 +150,28 @@ impl Scenario {
         // Clients draw ops from one pool, so a client that wins more often does more of them:
         // the busiest client's share measures fairness.
         let pool = Arc::new(AtomicU64::new(s.ops));
+        let tally = Arc::new(Mutex::new(Tally::new(clients)));
         let started = Instant::now();
         let mut tasks = Vec::new();
         for (c, locks) in handles.iter().enumerate() {
             let ops = pool.clone();
-            let (locks, name, detectors, pb, hold) = (
+            let (locks, name, detectors, pb, hold, tally) = (
                 locks.clone(),
                 name.clone(),
                 detectors.clone(),
                 s.progress.clone(),
                 s.hold,
+                tally.clone(),
             );
             tasks.push(tokio::spawn(async move {
-                client(self, c, &locks, &name, ops, permits, &detectors, &pb, hold).await
+                let pool = (ops, tally.as_ref());
+                client(self, c, &locks, &name, pool, permits, &detectors, &pb, hold).await
             }));
         }
-        let mut results = Vec::new();
         let mut error = None;
         for t in tasks {
             match t.await {
-                Ok(Ok(r)) => results.push(r),
+                Ok(Ok(())) => {}
                 Ok(Err(e)) => error = Some(e.to_string()),
                 Err(e) => error = Some(format!("client task failed: {e}")),
             }
@@ -191,14 +186,8 @@ impl Scenario {
             .iter()
             .map(|d| d.violations.load(Ordering::SeqCst))
             .sum();
-        let mut row = summarize(
-            &backend,
-            self.name(),
-            clients,
-            &results,
-            elapsed,
-            violations,
-        );
+        let tally = tally.lock().unwrap_or_else(|e| e.into_inner());
+        let mut row = summarize(&backend, self.name(), clients, &tally, elapsed, violations);
         if let Some(e) = error {
             row.status = "error".into();
             row.note = Some(e);
@@ -219,12 +208,12 @@ async fn client(
     c: usize,
     locks: &Locks,
     name: &str,
-    pool: Arc<AtomicU64>,
+    (pool, tally): (Arc<AtomicU64>, &Mutex<Tally>),
     permits: u32,
     detectors: &[Detector],
     pb: &ProgressBar,
     hold: Duration,
-) -> lockkit::Result<ClientResult> {
+) -> lockkit::Result<()> {
     let opts = AcquireOptions::new();
     let mut rng = rand::rngs::StdRng::from_entropy();
     let mutex = AnyLock::new(locks, name, HoldKind::Mutex, 0)?;
@@ -241,7 +230,6 @@ async fn client(
         ),
         _ => (None, None, None),
     };
-    let mut out = ClientResult::default();
     let mut i = 0u64;
     while pool
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -266,7 +254,11 @@ async fn client(
             .acquire(&opts)
             .await?
             .ok_or_else(|| lockkit::Error::contract("an acquire that waits forever gave up"))?;
-        out.waits_ns.push(t0.elapsed().as_nanos() as u64);
+        let wait = t0.elapsed();
+        tally
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(c, wait);
         let d = &detectors[slot];
         d.enter(kind, i64::from(permits));
         if hold.is_zero() {
@@ -276,56 +268,31 @@ async fn client(
         }
         d.exit(kind);
         guard.release().await?;
-        out.done += 1;
         pb.inc(1);
     }
-    Ok(out)
-}
-
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)] as f64 / 1000.0
-}
-
-/// Log2 buckets of microseconds.
-pub(crate) fn histogram(waits_ns: &[u64]) -> Vec<u64> {
-    let mut h = vec![0u64; BUCKETS];
-    for &w in waits_ns {
-        let us = (w / 1000).max(1);
-        let b = (63 - us.leading_zeros()) as usize;
-        h[b.min(BUCKETS - 1)] += 1;
-    }
-    h
+    Ok(())
 }
 
 pub(crate) fn summarize(
     backend: &str,
     scenario: &str,
     clients: usize,
-    results: &[ClientResult],
+    tally: &Tally,
     elapsed: Duration,
     violations: u64,
 ) -> Row {
-    let mut waits: Vec<u64> = results
-        .iter()
-        .flat_map(|r| r.waits_ns.iter().copied())
-        .collect();
-    waits.sort_unstable();
-    let total: u64 = results.iter().map(|r| r.done).sum();
-    let busiest = results.iter().map(|r| r.done).max().unwrap_or(0);
+    let s = tally.summary(elapsed);
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
     let mut row = Row::empty(backend, "", scenario, "ok");
     row.clients = clients;
-    row.ops = total;
+    row.ops = s.ops;
     row.elapsed_ms = elapsed.as_secs_f64() * 1000.0;
-    row.ops_per_sec = total as f64 / elapsed.as_secs_f64().max(1e-9);
-    row.p50_wait_us = percentile(&waits, 0.50);
-    row.p99_wait_us = percentile(&waits, 0.99);
-    row.max_wait_us = percentile(&waits, 1.0);
-    row.busiest_share = (clients > 1 && total > 0).then(|| busiest as f64 / total as f64);
+    row.ops_per_sec = s.per_sec;
+    row.p50_wait_us = us(s.p50);
+    row.p99_wait_us = us(s.p99);
+    row.max_wait_us = us(s.max);
+    row.busiest_share = (clients > 1 && s.ops > 0).then_some(s.busiest_share);
     row.violations = violations;
-    row.histogram = histogram(&waits);
+    row.histogram = tally.waits().log2_us_buckets();
     row
 }
