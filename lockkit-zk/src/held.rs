@@ -12,8 +12,9 @@ use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::ops::delete_node;
+use crate::owned::Nodes;
 use crate::queue::{Node, Unclaimed, NODE_DATA};
-use crate::session::{Nodes, Session};
+use crate::session::Session;
 
 /// For write locks: what a downgrade needs.
 #[derive(Debug, Clone)]
@@ -42,29 +43,33 @@ pub(crate) fn parts(
     lease: Lease,
     write: Option<WriteInfo>,
 ) -> GuardParts {
-    let client = nodes[0].client.clone();
+    let id = nodes[0].client.session_id();
     let token = FencingToken(u64::try_from(nodes[0].czxid).unwrap_or(0));
-    let paths: Vec<String> = nodes.into_iter().map(|n| n.path).collect();
-    parts_for_paths(session, name, client, paths, token, lease, write)
+    // A boxed slice: exactly as long as the paths (collecting in place would keep the room of
+    // the `Node`s).
+    let paths: Box<[String]> = nodes.into_iter().map(|n| n.path).collect();
+    parts_for_paths(session, name, id, paths, token, lease, write)
 }
 
 fn parts_for_paths(
     session: &Arc<Session>,
     name: &str,
-    client: zk::Client,
-    paths: Vec<String>,
+    id: zk::SessionId,
+    paths: Box<[String]>,
     token: FencingToken,
     lease: Lease,
     write: Option<WriteInfo>,
 ) -> GuardParts {
     // The guard's deadline is the session's: the clock of the session that made our nodes.
-    let (clock, same) = match session.current() {
+    let (clock, same, disconnected) = match session.current() {
         Ok(cur) => (
             cur.clock.clone(),
-            cur.client.session_id() == client.session_id(),
+            cur.client.session_id() == id,
+            cur.client.state() == zk::SessionState::Disconnected,
         ),
         Err(_) => (
             lockkit_core::spi::LeaseClock::new(LostReason::Closed),
+            false,
             false,
         ),
     };
@@ -73,9 +78,8 @@ fn parts_for_paths(
         // The session ended between our create and now: its ephemeral nodes went with it.
         state.mark_lost(LostReason::SessionExpired);
     }
-    let disconnected = client.state() == zk::SessionState::Disconnected;
     let nodes = Arc::new(Nodes {
-        client,
+        session: id,
         paths,
         released: AtomicBool::new(false),
     });
@@ -84,7 +88,7 @@ fn parts_for_paths(
         state.mark_suspect();
     }
     for i in 0..nodes.paths.len() {
-        watch_for_loss(nodes.clone(), i, state.clone());
+        session.watch_loss(nodes.clone(), i, state.clone());
     }
     let held = ZkHeld {
         session: session.clone(),
@@ -99,89 +103,30 @@ fn parts_for_paths(
     GuardParts::new(token, lease, state, Box::new(held))
 }
 
-/// How long a guard holds before its node gets a deletion watch. Most holds are shorter, and they
-/// then cost no extra request; a node deleted within this window is still reported (the watch
-/// request finds it gone), at most this much later. Session loss is reported by the session task
-/// at once either way.
-const WATCH_AFTER: Duration = Duration::from_millis(100);
-
-/// Marks `state` Lost when our node `i` is deleted by someone else or the session ends.
-fn watch_for_loss(nodes: Arc<Nodes>, i: usize, state: StateCell) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    // One per held node; the watch itself is `watch_once`'s.
-    rt.spawn(async move {
-        tokio::time::sleep(WATCH_AFTER).await;
-        let mut retry = lockkit_core::Backoff::WATCH.start();
-        loop {
-            if nodes.released.load(Ordering::Acquire) {
-                return;
-            }
-            match watch_once(&nodes, i).await {
-                Ok(Some(why)) => {
-                    // (The core reports the loss.)
-                    if !nodes.released.load(Ordering::Acquire) {
-                        state.mark_lost(why);
-                    }
-                    return;
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    // Connection trouble: the session task reports Suspect; try again.
-                    tracing::debug!(
-                        backend = "zk",
-                        key = %nodes.paths[i],
-                        error = %e,
-                        "lockkit: deletion watch not set yet"
-                    );
-                    retry.wait().await;
-                }
-            }
-        }
-    });
-}
-
-/// Sets a watch on our node `i` and awaits it: why the node is lost, `None` to watch again (an
-/// event that is not a loss), or the error to retry after.
-async fn watch_once(nodes: &Nodes, i: usize) -> std::result::Result<Option<LostReason>, zk::Error> {
-    let (client, path) = (&nodes.client, &nodes.paths[i]);
-    match client.get_and_watch_data(path).await {
-        Ok((_, stat, watcher)) => {
-            if stat.ephemeral_owner != client.session_id().0 {
-                return Ok(Some(LostReason::Deleted));
-            }
-            let event = watcher.changed().await;
-            Ok(match event.event_type {
-                zk::EventType::NodeDeleted => Some(LostReason::Deleted),
-                zk::EventType::Session if event.session_state.is_terminated() => {
-                    Some(LostReason::SessionExpired)
-                }
-                _ => None,
-            })
-        }
-        Err(zk::Error::NoNode) => Ok(Some(LostReason::Deleted)),
-        Err(zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed) => {
-            Ok(Some(LostReason::SessionExpired))
-        }
-        Err(_) if client.state().is_terminated() => Ok(Some(LostReason::SessionExpired)),
-        Err(e) => Err(e),
-    }
-}
-
 impl ZkHeld {
     /// A downgrade that did not happen: the write node is ours to watch again (the watch may
     /// have ended while the deletion was expected, and the node may be gone meanwhile).
     fn rearm_loss_watch(&self) {
         self.nodes.released.store(false, Ordering::Release);
-        watch_for_loss(self.nodes.clone(), 0, self.state.clone());
+        self.session
+            .watch_loss(self.nodes.clone(), 0, self.state.clone());
+    }
+
+    /// The client of the session that made our nodes, while it lasts.
+    fn client(&self) -> Result<zk::Client> {
+        self.session.client_of(self.nodes.session).ok_or_else(|| {
+            Error::new(
+                ErrorKind::LockLost,
+                format!("lock {:?} was lost with its session", self.name),
+            )
+        })
     }
 
     /// Deletes `paths` in the reaper: retried until they are gone or the session has ended.
     fn reap_paths(&self, paths: Vec<String>) {
         let (paths, limit) = (Arc::new(paths), self.session.cfg.command_timeout);
         self.session
-            .reap("delete a lock node", &self.nodes.client, move |client| {
+            .reap("delete a lock node", self.nodes.session, move |client| {
                 let paths = paths.clone();
                 async move { delete_all(&client, &paths, limit).await.map(drop) }
             });
@@ -206,7 +151,17 @@ impl Held for ZkHeld {
     async fn release(&self) -> Result<()> {
         self.finish();
         let limit = self.session.cfg.command_timeout;
-        match delete_all(&self.nodes.client, &self.nodes.paths, limit).await {
+        // Without its session (ended, or the handle closed), our nodes are gone.
+        let client = self.client().map_err(|_| {
+            Error::new(
+                ErrorKind::LockLost,
+                format!(
+                    "lock {:?} was lost with its session before release",
+                    self.name
+                ),
+            )
+        })?;
+        match delete_all(&client, &self.nodes.paths, limit).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::new(
                 ErrorKind::LockLost,
@@ -215,7 +170,7 @@ impl Held for ZkHeld {
                     self.name
                 ),
             )),
-            Err(_) if self.nodes.client.state().is_terminated() => {
+            Err(_) if client.state().is_terminated() => {
                 // The session is gone, and with it our ephemeral nodes.
                 Err(Error::new(
                     ErrorKind::LockLost,
@@ -229,7 +184,7 @@ impl Held for ZkHeld {
                 // The node must not outlive the guard while the session lives, whatever the
                 // error: a refusal (`NoAuth` after an ACL change) can be lifted as well as a
                 // connection can come back, and the reaper tries until then.
-                self.reap_paths(self.nodes.paths.clone());
+                self.reap_paths(self.nodes.paths.to_vec());
                 Err(e)
             }
         }
@@ -239,8 +194,9 @@ impl Held for ZkHeld {
     async fn proclaim(&self, value: &[u8]) -> Result<()> {
         let limit = self.session.cfg.command_timeout;
         let path = &self.nodes.paths[0];
+        let client = self.client()?;
         let set = crate::ops::retry(limit, "set data", || async {
-            match self.nodes.client.set_data(path, value, None).await {
+            match client.set_data(path, value, None).await {
                 Err(zk::Error::NoNode) => Ok(None),
                 other => other.map(Some),
             }
@@ -257,6 +213,7 @@ impl Held for ZkHeld {
         let Some(write) = &self.write else {
             return Err(Error::unsupported("only a write lock can be downgraded"));
         };
+        let client = self.client()?;
         let path = &self.nodes.paths[0];
         let name = path.rsplit('/').next().unwrap_or_default();
         let Some(at) = name.rfind(crate::node::WRITE_MARKER) else {
@@ -278,10 +235,10 @@ impl Held for ZkHeld {
         // fails not knowing whether the multi committed (a frozen server may commit it when it
         // resumes), the reaper deletes whatever node of ours carries its protected prefix. The
         // write node is the write guard's, which the core releases if the downgrade fails.
-        let mut cleanup = Unclaimed::armed(&self.session, self.nodes.client.clone());
+        let mut cleanup = Unclaimed::armed(&self.session, client.clone());
         cleanup.push_prefix(&write.dir, &prefix);
         let options = zk::CreateMode::Ephemeral.with_acls(zk::Acls::new(&self.session.acls));
-        let mut multi = self.nodes.client.new_multi_writer();
+        let mut multi = client.new_multi_writer();
         multi
             .add_delete(path, None)
             .and_then(|_| multi.add_create(&read_path, NODE_DATA, &options))
@@ -312,11 +269,11 @@ impl Held for ZkHeld {
             // frozen server resumes. If our read node is there, it did; otherwise (or if we
             // cannot tell) the armed cleanup deletes the read node should it exist (or appear).
             let lookup = async {
-                crate::ops::retry(limit, "sync", || self.nodes.client.sync(&write.dir)).await?;
-                crate::ops::retry(limit, "stat", || self.nodes.client.check_stat(&read_path)).await
+                crate::ops::retry(limit, "sync", || client.sync(&write.dir)).await?;
+                crate::ops::retry(limit, "stat", || client.check_stat(&read_path)).await
             };
             match tokio::time::timeout(limit, lookup).await {
-                Ok(Ok(Some(stat))) if stat.ephemeral_owner == self.nodes.client.session_id().0 => {}
+                Ok(Ok(Some(stat))) if stat.ephemeral_owner == client.session_id().0 => {}
                 _ => {
                     self.rearm_loss_watch();
                     return Err(e);
@@ -328,8 +285,8 @@ impl Held for ZkHeld {
         Ok(parts_for_paths(
             &self.session,
             &self.name,
-            self.nodes.client.clone(),
-            vec![read_path],
+            self.nodes.session,
+            Box::new([read_path]),
             self.token,
             self.lease,
             None,

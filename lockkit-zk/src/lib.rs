@@ -8,6 +8,7 @@ mod held;
 mod mutex;
 pub mod node;
 mod ops;
+mod owned;
 mod queue;
 mod rwlock;
 mod semaphore;

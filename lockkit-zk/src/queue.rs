@@ -109,10 +109,14 @@ pub(crate) async fn delete_now(cleanup: Cleanup) {
 /// has ended.
 fn reap(session: &Arc<Session>, client: &zk::Client, items: Vec<Item>) {
     let (items, timeout) = (Arc::new(items), session.cfg.command_timeout);
-    session.reap("delete the nodes no guard took", client, move |client| {
-        let items = items.clone();
-        async move { delete_items(&client, &items, timeout).await }
-    });
+    session.reap(
+        "delete the nodes no guard took",
+        client.session_id(),
+        move |client| {
+            let items = items.clone();
+            async move { delete_items(&client, &items, timeout).await }
+        },
+    );
 }
 
 /// Deletes in reverse order of creation: a semaphore's leases before its entry lock.

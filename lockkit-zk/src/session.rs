@@ -9,28 +9,19 @@
 //! whatever this task saw. A heartbeat request every quarter of the timeout moves the clock on.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lockkit_core::spi::{Attempt, Guards, LeaseClock, Pooled, Reaper, StateCell};
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
-
-/// Our nodes of one ownership: what its guard, its session's registry of guards and its
-/// deletion watches share.
-#[derive(Debug)]
-pub(crate) struct Nodes {
-    /// The client of the session that created them.
-    pub client: zk::Client,
-    pub paths: Vec<String>,
-    /// Set once their deletion is ours (release, downgrade, close): no loss to report.
-    pub released: AtomicBool,
-}
+use crate::owned::{drive, LossWatch, Nodes};
 
 /// A live guard: what session events and `close` need to reach it.
 pub(crate) type Tracked = Arc<Nodes>;
@@ -55,6 +46,8 @@ pub(crate) struct Session {
     wakes: AtomicU64,
     /// Creates interrupted by a connection loss, looked up by their protected prefix.
     lookups: AtomicU64,
+    /// To the task that keeps the deletion watches of held nodes.
+    watches: mpsc::UnboundedSender<LossWatch>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -84,6 +77,7 @@ impl Session {
     pub(crate) async fn open(cfg: ZkConfig, reaper: Reaper) -> Result<Arc<Session>> {
         let current = connect(&cfg).await?;
         let acls = cfg.acl.acls();
+        let (watches, to_watch) = mpsc::unbounded_channel();
         let session = Arc::new(Session {
             cfg,
             acls,
@@ -92,12 +86,30 @@ impl Session {
             live: Guards::default(),
             wakes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
+            watches,
             tasks: Mutex::new(Vec::new()),
         });
         let watcher = tokio::spawn(watch_session(Arc::downgrade(&session), current.client));
         let beat = tokio::spawn(heartbeat(Arc::downgrade(&session)));
-        lock(&session.tasks).extend([watcher, beat]);
+        let weak = Arc::downgrade(&session);
+        let losses = tokio::spawn(drive(to_watch, move |id| weak.upgrade()?.client_of(id)));
+        lock(&session.tasks).extend([watcher, beat, losses]);
         Ok(session)
+    }
+
+    /// The client of session `id` while it is the current one: `None` once that session ended
+    /// (its ephemeral nodes went with it) or the handle closed.
+    pub(crate) fn client_of(&self, id: zk::SessionId) -> Option<zk::Client> {
+        let current = lock(&self.current);
+        let client = &current.as_ref()?.client;
+        (client.session_id() == id).then(|| client.clone())
+    }
+
+    /// Watches node `node` of `nodes` for deletion by someone else, which `state` hears of as
+    /// a loss (after a short delay: most holds end sooner).
+    pub(crate) fn watch_loss(&self, nodes: Arc<Nodes>, node: usize, state: StateCell) {
+        // Fails only once `close` stopped the task, and `close` reports every loss itself.
+        let _ = self.watches.send(LossWatch { nodes, node, state });
     }
 
     /// The current client (a new one after a session expiry).
@@ -112,18 +124,19 @@ impl Session {
             .ok_or_else(|| Error::new(ErrorKind::Closed, "the ZooKeeper handle was closed"))
     }
 
-    /// Runs `job` in the handle's reaper with the client that made the nodes it deletes, again
+    /// Runs `job` in the handle's reaper with the client of session `id`, which made the nodes it
+    /// deletes, again
     /// after each failure, until it succeeds or the nodes' session is certainly over for us:
     /// expired (a new client took its place), or the handle closed or dropped. The reaper keeps
     /// no client between tries, since a ZooKeeper session lives as long as one of its clients
     /// does: a delete the server keeps refusing (`NoAuth` after an ACL change) must not keep
     /// the session, and so its ephemeral nodes, alive after the handle is gone.
-    pub(crate) fn reap<F, Fut>(self: &Arc<Self>, what: &'static str, client: &zk::Client, job: F)
+    pub(crate) fn reap<F, Fut>(self: &Arc<Self>, what: &'static str, id: zk::SessionId, job: F)
     where
         F: Fn(zk::Client) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
-        let (session, id, job) = (Arc::downgrade(self), client.session_id(), Arc::new(job));
+        let (session, job) = (Arc::downgrade(self), Arc::new(job));
         self.reaper.retry(what, move || {
             let (session, job) = (session.clone(), job.clone());
             async move {
@@ -177,9 +190,17 @@ impl Session {
         for (state, t) in live {
             t.released.store(true, Ordering::Release);
             state.mark_lost(LostReason::Closed);
-            for path in &t.paths {
+            // The nodes of an earlier session went with it.
+            let Some(client) = current
+                .as_ref()
+                .map(|c| &c.client)
+                .filter(|c| c.session_id() == t.session)
+            else {
+                continue;
+            };
+            for path in t.paths.iter() {
                 if let Err(e) =
-                    crate::ops::delete_node(&t.client, path, self.cfg.command_timeout).await
+                    crate::ops::delete_node(client, path, self.cfg.command_timeout).await
                 {
                     first_error.get_or_insert(e);
                 }
@@ -288,19 +309,18 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
                         session = sid,
                         "lockkit: disconnected; locks suspect"
                     );
-                    s.live.suspect(|t| t.client.session_id().0 == sid);
+                    s.live.suspect(|t| t.session.0 == sid);
                 }
                 zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
                     lockkit_core::telemetry::reconnected("zk");
-                    s.live.held(|t| t.client.session_id().0 == sid);
+                    s.live.held(|t| t.session.0 == sid);
                 }
                 zk::SessionState::Expired
                 | zk::SessionState::AuthFailed
                 | zk::SessionState::Closed => {
                     tracing::warn!(backend = "zk", session = sid, state = ?event, "lockkit: session ended; locks lost");
-                    s.live.lost(LostReason::SessionExpired, |t| {
-                        t.client.session_id().0 == sid
-                    });
+                    s.live
+                        .lost(LostReason::SessionExpired, |t| t.session.0 == sid);
                     break;
                 }
             }
