@@ -1,5 +1,5 @@
-//! What a guard holds on the server: our node(s), the watch that reports their deletion, and the
-//! release.
+//! What a guard holds on the server: our node(s) (their record and deletion watch are in
+//! `owned.rs`), the release, proclaim and downgrade.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,29 +61,35 @@ fn parts_for_paths(
     write: Option<WriteInfo>,
 ) -> GuardParts {
     // The guard's deadline is the session's: the clock of the session that made our nodes.
-    let (clock, same, disconnected) = match session.current() {
+    let (clock, disconnected) = match session.current() {
         Ok(cur) => (
             cur.clock.clone(),
-            cur.client.session_id() == id,
             cur.client.state() == zk::SessionState::Disconnected,
         ),
         Err(_) => (
             lockkit_core::spi::LeaseClock::new(LostReason::Closed),
             false,
-            false,
         ),
     };
     let state = StateCell::new(clock);
-    if !same {
-        // The session ended between our create and now: its ephemeral nodes went with it.
-        state.mark_lost(LostReason::SessionExpired);
-    }
     let nodes = Arc::new(Nodes {
         session: id,
         paths,
         released: AtomicBool::new(false),
     });
     let track_id = session.track(&state, nodes.clone());
+    // Looked at once session events reach the guard: a session that ended between our create
+    // and here took our ephemeral nodes with it, and one that ended (or a handle that closed)
+    // before `track` told only the guards it tracked.
+    match session.current() {
+        Err(_) => {
+            state.mark_lost(LostReason::Closed);
+        }
+        Ok(cur) if cur.client.session_id() != id || cur.client.state().is_terminated() => {
+            state.mark_lost(LostReason::SessionExpired);
+        }
+        Ok(_) => {}
+    }
     if disconnected {
         state.mark_suspect();
     }
@@ -112,12 +118,18 @@ impl ZkHeld {
             .watch_loss(self.nodes.clone(), 0, self.state.clone());
     }
 
-    /// The client of the session that made our nodes, while it lasts.
-    fn client(&self) -> Result<zk::Client> {
+    /// The client of the session that made our nodes, while it lasts; `when` says what the
+    /// error's message is about (our nodes went with the session, or with the closed handle).
+    fn client(&self, when: &str) -> Result<zk::Client> {
         self.session.client_of(self.nodes.session).ok_or_else(|| {
+            let with = if self.session.current().is_err() {
+                "the closed handle"
+            } else {
+                "its session"
+            };
             Error::new(
                 ErrorKind::LockLost,
-                format!("lock {:?} was lost with its session", self.name),
+                format!("lock {:?} was lost with {with}{when}", self.name),
             )
         })
     }
@@ -152,15 +164,7 @@ impl Held for ZkHeld {
         self.finish();
         let limit = self.session.cfg.command_timeout;
         // Without its session (ended, or the handle closed), our nodes are gone.
-        let client = self.client().map_err(|_| {
-            Error::new(
-                ErrorKind::LockLost,
-                format!(
-                    "lock {:?} was lost with its session before release",
-                    self.name
-                ),
-            )
-        })?;
+        let client = self.client(" before release")?;
         match delete_all(&client, &self.nodes.paths, limit).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::new(
@@ -194,7 +198,7 @@ impl Held for ZkHeld {
     async fn proclaim(&self, value: &[u8]) -> Result<()> {
         let limit = self.session.cfg.command_timeout;
         let path = &self.nodes.paths[0];
-        let client = self.client()?;
+        let client = self.client("")?;
         let set = crate::ops::retry(limit, "set data", || async {
             match client.set_data(path, value, None).await {
                 Err(zk::Error::NoNode) => Ok(None),
@@ -213,7 +217,7 @@ impl Held for ZkHeld {
         let Some(write) = &self.write else {
             return Err(Error::unsupported("only a write lock can be downgraded"));
         };
-        let client = self.client()?;
+        let client = self.client("")?;
         let path = &self.nodes.paths[0];
         let name = path.rsplit('/').next().unwrap_or_default();
         let Some(at) = name.rfind(crate::node::WRITE_MARKER) else {

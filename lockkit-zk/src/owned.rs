@@ -70,6 +70,10 @@ where
             }
             Some(()) = running.next(), if !running.is_empty() => {}
         }
+        if due.is_empty() && due.capacity() > 1024 {
+            // After a burst of acquisitions.
+            due.shrink_to(64);
+        }
     }
 }
 
@@ -85,9 +89,9 @@ where
             return;
         }
         let Some(client) = client_of(w.nodes.session) else {
-            // Our session ended (or the handle closed, which reports Closed first): our
-            // ephemeral nodes went with it. The session task reports it too, but only to the
-            // guards it tracked when it saw the end.
+            // Our session ended (or the handle closed, which told its guards Closed before it
+            // let the client go): our ephemeral nodes went with it. The session task reports
+            // it too, but only to the guards it tracked when it saw the end.
             if !w.nodes.released.load(Ordering::Acquire) {
                 w.state.mark_lost(LostReason::SessionExpired);
             }

@@ -108,8 +108,16 @@ impl Session {
     /// Watches node `node` of `nodes` for deletion by someone else, which `state` hears of as
     /// a loss (after a short delay: most holds end sooner).
     pub(crate) fn watch_loss(&self, nodes: Arc<Nodes>, node: usize, state: StateCell) {
-        // Fails only once `close` stopped the task, and `close` reports every loss itself.
-        let _ = self.watches.send(LossWatch { nodes, node, state });
+        // Fails once `close` stopped the task (and `close` reports every loss itself), or if the
+        // task ended some other way, which leaves every later lock of the session unwatched.
+        if self.watches.send(LossWatch { nodes, node, state }).is_err()
+            && lock(&self.current).is_some()
+        {
+            tracing::warn!(
+                backend = "zk",
+                "lockkit: the deletion-watch task is gone; a lock deleted by someone else will                  not be reported until its session ends"
+            );
+        }
     }
 
     /// The current client (a new one after a session expiry).
@@ -125,8 +133,8 @@ impl Session {
     }
 
     /// Runs `job` in the handle's reaper with the client of session `id`, which made the nodes it
-    /// deletes, again
-    /// after each failure, until it succeeds or the nodes' session is certainly over for us:
+    /// deletes, again after each failure, until it succeeds or the nodes' session is certainly
+    /// over for us:
     /// expired (a new client took its place), or the handle closed or dropped. The reaper keeps
     /// no client between tries, since a ZooKeeper session lives as long as one of its clients
     /// does: a delete the server keeps refusing (`NoAuth` after an ACL change) must not keep
@@ -184,12 +192,16 @@ impl Session {
         for task in lock(&self.tasks).drain(..) {
             task.abort();
         }
-        let current = lock(&self.current).take();
+        // The guards are told Closed before the client goes (a deletion watch that finds no
+        // client would say the session ended); one tracked after this finds the handle closed.
         let live = self.live.take_all();
-        let mut first_error = None;
-        for (state, t) in live {
+        for (state, t) in &live {
             t.released.store(true, Ordering::Release);
             state.mark_lost(LostReason::Closed);
+        }
+        let current = lock(&self.current).take();
+        let mut first_error = None;
+        for (_, t) in live {
             // The nodes of an earlier session went with it.
             let Some(client) = current
                 .as_ref()
