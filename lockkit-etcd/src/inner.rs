@@ -50,7 +50,8 @@ pub(crate) struct Inner {
     /// One session per watchdog lease length asked for (the default one first).
     sessions: SessionPool<Session>,
     /// Every name's watch, kept for a while after its last use (see `name_watch`).
-    names: Mutex<HashMap<Vec<u8>, WatchEntry>>,
+    /// (Keyed by the watch's own prefix, shared.)
+    names: Mutex<HashMap<Arc<[u8]>, WatchEntry>>,
     /// The one stream of every mutex name's watches, started by the first.
     keys: Mutex<Option<Arc<KeyStream>>>,
     closed: AtomicBool,
@@ -212,14 +213,15 @@ impl Inner {
                         })
                         .clone()
                     };
+                    let prefix: Arc<[u8]> = prefix.into();
                     let nw = NameWatch::start(
                         self.pool.clone(),
-                        prefix.to_vec(),
+                        prefix.clone(),
                         kind,
                         self.strays.clone(),
                         keys,
                     );
-                    names.insert(prefix.to_vec(), (nw.clone(), now));
+                    names.insert(prefix, (nw.clone(), now));
                     nw
                 }
             };

@@ -91,13 +91,9 @@ enum What {
         /// When a waiter last asked for it (for the cache's eviction).
         used: u64,
     },
-    /// The keys named by session lease `lease`, up to `end` (exclusive); `slots` are the name's
+    /// The keys named by session lease `lease` (see [`stray_range`]); `slots` are the name's
     /// slots our acquisitions hold.
-    Stray {
-        lease: i64,
-        slots: Slots,
-        end: Box<[u8]>,
-    },
+    Stray { lease: i64, slots: Slots },
 }
 
 /// A waiter on a before watch: woken by a delete of the key's incarnation created at `rev`.
@@ -123,11 +119,32 @@ pub(crate) const CACHE: usize = 32;
 struct Reg {
     /// The lock's prefix (its name).
     name: Arc<[u8]>,
-    /// The key (the start of a stray range).
+    /// The key; empty for a stray watch, whose range its name and lease give.
     key: Box<[u8]>,
     /// The revision a (re)created watch starts at; 0 is "now".
     from: i64,
     what: What,
+}
+
+impl Reg {
+    /// The watched key, or the start of a stray watch's range.
+    fn key(&self) -> Vec<u8> {
+        match &self.what {
+            What::Stray { lease, .. } => stray_range(&self.name, *lease).0,
+            _ => self.key.to_vec(),
+        }
+    }
+}
+
+/// The keys named by session lease `lease` under lock `name`: `<name><lease hex>` and its slots
+/// `…_<n>`, so the range up to `` ` ``, the byte after `_` (another lease's keys in it, whose hex
+/// extends ours, are not ours). Made when asked for: a stray watch keeps neither end.
+fn stray_range(name: &[u8], lease: i64) -> (Vec<u8>, Vec<u8>) {
+    let mut start = name.to_vec();
+    start.extend_from_slice(format!("{lease:x}").as_bytes());
+    let mut end = start.clone();
+    end.push(b'`');
+    (start, end)
 }
 
 /// The registrations of one name, by what they are.
@@ -222,7 +239,9 @@ pub(crate) struct StrayScope {
 pub(crate) struct KeyWatches {
     /// Client-chosen watch ids, never reused on a stream.
     next_id: i64,
-    regs: HashMap<i64, Reg>,
+    /// Boxed: a table of 10 000 held locks' registrations keeps room for many more than it
+    /// holds, and 16 bytes of it a slot cost less than a whole registration.
+    regs: HashMap<i64, Box<Reg>>,
     /// Our keys' registrations, by create revision.
     own: HashMap<i64, i64>,
     names: HashMap<Arc<[u8]>, Name>,
@@ -258,23 +277,29 @@ impl KeyWatches {
     /// Files `reg` under `id` (and in its name's and our keys' indexes).
     fn insert(&mut self, id: i64, reg: Reg) {
         let name = self.names.entry(reg.name.clone()).or_default();
+        // A name has one or two of each as a rule: room for exactly those (a first push would
+        // make room for four, 32 and 64 bytes where 8 and 16 are used, for every held lock).
         match &reg.what {
             What::Own { rev, .. } => {
+                name.own.reserve_exact(1);
                 name.own.push(id);
                 self.own.insert(*rev, id);
             }
             What::Before { .. } => {
                 name.set_before(&reg.key, id);
             }
-            What::Stray { lease, .. } => name.strays.push((*lease, id)),
+            What::Stray { lease, .. } => {
+                name.strays.reserve_exact(1);
+                name.strays.push((*lease, id));
+            }
         }
-        self.regs.insert(id, reg);
+        self.regs.insert(id, Box::new(reg));
     }
 
     /// Takes registration `id` out of every index.
     fn remove(&mut self, id: i64) -> Option<Reg> {
         self.retrying.remove(&id);
-        let reg = self.regs.remove(&id)?;
+        let reg = *self.regs.remove(&id)?;
         if let What::Own { rev, .. } = &reg.what {
             if self.own.get(rev) == Some(&id) {
                 self.own.remove(rev);
@@ -314,7 +339,7 @@ impl KeyWatches {
     /// A new watch id and one of our keys (it need not exist), for a watch that probes a
     /// silent stream.
     pub(crate) fn probe(&mut self) -> Option<(i64, Vec<u8>)> {
-        let key = self.regs.values().next()?.key.to_vec();
+        let key = self.regs.values().next()?.key();
         let id = self.next_id;
         self.next_id += 1;
         Some((id, key))
@@ -368,12 +393,15 @@ impl KeyWatches {
 
     fn own_mut(&mut self, rev: i64) -> Option<&mut What> {
         let id = self.own.get(&rev)?;
-        self.regs.get_mut(id).map(|r| &mut r.what)
+        self.regs.get_mut(id).map(Box::as_mut).map(|r| &mut r.what)
     }
 
     /// Whether our key of create revision `rev` was seen deleted.
     pub(crate) fn is_gone(&self, rev: i64) -> bool {
-        let reg = self.own.get(&rev).and_then(|id| self.regs.get(id));
+        let reg = self
+            .own
+            .get(&rev)
+            .and_then(|id| self.regs.get(id).map(Box::as_ref));
         matches!(
             reg,
             Some(Reg {
@@ -456,7 +484,7 @@ impl KeyWatches {
                     used,
                 },
             ..
-        }) = self.regs.get_mut(&id)
+        }) = self.regs.get_mut(&id).map(Box::as_mut)
         {
             *used = tick;
             if *last_delete > rev {
@@ -477,14 +505,14 @@ impl KeyWatches {
 
     fn before_mut(&mut self, w: &BeforeWatch) -> Option<&mut What> {
         let id = self.before_id(&w.name, &w.key)?;
-        self.regs.get_mut(&id).map(|r| &mut r.what)
+        self.regs.get_mut(&id).map(Box::as_mut).map(|r| &mut r.what)
     }
 
     /// Whether the watch of `w`'s key hears every delete of the incarnation `w` waits on: it
     /// was in place before that incarnation was created.
     pub(crate) fn covers(&self, w: &BeforeWatch) -> bool {
         let id = self.before_id(&w.name, &w.key);
-        let covers = match id.and_then(|id| self.regs.get(&id)) {
+        let covers = match id.and_then(|id| self.regs.get(&id).map(Box::as_ref)) {
             Some(Reg {
                 what: What::Before { covers, .. },
                 ..
@@ -511,7 +539,7 @@ impl KeyWatches {
                 .befores
                 .iter()
                 .flat_map(|b| b.values())
-                .filter_map(|id| match self.regs.get(id) {
+                .filter_map(|id| match self.regs.get(id).map(Box::as_ref) {
                     Some(Reg {
                         what: What::Before { subs, used, .. },
                         ..
@@ -537,16 +565,15 @@ impl KeyWatches {
         }
     }
 
-    /// Watches the keys `range` gives (from its start up to its end: those named by our session
-    /// lease `lease` under lock `name`, whose acquisitions hold `slots`) for puts, once per name
-    /// and lease; the stream's task reads them first (see [`stray_range`](Self::stray_range)).
+    /// Watches the keys named by our session lease `lease` under lock `name` (see
+    /// [`stray_range`]), whose acquisitions hold `slots`, for puts, once per name and lease; the
+    /// stream's task reads them first (see [`stray_range`](Self::stray_range)).
     /// The name's watches of leases `owned` says are no longer ours are cancelled.
     pub(crate) fn strays(
         &mut self,
         name: &Arc<[u8]>,
         slots: &Slots,
         lease: i64,
-        range: impl FnOnce() -> (Vec<u8>, Vec<u8>),
         owned: impl Fn(i64) -> bool,
     ) {
         let watched = self.names.get(&**name).map(|n| n.strays.as_slice());
@@ -562,13 +589,11 @@ impl KeyWatches {
         for id in gone {
             self.cancel(id);
         }
-        let (start, end) = range();
         let what = What::Stray {
             lease,
             slots: slots.clone(),
-            end: end.into_boxed_slice(),
         };
-        self.add(name, start, what);
+        self.add(name, Vec::new(), what);
     }
 
     /// The key range of stray watch `id` and whose strays it finds, which the stream's task
@@ -576,18 +601,18 @@ impl KeyWatches {
     /// that read: a stray that landed before the watch, or while the stream was down, is found
     /// too.
     pub(crate) fn stray_range(&self, id: i64) -> Option<(Vec<u8>, Vec<u8>, StrayScope)> {
-        match self.regs.get(&id) {
+        match self.regs.get(&id).map(Box::as_ref) {
             Some(Reg {
                 name,
-                key,
-                what: What::Stray { slots, end, .. },
+                what: What::Stray { slots, lease },
                 ..
             }) => {
                 let scope = StrayScope {
                     name: name.clone(),
                     slots: slots.clone(),
                 };
-                Some((key.to_vec(), end.to_vec(), scope))
+                let (start, end) = stray_range(name, *lease);
+                Some((start, end, scope))
             }
             _ => None,
         }
@@ -595,7 +620,7 @@ impl KeyWatches {
 
     /// Watch `id` is to start at revision `from`.
     pub(crate) fn start_at(&mut self, id: i64, from: i64) {
-        if let Some(reg) = self.regs.get_mut(&id) {
+        if let Some(reg) = self.regs.get_mut(&id).map(Box::as_mut) {
             reg.from = from;
         }
     }
@@ -603,7 +628,7 @@ impl KeyWatches {
     /// Our key of own-key watch `id` and its create revision, when the key is to be read before
     /// the watch is created again (its start was compacted away).
     pub(crate) fn own_to_check(&self, id: i64) -> Option<(Vec<u8>, i64)> {
-        match self.regs.get(&id) {
+        match self.regs.get(&id).map(Box::as_ref) {
             Some(Reg {
                 key,
                 what:
@@ -623,7 +648,7 @@ impl KeyWatches {
     /// A key that is not is gone (its holder turns Lost, its waiter is woken); one that is is
     /// watched from after the read.
     pub(crate) fn own_checked(&mut self, id: i64, there: bool, at: i64) {
-        let Some(reg) = self.regs.get_mut(&id) else {
+        let Some(reg) = self.regs.get_mut(&id).map(Box::as_mut) else {
             return;
         };
         if let What::Own { check, .. } = &mut reg.what {
@@ -639,7 +664,7 @@ impl KeyWatches {
     /// What to send for a create of `id`, unless it was cancelled meanwhile (or is our key,
     /// known to be gone: nothing is left to hear).
     pub(crate) fn create_request(&self, id: i64) -> Option<(Vec<u8>, WatchOptions)> {
-        let reg = self.regs.get(&id)?;
+        let reg = self.regs.get(&id).map(Box::as_ref)?;
         if matches!(reg.what, What::Own { gone: true, .. }) {
             return None;
         }
@@ -651,8 +676,9 @@ impl KeyWatches {
         if reg.from > 0 {
             opts = opts.with_start_revision(reg.from);
         }
-        if let What::Stray { end, .. } = &reg.what {
-            opts = opts.with_range(end.to_vec());
+        if let What::Stray { lease, .. } = &reg.what {
+            let (start, end) = stray_range(&reg.name, *lease);
+            return Some((start, opts.with_range(end)));
         }
         Some((reg.key.to_vec(), opts))
     }
@@ -664,7 +690,7 @@ impl KeyWatches {
             what: What::Before { covers, subs, .. },
             from,
             ..
-        }) = self.regs.get_mut(&id)
+        }) = self.regs.get_mut(&id).map(Box::as_mut)
         {
             *covers = if *from > 0 {
                 Some(*from)
@@ -695,7 +721,7 @@ impl KeyWatches {
     /// `true` for any other cancel, which ends the stream (a new life, paced, creates the
     /// watches again).
     pub(crate) fn cancelled(&mut self, id: i64, compacted: i64, refused: bool) -> bool {
-        let Some(reg) = self.regs.get(&id) else {
+        let Some(reg) = self.regs.get(&id).map(Box::as_ref) else {
             return false;
         };
         if matches!(reg.what, What::Before { .. }) {
@@ -739,7 +765,7 @@ impl KeyWatches {
     /// An event of watch `id` at revision `rev`; for a put on a stray watch, what the caller
     /// needs to check it as a stray.
     pub(crate) fn event(&mut self, id: i64, deleted: bool, rev: i64) -> Option<StrayScope> {
-        let reg = self.regs.get_mut(&id)?;
+        let reg = self.regs.get_mut(&id).map(Box::as_mut)?;
         match &mut reg.what {
             What::Own {
                 gone,
@@ -834,7 +860,7 @@ impl KeyWatches {
     /// The handle closed: holders turn Lost, waiters are woken.
     pub(crate) fn stop(&mut self) {
         for (_, reg) in self.regs.drain() {
-            KeyWatches::close(reg);
+            KeyWatches::close(*reg);
         }
         self.own.clear();
         self.names.clear();
@@ -1043,20 +1069,8 @@ mod tests {
         k.own(&p, b"p/mine", 7);
         let c = cell();
         k.set_holder(7, &c);
-        k.strays(
-            &p,
-            &slots,
-            0x1f,
-            || (b"p/1f".to_vec(), b"p/1f`".to_vec()),
-            |_| true,
-        );
-        k.strays(
-            &p,
-            &slots,
-            0x1f,
-            || unreachable!("once per lease"),
-            |_| true,
-        );
+        k.strays(&p, &slots, 0x1f, |_| true);
+        k.strays(&p, &slots, 0x1f, |_| true);
         k.own(&q, b"q/mine", 8);
         assert_eq!(sent(&mut rx).len(), 3);
         k.drop_name(&p);
@@ -1065,20 +1079,8 @@ mod tests {
         assert_eq!(k.ids(), [3]);
         assert!(!k.names.contains_key(&*p));
         // A stray watch of a lease no longer ours is cancelled when another is added.
-        k.strays(
-            &q,
-            &slots,
-            0x1,
-            || (b"q/1".to_vec(), b"q/1`".to_vec()),
-            |_| true,
-        );
-        k.strays(
-            &q,
-            &slots,
-            0x2,
-            || (b"q/2".to_vec(), b"q/2`".to_vec()),
-            |l| l != 1,
-        );
+        k.strays(&q, &slots, 0x1, |_| true);
+        k.strays(&q, &slots, 0x2, |l| l != 1);
         assert_eq!(sent(&mut rx), ["Create(4)", "Cancel(4)", "Create(5)"]);
         assert!(k.event(5, false, 9).is_some_and(|s| *s.name == *b"q/"));
     }

@@ -323,7 +323,7 @@ impl NameWatch {
     /// here. Stray keys of the handle's sessions (see `strays.rs`) go to `strays`.
     pub(crate) fn start(
         pool: Arc<Pool>,
-        prefix: Vec<u8>,
+        prefix: Arc<[u8]>,
         kind: Kind,
         strays: Strays,
         keys: impl FnOnce() -> Arc<KeyStream>,
@@ -331,7 +331,7 @@ impl NameWatch {
         let narrow = kind == Kind::Mutex;
         let ready = (!narrow).then(|| watch::channel(Readiness::Pending).0);
         let nw = Arc::new(NameWatch {
-            prefix: prefix.into(),
+            prefix,
             kind,
             mirror: OnceLock::new(),
             keys: narrow.then(keys),
@@ -469,20 +469,10 @@ impl NameWatch {
     }
 
     /// A narrow watch watches the keys named by our session lease `lease` for strays (a prefix
-    /// watch sees every key): `<prefix><lease hex>` and its slots `…_<n>` (the range up to
-    /// `` ` ``, the byte after `_`; another lease's keys in it are not ours).
+    /// watch sees every key): `<prefix><lease hex>` and its slots `…_<n>`.
     pub(crate) fn watch_strays(&self, lease: i64) {
         if let Some(mut k) = self.keys() {
-            let range = || {
-                let mut start = self.prefix.to_vec();
-                start.extend_from_slice(format!("{lease:x}").as_bytes());
-                let mut end = start.clone();
-                end.push(b'`');
-                (start, end)
-            };
-            k.strays(&self.prefix, &self.slots, lease, range, |l| {
-                self.strays.owns(l)
-            });
+            k.strays(&self.prefix, &self.slots, lease, |l| self.strays.owns(l));
         }
     }
 
