@@ -128,7 +128,7 @@ struct Reg {
 
 impl Reg {
     /// The watched key, or the start of a stray watch's range.
-    fn key(&self) -> Vec<u8> {
+    fn watched_key(&self) -> Vec<u8> {
         match &self.what {
             What::Stray { lease, .. } => stray_range(&self.name, *lease).0,
             _ => self.key.to_vec(),
@@ -281,7 +281,9 @@ impl KeyWatches {
         // make room for four, 32 and 64 bytes where 8 and 16 are used, for every held lock).
         match &reg.what {
             What::Own { rev, .. } => {
-                name.own.reserve_exact(1);
+                if name.own.len() < 2 {
+                    name.own.reserve_exact(1);
+                }
                 name.own.push(id);
                 self.own.insert(*rev, id);
             }
@@ -289,7 +291,9 @@ impl KeyWatches {
                 name.set_before(&reg.key, id);
             }
             What::Stray { lease, .. } => {
-                name.strays.reserve_exact(1);
+                if name.strays.len() < 2 {
+                    name.strays.reserve_exact(1);
+                }
                 name.strays.push((*lease, id));
             }
         }
@@ -339,7 +343,7 @@ impl KeyWatches {
     /// A new watch id and one of our keys (it need not exist), for a watch that probes a
     /// silent stream.
     pub(crate) fn probe(&mut self) -> Option<(i64, Vec<u8>)> {
-        let key = self.regs.values().next()?.key();
+        let key = self.regs.values().next()?.watched_key();
         let id = self.next_id;
         self.next_id += 1;
         Some((id, key))
@@ -567,7 +571,7 @@ impl KeyWatches {
 
     /// Watches the keys named by our session lease `lease` under lock `name` (see
     /// [`stray_range`]), whose acquisitions hold `slots`, for puts, once per name and lease; the
-    /// stream's task reads them first (see [`stray_range`](Self::stray_range)).
+    /// stream's task reads them first (the stream's read: `Self::stray_range`).
     /// The name's watches of leases `owned` says are no longer ours are cancelled.
     pub(crate) fn strays(
         &mut self,
@@ -680,7 +684,7 @@ impl KeyWatches {
             let (start, end) = stray_range(&reg.name, *lease);
             return Some((start, opts.with_range(end)));
         }
-        Some((reg.key.to_vec(), opts))
+        Some((reg.watched_key(), opts))
     }
 
     /// etcd created watch `id`, as of revision `rev` (`None` when the answer had no header: the
@@ -1071,6 +1075,10 @@ mod tests {
         k.set_holder(7, &c);
         k.strays(&p, &slots, 0x1f, |_| true);
         k.strays(&p, &slots, 0x1f, |_| true);
+        // The stray range comes from the name and the lease.
+        let (start, end, _) = k.stray_range(2).expect("stray watch 2");
+        assert_eq!((&start[..], &end[..]), (&b"p/1f"[..], &b"p/1f`"[..]));
+        assert_eq!(k.create_request(2).expect("create").0, b"p/1f");
         k.own(&q, b"q/mine", 8);
         assert_eq!(sent(&mut rx).len(), 3);
         k.drop_name(&p);
