@@ -91,7 +91,7 @@ enum What {
         /// When a waiter last asked for it (for the cache's eviction).
         used: u64,
     },
-    /// The keys named by session lease `lease` (see [`stray_range`]); `slots` are the name's
+    /// The keys named by session lease `lease` (see [`lease_range`]); `slots` are the name's
     /// slots our acquisitions hold.
     Stray { lease: i64, slots: Slots },
 }
@@ -130,7 +130,7 @@ impl Reg {
     /// The watched key, or the start of a stray watch's range.
     fn watched_key(&self) -> Vec<u8> {
         match &self.what {
-            What::Stray { lease, .. } => stray_range(&self.name, *lease).0,
+            What::Stray { lease, .. } => lease_range(&self.name, *lease).0,
             _ => self.key.to_vec(),
         }
     }
@@ -139,7 +139,7 @@ impl Reg {
 /// The keys named by session lease `lease` under lock `name`: `<name><lease hex>` and its slots
 /// `…_<n>`, so the range up to `` ` ``, the byte after `_` (another lease's keys in it, whose hex
 /// extends ours, are not ours). Made when asked for: a stray watch keeps neither end.
-fn stray_range(name: &[u8], lease: i64) -> (Vec<u8>, Vec<u8>) {
+fn lease_range(name: &[u8], lease: i64) -> (Vec<u8>, Vec<u8>) {
     let mut start = name.to_vec();
     start.extend_from_slice(format!("{lease:x}").as_bytes());
     let mut end = start.clone();
@@ -570,8 +570,8 @@ impl KeyWatches {
     }
 
     /// Watches the keys named by our session lease `lease` under lock `name` (see
-    /// [`stray_range`]), whose acquisitions hold `slots`, for puts, once per name and lease; the
-    /// stream's task reads them first (the stream's read: `Self::stray_range`).
+    /// [`lease_range`]), whose acquisitions hold `slots`, for puts, once per name and lease; the
+    /// stream's task reads them first (see [`stray_range`](Self::stray_range)).
     /// The name's watches of leases `owned` says are no longer ours are cancelled.
     pub(crate) fn strays(
         &mut self,
@@ -615,7 +615,7 @@ impl KeyWatches {
                     name: name.clone(),
                     slots: slots.clone(),
                 };
-                let (start, end) = stray_range(name, *lease);
+                let (start, end) = lease_range(name, *lease);
                 Some((start, end, scope))
             }
             _ => None,
@@ -681,7 +681,7 @@ impl KeyWatches {
             opts = opts.with_start_revision(reg.from);
         }
         if let What::Stray { lease, .. } = &reg.what {
-            let (start, end) = stray_range(&reg.name, *lease);
+            let (start, end) = lease_range(&reg.name, *lease);
             return Some((start, opts.with_range(end)));
         }
         Some((reg.watched_key(), opts))

@@ -115,7 +115,8 @@ impl Session {
         {
             tracing::warn!(
                 backend = "zk",
-                "lockkit: the deletion-watch task is gone; a lock deleted by someone else will                  not be reported until its session ends"
+                "lockkit: the deletion-watch task is gone; a lock deleted by someone else will \
+                 not be reported until its session ends"
             );
         }
     }
@@ -134,8 +135,8 @@ impl Session {
 
     /// Runs `job` in the handle's reaper with the client of session `id`, which made the nodes it
     /// deletes, again after each failure, until it succeeds or the nodes' session is certainly
-    /// over for us:
-    /// expired (a new client took its place), or the handle closed or dropped. The reaper keeps
+    /// over for us: expired (a new client took its place), or the handle closed or dropped
+    /// (`client_of` says which clients still count). The reaper keeps
     /// no client between tries, since a ZooKeeper session lives as long as one of its clients
     /// does: a delete the server keeps refusing (`NoAuth` after an ACL change) must not keep
     /// the session, and so its ephemeral nodes, alive after the handle is gone.
@@ -148,8 +149,7 @@ impl Session {
         self.reaper.retry(what, move || {
             let (session, job) = (session.clone(), job.clone());
             async move {
-                let current = session.upgrade().and_then(|s| s.client().ok());
-                let Some(client) = current.filter(|c| c.session_id() == id) else {
+                let Some(client) = session.upgrade().and_then(|s| s.client_of(id)) else {
                     return Attempt::Moot;
                 };
                 if client.state().is_terminated() {

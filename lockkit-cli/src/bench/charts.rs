@@ -2,6 +2,7 @@
 //! client-count sweep per scenario, and the wait-latency distribution per scenario.
 
 use plotters::coord::ranged1d::SegmentValue;
+use plotters::coord::CoordTranslate;
 use plotters::prelude::*;
 
 use super::results::{Report, Row};
@@ -40,6 +41,20 @@ fn render(
         Ok(()) => svg,
         Err(e) => format!("<p>chart not drawn: {}</p>", esc(&e.to_string())),
     }
+}
+
+/// Draws the series' legend at `at`, on a light box.
+fn legend<'a, 'b: 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, CT>,
+    at: SeriesLabelPosition,
+) -> Drawn {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()?;
+    Ok(())
 }
 
 fn color(i: usize) -> RGBColor {
@@ -184,12 +199,7 @@ pub(super) fn throughput(report: &Report) -> String {
                 (FONT, 10).into_font().color(&style),
             )
         }))?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
 }
@@ -247,12 +257,7 @@ pub(super) fn sweep(report: &Report, scenario: &str) -> String {
                     .map(|&(i, v)| Text::new(format!("{v:.0}"), (i, v * 1.15), (FONT, 10))),
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
         Ok(())
     })
 }
@@ -307,12 +312,7 @@ pub(super) fn latency(report: &Report, group_name: &str) -> String {
                 (FONT, 12).into_font().color(&RGBColor(0x88, 0x88, 0x88)),
             )))?;
         } else {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.3))
-                .draw()?;
+            legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         }
         Ok(())
     })
