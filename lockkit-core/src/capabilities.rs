@@ -84,6 +84,11 @@ pub struct Capabilities {
     pub cross_process: bool,
     /// `Locks::list` finds the locks under a name prefix.
     pub list: bool,
+    /// A semaphore's size lives on the server with the semaphore: a handle asking for another
+    /// size is refused, `Locks::open_semaphore` adopts the stored one and
+    /// `Semaphore::set_permits` changes it for everyone. Without it each handle counts against
+    /// its own total, and those calls answer `Unsupported`.
+    pub semaphore_size: bool,
 }
 
 impl Capabilities {
@@ -96,6 +101,7 @@ impl Capabilities {
             election: None,
             cross_process: true,
             list: false,
+            semaphore_size: false,
         }
     }
 
@@ -126,6 +132,12 @@ impl Capabilities {
     /// Sets [`list`](Self::list).
     pub const fn list(mut self, yes: bool) -> Self {
         self.list = yes;
+        self
+    }
+
+    /// Sets [`semaphore_size`](Self::semaphore_size).
+    pub const fn semaphore_size(mut self, yes: bool) -> Self {
+        self.semaphore_size = yes;
         self
     }
 

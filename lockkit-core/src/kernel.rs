@@ -67,6 +67,18 @@ impl Kernel {
         })
     }
 
+    /// `Ok` when the backend keeps a semaphore's size with it, else `Unsupported`.
+    pub(crate) fn semaphore_size(&self) -> Result<()> {
+        if self.caps.semaphore_size {
+            Ok(())
+        } else {
+            Err(Error::unsupported(format!(
+                "the {} backend keeps no semaphore size",
+                self.kind
+            )))
+        }
+    }
+
     /// Resolves and checks `opts` for one acquire of `primitive`.
     fn request(&self, primitive: Primitive, opts: &AcquireOptions) -> Result<Request> {
         let support = self.support(primitive)?;

@@ -72,13 +72,35 @@ impl Locks {
         Ok(RwLock::new(self.kernel.clone(), name, raw))
     }
 
-    /// A semaphore named `name` with `permits` permits, or `Unsupported`.
+    /// A semaphore named `name` of `permits` permits, or `Unsupported`.
+    ///
+    /// Where the backend keeps the size with the semaphore
+    /// ([`Capabilities::semaphore_size`](crate::Capabilities::semaphore_size)), the first
+    /// acquire stores `permits` when no size is stored yet, and an acquire finding another size
+    /// stored fails with `InvalidArgument` naming it: two processes that disagree never
+    /// oversubscribe. Elsewhere each handle counts against its own `permits`.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        if permits == 0 {
+            return Err(Error::invalid("a semaphore needs at least one permit"));
+        }
+        self.make_semaphore(name, Some(permits))
+    }
+
+    /// A semaphore named `name` of whatever size is stored with it, as set by the first
+    /// [`semaphore`](Self::semaphore) handle to acquire or by
+    /// [`Semaphore::set_permits`]. Its acquires follow every change of size; one made while
+    /// no size is stored fails with `InvalidArgument`. `Unsupported` where the backend keeps
+    /// no size ([`Capabilities::semaphore_size`](crate::Capabilities::semaphore_size)).
+    pub fn open_semaphore(&self, name: &str) -> Result<Semaphore> {
+        self.make_semaphore(name, None)
+    }
+
+    fn make_semaphore(&self, name: &str, permits: Option<u32>) -> Result<Semaphore> {
         validate_name(name)?;
         self.kernel.check_open()?;
         self.kernel.support(Primitive::Semaphore)?;
-        if permits == 0 {
-            return Err(Error::invalid("a semaphore needs at least one permit"));
+        if permits.is_none() {
+            self.kernel.semaphore_size()?;
         }
         let raw = self.kernel.backend.semaphore(name, permits)?;
         Ok(Semaphore::new(self.kernel.clone(), name, permits, raw))

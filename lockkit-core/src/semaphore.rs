@@ -13,8 +13,9 @@ use crate::ownership::GuardCore;
 use crate::spi::RawSemaphore;
 
 /// A named distributed counting semaphore with leased permits, made by
-/// [`Locks::semaphore`](crate::Locks::semaphore): a dead holder's permits come back when its
-/// lease runs out. Cheap to clone.
+/// [`Locks::semaphore`](crate::Locks::semaphore) (of a size) or
+/// [`Locks::open_semaphore`](crate::Locks::open_semaphore) (of the size stored with it): a dead
+/// holder's permits come back when its lease runs out. Cheap to clone.
 #[derive(Clone)]
 pub struct Semaphore {
     inner: Arc<Inner>,
@@ -22,7 +23,7 @@ pub struct Semaphore {
 
 struct Inner {
     name: Arc<str>,
-    permits: u32,
+    permits: Option<u32>,
     raw: Box<dyn RawSemaphore>,
     kernel: Arc<Kernel>,
 }
@@ -41,7 +42,7 @@ impl Semaphore {
     pub(crate) fn new(
         kernel: Arc<Kernel>,
         name: &str,
-        permits: u32,
+        permits: Option<u32>,
         raw: Box<dyn RawSemaphore>,
     ) -> Self {
         Semaphore {
@@ -59,23 +60,26 @@ impl Semaphore {
         &self.inner.name
     }
 
-    /// The total number of permits this handle was created with.
-    pub fn permits(&self) -> u32 {
+    /// The size this handle asks for: `Some` when made by
+    /// [`Locks::semaphore`](crate::Locks::semaphore), `None` when made by
+    /// [`Locks::open_semaphore`](crate::Locks::open_semaphore) (see [`size`](Self::size)).
+    pub fn permits(&self) -> Option<u32> {
         self.inner.permits
     }
 
     /// Acquires `n` permits at once; `Ok(None)` when the wait budget ran out. `n` of zero or
-    /// above [`permits`](Self::permits) gives `InvalidArgument`.
+    /// above the size gives `InvalidArgument`, and so does a size stored on the server other
+    /// than the one this handle asks for (the error names it).
     ///
     /// # Cancel safety
     /// Dropping the future leaves nothing behind.
     pub async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
         let i = &self.inner;
-        if n == 0 || n > i.permits {
-            return Err(Error::invalid(format!(
-                "cannot acquire {n} of {} permits",
-                i.permits
-            )));
+        if n == 0 || i.permits.is_some_and(|p| n > p) {
+            return Err(Error::invalid(match i.permits {
+                Some(p) => format!("cannot acquire {n} of {p} permits"),
+                None => "cannot acquire 0 permits".to_string(),
+            }));
         }
         let own = i
             .kernel
@@ -102,5 +106,32 @@ impl Semaphore {
     pub async fn available(&self) -> Result<u32> {
         self.inner.kernel.check_open()?;
         self.inner.raw.available().await
+    }
+
+    /// The size stored with the semaphore on the server, `None` before anyone stored one.
+    /// `Unsupported` where the backend keeps no size
+    /// ([`Capabilities::semaphore_size`](crate::Capabilities::semaphore_size)).
+    pub async fn size(&self) -> Result<Option<u32>> {
+        let k = &self.inner.kernel;
+        k.check_open()?;
+        k.semaphore_size()?;
+        self.inner.raw.size().await
+    }
+
+    /// Admin: makes `permits` the size for every handle, returning the size stored before.
+    /// Growing admits the waiters that now fit at once; shrinking lets holders keep their
+    /// permits and admits no one until the permits in use plus a request fit the new size.
+    /// Handles made with another size are refused from then on (`InvalidArgument`), so
+    /// processes that should follow an operator's change open the semaphore with
+    /// [`Locks::open_semaphore`](crate::Locks::open_semaphore). `Unsupported` where the
+    /// backend keeps no size.
+    pub async fn set_permits(&self, permits: u32) -> Result<Option<u32>> {
+        let k = &self.inner.kernel;
+        k.check_open()?;
+        k.semaphore_size()?;
+        if permits == 0 {
+            return Err(Error::invalid("a semaphore needs at least one permit"));
+        }
+        self.inner.raw.set_size(permits).await
     }
 }

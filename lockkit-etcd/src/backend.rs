@@ -61,11 +61,11 @@ impl Backend for EtcdBackend {
         Ok(Box::new(EtcdRwLock::new(self.inner.clone(), name)))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+    fn semaphore(&self, name: &str, permits: Option<u32>) -> Result<Box<dyn RawSemaphore>> {
         Ok(Box::new(EtcdSemaphore::new(
             self.inner.clone(),
             name,
-            permits,
+            lockkit_core::spi::own_size(permits)?,
         )))
     }
 

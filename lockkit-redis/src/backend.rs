@@ -177,11 +177,11 @@ impl Backend for RedisBackend {
         )?))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+    fn semaphore(&self, name: &str, permits: Option<u32>) -> Result<Box<dyn RawSemaphore>> {
         Ok(Box::new(crate::shared::RedisSemaphore::new(
             self.inner.clone(),
             name,
-            permits,
+            lockkit_core::spi::own_size(permits)?,
         )?))
     }
 

@@ -97,12 +97,12 @@ impl Backend for ZkBackend {
         }))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+    fn semaphore(&self, name: &str, permits: Option<u32>) -> Result<Box<dyn RawSemaphore>> {
         Ok(Box::new(semaphore::ZkSemaphore {
             sessions: self.sessions.clone(),
             name: name.to_string(),
             dir: self.semaphore_path(name),
-            permits,
+            permits: lockkit_core::spi::own_size(permits)?,
         }))
     }
 

@@ -236,12 +236,12 @@ impl Backend for FileBackend {
         }))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+    fn semaphore(&self, name: &str, permits: Option<u32>) -> Result<Box<dyn RawSemaphore>> {
         Ok(Box::new(semaphore::FileSemaphore {
             inner: self.inner.clone(),
             name: name.into(),
             paths: self.inner.paths("sem", name),
-            permits,
+            permits: crate::spi::own_size(permits)?,
         }))
     }
 

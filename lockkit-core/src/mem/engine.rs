@@ -21,6 +21,7 @@ use crate::options::Lease;
 use crate::reason::LostReason;
 use crate::spi::LeaderFeed;
 use crate::spi::StateCell;
+use crate::spi::{settle_size, too_many};
 
 /// Which primitive a resource is; each has its own name space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,7 +85,7 @@ struct Waiter {
     mode: Mode,
     lease: Lease,
     value: Vec<u8>,
-    tx: oneshot::Sender<Grant>,
+    tx: oneshot::Sender<Result<Grant>>,
 }
 
 /// A resource's holders by owner id, oldest first. Usually one: a vector sized to fit (a
@@ -167,7 +168,9 @@ impl Resource {
 #[derive(Debug, Default)]
 struct Table {
     resources: HashMap<Key, Resource>,
-    capacities: HashMap<Key, u32>,
+    /// Each semaphore's size, stored by its first acquire or by `set_size`, for the table's
+    /// life.
+    sizes: HashMap<Key, u32>,
     /// The observers of each election, with the handle each came through.
     observers: HashMap<Key, Vec<(u64, LeaderFeed)>>,
     next_id: u64,
@@ -221,7 +224,7 @@ impl Undo for Granted {
 /// What [`Engine::try_or_queue`] did.
 pub(crate) enum Step {
     Granted(Grant),
-    Queued(u64, oneshot::Receiver<Grant>),
+    Queued(u64, oneshot::Receiver<Result<Grant>>),
     Busy,
 }
 
@@ -231,28 +234,43 @@ impl Engine {
     }
 
     /// Grants `key` in `mode` at once when the queue is empty and the holders allow it, else
-    /// queues a waiter (when `may_wait`) whose grant arrives on the returned receiver.
+    /// queues a waiter (when `may_wait`) whose grant arrives on the returned receiver. `size`
+    /// is the size a semaphore handle asks for (`None`: the stored one), settled against the
+    /// stored size under the table's lock.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn try_or_queue(
         self: &Arc<Self>,
         key: &Key,
         mode: Mode,
-        capacity: u32,
+        size: Option<u32>,
         lease: Lease,
         may_wait: bool,
         value: &[u8],
-    ) -> Step {
+    ) -> Result<Step> {
         let now = Instant::now();
         let mut t = self.lock();
-        t.capacities.insert(key.clone(), capacity);
+        let capacity = match mode {
+            Mode::Permits(k) => {
+                let (size, store) = settle_size(&key.1, size, t.sizes.get(key).copied())?;
+                if k > size {
+                    return Err(too_many(&key.1, k, size));
+                }
+                if store {
+                    t.sizes.insert(key.clone(), size);
+                }
+                size
+            }
+            _ => 1,
+        };
         self.purge_expired(&mut t, key, now);
         let res = t.resources.entry(key.clone()).or_default();
         if res.queue.is_empty() && res.compatible(mode, capacity) {
             let g = self.grant(&mut t, key, mode, lease, now, value.to_vec());
             announce(&mut t, key);
-            Step::Granted(g)
+            Ok(Step::Granted(g))
         } else if !may_wait {
             drop_if_idle(&mut t, key);
-            Step::Busy
+            Ok(Step::Busy)
         } else {
             t.next_id += 1;
             let id = t.next_id;
@@ -268,7 +286,7 @@ impl Engine {
                     value: value.to_vec(),
                     tx,
                 });
-            Step::Queued(id, rx)
+            Ok(Step::Queued(id, rx))
         }
     }
 
@@ -331,9 +349,10 @@ impl Engine {
     }
 
     /// Grants the queue's front while it is compatible (a waiter that went away is skipped, its
-    /// grant undone at once), then tells an election's observers.
+    /// grant undone at once; one asking for more permits than a shrunk size is refused), then
+    /// tells an election's observers.
     fn drain(self: &Arc<Self>, t: &mut Table, key: &Key) {
-        let capacity = t.capacities.get(key).copied().unwrap_or(1);
+        let capacity = t.sizes.get(key).copied().unwrap_or(1);
         let now = Instant::now();
         loop {
             let Some(res) = t.resources.get_mut(key) else {
@@ -346,12 +365,19 @@ impl Engine {
                 res.queue.pop_front();
                 continue;
             }
+            if let Mode::Permits(k) = front.mode {
+                if k > capacity {
+                    let w = res.queue.pop_front().expect("front exists");
+                    let _ = w.tx.send(Err(too_many(&key.1, k, capacity)));
+                    continue;
+                }
+            }
             if !res.compatible(front.mode, capacity) {
                 break;
             }
             let w = res.queue.pop_front().expect("front exists");
             let g = self.grant(t, key, w.mode, w.lease, now, w.value);
-            if let Err(g) = w.tx.send(g) {
+            if let Err(Ok(g)) = w.tx.send(Ok(g)) {
                 // The waiter went away just now: its grant is undone here, under the lock, so
                 // nobody (an election's observer included) ever sees it held.
                 let owner = g.disarm().owner();
@@ -525,11 +551,26 @@ impl Engine {
             .collect()
     }
 
-    /// Permits not in use.
-    pub(crate) fn available(&self, key: &Key, capacity: u32) -> u32 {
+    /// Permits not in use, of the stored size (or the size asked for, before one is stored).
+    pub(crate) fn available(&self, key: &Key, size: Option<u32>) -> Result<u32> {
         let t = self.lock();
+        let (size, _) = settle_size(&key.1, size, t.sizes.get(key).copied())?;
         let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
-        capacity.saturating_sub(used)
+        Ok(size.saturating_sub(used))
+    }
+
+    /// A semaphore's stored size.
+    pub(crate) fn size(&self, key: &Key) -> Option<u32> {
+        self.lock().sizes.get(key).copied()
+    }
+
+    /// Stores a semaphore's size, admitting the waiters that now fit; returns the size before.
+    pub(crate) fn set_size(self: &Arc<Self>, key: &Key, size: u32) -> Option<u32> {
+        let mut t = self.lock();
+        let before = t.sizes.insert(key.clone(), size);
+        self.purge_expired(&mut t, key, Instant::now());
+        self.drain(&mut t, key);
+        before
     }
 }
 
@@ -571,6 +612,5 @@ fn announce(t: &mut Table, key: &Key) {
 fn drop_if_idle(t: &mut Table, key: &Key) {
     if t.resources.get(key).is_some_and(Resource::is_idle) {
         t.resources.remove(key);
-        t.capacities.remove(key);
     }
 }

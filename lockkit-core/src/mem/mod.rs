@@ -145,6 +145,7 @@ impl Backend for MemBackend {
             .with_election(Support::all().remaining_lease(false))
             .cross_process(false)
             .list(true)
+            .semaphore_size(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -169,7 +170,7 @@ impl Backend for MemBackend {
         }))
     }
 
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+    fn semaphore(&self, name: &str, permits: Option<u32>) -> Result<Box<dyn RawSemaphore>> {
         Ok(Box::new(MemSemaphore {
             engine: self.engine.clone(),
             key: self.key(Prim::Semaphore, name),
@@ -234,7 +235,7 @@ struct MemMutex {
 #[async_trait]
 impl RawMutex for MemMutex {
     async fn acquire(&self, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1, &[])
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, None, &[])
             .acquire(req)
             .await
     }
@@ -261,13 +262,13 @@ struct MemRwLock {
 #[async_trait]
 impl RawRwLock for MemRwLock {
     async fn read(&self, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Shared, 1, &[])
+        MemQueue::new(&self.engine, &self.key, Mode::Shared, None, &[])
             .acquire(req)
             .await
     }
 
     async fn write(&self, req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1, &[])
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, None, &[])
             .acquire(req)
             .await
     }
@@ -285,7 +286,8 @@ impl RawRwLock for MemRwLock {
 struct MemSemaphore {
     engine: Arc<Engine>,
     key: Key,
-    permits: u32,
+    /// The size asked for (`None`: the stored one).
+    permits: Option<u32>,
 }
 
 #[async_trait]
@@ -297,7 +299,15 @@ impl RawSemaphore for MemSemaphore {
     }
 
     async fn available(&self) -> Result<u32> {
-        Ok(self.engine.available(&self.key, self.permits))
+        self.engine.available(&self.key, self.permits)
+    }
+
+    async fn size(&self) -> Result<Option<u32>> {
+        Ok(self.engine.size(&self.key))
+    }
+
+    async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
+        Ok(self.engine.set_size(&self.key, permits))
     }
 }
 
@@ -312,7 +322,7 @@ struct MemElection {
 #[async_trait]
 impl RawElection for MemElection {
     async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
-        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, 1, value)
+        MemQueue::new(&self.engine, &self.key, Mode::Exclusive, None, value)
             .acquire(req)
             .await
     }

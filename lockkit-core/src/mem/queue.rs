@@ -17,7 +17,8 @@ pub(super) struct MemQueue<'a> {
     engine: &'a Arc<Engine>,
     key: &'a Key,
     mode: Mode,
-    capacity: u32,
+    /// The size a semaphore handle asks for (`None`: the stored size).
+    size: Option<u32>,
     /// An election candidate's value (empty for locks).
     value: &'a [u8],
 }
@@ -25,7 +26,7 @@ pub(super) struct MemQueue<'a> {
 /// A claim: its place in the engine's queue, and its grant once one arrived.
 #[derive(Default)]
 pub(super) struct Claim {
-    queued: Option<(u64, oneshot::Receiver<Grant>)>,
+    queued: Option<(u64, oneshot::Receiver<Result<Grant>>)>,
     grant: Option<Grant>,
 }
 
@@ -34,14 +35,14 @@ impl<'a> MemQueue<'a> {
         engine: &'a Arc<Engine>,
         key: &'a Key,
         mode: Mode,
-        capacity: u32,
+        size: Option<u32>,
         value: &'a [u8],
     ) -> Self {
         MemQueue {
             engine,
             key,
             mode,
-            capacity,
+            size,
             value,
         }
     }
@@ -67,14 +68,8 @@ impl Queue for MemQueue<'_> {
 
     async fn enqueue(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
         let (lease, waits) = (req.lease(), req.waits());
-        let step = (self.engine).try_or_queue(
-            self.key,
-            self.mode,
-            self.capacity,
-            lease,
-            waits,
-            self.value,
-        );
+        let step =
+            (self.engine).try_or_queue(self.key, self.mode, self.size, lease, waits, self.value)?;
         Ok(match step {
             Step::Granted(g) => {
                 claim.grant = Some(g);
@@ -93,10 +88,11 @@ impl Queue for MemQueue<'_> {
             return Ok(Woken::Look);
         };
         match req.within(rx).await {
-            Some(Ok(g)) => {
+            Some(Ok(Ok(g))) => {
                 claim.grant = Some(g);
                 Ok(Woken::Owner)
             }
+            Some(Ok(Err(e))) => Err(e),
             Some(Err(_)) => Err(table_dropped()),
             None => Ok(Woken::Look),
         }
@@ -110,10 +106,11 @@ impl Queue for MemQueue<'_> {
             return Ok(Standing::Waiting);
         };
         match rx.try_recv() {
-            Ok(g) => {
+            Ok(Ok(g)) => {
                 claim.grant = Some(g);
                 Ok(Standing::Owner)
             }
+            Ok(Err(e)) => Err(e),
             Err(TryRecvError::Empty) => Ok(Standing::Waiting),
             Err(TryRecvError::Closed) => Err(table_dropped()),
         }

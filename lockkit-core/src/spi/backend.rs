@@ -52,9 +52,12 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
         )))
     }
 
-    /// A semaphore of `permits` permits (only called when `capabilities().semaphore` is
-    /// `Some`).
-    fn semaphore(&self, name: &str, permits: u32) -> Result<Box<dyn RawSemaphore>> {
+    /// A semaphore (only called when `capabilities().semaphore` is `Some`). `permits` is the
+    /// size the handle asks for, or `None` for the size stored with the semaphore (only when
+    /// `capabilities().semaphore_size`). With `semaphore_size`, the backend stores the size
+    /// asked for when none is stored, refuses another with `InvalidArgument` naming the stored
+    /// one, and reads the size in the same atomic step that admits a holder.
+    fn semaphore(&self, name: &str, permits: Option<u32>) -> Result<Box<dyn RawSemaphore>> {
         let _ = (name, permits);
         Err(Error::unsupported(format!(
             "{} has no semaphore",
@@ -140,11 +143,27 @@ pub trait RawRwLock: Send + Sync + fmt::Debug + 'static {
 /// The protocol of one semaphore.
 #[async_trait]
 pub trait RawSemaphore: Send + Sync + fmt::Debug + 'static {
-    /// Acquires `n` permits at once (`1 <= n <= permits`, checked by the core).
+    /// Acquires `n` permits at once. The core checked `1 <= n`, and `n <= permits` when the
+    /// handle asked for a size; with a stored size, `n` above it, a stored size other than the
+    /// one asked for, or no size at all for a handle that asked for none is `InvalidArgument`.
     async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>>;
 
     /// Permits free right now.
     async fn available(&self) -> Result<u32>;
+
+    /// The size stored with the semaphore, `None` when none is (only called with
+    /// `capabilities().semaphore_size`).
+    async fn size(&self) -> Result<Option<u32>> {
+        Err(Error::unsupported("this backend stores no semaphore size"))
+    }
+
+    /// Admin: stores `permits` (at least 1) as the size for every handle, returning the size
+    /// stored before. Waiters that now fit are admitted at once; holders keep their permits
+    /// when it shrinks (only called with `capabilities().semaphore_size`).
+    async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
+        let _ = permits;
+        Err(Error::unsupported("this backend stores no semaphore size"))
+    }
 }
 
 /// A backend's leader election.

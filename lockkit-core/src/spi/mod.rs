@@ -11,12 +11,14 @@
 mod backend;
 mod held;
 mod request;
+mod size;
 
 pub use crate::armed::{Armed, Undo};
 pub use crate::leader::LeaderFeed;
 pub use backend::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore};
 pub use held::{GuardParts, Held};
 pub use request::Request;
+pub use size::{no_size, own_size, settle_size, size_mismatch, too_many};
 
 pub use crate::clock::{margin, LeaseClock};
 pub use crate::driver::{drive, Exit, Queue, Standing, Woken};

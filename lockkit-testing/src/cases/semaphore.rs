@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::{assert_kind, fixed, name, within, SHORT, SOON};
 use crate::OverlapDetector;
-use lockkit_core::{AcquireOptions, ErrorKind, Locks, Semaphore};
+use lockkit_core::{AcquireOptions, ErrorKind, LockState, Locks, Semaphore};
 
 fn sem(locks: &Locks, case: &str, permits: u32) -> Option<(String, Semaphore)> {
     let n = name(case);
@@ -209,4 +209,130 @@ pub async fn semaphore_extend_keeps_the_permits(locks: &Locks) {
     assert_eq!(s.available().await.unwrap(), 0);
     assert_eq!(p.permits(), 3);
     p.release().await.unwrap();
+}
+
+/// Where the backend keeps the size with the semaphore: the first acquire stores it, a handle
+/// asking for another size is refused naming the stored one, and an opened handle adopts it.
+/// Elsewhere the calls that need a stored size answer `Unsupported`.
+pub async fn semaphore_size_is_stored_with_it(locks: &Locks) {
+    let Some((n, s)) = sem(locks, "sem-size", 3) else {
+        return;
+    };
+    if !locks.capabilities().semaphore_size {
+        assert_kind(locks.open_semaphore(&n), ErrorKind::Unsupported, "open");
+        assert_kind(s.size().await, ErrorKind::Unsupported, "size");
+        assert_kind(s.set_permits(4).await, ErrorKind::Unsupported, "set");
+        return;
+    }
+    let opened = locks.open_semaphore(&n).unwrap();
+    assert_eq!(opened.permits(), None);
+    assert_eq!(s.permits(), Some(3));
+    assert_eq!(s.size().await.unwrap(), None, "a size before any acquire");
+    let e = assert_kind(
+        opened.try_acquire(1).await,
+        ErrorKind::InvalidArgument,
+        "open with no size stored",
+    );
+    assert!(e.to_string().contains("no size"), "{e}");
+    let p = s.try_acquire(1).await.unwrap().expect("a free permit");
+    assert_eq!(s.size().await.unwrap(), Some(3));
+    assert_eq!(opened.size().await.unwrap(), Some(3));
+    let five = locks.semaphore(&n, 5).unwrap();
+    let e = assert_kind(
+        five.try_acquire(1).await,
+        ErrorKind::InvalidArgument,
+        "a handle of 5 where 3 are stored",
+    );
+    assert!(e.to_string().contains("has 3 permits"), "{e}");
+    assert_kind(
+        five.available().await,
+        ErrorKind::InvalidArgument,
+        "available of 5",
+    );
+    assert_eq!(opened.available().await.unwrap(), 2);
+    assert_kind(
+        opened.try_acquire(4).await,
+        ErrorKind::InvalidArgument,
+        "4 of the stored 3",
+    );
+    let two = opened.try_acquire(2).await.unwrap().expect("2 more of 3");
+    assert!(opened.try_acquire(1).await.unwrap().is_none(), "a fourth");
+    assert_kind(s.set_permits(0).await, ErrorKind::InvalidArgument, "set 0");
+    two.release().await.unwrap();
+    p.release().await.unwrap();
+}
+
+/// `set_permits` changes the size for everyone: growing admits a waiter at once, shrinking
+/// keeps holders and admits no one until the permits in use plus the request fit, and a
+/// waiter asking for more than the new size is refused.
+pub async fn semaphore_set_permits_changes_the_size(locks: &Locks) {
+    let Some((n, s)) = sem(locks, "sem-set", 1) else {
+        return;
+    };
+    if !locks.capabilities().semaphore_size {
+        return; // Unsupported: checked by semaphore_size_is_stored_with_it
+    }
+    let first = s.acquire_one().await.unwrap();
+    let opened = locks.open_semaphore(&n).unwrap();
+    let waiter = {
+        let opened = opened.clone();
+        tokio::spawn(async move {
+            opened
+                .acquire(1, &AcquireOptions::new().wait(Duration::from_secs(30)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "a second permit of one");
+    assert_eq!(opened.set_permits(2).await.unwrap(), Some(1));
+    let second = within(SOON, "a waiter after growing", waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a permit after growing");
+    let e = assert_kind(
+        s.try_acquire(1).await,
+        ErrorKind::InvalidArgument,
+        "the handle of 1 after set_permits(2)",
+    );
+    assert!(e.to_string().contains("has 2 permits"), "{e}");
+
+    // Shrink to 1 with 2 held: both keep their permits; nobody else gets in until both left.
+    assert_eq!(opened.set_permits(1).await.unwrap(), Some(2));
+    assert_eq!(opened.size().await.unwrap(), Some(1));
+    assert!(
+        first.state() == LockState::Held && second.state() == LockState::Held,
+        "a holder lost by a shrink"
+    );
+    assert_eq!(opened.available().await.unwrap(), 0);
+    first.release().await.unwrap();
+    assert!(
+        opened.try_acquire(1).await.unwrap().is_none(),
+        "admitted with 1 in use of 1"
+    );
+    second.release().await.unwrap();
+    let p = opened.try_acquire(1).await.unwrap().expect("free again");
+
+    // A waiter for more than a shrunk size is refused, not left waiting for ever.
+    opened.set_permits(3).await.unwrap();
+    let big = {
+        let opened = opened.clone();
+        tokio::spawn(async move {
+            opened
+                .acquire(3, &AcquireOptions::new().wait(Duration::from_secs(30)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!big.is_finished(), "3 of 3 with 1 held");
+    opened.set_permits(2).await.unwrap();
+    assert_kind(
+        within(SOON, "a waiter for 3 after shrinking to 2", big)
+            .await
+            .unwrap(),
+        ErrorKind::InvalidArgument,
+        "3 of a shrunk 2",
+    );
+    p.release().await.unwrap();
+    assert_eq!(opened.available().await.unwrap(), 2);
 }
