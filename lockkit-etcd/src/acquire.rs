@@ -20,7 +20,8 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use lockkit_core::spi::{
-    drive, Exit, GuardParts, LeaseClock, Queue, Request, Standing as Turn, StateCell, Woken,
+    drive, no_size, settle_size, too_many, Exit, GuardParts, LeaseClock, Queue, Request,
+    Standing as Turn, StateCell, Woken,
 };
 use lockkit_core::{async_trait, Backoff, Error, ErrorKind, FencingToken, Lease, Result};
 use tokio::sync::Notify;
@@ -30,6 +31,7 @@ use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
 use crate::key_watch::{BeforeWatch, Phase};
 use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, InFlight, KeyLease};
+use crate::sem_size::{is_size_key, size_key, stored_size};
 use crate::session::{grant_exact, Session};
 use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
 
@@ -133,8 +135,7 @@ impl Queue for EtcdQueue<'_> {
     }
 
     async fn enqueue(&self, c: &mut Claim, _r: &Request) -> Result<Turn> {
-        let w = &self.want;
-        match c.create(self.inner, w.nw, &w.value, w.need, w.kind).await {
+        match c.create(self.inner, &self.want).await {
             Ok(true) => Ok(Turn::Owner),
             Ok(false) => Ok(Turn::Waiting),
             // The lease went away under us: a new claim on a new one.
@@ -198,9 +199,7 @@ impl Queue for EtcdQueue<'_> {
             // Woken early, and the watch shows no turn: nothing to settle yet.
             return Ok(Turn::Waiting);
         }
-        let w = &self.want;
-        let on_server =
-            turn_on_server(self.inner, w.nw.prefix(), &c.key, c.rev, w.need, w.kind).await?;
+        let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
         Ok(match on_server {
             Standing::Owner => Turn::Owner,
             Standing::Gone => Turn::Gone,
@@ -433,6 +432,60 @@ async fn read_queue(
         .await
 }
 
+/// A semaphore's size key as `kv` shows it: its mod revision (0 when absent) and size.
+fn size_of(kv: Option<&etcd_client::KeyValue>) -> Result<(i64, Option<u32>)> {
+    Ok((kv.map_or(0, |kv| kv.mod_revision()), stored_size(kv)?))
+}
+
+/// One linearizable read of a semaphore's size key.
+pub(crate) async fn read_size(inner: &Inner, prefix: &[u8]) -> Result<(i64, Option<u32>)> {
+    let key = size_key(prefix);
+    let mut resp = inner
+        .pool
+        .run("read the semaphore's size", true, move |mut c| {
+            let key = key.clone();
+            async move { c.get(key, None).await }
+        })
+        .await?;
+    size_of(resp.take_kvs().first())
+}
+
+/// One linearizable read of a semaphore's keys created up to `rev`, oldest first, and of its
+/// stored size, in one transaction.
+async fn read_queue_and_size(
+    inner: &Inner,
+    prefix: &[u8],
+    rev: i64,
+) -> Result<(etcd_client::GetResponse, Option<u32>)> {
+    let (p, size) = (prefix.to_vec(), size_key(prefix));
+    let resp = inner
+        .pool
+        .run("read the semaphore", true, move |mut c| {
+            let opts = GetOptions::new()
+                .with_prefix()
+                .with_max_create_revision(rev)
+                .with_sort(SortTarget::Create, SortOrder::Ascend);
+            let txn = Txn::new().and_then([
+                TxnOp::get(p.clone(), Some(opts)),
+                TxnOp::get(size.clone(), None),
+            ]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    let mut gets = resp.op_responses().into_iter().filter_map(|r| match r {
+        TxnOpResponse::Get(g) => Some(g),
+        _ => None,
+    });
+    let (Some(queue), Some(size)) = (gets.next(), gets.next()) else {
+        return Err(Error::new(
+            ErrorKind::Backend,
+            "an etcd semaphore read without its ranges",
+        ));
+    };
+    let stored = stored_size(size.kvs().first())?;
+    Ok((queue, stored))
+}
+
 /// Runs `fut` until it ends or `notify` wakes us (our own key's delete wakes a waiter whatever
 /// it awaits).
 async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
@@ -443,18 +496,23 @@ async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
 }
 
 /// Where our key (create revision `rev`) stands on the server now: one linearizable read of
-/// the keys created up to ours.
-async fn turn_on_server(
-    inner: &Inner,
-    prefix: &[u8],
-    key: &[u8],
-    rev: i64,
-    need: Need,
-    kind: Kind,
-) -> Result<Standing> {
+/// the keys created up to ours (and of a semaphore's size, in the same transaction: a size
+/// that refuses us now is an error).
+async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Result<Standing> {
+    let (prefix, need, kind) = (w.nw.prefix(), w.need, w.kind);
     // A mutex or writer only needs to know whether ours is the first key.
     let limit = if need == Need::Exclusive { 1 } else { 0 };
-    let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
+    let (resp, stored) = if let Need::Permits { n, asked } = need {
+        let (resp, stored) = read_queue_and_size(inner, prefix, rev).await?;
+        let size = stored.or(asked).ok_or_else(|| no_size(w.name))?;
+        if n > size {
+            return Err(too_many(w.name, n, size));
+        }
+        (resp, stored)
+    } else {
+        let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
+        (resp, None)
+    };
     let kvs = resp.kvs();
     if !kvs
         .iter()
@@ -470,10 +528,10 @@ async fn turn_on_server(
     }
     let before: Vec<_> = kvs
         .iter()
-        .filter(|kv| kv.create_revision() < rev)
+        .filter(|kv| kv.create_revision() < rev && !is_size_key(kv.key()))
         .map(|kv| kind.entry(kv.value()))
         .collect();
-    Ok(if need.holds(before.iter()) {
+    Ok(if need.holds(before.iter(), stored) {
         Standing::Owner
     } else {
         Standing::Waiting
@@ -483,15 +541,17 @@ async fn turn_on_server(
 impl Claim {
     /// Creates our key (deleting a stale key of ours in the slot first), records our create
     /// revision and tells whether we hold at once.
-    async fn create(
-        &mut self,
-        inner: &Inner,
-        nw: &NameWatch,
-        value: &[u8],
-        need: Need,
-        kind: Kind,
-    ) -> Result<bool> {
+    ///
+    /// A semaphore's size is settled in the same transaction: it creates our key only while
+    /// the size key's mod revision is the one whose size we settled on (as the name's watch
+    /// last saw it), and stores the size we ask for when none is stored; another size, or a
+    /// size key changed since, comes back and is settled again.
+    async fn create(&mut self, inner: &Inner, w: &Want<'_>) -> Result<bool> {
+        let (nw, value, need, kind) = (w.nw, &w.value, w.need, w.kind);
         let prefix = nw.prefix();
+        // The size as the watch saw it; what refuses us is read again from the server first.
+        let mut size_seen = nw.size_seen();
+        let mut size_read = false;
         if let KeyLease::Session(s) = &self.lease {
             // A create that gets no answer may land late: a stray, whatever the slot.
             nw.watch_strays(s.id());
@@ -505,7 +565,31 @@ impl Claim {
             Need::Exclusive => (1, SortOrder::Ascend),
             _ => (0, SortOrder::Ascend),
         };
-        for _ in 0..3 {
+        let mut tries = 0;
+        while tries < 3 {
+            // A semaphore: the size it counts against, and whether to store it.
+            let sized = match need {
+                Need::Permits { n, asked } => {
+                    let settled =
+                        settle_size(w.name, asked, size_seen.1).and_then(|(size, store)| {
+                            if n > size {
+                                Err(too_many(w.name, n, size))
+                            } else {
+                                Ok((size, store, size_seen.0))
+                            }
+                        });
+                    match settled {
+                        Err(_) if !size_read => {
+                            size_seen = read_size(inner, prefix).await?;
+                            size_read = true;
+                            continue;
+                        }
+                        settled => Some(settled?),
+                    }
+                }
+                _ => None,
+            };
+            tries += 1;
             let (pool, key, lease, prefix, value) = (
                 inner.pool.clone(),
                 self.key.clone(),
@@ -527,17 +611,29 @@ impl Claim {
                                 .with_limit(limit),
                         ),
                     );
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                        .and_then([
-                            TxnOp::put(
-                                key.clone(),
-                                value.clone(),
-                                Some(PutOptions::new().with_lease(lease)),
-                            ),
-                            owner.clone(),
-                        ])
-                        .or_else([TxnOp::get(key.clone(), None), owner]);
+                    let mut when = vec![Compare::create_revision(key.clone(), CompareOp::Equal, 0)];
+                    let mut then = vec![
+                        TxnOp::put(
+                            key.clone(),
+                            value.clone(),
+                            Some(PutOptions::new().with_lease(lease)),
+                        ),
+                        owner.clone(),
+                    ];
+                    let mut or_else = vec![TxnOp::get(key.clone(), None), owner];
+                    if let Some((size, store, size_rev)) = sized {
+                        let size_key = size_key(&prefix);
+                        when.push(Compare::mod_revision(
+                            size_key.clone(),
+                            CompareOp::Equal,
+                            size_rev,
+                        ));
+                        if store {
+                            then.push(TxnOp::put(size_key.clone(), size.to_string(), None));
+                        }
+                        or_else.push(TxnOp::get(size_key, None));
+                    }
+                    let txn = Txn::new().when(when).and_then(then).or_else(or_else);
                     async move { c.txn(txn).await }
                 })
                 .await
@@ -553,14 +649,17 @@ impl Claim {
                 nw.watch_own(&self.key, rev);
                 return Ok(match ops.get(1) {
                     Some(TxnOpResponse::Get(g)) => {
-                        let before = g.kvs().iter().filter(|kv| kv.create_revision() < rev);
+                        let before = g
+                            .kvs()
+                            .iter()
+                            .filter(|kv| kv.create_revision() < rev && !is_size_key(kv.key()));
                         self.before = before
                             .clone()
                             .next()
                             .filter(|_| narrow)
                             .map(|kv| (kv.key().to_vec(), kv.create_revision()));
                         let before: Vec<_> = before.map(|kv| kind.entry(kv.value())).collect();
-                        need.holds(before.iter())
+                        need.holds(before.iter(), sized.map(|(size, ..)| size))
                     }
                     _ => {
                         return Err(Error::new(
@@ -569,6 +668,14 @@ impl Claim {
                         ))
                     }
                 });
+            }
+            // A semaphore's size key changed since the watch saw it: settle again on what it
+            // holds now.
+            if sized.is_some() {
+                if let Some(TxnOpResponse::Get(g)) = ops.get(2) {
+                    size_seen = size_of(g.kvs().first())?;
+                    size_read = true;
+                }
             }
             // Our slot's key exists: left over from an earlier acquisition whose delete failed,
             // or from a retried request. Never adopt it (its token would repeat): delete it.
@@ -582,7 +689,7 @@ impl Claim {
         }
         Err(Error::new(
             ErrorKind::Backend,
-            "could not create the lock key (it kept reappearing)",
+            "could not create the lock key (it, or the semaphore's size, kept changing)",
         ))
     }
 

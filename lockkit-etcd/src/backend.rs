@@ -14,6 +14,7 @@ use crate::election::EtcdElection;
 use crate::inner::Inner;
 use crate::mutex::EtcdMutex;
 use crate::rwlock::EtcdRwLock;
+use crate::sem_size::{is_size_key, stored_size};
 use crate::semaphore::EtcdSemaphore;
 use crate::watch::{Kind, Need};
 
@@ -43,6 +44,7 @@ impl Backend for EtcdBackend {
             .with_semaphore(Support::all().remaining_lease(false))
             .with_election(Support::all().remaining_lease(false))
             .list(true)
+            .semaphore_size(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -65,7 +67,7 @@ impl Backend for EtcdBackend {
         Ok(Box::new(EtcdSemaphore::new(
             self.inner.clone(),
             name,
-            lockkit_core::spi::own_size(permits)?,
+            permits,
         )))
     }
 
@@ -112,26 +114,35 @@ impl Backend for EtcdBackend {
             .inner
             .keys_by_create(&self.inner.prefix(kind, name), 0)
             .await?;
+        // A semaphore's size comes in the same read; without one, every permit key is listed
+        // as a holder.
+        let size = kvs.iter().find(|kv| is_size_key(kv.key()));
+        let stored = if kind == Kind::Semaphore {
+            stored_size(size)?
+        } else {
+            None
+        };
         let mut holders = Vec::new();
         let mut waiters = Vec::new();
         let mut before = Vec::new();
         for kv in &kvs {
+            if kind == Kind::Semaphore && is_size_key(kv.key()) {
+                continue;
+            }
             let e = kind.entry(kv.value());
             let owner = String::from_utf8_lossy(kv.key()).into_owned();
             let (need, mode) = match kind {
                 Kind::Semaphore => (
                     Need::Permits {
                         n: e.weight,
-                        total: u32::MAX,
+                        asked: Some(u32::MAX),
                     },
                     HoldMode::Permits(e.weight),
                 ),
                 _ if e.exclusive => (Need::Exclusive, HoldMode::Exclusive),
                 _ => (Need::Shared, HoldMode::Shared),
             };
-            // A semaphore's total lives with its handles, not on the server, so every permit
-            // key is listed as a holder; mutexes and RW locks list their waiters.
-            let holds = kind == Kind::Semaphore || need.holds(before.iter());
+            let holds = need.holds(before.iter(), stored);
             if holds && waiters.is_empty() {
                 holders.push(
                     HolderInfo::new(owner, mode)

@@ -12,6 +12,7 @@ use lockkit_core::{encode_name, Error, ErrorKind, Result};
 
 use crate::client::Pool;
 use crate::key_stream::KeyStream;
+use crate::sem_size::is_size_key;
 use crate::session::Session;
 use crate::strays::Strays;
 use crate::watch::{Kind, NameWatch};
@@ -120,6 +121,10 @@ impl Inner {
                 let Some((enc, _)) = rest.split_once('/') else {
                     continue;
                 };
+                // A semaphore's size key is no holder or waiter.
+                if kind == Kind::Semaphore && is_size_key(kv.key()) {
+                    continue;
+                }
                 if let Some(name) = lockkit_core::decode_name(enc) {
                     if names.last() != Some(&name) {
                         names.push(name);

@@ -12,6 +12,7 @@ mod key_watch;
 mod mutex;
 mod ops;
 mod rwlock;
+mod sem_size;
 mod semaphore;
 mod session;
 mod strays;

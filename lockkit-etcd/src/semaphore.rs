@@ -1,30 +1,35 @@
 //! The semaphore: keys ranked by create revision on `<prefix>/%sem/<encoded name>/`, each holding
-//! its permit count as its value. An acquirer holds when the permits of everyone ranked before it
-//! plus its own fit in the total (first come, first served: a large request is never overtaken).
-//! Permits are leased like locks, so a dead holder's permits come back when its lease ends.
+//! its permit count as its value, and the size key `%size` beside them (`sem_size.rs`). An
+//! acquirer holds when the permits of everyone ranked before it plus its own fit in the size
+//! (first come, first served: a large request is never overtaken). The size is settled in the
+//! transaction that creates the acquirer's key and read with the queue whenever a turn is
+//! settled. Permits are leased like locks, so a dead holder's permits come back when its lease
+//! ends.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{GuardParts, RawSemaphore, Request};
+use etcd_client::PutOptions;
+use lockkit_core::spi::{settle_size, GuardParts, RawSemaphore, Request};
 use lockkit_core::Result;
 
-use crate::acquire::{acquire, Want};
+use crate::acquire::{acquire, read_size, Want};
 use crate::inner::{watch_of, Inner};
+use crate::sem_size::{is_size_key, size_key, stored_size};
 use crate::watch::{Kind, NameWatch, Need};
 
-/// A semaphore handle. Every client of one semaphore must use the same total.
+/// A semaphore handle, of the size it asks for (`None`: the stored size).
 #[derive(Debug)]
 pub(crate) struct EtcdSemaphore {
     inner: Arc<Inner>,
     name: Arc<str>,
     prefix: Vec<u8>,
-    permits: u32,
+    permits: Option<u32>,
     watch: tokio::sync::OnceCell<Arc<NameWatch>>,
 }
 
 impl EtcdSemaphore {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: u32) -> Self {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: Option<u32>) -> Self {
         EtcdSemaphore {
             prefix: inner.prefix(Kind::Semaphore, name),
             inner,
@@ -45,23 +50,47 @@ impl RawSemaphore for EtcdSemaphore {
             kind: Kind::Semaphore,
             need: Need::Permits {
                 n,
-                total: self.permits,
+                asked: self.permits,
             },
             value: n.to_string().into_bytes(),
         };
         acquire(&self.inner, want, req).await
     }
 
+    /// One read of the prefix, which holds the size key too.
     async fn available(&self) -> Result<u32> {
         let kvs = self.inner.keys_by_create(&self.prefix, 0).await?;
+        let stored = stored_size(kvs.iter().find(|kv| is_size_key(kv.key())))?;
+        let (size, _) = settle_size(&self.name, self.permits, stored)?;
         let mut used: u64 = 0;
-        for kv in &kvs {
+        for kv in kvs.iter().filter(|kv| !is_size_key(kv.key())) {
             let w = u64::from(Kind::Semaphore.entry(kv.value()).weight);
-            if used + w > u64::from(self.permits) {
+            if used + w > u64::from(size) {
                 break; // the first waiter: everyone after waits too
             }
             used += w;
         }
-        Ok(self.permits.saturating_sub(used as u32))
+        Ok(size.saturating_sub(used as u32))
+    }
+
+    async fn size(&self) -> Result<Option<u32>> {
+        Ok(read_size(&self.inner, &self.prefix).await?.1)
+    }
+
+    /// One put, which the waiters' watch hears: those that now fit hold, those asking for
+    /// more than the new size are refused.
+    async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
+        let key = size_key(&self.prefix);
+        let mut resp = self
+            .inner
+            .pool
+            .run("set the semaphore's size", false, move |mut c| {
+                let key = key.clone();
+                let opts = PutOptions::new().with_prev_key();
+                async move { c.put(key, permits.to_string(), Some(opts)).await }
+            })
+            .await?;
+        // A previous value that is no size is replaced, and reported as none.
+        Ok(stored_size(resp.take_prev_key().as_ref()).unwrap_or(None))
     }
 }

@@ -43,6 +43,7 @@ use tokio::task::JoinHandle;
 use crate::client::Pool;
 use crate::key_stream::KeyStream;
 use crate::key_watch::{BeforeWatch, KeyWatches};
+use crate::sem_size::{is_size_key, parse_size};
 use crate::strays::{Slots, Strays};
 use crate::stream::{self, cancelled, Heard, Listen};
 
@@ -122,17 +123,27 @@ pub(crate) enum Need {
     Exclusive,
     /// No exclusive key before us (read lock).
     Shared,
-    /// The permits of everyone before us plus ours fit in `total`.
-    Permits { n: u32, total: u32 },
+    /// The permits of everyone before us plus our `n` fit in the semaphore's size: the size
+    /// stored with it, else the size the handle asks for (`asked`, `None` for a handle that
+    /// adopts the stored one).
+    Permits { n: u32, asked: Option<u32> },
 }
 
 impl Need {
-    /// Whether an acquirer with these keys ranked before it holds (FIFO by create revision).
-    pub(crate) fn holds<'a>(self, before: impl Iterator<Item = &'a Entry>) -> bool {
+    /// Whether an acquirer with these keys ranked before it holds (FIFO by create revision),
+    /// where the semaphore's stored size is `stored`.
+    pub(crate) fn holds<'a>(
+        self,
+        before: impl Iterator<Item = &'a Entry>,
+        stored: Option<u32>,
+    ) -> bool {
         match self {
             Need::Exclusive => before.count() == 0,
             Need::Shared => !before.into_iter().any(|e| e.exclusive),
-            Need::Permits { n, total } => {
+            Need::Permits { n, asked } => {
+                let Some(total) = stored.or(asked) else {
+                    return false;
+                };
                 let mut sum = u64::from(n);
                 for e in before {
                     sum += u64::from(e.weight);
@@ -144,6 +155,15 @@ impl Need {
             }
         }
     }
+
+    /// Whether a semaphore acquirer can never hold under the stored size `stored`: it asks for
+    /// more permits than there are, or there is no size at all. It must be told.
+    pub(crate) fn refused(self, stored: Option<u32>) -> bool {
+        match self {
+            Need::Permits { n, asked } => stored.or(asked).is_none_or(|total| n > total),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -153,6 +173,8 @@ pub(crate) struct Mirror {
     seen_rev: i64,
     keys: HashMap<Vec<u8>, i64>,
     order: BTreeMap<i64, Entry>,
+    /// A semaphore's size key: its mod revision and the size it holds (`sem_size.rs`).
+    size: Option<(i64, u32)>,
     waiters: HashMap<i64, (Arc<Notify>, Need)>,
     holders: HashMap<i64, StateCell>,
     /// An election's candidates' values, by create revision.
@@ -178,6 +200,7 @@ impl Mirror {
             seen_rev: 0,
             keys: HashMap::new(),
             order: BTreeMap::new(),
+            size: None,
             waiters: HashMap::new(),
             holders: HashMap::new(),
             values: HashMap::new(),
@@ -221,7 +244,10 @@ impl Mirror {
         if !self.order.contains_key(&rev) {
             return Standing::Gone;
         }
-        if need.holds(self.order.range(..rev).map(|(_, e)| e)) {
+        let stored = self.size.map(|(_, n)| n);
+        // A waiter the size refuses is woken as if it held: the read that settles a turn
+        // refuses it.
+        if need.refused(stored) || need.holds(self.order.range(..rev).map(|(_, e)| e), stored) {
             Standing::Owner
         } else {
             Standing::Waiting
@@ -232,14 +258,21 @@ impl Mirror {
         self.keys.clear();
         self.order.clear();
         self.values.clear();
-        for kv in kvs {
-            self.put(kv.key(), kv.create_revision(), kv.value());
+        self.size = None;
+        for kv in &kvs {
+            self.put(kv);
         }
         self.seen_rev = rev;
         self.synced = true;
     }
 
-    fn put(&mut self, key: &[u8], create_rev: i64, value: &[u8]) {
+    fn put(&mut self, kv: &etcd_client::KeyValue) {
+        let (key, create_rev, value) = (kv.key(), kv.create_revision(), kv.value());
+        if self.kind == Kind::Semaphore && is_size_key(key) {
+            // A size that is no number is no size: the settling read reports it.
+            self.size = parse_size(value).ok().map(|n| (kv.mod_revision(), n));
+            return;
+        }
         if let Some(old) = self.keys.insert(key.to_vec(), create_rev) {
             self.order.remove(&old);
             self.values.remove(&old);
@@ -251,6 +284,10 @@ impl Mirror {
     }
 
     fn delete(&mut self, key: &[u8]) {
+        if self.kind == Kind::Semaphore && is_size_key(key) {
+            self.size = None;
+            return;
+        }
         if let Some(old) = self.keys.remove(key) {
             self.order.remove(&old);
             self.values.remove(&old);
@@ -480,6 +517,19 @@ impl NameWatch {
     pub(crate) fn forget(&self, rev: i64) {
         if let Some(mut k) = self.keys() {
             k.forget(rev);
+        }
+    }
+
+    /// A semaphore's size key as the mirror last saw it: its mod revision (0 when absent) and
+    /// size. `(0, None)` before the mirror is in step with the server.
+    pub(crate) fn size_seen(&self) -> (i64, Option<u32>) {
+        if self.is_narrow() {
+            return (0, None);
+        }
+        let m = self.mirror();
+        match m.size {
+            Some((rev, n)) if m.synced => (rev, Some(n)),
+            _ => (0, None),
         }
     }
 
@@ -756,7 +806,7 @@ async fn session_of_watch(
             }
             match ev.event_type() {
                 EventType::Put => {
-                    m.put(kv.key(), kv.create_revision(), kv.value());
+                    m.put(kv);
                     strays.extend(n.stray(kv));
                 }
                 EventType::Delete => m.delete(kv.key()),

@@ -114,3 +114,62 @@ async fn semaphore_is_fifo() {
     all.release().await.unwrap();
     assert_eq!(s.available().await.unwrap(), 3);
 }
+
+/// The size a semaphore's watch shows may be behind the server's; it is never taken on the
+/// watch's word. B's watch lags 500 ms. After A changes the size, B's handles settle against
+/// the server: a handle of the new size is admitted (the watch still shows the old one), and a
+/// handle of the old size is refused by the transaction's compare on the size key, although
+/// its watch shows that size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_watch_never_decides_a_semaphore_size() {
+    let Some(url) = url() else { return };
+    let server = lockkit_core::ServerUrl::parse_for(&url, &lockkit_etcd::INFO)
+        .unwrap()
+        .hosts[0]
+        .to_string();
+    let proxy = common::lagging_proxy(&server, Duration::from_millis(500)).await;
+    let a = connect(&url, "").await;
+    let b = connect(&format!("etcd://{}", proxy.addr()), "").await;
+    let n = name("sem-lag");
+    // B stores 2 and its watch, in step by now, shows it.
+    let b2 = b.semaphore(&n, 2).unwrap();
+    b2.try_acquire(1)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    let admin = a.open_semaphore(&n).unwrap();
+    assert_eq!(admin.set_permits(3).await.unwrap(), Some(2));
+    // B's watch still shows 2.
+    let p = b.semaphore(&n, 3).unwrap().try_acquire(3).await;
+    let p = p.unwrap().expect("3 of the stored 3");
+    p.release().await.unwrap();
+    let e = b2.try_acquire(1).await.unwrap_err();
+    assert_eq!(e.kind(), lockkit_core::ErrorKind::InvalidArgument, "{e}");
+
+    // Now B's watch shows 3 and the server 2: B's handle of 3 is refused on the server.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(admin.set_permits(2).await.unwrap(), Some(3));
+    let e = b
+        .semaphore(&n, 3)
+        .unwrap()
+        .try_acquire(1)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("has 2 permits"), "{e}");
+    let p = b2.try_acquire(2).await.unwrap().expect("2 of the stored 2");
+    assert!(a
+        .semaphore(&n, 2)
+        .unwrap()
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .is_none());
+    p.release().await.unwrap();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

@@ -128,6 +128,7 @@ macro_rules! conformance_suite {
             semaphore_extend_keeps_the_permits,
             semaphore_size_is_stored_with_it,
             semaphore_set_permits_changes_the_size,
+            semaphore_disagreeing_handles_never_oversubscribe,
             election_one_leader_at_a_time_with_rising_terms,
             election_candidates_lead_in_arrival_order,
             election_leader_and_observers_follow_every_change,

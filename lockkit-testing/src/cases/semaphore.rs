@@ -336,3 +336,66 @@ pub async fn semaphore_set_permits_changes_the_size(locks: &Locks) {
     p.release().await.unwrap();
     assert_eq!(opened.available().await.unwrap(), 2);
 }
+
+/// Handles that disagree on the size race to a fresh semaphore: one size is stored, every
+/// handle of the other size is refused, and never more than the stored size hold at once.
+pub async fn semaphore_disagreeing_handles_never_oversubscribe(locks: &Locks) {
+    let Some((n, _)) = sem(locks, "sem-race", 1) else {
+        return;
+    };
+    if !locks.capabilities().semaphore_size {
+        return; // each handle counts against its own size there, as documented
+    }
+    let detector = OverlapDetector::new();
+    let mut tasks = Vec::new();
+    for i in 0..8u32 {
+        let size = if i % 2 == 0 { 1 } else { 3 };
+        let (s, detector) = (locks.semaphore(&n, size).unwrap(), detector.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut held = 0;
+            for _ in 0..5 {
+                match s.acquire_one().await {
+                    Ok(p) => {
+                        {
+                            let _inside = detector.enter();
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                        p.release().await.unwrap();
+                        held += 1;
+                    }
+                    Err(e) => {
+                        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+                        return (size, held, true);
+                    }
+                }
+            }
+            (size, held, false)
+        }));
+    }
+    let results = within(
+        Duration::from_secs(120),
+        "disagreeing semaphore handles",
+        futures::future::try_join_all(tasks),
+    )
+    .await
+    .unwrap();
+    let stored = locks
+        .open_semaphore(&n)
+        .unwrap()
+        .size()
+        .await
+        .unwrap()
+        .expect("a size stored");
+    for (size, held, refused) in results {
+        if size == stored {
+            assert!(!refused && held == 5, "a handle of the stored size refused");
+        } else {
+            assert!(
+                refused && held == 0,
+                "a handle of {size} held where {stored} are stored"
+            );
+        }
+    }
+    let max = detector.max_inside();
+    assert!(max <= stored as usize, "{max} holders of {stored} permits");
+}
