@@ -145,6 +145,8 @@ impl Backend for RedisBackend {
             .with_semaphore(shared)
             .with_election(Support::all().remaining_lease(false))
             .list(!compat)
+            // Redisson's RSemaphore keeps only its free count.
+            .semaphore_size(!compat)
     }
 
     fn default_lease(&self) -> Duration {
@@ -181,7 +183,7 @@ impl Backend for RedisBackend {
         Ok(Box::new(crate::shared::RedisSemaphore::new(
             self.inner.clone(),
             name,
-            lockkit_core::spi::own_size(permits)?,
+            permits,
         )?))
     }
 

@@ -41,6 +41,11 @@ pub struct LockKeys {
     /// the lock's expiry), `<lock>:leader`; `None` for locks. An election's `channel` announces
     /// each change of leader (`!`).
     pub leader: Option<String>,
+    /// A native semaphore's size (a string holding the number of permits, with no expiry: the
+    /// size is the semaphore's, kept for operators' `set_permits` while nobody uses it),
+    /// `<prefix>:sem-size:{<name>}`; `None` otherwise (Redisson's `RSemaphore` keeps no size,
+    /// only its free count).
+    pub size: Option<String>,
 }
 
 impl LockKeys {
@@ -75,9 +80,17 @@ impl LockKeys {
     }
 
     /// The keys of semaphore `name`: `holders` holds one member `<owner>|<permits>` per permit
-    /// holder.
+    /// holder, `size` the semaphore's size.
+    ///
+    /// ```
+    /// let k = lockkit_redis::LockKeys::semaphore("lockkit", "pool");
+    /// assert_eq!(k.holders, "lockkit:sem-holders:{pool}");
+    /// assert_eq!(k.size.as_deref(), Some("lockkit:sem-size:{pool}"));
+    /// ```
     pub fn semaphore(prefix: &str, name: &str) -> LockKeys {
-        Self::of_kind(prefix, "sem", name)
+        let mut keys = Self::of_kind(prefix, "sem", name);
+        keys.size = Some(format!("{prefix}:sem-size:{}", tag(name)));
+        keys
     }
 
     fn of_kind(prefix: &str, kind: &str, name: &str) -> LockKeys {
@@ -97,6 +110,7 @@ impl LockKeys {
             waiters: format!("{prefix}waiters:{tag}"),
             holders: format!("{prefix}holders:{tag}"),
             leader: None,
+            size: None,
         }
     }
 
@@ -131,6 +145,7 @@ impl LockKeys {
             waiters: prefix_name("redisson_lock_timeout", name),
             holders: extra("holders"),
             leader: None,
+            size: None,
         })
     }
 
@@ -161,6 +176,7 @@ impl LockKeys {
             waiters: format!("{}:{name}", extra("writers")),
             holders: suffix_base(name),
             leader: None,
+            size: None,
         })
     }
 
@@ -188,6 +204,7 @@ impl LockKeys {
             waiters: format!("{}:{name}", extra("waiters")),
             holders: format!("{{{tag}}}:lockkit-permits:{name}"),
             leader: None,
+            size: None,
         })
     }
 

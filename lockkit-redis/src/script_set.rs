@@ -102,7 +102,9 @@ pub mod source {
     /// Write -> read downgrade.
     pub const RW_DOWNGRADE: &str = lua!("typed.lua", "owned.lua", "rw_downgrade.lua");
     /// Read-only probe of a read-write lock or semaphore.
-    pub const RW_PROBE: &str = lua!("rw_probe.lua");
+    pub const RW_PROBE: &str = lua!("typed.lua", "rw_probe.lua");
+    /// Admin: a native semaphore's size, for every handle.
+    pub const SEM_SET_SIZE: &str = lua!("typed.lua", "sem_set_size.lua");
     /// Admin force-unlock of a read-write lock or semaphore.
     pub const SHARED_FORCE: &str = lua!("shared_force.lua");
     /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
@@ -147,6 +149,7 @@ pub(crate) struct Scripts {
     pub(crate) renew_set: Script,
     pub(crate) rw_downgrade: Script,
     pub(crate) rw_probe: Script,
+    pub(crate) sem_set_size: Script,
     pub(crate) shared_force: Script,
     pub(crate) rs_rw_acquire: Script,
     pub(crate) rs_rw_release: Script,
@@ -183,6 +186,7 @@ impl Scripts {
             renew_set: Script::new(source::RENEW_SET),
             rw_downgrade: Script::new(source::RW_DOWNGRADE),
             rw_probe: Script::new(source::RW_PROBE),
+            sem_set_size: Script::new(source::SEM_SET_SIZE),
             shared_force: Script::new(source::SHARED_FORCE),
             rs_rw_acquire: Script::new(source::RS_RW_ACQUIRE),
             rs_rw_release: Script::new(source::RS_RW_RELEASE),

@@ -5,14 +5,14 @@
 mod handle;
 mod redisson;
 
-use handle::{Core, Layout, Mode};
+use handle::{Capacity, Core, Layout, Mode};
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{
-    drive, Exit, GuardParts, Held, Queue, RawRwLock, RawSemaphore, Request, Standing, StateCell,
-    Woken,
+    drive, no_size, settle_size, size_mismatch, too_many, Exit, GuardParts, Held, Queue, RawRwLock,
+    RawSemaphore, Request, Standing, StateCell, Woken,
 };
 use lockkit_core::{async_trait, Error, ErrorKind, Lease, Result};
 use tokio::time::Instant;
@@ -89,8 +89,11 @@ impl Core {
         inv.key(&self.keys.lock)
             .key(&self.keys.holders)
             .key(&self.keys.waiters)
-            .key(&self.keys.fence)
-            .arg(member)
+            .key(&self.keys.fence);
+        if mode != Mode::Write {
+            inv.key(self.keys.size.as_ref().unwrap_or(&self.keys.holders));
+        }
+        inv.arg(member)
             .arg(lease.as_millis() as u64)
             .arg(settings.fence_ttl.as_millis() as u64);
         match mode {
@@ -101,7 +104,7 @@ impl Core {
                 inv.arg(1).arg(0);
             }
             Mode::Permits(n) => {
-                inv.arg(n).arg(self.capacity);
+                inv.arg(n).arg(self.capacity.arg());
             }
         }
         inv
@@ -162,24 +165,39 @@ impl Core {
         if self.layout == Layout::Redisson {
             return redisson::is_locked(self).await;
         }
-        let (write, used) = self.probe().await?;
+        let (write, used, _) = self.probe().await?;
         Ok(write || used > 0)
     }
 
-    /// The semaphore's free permits.
+    /// The semaphore's free permits, of its stored size (or the size asked for, before one is
+    /// stored).
     async fn available(&self) -> Result<u32> {
         if self.layout == Layout::Redisson {
             return redisson::available(self).await;
         }
-        let (_, used) = self.probe().await?;
-        Ok(self.capacity.saturating_sub(used))
+        let (_, used, stored) = self.probe().await?;
+        let (size, _) = settle_size(&self.name, self.capacity.asked(), stored)?;
+        Ok(size.saturating_sub(used))
     }
 
-    async fn probe(&self) -> Result<(bool, u32)> {
+    /// Whether the write lock is held, the permits in use and a semaphore's stored size.
+    async fn probe(&self) -> Result<(bool, u32, Option<u32>)> {
         let mut inv = self.inner.scripts.rw_probe.prepare_invoke();
         inv.key(&self.keys.lock).key(&self.keys.holders);
-        let (write, used): (i64, i64) = self.inner.invoke(&inv, "probe").await?;
-        Ok((write == 1, used.max(0) as u32))
+        if let Some(size) = &self.keys.size {
+            inv.key(size);
+        }
+        let (write, used, size): (i64, i64, i64) = self.inner.invoke(&inv, "probe").await?;
+        let size = u32::try_from(size).ok().filter(|&n| n > 0);
+        Ok((write == 1, used.max(0) as u32, size))
+    }
+
+    /// A native semaphore's size key.
+    fn size_key(&self) -> Result<&str> {
+        self.keys
+            .size
+            .as_deref()
+            .ok_or_else(|| Error::unsupported("Redisson's RSemaphore keeps no size"))
     }
 }
 
@@ -205,7 +223,7 @@ impl RedisRwLock {
                 name: name.into(),
                 keys: Arc::new(keys),
                 layout,
-                capacity: 0,
+                capacity: Capacity::Unlimited,
             },
         })
     }
@@ -270,6 +288,16 @@ impl SharedQueue<'_> {
                 return Err(e);
             }
         };
+        if ok < 0 {
+            // The semaphore's size refused us: nothing was taken.
+            c.undo = false;
+            let (name, stored) = (&*self.core.name, value.clamp(0, i64::from(u32::MAX)) as u32);
+            return Err(match (ok, self.mode) {
+                (-2, _) => size_mismatch(name, self.core.capacity.asked().unwrap_or(0), stored),
+                (-3, Mode::Permits(n)) => too_many(name, n, stored),
+                _ => no_size(name),
+            });
+        }
         if ok == 1 {
             c.won = Some((value as u64, sent_at, epoch));
             return Ok(Standing::Owner);
@@ -361,15 +389,15 @@ impl Queue for SharedQueue<'_> {
         }))
     }
 
-    /// Out of time, a writer withdraws its intent now; every other end goes to the reaper.
+    /// Out of time, a writer withdraws its intent now; every other end goes to the reaper. A
+    /// wake-up we took is passed on whatever the end (a semaphore's new size wakes one waiter,
+    /// and one it refuses must pass it on).
     async fn leave(&self, c: &mut SharedClaim, exit: Exit) -> Result<()> {
-        if exit == Exit::TimedOut {
-            self.forward(c);
-            if c.intent && !c.undo {
-                let core = self.core;
-                release(&core.inner, core.layout, &core.keys, &self.member, "i").await?;
-                c.intent = false;
-            }
+        self.forward(c);
+        if exit == Exit::TimedOut && c.intent && !c.undo {
+            let core = self.core;
+            release(&core.inner, core.layout, &core.keys, &self.member, "i").await?;
+            c.intent = false;
         }
         self.hand_off(c);
         Ok(())
@@ -398,14 +426,17 @@ pub(crate) struct RedisSemaphore {
 }
 
 impl RedisSemaphore {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: u32) -> Result<Self> {
-        let (keys, layout) = if inner.settings.redisson_compat {
-            (LockKeys::redisson_semaphore(name)?, Layout::Redisson)
+    /// A semaphore asking for `permits` (`None`: the stored size; natively only, since
+    /// Redisson's layout keeps no size).
+    pub(crate) fn new(inner: Arc<Inner>, name: &str, permits: Option<u32>) -> Result<Self> {
+        let (keys, layout, capacity) = if inner.settings.redisson_compat {
+            let permits = lockkit_core::spi::own_size(permits)?;
+            let keys = LockKeys::redisson_semaphore(name)?;
+            (keys, Layout::Redisson, Capacity::Asked(permits))
         } else {
-            (
-                LockKeys::semaphore(&inner.settings.prefix, name),
-                Layout::Native,
-            )
+            let keys = LockKeys::semaphore(&inner.settings.prefix, name);
+            let capacity = permits.map_or(Capacity::Stored, Capacity::Asked);
+            (keys, Layout::Native, capacity)
         };
         Ok(RedisSemaphore {
             core: Core {
@@ -413,7 +444,7 @@ impl RedisSemaphore {
                 name: name.into(),
                 keys: Arc::new(keys),
                 layout,
-                capacity: permits,
+                capacity,
             },
         })
     }
@@ -428,6 +459,32 @@ impl RawSemaphore for RedisSemaphore {
 
     async fn available(&self) -> Result<u32> {
         self.core.available().await
+    }
+
+    async fn size(&self) -> Result<Option<u32>> {
+        let key = self.core.size_key()?;
+        let inner = &self.core.inner;
+        let got: Option<String> = inner.query(redis::cmd("GET").arg(key), "size").await?;
+        got.map(|v| {
+            v.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::WrongType,
+                    format!("key {key} holds {v:?}, not a semaphore size"),
+                )
+            })
+        })
+        .transpose()
+    }
+
+    /// Stores the size and wakes the waiters, in one script.
+    async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
+        let core = &self.core;
+        let mut inv = core.inner.scripts.sem_set_size.prepare_invoke();
+        inv.key(core.size_key()?)
+            .arg(permits)
+            .arg(&core.keys.channel);
+        let before: i64 = core.inner.invoke(&inv, "set_permits").await?;
+        Ok(u32::try_from(before).ok().filter(|&n| n > 0))
     }
 }
 
@@ -542,7 +599,7 @@ impl Held for SharedHeld {
             name: self.name.clone(),
             keys: self.keys.clone(),
             layout: self.layout,
-            capacity: 0,
+            capacity: Capacity::Unlimited,
         };
         // The read ownership keeps the write ownership's token: no writer came in between.
         Ok(core.parts(

@@ -475,7 +475,8 @@ async fn raw_lease(
     permits: u32,
     capacity: u32,
 ) -> (i64, i64) {
-    let keys = [&*k.lock, &k.holders, &k.waiters, &k.fence];
+    let size = k.size.as_deref().unwrap_or(&k.holders);
+    let keys = [&*k.lock, &k.holders, &k.waiters, &k.fence, size];
     let (permits, capacity) = (permits.to_string(), capacity.to_string());
     let args = [member, "30000", "3600000", &permits, &capacity];
     run(admin, lockkit_redis::scripts::LEASE_SET, &keys, &args).await

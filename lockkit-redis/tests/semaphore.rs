@@ -121,3 +121,57 @@ async fn watchdog_keeps_permits_and_tokens_increase() {
     p1.release().await.unwrap();
     p2.release().await.unwrap();
 }
+
+/// A semaphore's size lives in `<prefix>:sem-size:{name}`: a foreign key there (a hash, or a
+/// string that is no number) is a typed `WrongType` error for every call that reads it,
+/// nothing is taken, and the key is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_size_key_is_refused_typed_and_kept() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let locks = connect(&url, &[]).await;
+    for foreign in ["hash", "text"] {
+        let name = unique_name("sem-foreign-size");
+        let k = lockkit_redis::LockKeys::semaphore("lockkit", &name);
+        let size = k.size.clone().unwrap();
+        let cmd = if foreign == "hash" {
+            redis::cmd("HSET").arg(&size).arg("f").arg("v").clone()
+        } else {
+            redis::cmd("SET").arg(&size).arg("precious").clone()
+        };
+        let _: () = cmd.query_async(&mut admin).await.unwrap();
+        let s = locks.semaphore(&name, 2).unwrap();
+        let opened = locks.open_semaphore(&name).unwrap();
+        let errors = [
+            s.try_acquire(1).await.map(drop).unwrap_err(),
+            opened.try_acquire(1).await.map(drop).unwrap_err(),
+            s.available().await.map(drop).unwrap_err(),
+            s.size().await.map(drop).unwrap_err(),
+            s.set_permits(3).await.map(drop).unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(
+                e.kind(),
+                lockkit_core::ErrorKind::WrongType,
+                "{foreign}: {e}"
+            );
+        }
+        let held: i64 = redis::cmd("EXISTS")
+            .arg(&k.holders)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(held, 0, "{foreign}: a permit taken");
+        let kind: String = redis::cmd("TYPE")
+            .arg(&size)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(kind, if foreign == "hash" { "hash" } else { "string" });
+        let _: () = redis::cmd("DEL")
+            .arg(&size)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
+}

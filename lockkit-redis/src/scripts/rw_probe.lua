@@ -1,10 +1,18 @@
 -- Whether a read-write lock or semaphore has live holders, and how many permits are in use.
--- KEYS[1] write hash, KEYS[2] holders zset
--- Returns {write held (0/1), permits in use by live shared holders}
+-- KEYS[1] write hash, KEYS[2] holders zset, KEYS[3] a semaphore's size (none for a RW lock)
+-- Returns {write held (0/1), permits in use by live shared holders, the stored size (0: none)}
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local used = 0
 for _, m in ipairs(redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf')) do
   used = used + tonumber(string.match(m, '|(%d+)$') or '1')
 end
-return {redis.call('exists', KEYS[1]), used}
+local size = 0
+if KEYS[3] then
+  local ok, stored = typed_call('get', KEYS[3])
+  if not ok or (stored and not tonumber(stored)) then
+    return (not ok and stored) or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[3] .. ' is not a semaphore size')
+  end
+  size = tonumber(stored) or 0
+end
+return {redis.call('exists', KEYS[1]), used, size}

@@ -64,6 +64,35 @@ pub(super) struct Core {
     pub(super) name: Arc<str>,
     pub(super) keys: Arc<LockKeys>,
     pub(super) layout: Layout,
-    /// Semaphores: the number of permits (0 for read-write locks).
-    pub(super) capacity: u32,
+    pub(super) capacity: Capacity,
+}
+
+/// What a handle's acquires count against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Capacity {
+    /// Nothing: a read-write lock.
+    Unlimited,
+    /// A semaphore of this size (stored when none is, natively; where Redisson's count starts).
+    Asked(u32),
+    /// A native semaphore's stored size.
+    Stored,
+}
+
+impl Capacity {
+    /// The scripts' argument: 0 unlimited, -1 the stored size.
+    pub(super) fn arg(self) -> i64 {
+        match self {
+            Capacity::Unlimited => 0,
+            Capacity::Asked(n) => i64::from(n),
+            Capacity::Stored => -1,
+        }
+    }
+
+    /// The size asked for, if any.
+    pub(super) fn asked(self) -> Option<u32> {
+        match self {
+            Capacity::Asked(n) => Some(n),
+            _ => None,
+        }
+    }
 }

@@ -32,7 +32,7 @@ pub(super) fn acquire_call<'a>(
                 .arg(lease_ms)
                 .arg(fence_ttl)
                 .arg(n)
-                .arg(core.capacity)
+                .arg(core.capacity.arg())
                 .arg(&keys.channel);
             inv
         }
@@ -106,7 +106,7 @@ pub(super) async fn available(core: &Core) -> Result<u32> {
     let mut inv = core.inner.scripts.rs_sem_probe.prepare_invoke();
     inv.key(&core.keys.lock)
         .key(&core.keys.holders)
-        .arg(core.capacity);
+        .arg(core.capacity.arg());
     let free: i64 = core.inner.invoke(&inv, "available").await?;
     Ok(free.clamp(0, i64::from(u32::MAX)) as u32)
 }
