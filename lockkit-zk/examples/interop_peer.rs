@@ -1,10 +1,13 @@
 //! The lockkit side of the Curator interop test (`scripts/test.d/30-curator-interop.sh`).
 //!
 //! ```text
-//! interop_peer path  URL NAME             print the ZooKeeper paths of mutex, rwlock and
-//!                                         election NAME
+//! interop_peer path  URL NAME             print the ZooKeeper paths of mutex, rwlock,
+//!                                         election and semaphore NAME
 //! interop_peer mutex URL NAME ITERATIONS DIR
 //! interop_peer rw    URL NAME ITERATIONS DIR
+//! interop_peer semaphore URL NAME ITERATIONS DIR  one permit at a time of semaphore NAME,
+//!                                         whose size (1) it stores before it starts; Curator
+//!                                         reads it through a SharedCount
 //! interop_peer latch URL NAME ITERATIONS DIR  lead election NAME (Curator's LeaderLatch)
 //! interop_peer selector URL NAME ITERATIONS DIR  the same, with `election_layout=selector` in
 //!                                         URL (Curator's LeaderSelector)
@@ -114,6 +117,7 @@ async fn main() -> lockkit_core::Result<()> {
         println!("{}", backend.mutex_path(name));
         println!("{}", backend.rwlock_path(name));
         println!("{}", backend.election_path(name));
+        println!("{}", backend.semaphore_path(name));
         return Ok(());
     }
     let iterations: usize = args[3].parse().expect("ITERATIONS");
@@ -123,6 +127,11 @@ async fn main() -> lockkit_core::Result<()> {
     let mutex = backend.mutex(name)?;
     let rw = backend.rwlock(name)?;
     let election = backend.election(name)?;
+    let semaphore = backend.semaphore(name, 1)?;
+    if mode == "semaphore" {
+        // The size Curator's SharedCount must read (its seed would say 5).
+        backend.open_semaphore(name)?.set_permits(1).await?;
+    }
     // Start together, so the two sides really contend.
     std::fs::write(dir.join("ready-lockkit"), b"").unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(60);
@@ -172,6 +181,15 @@ async fn main() -> lockkit_core::Result<()> {
             tokio::time::sleep(Duration::from_millis(2)).await;
             std::fs::remove_file(me).unwrap();
             r.release().await?;
+        } else if mode == "semaphore" {
+            let p = semaphore
+                .acquire(1, &wait)
+                .await?
+                .expect("a permit within 30 s");
+            enter_exclusive(&dir);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            exit_exclusive(&dir);
+            p.release().await?;
         } else {
             let g = mutex.acquire(&wait).await?.expect("lock within 30 s");
             enter_exclusive(&dir);

@@ -71,6 +71,7 @@ impl Backend for ZkBackend {
             .with_semaphore(support)
             .with_election(support)
             .list(true)
+            .semaphore_size(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -102,7 +103,7 @@ impl Backend for ZkBackend {
             sessions: self.sessions.clone(),
             name: name.to_string(),
             dir: self.semaphore_path(name),
-            permits: lockkit_core::spi::own_size(permits)?,
+            permits,
         }))
     }
 

@@ -11,6 +11,7 @@ mod ops;
 mod owned;
 mod queue;
 mod rwlock;
+mod sem_size;
 mod semaphore;
 mod session;
 mod sessions;

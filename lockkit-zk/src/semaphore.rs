@@ -1,10 +1,14 @@
 //! The semaphore: Curator's InterProcessSemaphoreV2 protocol. An entry mutex (`locks/`) lets one
 //! acquirer at a time add its lease nodes (`leases/`) and watch the lease set until it fits, so
 //! releases wake only that one acquirer (no herd). Leases are ephemeral: a dead session's permits
-//! come back when ZooKeeper expires it.
+//! come back when ZooKeeper expires it. The size lives in `<dir>/size` (`sem_size.rs`): settled
+//! before joining the entry queue, and read again (and watched) each time the lease set is.
 
 use async_trait::async_trait;
-use lockkit_core::spi::{drive, Exit, GuardParts, Queue, RawSemaphore, Request, Standing, Woken};
+use lockkit_core::spi::{
+    drive, no_size, settle_size, too_many, Exit, GuardParts, Queue, RawSemaphore, Request,
+    Standing, Woken,
+};
 use lockkit_core::Result;
 use std::sync::Arc;
 use zookeeper_client as zk;
@@ -12,6 +16,7 @@ use zookeeper_client as zk;
 use crate::held;
 use crate::node::{self, LEASE_MARKER, MUTEX_MARKER};
 use crate::queue::{self, Node, Rule, Spec, ZkQueue, NODE_DATA};
+use crate::sem_size;
 use crate::sessions::Sessions;
 
 #[derive(Debug)]
@@ -19,7 +24,8 @@ pub(crate) struct ZkSemaphore {
     pub sessions: Arc<Sessions>,
     pub name: String,
     pub dir: String,
-    pub permits: u32,
+    /// The size asked for (`None`: the stored one).
+    pub permits: Option<u32>,
 }
 
 impl ZkSemaphore {
@@ -55,18 +61,35 @@ impl RawSemaphore for ZkSemaphore {
         self.acquire_permits(n, req).await
     }
 
+    /// The lease set, then the size: the count can only have fallen by then.
     async fn available(&self) -> Result<u32> {
-        let client = self.sessions.default().client()?;
+        let session = self.sessions.default();
+        let client = session.client()?;
         let used = self.lease_count(&client).await?;
-        Ok(self
-            .permits
-            .saturating_sub(u32::try_from(used).unwrap_or(u32::MAX)))
+        let stored = sem_size::read(&client, &self.dir, session.cfg.command_timeout).await?;
+        let (size, _) = settle_size(&self.name, self.permits, stored)?;
+        Ok(size.saturating_sub(u32::try_from(used).unwrap_or(u32::MAX)))
+    }
+
+    async fn size(&self) -> Result<Option<u32>> {
+        let session = self.sessions.default();
+        let client = session.client()?;
+        sem_size::read(&client, &self.dir, session.cfg.command_timeout).await
+    }
+
+    async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
+        let session = self.sessions.default();
+        let client = session.client()?;
+        sem_size::set(session, &client, &self.dir, permits).await
     }
 }
 
 impl ZkSemaphore {
     async fn acquire_permits(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let session = &self.sessions.for_lease(req.lease().duration()).await?;
+        // Refused before joining the queue when the size refuses us now.
+        let client = session.client()?;
+        sem_size::settle(session, &client, &self.dir, &self.name, self.permits, n).await?;
         let (locks_dir, leases_dir) = (self.locks_dir(), self.leases_dir());
         let queue = SemQueue {
             entry: ZkQueue {
@@ -80,6 +103,8 @@ impl ZkSemaphore {
                 },
             },
             leases_dir: &leases_dir,
+            dir: &self.dir,
+            name: &self.name,
             n,
             permits: self.permits,
         };
@@ -102,15 +127,17 @@ impl ZkSemaphore {
 struct SemQueue<'a> {
     entry: ZkQueue<'a>,
     leases_dir: &'a str,
+    dir: &'a str,
+    name: &'a str,
     n: u32,
-    permits: u32,
+    permits: Option<u32>,
 }
 
 struct SemClaim {
     entry: queue::Claim,
     leases: Vec<Node>,
-    /// The watch of the lease set, while our leases do not fit.
-    watcher: Option<zk::OneshotWatcher>,
+    /// The watches of the lease set and of the size, while our leases do not fit.
+    watchers: Option<(zk::OneshotWatcher, zk::OneshotWatcher)>,
 }
 
 impl SemQueue<'_> {
@@ -134,14 +161,21 @@ impl SemQueue<'_> {
             }
         }
         let limit = session.cfg.command_timeout;
-        let (children, watcher) = crate::ops::retry(limit, "watch leases", || {
+        let (children, leases) = crate::ops::retry(limit, "watch leases", || {
             client.list_and_watch_children(self.leases_dir)
         })
         .await?;
-        if count_leases(&children) <= self.permits as usize {
+        // The size after the lease set (see `sem_size.rs`); one changed while we waited is
+        // the one we count against, and one too small for us refuses us.
+        let (stored, size_watch) = sem_size::read_and_watch(&client, self.dir, limit).await?;
+        let size = stored.or(self.permits).ok_or_else(|| no_size(self.name))?;
+        if self.n > size {
+            return Err(too_many(self.name, self.n, size));
+        }
+        if count_leases(&children) <= size as usize {
             return Ok(Standing::Owner);
         }
-        c.watcher = Some(watcher);
+        c.watchers = Some((leases, size_watch));
         Ok(Standing::Waiting)
     }
 }
@@ -155,7 +189,7 @@ impl Queue for SemQueue<'_> {
         Ok(SemClaim {
             entry: self.entry.claim(req).await?,
             leases: Vec::new(),
-            watcher: None,
+            watchers: None,
         })
     }
 
@@ -167,10 +201,14 @@ impl Queue for SemQueue<'_> {
     }
 
     async fn wait(&self, c: &mut SemClaim, req: &Request) -> Result<Woken> {
-        let Some(watcher) = c.watcher.take() else {
+        let Some((leases, size)) = c.watchers.take() else {
             return self.entry.wait(&mut c.entry, req).await;
         };
-        queue::watch_fired(self.entry.session, watcher, req).await?;
+        let session = self.entry.session;
+        tokio::select! {
+            r = queue::watch_fired(session, leases, req) => r?,
+            r = queue::watch_fired(session, size, req) => r?,
+        }
         Ok(Woken::Look)
     }
 

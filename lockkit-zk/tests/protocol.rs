@@ -566,3 +566,50 @@ async fn a_release_refused_for_good_ends_with_the_closed_handle() {
     assert_eq!(e.kind(), ErrorKind::Timeout, "the refused cleanup: {e}");
     refused_node_goes_with_the_session(&admin, &dir).await;
 }
+
+/// A semaphore's size is `<dir>/size`, a 4-byte big-endian count (Curator's `SharedCount`).
+/// The first acquire stores it; a node there holding anything else is a typed `WrongType`
+/// error for every call that reads it, nothing is taken, and the node is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_size_is_a_shared_count_and_a_foreign_one_is_refused() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let locks = backend(&url).await;
+    let client = locks.zk_client().unwrap();
+    let s = locks.semaphore("sized", 3).unwrap();
+    s.try_acquire(1)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let path = format!("{}/size", locks.semaphore_path("sized"));
+    let (data, _) = client.get_data(&path).await.unwrap();
+    assert_eq!(data, [0, 0, 0, 3]);
+
+    let dir = locks.semaphore_path("foreign");
+    let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    client.mkdir(&dir, &opts).await.unwrap();
+    client
+        .create(&format!("{dir}/size"), b"three", &opts)
+        .await
+        .unwrap();
+    let s = locks.semaphore("foreign", 3).unwrap();
+    let opened = locks.open_semaphore("foreign").unwrap();
+    let errors = [
+        s.try_acquire(1).await.map(drop).unwrap_err(),
+        opened.try_acquire(1).await.map(drop).unwrap_err(),
+        s.available().await.map(drop).unwrap_err(),
+        s.size().await.map(drop).unwrap_err(),
+        s.set_permits(2).await.map(drop).unwrap_err(),
+    ];
+    for e in errors {
+        assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
+    }
+    let (data, _) = client.get_data(&format!("{dir}/size")).await.unwrap();
+    assert_eq!(data, b"three");
+    let leases = client.list_children(&format!("{dir}/leases")).await;
+    assert!(leases.map_or(true, |l| l.is_empty()), "a permit taken");
+    client.delete(&format!("{dir}/size"), None).await.unwrap();
+}

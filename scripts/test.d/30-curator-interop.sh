@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock / LeaderLatch /
-# LeaderSelector (Java, from interop/curator) and lockkit's ZooKeeper mutex / RW lock / election
-# (in the latch and the selector layout) contend for the same paths. Passes when neither side ever
+# Curator interop: Apache Curator's InterProcessMutex / InterProcessReadWriteLock /
+# InterProcessSemaphoreV2 (with a SharedCount size) / LeaderLatch / LeaderSelector (Java, from
+# interop/curator) and lockkit's ZooKeeper mutex / RW lock / semaphore / election (in the latch
+# and the selector layout) contend for the same paths. Passes when neither side ever
 # sees the other inside (marker files), both finish, the lock changes hands between the two sides
 # often (each wakes when the other releases), and in an election each side's own API named the
 # other side's leader while it led (a reader on each side; see interop_peer.rs).
@@ -59,6 +60,7 @@ NAME="shared-$RANDOM"
 mapfile -t PATHS < <("$PEER" path "$URL" "$NAME")
 run_mode mutex "$NAME" "${PATHS[0]}"
 run_mode rw "$NAME" "${PATHS[1]}"
+run_mode semaphore "$NAME" "${PATHS[3]}"
 run_mode latch "$NAME" "${PATHS[2]}"
 # LeaderSelector's nodes are its InterProcessMutex's: lockkit campaigns in that layout when asked.
 URL="$URL&election_layout=selector" run_mode selector "$NAME" "${PATHS[2]}"

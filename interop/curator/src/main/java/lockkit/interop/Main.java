@@ -27,6 +27,9 @@ import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.shared.SharedCount;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 /**
@@ -35,6 +38,10 @@ import org.apache.curator.retry.ExponentialBackoffRetry;
  * <pre>
  *   mutex CONNECT PATH ITERATIONS DIR   contend with InterProcessMutex; overlap markers in DIR
  *   rw    CONNECT PATH ITERATIONS DIR   InterProcessReadWriteLock, alternating write and read
+ *   semaphore CONNECT PATH ITERATIONS DIR  InterProcessSemaphoreV2 of the size lockkit stored in
+ *                                       PATH/size, read through a SharedCount (whose seed, 5,
+ *                                       would apply only if no size were stored): 1, so holders
+ *                                       use the exclusive markers
  *   latch CONNECT PATH ITERATIONS DIR   LeaderLatch: lead (exclusive markers), check that the
  *                                       latch names this candidate as leader, then close; a
  *                                       reader meanwhile checks that getLeader() names whoever
@@ -61,6 +68,7 @@ public final class Main {
         switch (args[0]) {
             case "mutex" -> contend(args, false);
             case "rw" -> contend(args, true);
+            case "semaphore" -> semaphore(args);
             case "latch" -> latch(args);
             case "selector" -> selector(args);
             case "bench-uncontended" -> benchUncontended(args[1], args[2], Double.parseDouble(args[3]));
@@ -215,6 +223,39 @@ public final class Main {
                     Files.delete(me);
                     read.release();
                 }
+            }
+        }
+        System.out.println("curator done " + iterations);
+    }
+
+    /** Takes one permit ITERATIONS times, counting against the size lockkit stored. */
+    static void semaphore(String[] args) throws Exception {
+        String connect = args[1], path = args[2];
+        int iterations = Integer.parseInt(args[3]);
+        Path dir = Path.of(args[4]);
+        Files.createDirectories(dir.resolve("readers"));
+        try (CuratorFramework c = client(connect)) {
+            // lockkit stores the size (1) before it says it is ready.
+            waitForPeer(dir);
+            SharedCount size = new SharedCount(c, path + "/size", 5);
+            size.start();
+            try {
+                if (size.getCount() != 1) {
+                    throw new IllegalStateException("curator reads a size of " + size.getCount() + ", lockkit stored 1");
+                }
+                InterProcessSemaphoreV2 sem = new InterProcessSemaphoreV2(c, path, size);
+                for (int i = 0; i < iterations; i++) {
+                    Lease lease = sem.acquire(30, TimeUnit.SECONDS);
+                    if (lease == null) {
+                        throw new IllegalStateException("curator did not get a permit within 30 s");
+                    }
+                    enterExclusive(dir);
+                    Thread.sleep(2);
+                    exitExclusive(dir);
+                    sem.returnLease(lease);
+                }
+            } finally {
+                size.close();
             }
         }
         System.out.println("curator done " + iterations);
