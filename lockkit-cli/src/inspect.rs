@@ -42,29 +42,44 @@ struct View<'a> {
     kind: &'static str,
     backend: &'a str,
     locked: bool,
+    /// A semaphore's stored size (`null`: none yet), where the backend keeps one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<Option<u32>>,
     #[serde(flatten)]
     info: &'a LockInfo,
 }
 
-/// The JSON form of `lockkit inspect --json`.
-pub(crate) fn to_json(name: &str, kind: Kind, backend: &str, info: &LockInfo) -> String {
+/// The JSON form of `lockkit inspect --json`; `size` as [`semaphore_size`] gave it.
+pub(crate) fn to_json(
+    name: &str,
+    kind: Kind,
+    backend: &str,
+    size: Option<Option<u32>>,
+    info: &LockInfo,
+) -> String {
     let view = View {
         name,
         kind: kind_name(kind),
         backend,
         locked: !info.holders.is_empty(),
+        size,
         info,
     };
     serde_json::to_string(&view).expect("a LockInfo serializes")
 }
 
-fn print_human(name: &str, kind: Kind, backend: &str, info: &LockInfo) {
+fn print_human(name: &str, kind: Kind, backend: &str, size: Option<Option<u32>>, info: &LockInfo) {
     let state = if info.holders.is_empty() {
         "free"
     } else {
         "held"
     };
-    println!("{} {name:?} on {backend}: {state}", kind_name(kind));
+    let size = match size {
+        Some(Some(n)) => format!(" (size {n})"),
+        Some(None) => " (no size stored)".to_string(),
+        None => String::new(),
+    };
+    println!("{} {name:?} on {backend}: {state}{size}", kind_name(kind));
     if !info.holders.is_empty() {
         println!("holders:");
         println!(
@@ -96,12 +111,18 @@ pub(crate) async fn inspect(target: &Target, name: &str, kind: Kind, json: bool)
         Err(code) => return code,
     };
     let backend = locks.backend().to_string();
-    match locks.inspect(name, primitive(kind)).await {
-        Ok(info) => {
+    let viewed = match locks.inspect(name, primitive(kind)).await {
+        Ok(info) => semaphore_size(&locks, name, kind)
+            .await
+            .map(|size| (info, size)),
+        Err(e) => Err(e),
+    };
+    match viewed {
+        Ok((info, size)) => {
             if json {
-                println!("{}", to_json(name, kind, &backend, &info));
+                println!("{}", to_json(name, kind, &backend, size, &info));
             } else {
-                print_human(name, kind, &backend, &info);
+                print_human(name, kind, &backend, size, &info);
             }
             0
         }
@@ -116,6 +137,18 @@ pub(crate) async fn inspect(target: &Target, name: &str, kind: Kind, json: bool)
             error_code(&e)
         }
     }
+}
+
+/// A semaphore's stored size, where the backend keeps one (`None` for other kinds).
+async fn semaphore_size(
+    locks: &lockkit::Locks,
+    name: &str,
+    kind: Kind,
+) -> lockkit::Result<Option<Option<u32>>> {
+    if kind != Kind::Semaphore || !locks.capabilities().semaphore_size {
+        return Ok(None);
+    }
+    Ok(Some(locks.open_semaphore(name)?.size().await?))
 }
 
 fn confirm(question: &str) -> Result<bool, String> {

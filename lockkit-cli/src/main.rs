@@ -8,6 +8,7 @@ mod exec;
 mod exit;
 mod guard;
 mod inspect;
+mod semaphore;
 mod target;
 mod top;
 
@@ -107,6 +108,21 @@ enum Command {
         json: bool,
     },
 
+    /// Show a semaphore's size (stored with it on the server) and free permits; with --set,
+    /// first change its size for every handle: growing admits waiters at once, shrinking lets
+    /// holders keep their permits and admits no one until the permits in use fit.
+    #[command(after_help = AFTER_HELP)]
+    Semaphore {
+        /// The semaphore's name.
+        name: String,
+        /// Make this the semaphore's size (at least 1).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        set: Option<u32>,
+        /// Print JSON (`{"name", "backend", "size", "previous", "available"}`).
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Release a lock whoever holds it (their guards turn Lost), or demote an election's leader
     /// (`--kind election`). Asks for confirmation on a terminal; refuses without --yes when
     /// stdin is not a terminal.
@@ -166,6 +182,7 @@ async fn run(cli: Cli) -> u8 {
         Command::Elect(args) => elect::run(&target, args).await,
         Command::Leader { name, watch, json } => elect::leader(&target, &name, watch, json).await,
         Command::Inspect { name, kind, json } => inspect::inspect(&target, &name, kind, json).await,
+        Command::Semaphore { name, set, json } => semaphore::run(&target, &name, set, json).await,
         Command::ForceUnlock { name, kind, yes } => {
             inspect::force_unlock(&target, &name, kind, yes).await
         }

@@ -33,6 +33,40 @@ fn mem_inspect_shows_a_free_lock() {
 }
 
 #[test]
+fn file_semaphore_size() {
+    let d = TempDir::new("sem-size-file");
+    common::suite::semaphore_size_from_the_shell(&d.url(), file_keeps_sizes());
+}
+
+/// Whether `file://` keeps a semaphore's size.
+fn file_keeps_sizes() -> bool {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let d = TempDir::new("caps-file");
+        lockkit::connect(&d.url())
+            .await
+            .unwrap()
+            .capabilities()
+            .semaphore_size
+    })
+}
+
+#[test]
+fn mem_semaphore_set_in_one_run() {
+    let o = run(
+        lockkit("mem://", &["semaphore", "pool", "--set", "4", "--json"]),
+        LIMIT,
+    );
+    let v = json(&o);
+    assert_eq!(v["previous"], serde_json::Value::Null, "{v}");
+    assert_eq!(
+        (v["size"].clone(), v["available"].clone()),
+        (4.into(), 4.into()),
+        "{v}"
+    );
+}
+
+#[test]
 fn file_inspect_held_mutex() {
     let d = TempDir::new("inspect-file");
     inspect_held(&d.url());

@@ -52,12 +52,15 @@ async fn exec_on(backend: &str) {
 }
 
 async fn inspect_on(backend: &str) {
-    let Some((url, _)) = usable(backend).await else {
+    let Some((url, caps)) = usable(backend).await else {
         return;
     };
-    tokio::task::spawn_blocking(move || suite::inspect_held(&url))
-        .await
-        .unwrap();
+    tokio::task::spawn_blocking(move || {
+        suite::inspect_held(&url);
+        suite::semaphore_size_from_the_shell(&url, caps.semaphore_size);
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]

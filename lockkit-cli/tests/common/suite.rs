@@ -625,3 +625,58 @@ pub fn elect_and_leader(url: &str) {
     let _ = watcher.kill();
     let _ = watcher.wait();
 }
+
+/// `lockkit semaphore` shows and sets the size stored with a semaphore, `inspect` shows it,
+/// and a command run under a semaphore of another size is refused (exit 64). Where the backend
+/// keeps no size (`semaphore_size`), the command exits 69.
+pub fn semaphore_size_from_the_shell(url: &str, keeps_size: bool) {
+    let n = name("sem-size");
+    let o = run(lockkit(url, &["semaphore", &n]), LIMIT);
+    if !keeps_size {
+        assert_eq!(code(&o), 69, "{:?}", text(&o));
+        return;
+    }
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(out.contains("no size stored yet"), "{out}");
+    let o = run(lockkit(url, &["semaphore", &n, "--set", "3"]), LIMIT);
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(out.contains("size none -> 3"), "{out}");
+    assert!(out.contains("3 permits, 3 free"), "{out}");
+    let o = run(lockkit(url, &["semaphore", &n, "--json"]), LIMIT);
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(v["size"], 3, "{v}");
+    assert_eq!(v["available"], 3, "{v}");
+    let o = run(
+        lockkit(url, &["inspect", &n, "--kind", "semaphore", "--json"]),
+        LIMIT,
+    );
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(v["size"], 3, "{v}");
+    let o = run(lockkit(url, &["inspect", &n, "--kind", "semaphore"]), LIMIT);
+    assert!(text(&o).0.contains("(size 3)"), "{:?}", text(&o));
+    let o = run(
+        lockkit(url, &["exec", &n, "--semaphore", "2", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 64, "{:?}", text(&o));
+    assert!(text(&o).1.contains("has 3 permits"), "{:?}", text(&o));
+    let o = run(
+        lockkit(url, &["semaphore", &n, "--set", "2", "--json"]),
+        LIMIT,
+    );
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(
+        (v["previous"].clone(), v["size"].clone()),
+        (3.into(), 2.into()),
+        "{v}"
+    );
+    let o = run(
+        lockkit(url, &["exec", &n, "--semaphore", "2", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let o = run(lockkit(url, &["semaphore", &n, "--set", "0"]), LIMIT);
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+}
