@@ -176,3 +176,48 @@ async fn a_holder_that_asks_again_queues_behind_the_waiters() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A semaphore's size is the file `sem.<name>.size` (a decimal count); one holding anything
+/// else is a typed `WrongType` error for every call that reads it, and nothing is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_size_is_a_file_and_a_foreign_one_is_refused() {
+    let d = dir("sem-size");
+    let locks = locks(&d).await;
+    let s = locks.semaphore("pool", 3).unwrap();
+    s.try_acquire(1)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(d.join("sem.pool.size")).unwrap(),
+        "3\n"
+    );
+
+    std::fs::write(d.join("sem.other.size"), "three").unwrap();
+    let s = locks.semaphore("other", 3).unwrap();
+    let opened = locks.open_semaphore("other").unwrap();
+    let errors = [
+        s.try_acquire(1).await.map(drop).unwrap_err(),
+        opened.try_acquire(1).await.map(drop).unwrap_err(),
+        s.available().await.map(drop).unwrap_err(),
+        s.size().await.map(drop).unwrap_err(),
+        s.set_permits(2).await.map(drop).unwrap_err(),
+    ];
+    for e in errors {
+        assert_eq!(e.kind(), lockkit::ErrorKind::WrongType, "{e}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.join("sem.other.size")).unwrap(),
+        "three"
+    );
+    assert!(locks
+        .inspect("other", Primitive::Semaphore)
+        .await
+        .unwrap()
+        .holders
+        .is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -65,6 +65,7 @@ mod paths;
 mod rwlock;
 mod semaphore;
 mod sidecar;
+mod size;
 mod token;
 
 use std::path::{Path, PathBuf};
@@ -210,6 +211,7 @@ impl Backend for FileBackend {
             .with_semaphore(basic.remaining_lease(false))
             .with_election(basic.remaining_lease(false))
             .list(true)
+            .semaphore_size(true)
     }
 
     fn default_lease(&self) -> Duration {
@@ -241,7 +243,7 @@ impl Backend for FileBackend {
             inner: self.inner.clone(),
             name: name.into(),
             paths: self.inner.paths("sem", name),
-            permits: crate::spi::own_size(permits)?,
+            permits,
         }))
     }
 

@@ -270,7 +270,18 @@ fn join(waiting: &Path) -> io::Result<Option<File>> {
     Ok(None)
 }
 
-/// An I/O error of the lock directory as a lockkit error.
+/// An I/O error of the lock directory as a lockkit error; one that carries a lockkit error
+/// ([`refusal`]) is that error.
 pub(crate) fn io_error(e: io::Error) -> Error {
+    let e = match e.downcast::<Error>() {
+        Ok(refused) => return refused,
+        Err(e) => e,
+    };
     Error::new(ErrorKind::Backend, format!("lock directory: {e}")).with_source(e)
+}
+
+/// A lockkit error (a refusal: no I/O failed) through an attempt that returns `io::Result`;
+/// [`io_error`] gives it back as it was.
+pub(crate) fn refusal(e: Error) -> io::Error {
+    io::Error::other(e)
 }

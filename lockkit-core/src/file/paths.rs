@@ -57,6 +57,17 @@ impl LockPaths {
         self.file("holder")
     }
 
+    /// A semaphore's size (see `file/size.rs`).
+    pub(crate) fn size(&self) -> PathBuf {
+        self.file("size")
+    }
+
+    /// The gate of a semaphore's size: shared while an acquirer admits itself against the size,
+    /// exclusive while the size is stored or changed.
+    pub(crate) fn size_gate(&self) -> PathBuf {
+        self.file("size-gate")
+    }
+
     /// Semaphore slot `i`.
     pub(crate) fn slot(&self, i: u32) -> PathBuf {
         self.file(&format!("slot.{i}.lock"))

@@ -1,41 +1,35 @@
-//! Semaphores: `N` slot files, a permit is an exclusive OS lock on one slot.
+//! Semaphores: slot files, a permit is an exclusive OS lock on one slot; the size is stored
+//! beside them (`size.rs`).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use super::inner::{Acquired, Inner};
-use super::oslock::{io_error, is_held, poll, try_lock_path, LockMode};
+use super::oslock::{io_error, is_held, poll, LockMode};
 use super::paths::LockPaths;
 use super::sidecar::Record;
-use crate::error::Result;
+use super::size;
+use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::{HoldMode, LockInfo};
-use crate::spi::{GuardParts, RawSemaphore, Request};
+use crate::spi::{settle_size, GuardParts, RawSemaphore, Request};
 
 #[derive(Debug)]
 pub(super) struct FileSemaphore {
     pub(super) inner: Arc<Inner>,
     pub(super) name: Arc<str>,
     pub(super) paths: LockPaths,
-    pub(super) permits: u32,
+    /// The size asked for (`None`: the stored one).
+    pub(super) permits: Option<u32>,
 }
 
 #[async_trait]
 impl RawSemaphore for FileSemaphore {
     async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let paths = &self.paths;
+        let sync = self.inner.sync;
         let got = poll(req, &paths.waiting(), || {
-            let mut got = Vec::new();
-            for i in 0..self.permits {
-                if got.len() == n as usize {
-                    break;
-                }
-                if let Some(l) = try_lock_path(&paths.slot(i), LockMode::Exclusive)? {
-                    got.push((i, l));
-                }
-            }
-            // All or nothing: a partial set is dropped, and so released, here.
-            Ok((got.len() == n as usize).then_some(got))
+            size::admit(paths, &self.name, self.permits, n, sync)
         })
         .await?;
         let Some(got) = got else {
@@ -59,13 +53,22 @@ impl RawSemaphore for FileSemaphore {
     }
 
     async fn available(&self) -> Result<u32> {
-        let mut free = 0;
-        for i in 0..self.permits {
-            if !is_held(&self.paths.slot(i), LockMode::Exclusive).map_err(io_error)? {
-                free += 1;
-            }
-        }
-        Ok(free)
+        let p = &self.paths;
+        let stored = size::read(&p.size()).map_err(io_error)?;
+        let (size, _) = settle_size(&self.name, self.permits, stored)?;
+        Ok(size.saturating_sub(size::in_use(p).map_err(io_error)?))
+    }
+
+    async fn size(&self) -> Result<Option<u32>> {
+        size::read(&self.paths.size()).map_err(io_error)
+    }
+
+    async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
+        let (paths, sync) = (self.paths.clone(), self.inner.sync);
+        tokio::task::spawn_blocking(move || size::set(&paths, permits, sync))
+            .await
+            .map_err(|e| Error::new(ErrorKind::Backend, format!("set_permits: {e}")))?
+            .map_err(io_error)
     }
 }
 
