@@ -22,6 +22,9 @@ pub(super) struct Inner {
     pub(super) lease: Duration,
     pub(super) reaper: Reaper,
     pub(super) id: String,
+    /// Whether the directory's file system folds case: names that differ only in case are one
+    /// file there (macOS and Windows by default).
+    pub(super) folds_case: bool,
     pub(super) seq: AtomicU64,
     /// Turns `true` when the handle is closed (election observers end then).
     pub(super) closed: tokio::sync::watch::Sender<bool>,

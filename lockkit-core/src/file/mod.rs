@@ -150,13 +150,15 @@ impl FileBackend {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        let id = format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff);
         Ok(FileBackend {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
                 sync: true,
                 lease: DEFAULT_LEASE,
                 reaper: Reaper::default(),
-                id: format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff),
+                folds_case: paths::folds_case(dir, &id),
+                id,
                 seq: AtomicU64::new(0),
                 closed: tokio::sync::watch::Sender::new(false),
                 draws: Arc::new(tokio::sync::watch::Sender::new(0)),
@@ -171,6 +173,7 @@ impl FileBackend {
             lease: self.inner.lease,
             reaper: self.inner.reaper.clone(),
             id: self.inner.id.clone(),
+            folds_case: self.inner.folds_case,
             seq: AtomicU64::new(0),
             closed: tokio::sync::watch::Sender::new(false),
             draws: Arc::new(tokio::sync::watch::Sender::new(0)),
@@ -228,6 +231,18 @@ impl Backend for FileBackend {
             name: name.into(),
             paths: self.inner.paths("mutex", name),
         }))
+    }
+
+    /// The files' common prefix: names that differ only in case are one lock where the
+    /// directory folds case.
+    fn resource(&self, primitive: Primitive, name: &str) -> String {
+        let kind = match primitive {
+            Primitive::Mutex => "mutex",
+            Primitive::RwLock => "rw",
+            Primitive::Semaphore => "sem",
+            Primitive::Election => "elect",
+        };
+        self.inner.paths(kind, name).resource(self.inner.folds_case)
     }
 
     fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {

@@ -32,6 +32,16 @@ impl LockPaths {
         self.base.join(format!("{}.{suffix}", self.prefix))
     }
 
+    /// Which lock on disk these files are: their common prefix, in one case where the file
+    /// system folds case (`folds_case`).
+    pub(crate) fn resource(&self, folds_case: bool) -> String {
+        if folds_case {
+            self.prefix.to_ascii_lowercase()
+        } else {
+            self.prefix.clone()
+        }
+    }
+
     /// The lock file held by the holder (mutex, RW lock).
     pub(crate) fn lock(&self) -> PathBuf {
         self.file("lock")
@@ -153,6 +163,20 @@ pub(crate) fn named_in(dir: &Path) -> std::io::Result<Vec<LockEntry>> {
     Ok(found)
 }
 
+/// Whether `dir`'s file system folds case: a probe file named in lower case is looked for in
+/// upper case (`id`: the handle's, so that handles never share a probe). `false` when the probe
+/// cannot be written (the first acquire reports the directory's problem).
+pub(crate) fn folds_case(dir: &Path, id: &str) -> bool {
+    let lower = dir.join(format!(".lockkit-case-probe-{id}"));
+    let upper = dir.join(format!(".LOCKKIT-CASE-PROBE-{}", id.to_ascii_uppercase()));
+    if std::fs::write(&lower, b"").is_err() {
+        return false;
+    }
+    let folds = upper.exists();
+    let _ = std::fs::remove_file(&lower);
+    folds
+}
+
 fn stem(name: &str) -> String {
     let enc = encode_name(name);
     if enc.len() <= MAX_STEM {
@@ -211,5 +235,23 @@ mod tests {
         }
         let p = LockPaths::new(Path::new("/d"), "mutex", "..");
         assert_eq!(p.lock(), Path::new("/d/mutex.%2E%2E.lock"));
+    }
+
+    /// Where the file system folds case, `A` and `a` are one lock (one file); elsewhere two.
+    /// A long name's hash keeps its case, as its file name does.
+    #[test]
+    fn resources_fold_case_only_where_files_do() {
+        let d = Path::new("/d");
+        let r = |name: &str, folds: bool| LockPaths::new(d, "mutex", name).resource(folds);
+        assert_ne!(r("Orders", false), r("orders", false));
+        assert_eq!(r("Orders", true), r("orders", true));
+        assert_ne!(r("a/b", true), r("a%2Fb", true));
+        let (long_a, long_b) = ("X".repeat(300), "x".repeat(300));
+        assert_ne!(r(&long_a, true), r(&long_b, true));
+        let dir = std::env::temp_dir();
+        // This machine's temporary directory (Linux: case-sensitive), and no probe left behind.
+        let id = format!("t{}", std::process::id());
+        assert!(!folds_case(&dir, &id));
+        assert!(!dir.join(format!(".lockkit-case-probe-{id}")).exists());
     }
 }
