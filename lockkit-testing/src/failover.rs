@@ -393,19 +393,22 @@ pub async fn free_soon_after(mutex: &lockkit_core::Mutex, what: &str) -> LockGua
 }
 
 /// Releases a frozen server (SIGSTOP of `member`, past the command timeout) never answers, a
-/// release future dropped half-way, and a semaphore wait that times out in the freeze leave
-/// nothing on the live sessions: once the server is back, `c` gets the mutexes and the permit
-/// at once. `a` holds, `b` waits for the permit; all three use names under `base`.
+/// release future dropped half-way, a semaphore wait and a multi-lock wait that time out in the
+/// freeze leave nothing on the live sessions: once the server is back, `c` gets the mutexes, the
+/// multi-lock's member it had taken and the permit at once. The multi-lock's wait ends within
+/// its budget plus the kernel's 100 ms for cleanup (and a little for a loaded machine). `a`
+/// holds, `b` waits for the permit and the multi-lock; all three use names under `base`.
 pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
     (a, b, c): (&Locks, &Locks, &Locks),
     member: &str,
     base: &str,
 ) {
     use lockkit_core::AcquireOptions;
-    let (released_name, dropped_name, sem) = (
+    let (released_name, dropped_name, sem, multi_free) = (
         format!("{base}/frozen-release"),
         format!("{base}/frozen-drop"),
         format!("{base}/frozen-sem"),
+        format!("{base}/frozen-multi"),
     );
     let released = a.mutex(&released_name).unwrap().lock().await.unwrap();
     let dropped = a.mutex(&dropped_name).unwrap().lock().await.unwrap();
@@ -421,6 +424,18 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
         tokio::spawn(async move {
             s.acquire(1, &AcquireOptions::new().wait(Duration::from_millis(1200)))
                 .await
+        })
+    };
+    // Takes `multi_free`, then waits for `released_name`, which `a` holds.
+    let budget = Duration::from_millis(1200);
+    let multi_waiter = {
+        let m = b
+            .multi([multi_free.as_str(), released_name.as_str()])
+            .unwrap();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = m.lock_for(budget).await;
+            (r.map(|g| g.is_some()), started.elapsed())
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await; // its entry is in place
@@ -439,9 +454,21 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
         !matches!(r, Ok(Some(_))),
         "a permit granted by a frozen server"
     );
+    let (r, took) = tokio::time::timeout(Duration::from_secs(10), multi_waiter)
+        .await
+        .expect("the multi-lock wait ends")
+        .unwrap();
+    assert!(
+        !matches!(r, Ok(true)),
+        "a multi-lock granted by a frozen server"
+    );
+    assert!(
+        took < budget + Duration::from_millis(100 + 200),
+        "a multi-lock wait of {budget:?} took {took:?} in a freeze"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     frozen.end();
-    for n in [&released_name, &dropped_name] {
+    for n in [&released_name, &dropped_name, &multi_free] {
         let g = free_soon_after(&c.mutex(n).unwrap(), n).await;
         g.release().await.unwrap();
     }
