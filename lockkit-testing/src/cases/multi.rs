@@ -232,3 +232,34 @@ pub async fn multi_mixes_read_and_write_members(locks: &Locks) {
     let w = within(SOON, "the writer set", writer.lock()).await.unwrap();
     w.release().await.unwrap();
 }
+
+/// The wait budget is the whole set's, not each member's: three members are busy and come
+/// free one after another (at 0.4, 0.8 and 1.2 s); a budget of 0.6 s takes the first, runs out
+/// on the second, and returns none (a budget per member would have taken all three by 1.2 s).
+pub async fn multi_budget_is_for_the_whole_set(locks: &Locks) {
+    let names: Vec<String> = (0..3).map(|i| name(&format!("budget-{i}"))).collect();
+    let mut holders = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let g = mutex(locks, n).lock().await.unwrap();
+        holders.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400 * (i as u64 + 1))).await;
+            g.release().await.unwrap();
+        }));
+    }
+    let set = locks.multi(names.iter().map(String::as_str)).unwrap();
+    let budget = Duration::from_millis(600);
+    let started = std::time::Instant::now();
+    let got = set.lock_for(budget).await.unwrap();
+    let took = started.elapsed();
+    assert!(got.is_none(), "taken after {took:?} on a budget of {budget:?}");
+    // The kernel's 100 ms for cleanup, and a little for a loaded machine.
+    assert!(
+        took < budget + Duration::from_millis(100 + 400),
+        "a budget of {budget:?} took {took:?}"
+    );
+    for h in holders {
+        within(SOON, "holders", h).await.unwrap();
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    none_locked(locks, &refs, "after a budget that ran out").await;
+}
