@@ -40,6 +40,12 @@ pub enum Hold {
         /// The semaphore's size.
         total: u32,
     },
+    /// A multi-lock over the mutexes named by the lines of the name, given in reverse order:
+    /// taken and released `rounds` times, then held.
+    Multi {
+        /// Times taken and released before it is held.
+        rounds: u32,
+    },
 }
 
 impl Hold {
@@ -50,6 +56,7 @@ impl Hold {
             Hold::Write => "write".into(),
             Hold::Leader => "leader".into(),
             Hold::Permits { n, total } => format!("permits:{n}/{total}"),
+            Hold::Multi { rounds } => format!("multi:{rounds}"),
         }
     }
 
@@ -59,6 +66,9 @@ impl Hold {
             "read" => Hold::Read,
             "write" => Hold::Write,
             "leader" => Hold::Leader,
+            _ if s.starts_with("multi:") => Hold::Multi {
+                rounds: s.strip_prefix("multi:")?.parse().ok()?,
+            },
             _ => {
                 let (n, total) = s.strip_prefix("permits:")?.split_once('/')?;
                 Hold::Permits {
@@ -287,6 +297,19 @@ where
                 .acquire(n, &opts)
                 .await?
                 .map(|g| never_released((g.token(), g.lost()), g)),
+            Hold::Multi { rounds } => {
+                let set = locks.multi(name.lines().rev())?;
+                for _ in 0..rounds {
+                    match set.acquire(&opts).await? {
+                        Some(g) => g.release().await?,
+                        None => break,
+                    }
+                }
+                set.acquire(&opts).await?.map(|g| {
+                    let first = g.tokens().first().map_or(FencingToken(0), |(_, t)| *t);
+                    never_released((first, g.lost()), g)
+                })
+            }
         };
         Ok::<_, lockkit_core::Error>((locks, token))
     }

@@ -60,6 +60,7 @@ macro_rules! conformance_suite {
             separate_connects_exclude_each_other,
             election_killed_leader_is_replaced_after_its_lease,
             election_paused_leader_is_replaced_and_told,
+            multi_sets_that_cross_between_processes_do_not_deadlock,
         );
 
         $crate::__conformance_cases!($config, $connect;

@@ -251,7 +251,10 @@ pub async fn multi_budget_is_for_the_whole_set(locks: &Locks) {
     let started = std::time::Instant::now();
     let got = set.lock_for(budget).await.unwrap();
     let took = started.elapsed();
-    assert!(got.is_none(), "taken after {took:?} on a budget of {budget:?}");
+    assert!(
+        got.is_none(),
+        "taken after {took:?} on a budget of {budget:?}"
+    );
     // The kernel's 100 ms for cleanup, and a little for a loaded machine.
     assert!(
         took < budget + Duration::from_millis(100 + 400),
@@ -262,4 +265,52 @@ pub async fn multi_budget_is_for_the_whole_set(locks: &Locks) {
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     none_locked(locks, &refs, "after a budget that ran out").await;
+}
+
+/// Multi-locks over crossing sets in two processes never deadlock: a child process takes
+/// `[b, a]` and this one `[a, b]`, 15 times each at once; then the child holds the set, which
+/// keeps this process out of both members until the child is killed and its lease ends.
+pub async fn multi_sets_that_cross_between_processes_do_not_deadlock(h: &crate::Harness) {
+    let locks = h.locks().await;
+    if !locks.capabilities().cross_process {
+        return; // one process only
+    }
+    let (a, b) = (name("xproc-a"), name("xproc-b"));
+    let mine = {
+        let set = locks.multi([a.as_str(), b.as_str()]).unwrap();
+        tokio::spawn(async move {
+            for _ in 0..15 {
+                let g = set.lock_for(Duration::from_secs(20)).await.unwrap();
+                g.expect("the set within 20 s").release().await.unwrap();
+            }
+        })
+    };
+    let lease = SHORT * 2;
+    let mut child = h
+        .spawn(
+            &format!("{a}\n{b}"),
+            crate::Hold::Multi { rounds: 15 },
+            lease,
+        )
+        .await;
+    within(Duration::from_secs(60), "this process's rounds", mine)
+        .await
+        .unwrap();
+    for n in [&a, &b] {
+        assert!(
+            mutex(&locks, n).try_lock().await.unwrap().is_none(),
+            "{n} free while the child process holds the set"
+        );
+    }
+    child.kill().await;
+    let set = locks.multi([a.as_str(), b.as_str()]).unwrap();
+    let g = within(
+        Duration::from_secs(20),
+        "the set after the child's lease",
+        set.lock_for(Duration::from_secs(15)),
+    )
+    .await
+    .unwrap()
+    .expect("the set once the killed child's lease ended");
+    g.release().await.unwrap();
 }
