@@ -197,18 +197,7 @@ async fn a_semaphore_size_is_a_file_and_a_foreign_one_is_refused() {
     );
 
     std::fs::write(d.join("sem.other.size"), "three").unwrap();
-    let s = locks.semaphore("other", 3).unwrap();
-    let opened = locks.open_semaphore("other").unwrap();
-    let errors = [
-        s.try_acquire(1).await.map(drop).unwrap_err(),
-        opened.try_acquire(1).await.map(drop).unwrap_err(),
-        s.available().await.map(drop).unwrap_err(),
-        s.size().await.map(drop).unwrap_err(),
-        s.set_permits(2).await.map(drop).unwrap_err(),
-    ];
-    for e in errors {
-        assert_eq!(e.kind(), lockkit::ErrorKind::WrongType, "{e}");
-    }
+    lockkit_testing::cases::foreign_size_is_refused(&locks, "other").await;
     assert_eq!(
         std::fs::read_to_string(d.join("sem.other.size")).unwrap(),
         "three"

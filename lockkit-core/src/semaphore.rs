@@ -120,8 +120,10 @@ impl Semaphore {
 
     /// Admin: makes `permits` the size for every handle, returning the size stored before.
     /// Growing admits the waiters that now fit at once; shrinking lets holders keep their
-    /// permits and admits no one until the permits in use plus a request fit the new size.
-    /// Handles made with another size are refused from then on (`InvalidArgument`), so
+    /// permits and admits no one until the permits in use plus a request fit the new size, and
+    /// a waiter asking for more than the new size is refused. A handle's size is checked when
+    /// its acquire starts: acquires already waiting count against the new size, while new
+    /// acquires of a handle made with another size are refused (`InvalidArgument`), so
     /// processes that should follow an operator's change open the semaphore with
     /// [`Locks::open_semaphore`](crate::Locks::open_semaphore). `Unsupported` where the
     /// backend keeps no size.

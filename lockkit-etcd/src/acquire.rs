@@ -13,6 +13,7 @@
 //! issue 11456) we start over with a fresh key. Every failure, timeout and cancellation deletes
 //! our key (etcd issue 9715).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,13 +54,22 @@ pub(crate) async fn acquire(
     want: Want<'_>,
     r: &Request,
 ) -> Result<Option<GuardParts>> {
-    drive(&EtcdQueue { inner, want }, r).await
+    let queue = EtcdQueue {
+        inner,
+        want,
+        settled: AtomicBool::new(false),
+    };
+    drive(&queue, r).await
 }
 
 /// A lock prefix as the driver's queue: a claim is our key, ranked by its create revision.
 struct EtcdQueue<'a> {
     inner: &'a Arc<Inner>,
     want: Want<'a>,
+    /// Whether a key was created: a semaphore handle's size is checked when its acquire
+    /// starts, and a claim made again (its key vanished) counts against whatever size is
+    /// stored by then, as the waiter did.
+    settled: AtomicBool,
 }
 
 /// One claim: our key and the lease it is on. Left (deleted) on every way out but a hold; a
@@ -135,7 +145,12 @@ impl Queue for EtcdQueue<'_> {
     }
 
     async fn enqueue(&self, c: &mut Claim, _r: &Request) -> Result<Turn> {
-        match c.create(self.inner, &self.want).await {
+        let adopt = self.settled.load(Ordering::Relaxed);
+        let created = c.create(self.inner, &self.want, adopt).await;
+        if created.is_ok() {
+            self.settled.store(true, Ordering::Relaxed);
+        }
+        match created {
             Ok(true) => Ok(Turn::Owner),
             Ok(false) => Ok(Turn::Waiting),
             // The lease went away under us: a new claim on a new one.
@@ -546,8 +561,12 @@ impl Claim {
     /// the size key's mod revision is the one whose size we settled on (as the name's watch
     /// last saw it), and stores the size we ask for when none is stored; another size, or a
     /// size key changed since, comes back and is settled again.
-    async fn create(&mut self, inner: &Inner, w: &Want<'_>) -> Result<bool> {
-        let (nw, value, need, kind) = (w.nw, &w.value, w.need, w.kind);
+    async fn create(&mut self, inner: &Inner, w: &Want<'_>, adopt: bool) -> Result<bool> {
+        let (nw, value, kind) = (w.nw, &w.value, w.kind);
+        let need = match w.need {
+            Need::Permits { n, .. } if adopt => Need::Permits { n, asked: None },
+            need => need,
+        };
         let prefix = nw.prefix();
         // The size as the watch saw it; what refuses us is read again from the server first.
         let mut size_seen = nw.size_seen();

@@ -170,8 +170,9 @@ impl EtcdLocks {
         let prefix = self.inner.prefix(guard.kind(), guard.name());
         let rev = guard.token().get() as i64;
         let kvs = self.inner.keys_by_create(&prefix, 0).await?;
+        // A semaphore's first permit key is created with the size key, at one revision.
         kvs.iter()
-            .find(|kv| kv.create_revision() == rev)
+            .find(|kv| kv.create_revision() == rev && !sem_size::is_size_key(kv.key()))
             .map(|kv| kv.key().to_vec())
             .ok_or_else(|| Error::lost(guard.name()))
     }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::PutOptions;
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lockkit_core::spi::{settle_size, GuardParts, RawSemaphore, Request};
 use lockkit_core::Result;
 
@@ -77,20 +77,28 @@ impl RawSemaphore for EtcdSemaphore {
         Ok(read_size(&self.inner, &self.prefix).await?.1)
     }
 
-    /// One put, which the waiters' watch hears: those that now fit hold, those asking for
-    /// more than the new size are refused.
+    /// A put while the size key is as read (a value that is no size is refused, as a foreign
+    /// key, and kept), which the waiters' watch hears: those that now fit hold, those asking
+    /// for more than the new size are refused.
     async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
         let key = size_key(&self.prefix);
-        let mut resp = self
-            .inner
-            .pool
-            .run("set the semaphore's size", false, move |mut c| {
-                let key = key.clone();
-                let opts = PutOptions::new().with_prev_key();
-                async move { c.put(key, permits.to_string(), Some(opts)).await }
-            })
-            .await?;
-        // A previous value that is no size is replaced, and reported as none.
-        Ok(stored_size(resp.take_prev_key().as_ref()).unwrap_or(None))
+        loop {
+            let (rev, before) = read_size(&self.inner, &self.prefix).await?;
+            let key = key.clone();
+            let resp = self
+                .inner
+                .pool
+                .run("set the semaphore's size", true, move |mut c| {
+                    let txn = Txn::new()
+                        .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
+                        .and_then([TxnOp::put(key.clone(), permits.to_string(), None)]);
+                    async move { c.txn(txn).await }
+                })
+                .await?;
+            if resp.succeeded() {
+                return Ok(before);
+            }
+            // Changed since it was read: again.
+        }
     }
 }

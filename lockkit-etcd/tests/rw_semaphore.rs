@@ -173,3 +173,41 @@ async fn a_lagging_watch_never_decides_a_semaphore_size() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// The first permit of a new semaphore is created in one transaction with its size key, so both
+/// have the create revision that is the permit's token: the permit's key, never the size key,
+/// backs `key_of` and `is_owner`, so the compare fails once the permit is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_permit_is_fenced_by_its_own_key() {
+    let Some(url) = url() else { return };
+    let a = connect(&url, "").await;
+    let n = name("sem-first-fence");
+    let p = a
+        .semaphore(&n, 2)
+        .unwrap()
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .unwrap();
+    let key = a.key_of(&p).await.unwrap();
+    assert!(
+        !key.ends_with(b"%size"),
+        "{}",
+        String::from_utf8_lossy(&key)
+    );
+    let owner = a.is_owner(&p).await.unwrap();
+    p.release().await.unwrap();
+    let txn = lockkit_etcd::etcd_client::Txn::new()
+        .when([owner])
+        .and_then([lockkit_etcd::etcd_client::TxnOp::put(
+            format!("{n}-fenced"),
+            "x",
+            None,
+        )]);
+    let resp = a.client().txn(txn).await.unwrap();
+    assert!(
+        !resp.succeeded(),
+        "a fenced write went through after the release"
+    );
+    a.close().await.unwrap();
+}

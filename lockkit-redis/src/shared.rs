@@ -74,12 +74,14 @@ async fn release(
 }
 
 impl Core {
-    /// The native acquire call of `mode` for `member` (lease_set or rw_write).
+    /// The native acquire call of `mode` for `member` (lease_set or rw_write), counting a
+    /// semaphore's permits against `capacity`.
     fn native_acquire_call(
         &self,
         mode: Mode,
         member: &str,
         lease: Duration,
+        capacity: Capacity,
     ) -> redis::ScriptInvocation<'_> {
         let settings = &self.inner.settings;
         let mut inv = match mode {
@@ -104,7 +106,7 @@ impl Core {
                 inv.arg(1).arg(0);
             }
             Mode::Permits(n) => {
-                inv.arg(n).arg(self.capacity.arg());
+                inv.arg(n).arg(capacity.arg());
             }
         }
         inv
@@ -115,15 +117,21 @@ impl Core {
         // The same call is sent on every attempt.
         let member = mode.member(self.layout, self.inner.new_owner());
         let call = match self.layout {
-            Layout::Native => self.native_acquire_call(mode, &member, lease),
+            Layout::Native => self.native_acquire_call(mode, &member, lease, self.capacity),
             Layout::Redisson => redisson::acquire_call(self, mode, &member, lease),
         };
+        // A semaphore handle's size is checked when its acquire starts; a waiter then counts
+        // against whatever size is stored, as an operator's set_permits changes it.
+        let waiting = (self.layout == Layout::Native
+            && matches!(self.capacity, Capacity::Asked(_)))
+        .then(|| self.native_acquire_call(mode, &member, lease, Capacity::Stored));
         let queue = SharedQueue {
             core: self,
             mode,
             lease,
             member,
             call,
+            waiting,
         };
         drive(&queue, req).await
     }
@@ -258,7 +266,11 @@ struct SharedQueue<'a> {
     mode: Mode,
     lease: Duration,
     member: String,
+    /// The first attempt's call.
     call: redis::ScriptInvocation<'a>,
+    /// Every later attempt's, when it differs (a semaphore handle of a size then adopts the
+    /// stored one).
+    waiting: Option<redis::ScriptInvocation<'a>>,
 }
 
 /// One waiter of a shared primitive.
@@ -273,6 +285,8 @@ struct SharedClaim {
     /// The holder's remaining lease at the last attempt (ms).
     pttl: i64,
     won: Option<(u64, Instant, crate::replicas::Ticket)>,
+    /// Whether an attempt was answered.
+    tried: bool,
 }
 
 impl SharedQueue<'_> {
@@ -281,13 +295,18 @@ impl SharedQueue<'_> {
         c.undo = true;
         let sent_at = Instant::now();
         let epoch = inner.replicas.ticket(&self.core.keys.lock);
-        let (ok, value): (i64, i64) = match inner.invoke(&self.call, "acquire").await {
+        let call = match &self.waiting {
+            Some(waiting) if c.tried => waiting,
+            _ => &self.call,
+        };
+        let (ok, value): (i64, i64) = match inner.invoke(call, "acquire").await {
             Ok(r) => r,
             Err(e) => {
                 c.undo = e.kind() != ErrorKind::WrongType;
                 return Err(e);
             }
         };
+        c.tried = true;
         if ok < 0 {
             // The semaphore's size refused us: nothing was taken.
             c.undo = false;
@@ -340,6 +359,7 @@ impl Queue for SharedQueue<'_> {
             woken: false,
             pttl: -1,
             won: None,
+            tried: false,
         })
     }
 

@@ -619,6 +619,27 @@ async fn a_resent_semaphore_acquire_near_capacity_takes_its_own_permits_up_again
     assert_eq!(took, 1, "a resent acquire counted its own permits as used");
     assert!(second > first, "tokens {first} then {second}");
     assert_eq!(zcard(&mut admin, &k.holders).await, 1);
+    // An operator changed the size in between: the resent acquire still takes up the permits
+    // its first run took (a refusal would leave them to their lease, with no guard).
+    let size = k.size.clone().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&size)
+        .arg(3)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let (took, third) = raw_lease(&mut admin, &k, member, 2, 2).await;
+    assert_eq!(
+        (took, third > second),
+        (1, true),
+        "a resend refused by a new size"
+    );
+    let _: () = redis::cmd("SET")
+        .arg(&size)
+        .arg(2)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
     let other = connect(&url, &[]).await;
     let sem = other.semaphore(&name, 2).unwrap();
     assert_eq!(sem.available().await.unwrap(), 0);

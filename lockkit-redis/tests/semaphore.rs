@@ -140,22 +140,7 @@ async fn a_foreign_size_key_is_refused_typed_and_kept() {
             redis::cmd("SET").arg(&size).arg("precious").clone()
         };
         let _: () = cmd.query_async(&mut admin).await.unwrap();
-        let s = locks.semaphore(&name, 2).unwrap();
-        let opened = locks.open_semaphore(&name).unwrap();
-        let errors = [
-            s.try_acquire(1).await.map(drop).unwrap_err(),
-            opened.try_acquire(1).await.map(drop).unwrap_err(),
-            s.available().await.map(drop).unwrap_err(),
-            s.size().await.map(drop).unwrap_err(),
-            s.set_permits(3).await.map(drop).unwrap_err(),
-        ];
-        for e in errors {
-            assert_eq!(
-                e.kind(),
-                lockkit_core::ErrorKind::WrongType,
-                "{foreign}: {e}"
-            );
-        }
+        lockkit_testing::cases::foreign_size_is_refused(&locks, &name).await;
         let held: i64 = redis::cmd("EXISTS")
             .arg(&k.holders)
             .query_async(&mut admin)

@@ -131,6 +131,7 @@ macro_rules! conformance_suite {
             semaphore_size_is_stored_with_it,
             semaphore_set_permits_changes_the_size,
             semaphore_disagreeing_handles_never_oversubscribe,
+            semaphore_waiter_follows_a_size_change,
             election_one_leader_at_a_time_with_rising_terms,
             election_candidates_lead_in_arrival_order,
             election_leader_and_observers_follow_every_change,

@@ -22,9 +22,14 @@ pub(crate) fn size_path(dir: &str) -> String {
     format!("{dir}/size")
 }
 
-/// A size as a `SharedCount` writes it.
-fn encode(n: u32) -> [u8; 4] {
-    (n as i32).to_be_bytes()
+/// A size as a `SharedCount` writes it: a 32-bit int, so at most `i32::MAX`.
+fn encode(n: u32) -> Result<[u8; 4]> {
+    i32::try_from(n).map(i32::to_be_bytes).map_err(|_| {
+        Error::invalid(format!(
+            "a ZooKeeper semaphore has at most {} permits (a SharedCount is a 32-bit int), not {n}",
+            i32::MAX
+        ))
+    })
 }
 
 /// The size a size node holds; anything but a positive 4-byte int is a foreign node.
@@ -113,10 +118,11 @@ pub(crate) async fn settle(
 /// Creates the size node holding `size`; `false` when one exists already.
 async fn create(session: &Session, client: &zk::Client, dir: &str, size: u32) -> Result<bool> {
     let (path, limit) = (size_path(dir), session.cfg.command_timeout);
+    let data = encode(size)?;
     let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&session.acls));
     for _ in 0..3 {
         let made = retry(limit, "store the semaphore size", || async {
-            match client.create(&path, &encode(size), &options).await {
+            match client.create(&path, &data, &options).await {
                 Ok(_) => Ok(Some(true)),
                 Err(zk::Error::NodeExists) => Ok(Some(false)),
                 Err(zk::Error::NoNode) => Ok(None),
@@ -144,6 +150,7 @@ pub(crate) async fn set(
     size: u32,
 ) -> Result<Option<u32>> {
     let (path, limit) = (size_path(dir), session.cfg.command_timeout);
+    let new = encode(size)?;
     loop {
         let got = retry(limit, "read the semaphore size", || async {
             match client.get_data(&path).await {
@@ -161,7 +168,7 @@ pub(crate) async fn set(
         };
         let before = decode(&path, &data)?;
         let set = retry(limit, "set the semaphore size", || async {
-            match client.set_data(&path, &encode(size), Some(version)).await {
+            match client.set_data(&path, &new, Some(version)).await {
                 Ok(_) => Ok(true),
                 Err(zk::Error::BadVersion | zk::Error::NoNode) => Ok(false),
                 Err(e) => Err(e),
@@ -181,8 +188,10 @@ mod tests {
 
     #[test]
     fn sizes_are_shared_counts() {
-        assert_eq!(encode(3), [0, 0, 0, 3]);
-        assert_eq!(decode("p", &encode(70_000)).unwrap(), 70_000);
+        assert_eq!(encode(3).unwrap(), [0, 0, 0, 3]);
+        assert_eq!(decode("p", &encode(70_000).unwrap()).unwrap(), 70_000);
+        let e = encode(u32::MAX).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         for bad in [&[0, 0, 0, 0][..], &[255, 255, 255, 255], b"3", b""] {
             assert_eq!(decode("p", bad).unwrap_err().kind(), ErrorKind::WrongType);
         }

@@ -595,18 +595,7 @@ async fn a_semaphore_size_is_a_shared_count_and_a_foreign_one_is_refused() {
         .create(&format!("{dir}/size"), b"three", &opts)
         .await
         .unwrap();
-    let s = locks.semaphore("foreign", 3).unwrap();
-    let opened = locks.open_semaphore("foreign").unwrap();
-    let errors = [
-        s.try_acquire(1).await.map(drop).unwrap_err(),
-        opened.try_acquire(1).await.map(drop).unwrap_err(),
-        s.available().await.map(drop).unwrap_err(),
-        s.size().await.map(drop).unwrap_err(),
-        s.set_permits(2).await.map(drop).unwrap_err(),
-    ];
-    for e in errors {
-        assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
-    }
+    lockkit_testing::cases::foreign_size_is_refused(&locks, "foreign").await;
     let (data, _) = client.get_data(&format!("{dir}/size")).await.unwrap();
     assert_eq!(data, b"three");
     let leases = client.list_children(&format!("{dir}/leases")).await;

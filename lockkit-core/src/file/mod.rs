@@ -54,7 +54,9 @@
 //!
 //! Caveats: OS file locks are advisory, and unreliable on some network file systems; keep the
 //! directory on a local file system. Lock names map to file names injectively, but a
-//! case-insensitive file system folds names that differ only in case.
+//! case-insensitive file system folds names that differ only in case (a multi-lock, which
+//! probes the directory, takes them as one lock). A semaphore's size is one more file,
+//! `sem.<name>.size`, kept with the token counter.
 
 mod election;
 mod held;

@@ -27,9 +27,9 @@ pub(super) struct FileSemaphore {
 impl RawSemaphore for FileSemaphore {
     async fn acquire(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let paths = &self.paths;
-        let sync = self.inner.sync;
+        let (sync, mut asked) = (self.inner.sync, self.permits);
         let got = poll(req, &paths.waiting(), || {
-            size::admit(paths, &self.name, self.permits, n, sync)
+            size::admit(paths, &self.name, &mut asked, n, sync)
         })
         .await?;
         let Some(got) = got else {

@@ -81,15 +81,16 @@ fn take(p: &LockPaths, n: u32, size: u32) -> io::Result<Option<Vec<(u32, Locked)
 
 /// One attempt at `n` permits of semaphore `name` whose handle asks for `asked` (`None`: the
 /// stored size); never blocks. A size that refuses it is an error (carried by the `io::Error`,
-/// see [`refusal`]).
+/// see [`refusal`]). Once the size is settled, `asked` turns `None`: a waiter counts against
+/// whatever size is stored from then on, as an operator's `set_permits` changes it.
 pub(super) fn admit(
     p: &LockPaths,
     name: &str,
-    asked: Option<u32>,
+    asked: &mut Option<u32>,
     n: u32,
     sync: bool,
 ) -> io::Result<Option<Vec<(u32, Locked)>>> {
-    let settle = |stored: Option<u32>| {
+    let settle = |stored: Option<u32>, asked: Option<u32>| {
         let (size, store) = settle_size(name, asked, stored).map_err(refusal)?;
         if n > size {
             return Err(refusal(too_many(name, n, size)));
@@ -100,18 +101,22 @@ pub(super) fn admit(
     let Some(shared) = try_lock_path(&gate, LockMode::Shared)? else {
         return Ok(None);
     };
-    let (size, store) = settle(read(&p.size())?)?;
-    if !store && !held_past(p, size)? {
-        return take(p, n, size);
+    let (size, store) = settle(read(&p.size())?, *asked)?;
+    if !store {
+        *asked = None;
+        if !held_past(p, size)? {
+            return take(p, n, size);
+        }
     }
     drop(shared);
     let Some(_exclusive) = try_lock_path(&gate, LockMode::Exclusive)? else {
         return Ok(None);
     };
-    let (size, store) = settle(read(&p.size())?)?;
+    let (size, store) = settle(read(&p.size())?, *asked)?;
     if store {
         write(&p.size(), size, sync)?;
     }
+    *asked = None;
     if in_use(p)? + n > size {
         return Ok(None);
     }

@@ -568,6 +568,18 @@ impl Engine {
     pub(crate) fn set_size(self: &Arc<Self>, key: &Key, size: u32) -> Option<u32> {
         let mut t = self.lock();
         let before = t.sizes.insert(key.clone(), size);
+        // Waiters asking for more than the new size are told now, wherever they are queued.
+        if let Some(res) = t.resources.get_mut(key) {
+            let (refused, kept) = std::mem::take(&mut res.queue)
+                .into_iter()
+                .partition(|w| matches!(w.mode, Mode::Permits(k) if k > size));
+            res.queue = kept;
+            for w in refused {
+                if let Mode::Permits(k) = w.mode {
+                    let _ = w.tx.send(Err(too_many(&key.1, k, size)));
+                }
+            }
+        }
         self.purge_expired(&mut t, key, Instant::now());
         self.drain(&mut t, key);
         before

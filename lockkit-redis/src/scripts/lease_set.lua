@@ -12,33 +12,34 @@
 local t = redis.call('time')
 local now = now_ms(t)
 local capacity = tonumber(ARGV[5])
-if capacity ~= 0 then
-  -- The semaphore's size, read (and stored when absent) in the step that admits.
-  local ok, stored = typed_call('get', KEYS[5])
-  if not ok or (stored and not tonumber(stored)) then
-    return (not ok and stored) or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[5] .. ' is not a semaphore size')
-  end
-  stored = tonumber(stored)
-  if not stored then
-    if capacity < 0 then
-      return {-1, 0}
-    end
-    redis.call('set', KEYS[5], capacity)
-    stored = capacity
-  elseif capacity > 0 and capacity ~= stored then
-    return {-2, stored}
-  end
-  if tonumber(ARGV[4]) > stored then
-    return {-3, stored}
-  end
-  capacity = stored
-end
 redis.call('zremrangebyscore', KEYS[2], '-inf', now)
 redis.call('zremrangebyscore', KEYS[3], '-inf', now)
 -- Members are never reused, so a live one of ours is a resent request (redis-rs resends after a
 -- dropped connection) whose first run took the share: it is taken up again, with our lease from
 -- now and a new token (the first one was never seen), and counted once.
 if not redis.call('zscore', KEYS[2], ARGV[1]) then
+  if capacity ~= 0 then
+    -- The semaphore's size, read (and stored when absent) in the step that admits; a resent
+    -- request whose first run took its permits is not asked again.
+    local ok, stored = typed_call('get', KEYS[5])
+    if not ok or (stored and not tonumber(stored)) then
+      return (not ok and stored) or redis.error_reply('WRONGTYPE lockkit: key ' .. KEYS[5] .. ' is not a semaphore size')
+    end
+    stored = tonumber(stored)
+    if not stored then
+      if capacity < 0 then
+        return {-1, 0}
+      end
+      redis.call('set', KEYS[5], capacity)
+      stored = capacity
+    elseif capacity > 0 and capacity ~= stored then
+      return {-2, stored}
+    end
+    if tonumber(ARGV[4]) > stored then
+      return {-3, stored}
+    end
+    capacity = stored
+  end
   if redis.call('exists', KEYS[1]) == 1 then
     return {0, redis.call('pttl', KEYS[1])}
   end

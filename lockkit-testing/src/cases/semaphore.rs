@@ -399,3 +399,58 @@ pub async fn semaphore_disagreeing_handles_never_oversubscribe(locks: &Locks) {
     let max = detector.max_inside();
     assert!(max <= stored as usize, "{max} holders of {stored} permits");
 }
+
+/// For a backend's own test: semaphore `name`'s size is something foreign on the server (a key,
+/// node or file of another kind or content), so every call that reads it fails with `WrongType`,
+/// a handle of a size and an opened one alike, and nothing is taken.
+pub async fn foreign_size_is_refused(locks: &Locks, name: &str) {
+    let s = locks.semaphore(name, 3).unwrap();
+    let opened = locks.open_semaphore(name).unwrap();
+    let errors = [
+        s.try_acquire(1).await.map(drop).unwrap_err(),
+        opened.try_acquire(1).await.map(drop).unwrap_err(),
+        s.available().await.map(drop).unwrap_err(),
+        s.size().await.map(drop).unwrap_err(),
+        s.set_permits(2).await.map(drop).unwrap_err(),
+    ];
+    for e in errors {
+        assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
+    }
+}
+
+/// A handle's size is checked when its acquire starts: an acquire already waiting when an
+/// operator grows the size counts against the new size and gets its permit at once, while a
+/// new acquire of that handle is refused, naming the new size.
+pub async fn semaphore_waiter_follows_a_size_change(locks: &Locks) {
+    let Some((n, s)) = sem(locks, "sem-follow", 1) else {
+        return;
+    };
+    if !locks.capabilities().semaphore_size {
+        return; // Unsupported: checked by semaphore_size_is_stored_with_it
+    }
+    let held = s.acquire_one().await.unwrap();
+    let waiter = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.acquire(1, &AcquireOptions::new().wait(Duration::from_secs(30)))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "a second permit of one");
+    let admin = locks.open_semaphore(&n).unwrap();
+    assert_eq!(admin.set_permits(2).await.unwrap(), Some(1));
+    let second = within(SOON, "a waiting handle of 1 after growing to 2", waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the waiter's permit");
+    let e = assert_kind(
+        s.try_acquire(1).await,
+        ErrorKind::InvalidArgument,
+        "a new acquire of the handle of 1",
+    );
+    assert!(e.to_string().contains("has 2 permits"), "{e}");
+    held.release().await.unwrap();
+    second.release().await.unwrap();
+}
