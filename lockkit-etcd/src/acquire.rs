@@ -34,7 +34,7 @@ use crate::key_watch::{BeforeWatch, Phase};
 use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, InFlight, KeyLease};
 use crate::sem_size::{is_size_key, size_key, stored_size};
 use crate::session::{grant_exact, Session};
-use crate::watch::{Kind, NameWatch, Need, Slot, Standing};
+use crate::watch::{held_weight, Entry, Kind, NameWatch, Need, Slot, Standing, HELD};
 
 /// What one acquire wants on a prefix.
 pub(crate) struct Want<'a> {
@@ -465,20 +465,18 @@ pub(crate) async fn read_size(inner: &Inner, prefix: &[u8]) -> Result<(i64, Opti
     size_of(resp.take_kvs().first())
 }
 
-/// One linearizable read of a semaphore's keys created up to `rev`, oldest first, and of its
-/// stored size, in one transaction.
+/// One linearizable read of a semaphore's keys, oldest first, and of its size key (its mod
+/// revision and size), in one transaction.
 async fn read_queue_and_size(
     inner: &Inner,
     prefix: &[u8],
-    rev: i64,
-) -> Result<(etcd_client::GetResponse, Option<u32>)> {
+) -> Result<(etcd_client::GetResponse, (i64, Option<u32>))> {
     let (p, size) = (prefix.to_vec(), size_key(prefix));
     let resp = inner
         .pool
         .run("read the semaphore", true, move |mut c| {
             let opts = GetOptions::new()
                 .with_prefix()
-                .with_max_create_revision(rev)
                 .with_sort(SortTarget::Create, SortOrder::Ascend);
             let txn = Txn::new().and_then([
                 TxnOp::get(p.clone(), Some(opts)),
@@ -497,8 +495,7 @@ async fn read_queue_and_size(
             "an etcd semaphore read without its ranges",
         ));
     };
-    let stored = stored_size(size.kvs().first())?;
-    Ok((queue, stored))
+    Ok((queue, size_of(size.kvs().first())?))
 }
 
 /// Runs `fut` until it ends or `notify` wakes us (our own key's delete wakes a waiter whatever
@@ -511,22 +508,23 @@ async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
 }
 
 /// Where our key (create revision `rev`) stands on the server now: one linearizable read of
-/// the keys created up to ours (and of a semaphore's size, in the same transaction: a size
-/// that refuses us now is an error).
+/// the keys created up to ours (a semaphore's: of every key and its size, in one transaction;
+/// a size that refuses us now is an error, and a turn is ours once our key is marked as
+/// holding under the size it was decided with).
 async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Result<Standing> {
     let (prefix, need, kind) = (w.nw.prefix(), w.need, w.kind);
     // A mutex or writer only needs to know whether ours is the first key.
     let limit = if need == Need::Exclusive { 1 } else { 0 };
-    let (resp, stored) = if let Need::Permits { n, asked } = need {
-        let (resp, stored) = read_queue_and_size(inner, prefix, rev).await?;
+    let (resp, stored, size_rev) = if let Need::Permits { n, asked } = need {
+        let (resp, (size_rev, stored)) = read_queue_and_size(inner, prefix).await?;
         let size = stored.or(asked).ok_or_else(|| no_size(w.name))?;
         if n > size {
             return Err(too_many(w.name, n, size));
         }
-        (resp, stored)
+        (resp, stored, size_rev)
     } else {
         let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
-        (resp, None)
+        (resp, None, 0)
     };
     let kvs = resp.kvs();
     if !kvs
@@ -541,16 +539,65 @@ async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Re
             Standing::Gone
         });
     }
-    let before: Vec<_> = kvs
-        .iter()
-        .filter(|kv| kv.create_revision() < rev && !is_size_key(kv.key()))
+    let (before, held_after) = ranked(kvs, rev, kind);
+    if !need.holds(before.iter(), held_after, stored) {
+        return Ok(Standing::Waiting);
+    }
+    if matches!(need, Need::Permits { .. })
+        && !mark_held(inner, prefix, key, rev, size_rev, &w.value).await?
+    {
+        // The size, or our key, changed since the read: look again.
+        return Ok(Standing::Waiting);
+    }
+    Ok(Standing::Owner)
+}
+
+/// The entries of the keys ranked before `rev` (the size key left out), and the permits held
+/// by the keys ranked after it.
+fn ranked(kvs: &[etcd_client::KeyValue], rev: i64, kind: Kind) -> (Vec<Entry>, u64) {
+    let keys = kvs.iter().filter(|kv| !is_size_key(kv.key()));
+    let before = keys
+        .clone()
+        .filter(|kv| kv.create_revision() < rev)
         .map(|kv| kind.entry(kv.value()))
         .collect();
-    Ok(if need.holds(before.iter(), stored) {
-        Standing::Owner
-    } else {
-        Standing::Waiting
-    })
+    let after: Vec<Entry> = keys
+        .filter(|kv| kv.create_revision() > rev)
+        .map(|kv| kind.entry(kv.value()))
+        .collect();
+    (before, held_weight(after.iter()))
+}
+
+/// Marks our semaphore key (`key`, created at `rev`, asking for `value` permits) as holding,
+/// while the size key's mod revision is still `size_rev` (0: absent), the one the decision was
+/// made under. Whether it did.
+async fn mark_held(
+    inner: &Inner,
+    prefix: &[u8],
+    key: &[u8],
+    rev: i64,
+    size_rev: i64,
+    value: &[u8],
+) -> Result<bool> {
+    let (k, size) = (key.to_vec(), size_key(prefix));
+    let held = [value, HELD.as_bytes()].concat();
+    let resp = inner
+        .pool
+        .run("mark the permits held", true, move |mut c| {
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(k.clone(), CompareOp::Equal, rev),
+                    Compare::mod_revision(size.clone(), CompareOp::Equal, size_rev),
+                ])
+                .and_then([TxnOp::put(
+                    k.clone(),
+                    held.clone(),
+                    Some(PutOptions::new().with_ignore_lease()),
+                )]);
+            async move { c.txn(txn).await }
+        })
+        .await?;
+    Ok(resp.succeeded())
 }
 
 impl Claim {
@@ -666,27 +713,27 @@ impl Claim {
             if resp.succeeded() {
                 self.rev = rev;
                 nw.watch_own(&self.key, rev);
-                return Ok(match ops.get(1) {
-                    Some(TxnOpResponse::Get(g)) => {
-                        let before = g
-                            .kvs()
-                            .iter()
-                            .filter(|kv| kv.create_revision() < rev && !is_size_key(kv.key()));
-                        self.before = before
-                            .clone()
-                            .next()
-                            .filter(|_| narrow)
-                            .map(|kv| (kv.key().to_vec(), kv.create_revision()));
-                        let before: Vec<_> = before.map(|kv| kind.entry(kv.value())).collect();
-                        need.holds(before.iter(), sized.map(|(size, ..)| size))
-                    }
-                    _ => {
-                        return Err(Error::new(
-                            ErrorKind::Backend,
-                            "an etcd acquire answer without its range",
-                        ))
-                    }
-                });
+                let Some(TxnOpResponse::Get(g)) = ops.get(1) else {
+                    return Err(Error::new(
+                        ErrorKind::Backend,
+                        "an etcd acquire answer without its range",
+                    ));
+                };
+                self.before = g
+                    .kvs()
+                    .iter()
+                    .find(|kv| kv.create_revision() < rev && !is_size_key(kv.key()))
+                    .filter(|_| narrow)
+                    .map(|kv| (kv.key().to_vec(), kv.create_revision()));
+                let (before, held_after) = ranked(g.kvs(), rev, kind);
+                let holds = need.holds(before.iter(), held_after, sized.map(|(size, ..)| size));
+                let Some((_, store, size_rev)) = sized.filter(|_| holds) else {
+                    return Ok(holds);
+                };
+                // A semaphore's turn is ours once marked, under the size this transaction saw
+                // (one it stored has this transaction's revision).
+                let size_rev = if store { rev } else { size_rev };
+                return mark_held(inner, nw.prefix(), &self.key, rev, size_rev, &w.value).await;
             }
             // A semaphore's size key changed since the watch saw it: settle again on what it
             // holds now.

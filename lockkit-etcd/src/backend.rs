@@ -14,7 +14,7 @@ use crate::election::EtcdElection;
 use crate::inner::Inner;
 use crate::mutex::EtcdMutex;
 use crate::rwlock::EtcdRwLock;
-use crate::sem_size::{is_size_key, stored_size};
+use crate::sem_size::is_size_key;
 use crate::semaphore::EtcdSemaphore;
 use crate::watch::{Kind, Need};
 
@@ -114,14 +114,6 @@ impl Backend for EtcdBackend {
             .inner
             .keys_by_create(&self.inner.prefix(kind, name), 0)
             .await?;
-        // A semaphore's size comes in the same read; without one, every permit key is listed
-        // as a holder.
-        let size = kvs.iter().find(|kv| is_size_key(kv.key()));
-        let stored = if kind == Kind::Semaphore {
-            stored_size(size)?
-        } else {
-            None
-        };
         let mut holders = Vec::new();
         let mut waiters = Vec::new();
         let mut before = Vec::new();
@@ -132,18 +124,16 @@ impl Backend for EtcdBackend {
             let e = kind.entry(kv.value());
             let owner = String::from_utf8_lossy(kv.key()).into_owned();
             let (need, mode) = match kind {
-                Kind::Semaphore => (
-                    Need::Permits {
-                        n: e.weight,
-                        asked: Some(u32::MAX),
-                    },
-                    HoldMode::Permits(e.weight),
-                ),
+                Kind::Semaphore => (Need::Shared, HoldMode::Permits(e.weight)),
                 _ if e.exclusive => (Need::Exclusive, HoldMode::Exclusive),
                 _ => (Need::Shared, HoldMode::Shared),
             };
-            let holds = need.holds(before.iter(), stored);
-            if holds && waiters.is_empty() {
+            // A semaphore's holders are marked as holding, wherever they rank.
+            let holds = match kind {
+                Kind::Semaphore => e.held,
+                _ => need.holds(before.iter(), 0, None) && waiters.is_empty(),
+            };
+            if holds {
                 holders.push(
                     HolderInfo::new(owner, mode)
                         .with_token(FencingToken(kv.create_revision() as u64)),

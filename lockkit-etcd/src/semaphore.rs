@@ -1,6 +1,7 @@
 //! The semaphore: keys ranked by create revision on `<prefix>/%sem/<encoded name>/`, each holding
-//! its permit count as its value, and the size key `%size` beside them (`sem_size.rs`). An
-//! acquirer holds when the permits of everyone ranked before it plus its own fit in the size
+//! its permit count as its value (with a `+` once it holds them), and the size key `%size`
+//! beside them (`sem_size.rs`). An acquirer holds when the permits of everyone ranked before it,
+//! those held by keys ranked after it (let in before a shrink) and its own fit in the size
 //! (first come, first served: a large request is never overtaken). The size is settled in the
 //! transaction that creates the acquirer's key and read with the queue whenever a turn is
 //! settled. Permits are leased like locks, so a dead holder's permits come back when its lease
@@ -16,7 +17,7 @@ use lockkit_core::Result;
 use crate::acquire::{acquire, read_size, Want};
 use crate::inner::{watch_of, Inner};
 use crate::sem_size::{is_size_key, size_key, stored_size};
-use crate::watch::{Kind, NameWatch, Need};
+use crate::watch::{held_weight, Kind, NameWatch, Need};
 
 /// A semaphore handle, of the size it asks for (`None`: the stored size).
 #[derive(Debug)]
@@ -57,20 +58,19 @@ impl RawSemaphore for EtcdSemaphore {
         acquire(&self.inner, want, req).await
     }
 
-    /// One read of the prefix, which holds the size key too.
+    /// One read of the prefix, which holds the size key too: the size less the permits of
+    /// the keys marked as holding.
     async fn available(&self) -> Result<u32> {
         let kvs = self.inner.keys_by_create(&self.prefix, 0).await?;
         let stored = stored_size(kvs.iter().find(|kv| is_size_key(kv.key())))?;
         let (size, _) = settle_size(&self.name, self.permits, stored)?;
-        let mut used: u64 = 0;
-        for kv in kvs.iter().filter(|kv| !is_size_key(kv.key())) {
-            let w = u64::from(Kind::Semaphore.entry(kv.value()).weight);
-            if used + w > u64::from(size) {
-                break; // the first waiter: everyone after waits too
-            }
-            used += w;
-        }
-        Ok(size.saturating_sub(used as u32))
+        let entries: Vec<_> = kvs
+            .iter()
+            .filter(|kv| !is_size_key(kv.key()))
+            .map(|kv| Kind::Semaphore.entry(kv.value()))
+            .collect();
+        let used = u32::try_from(held_weight(entries.iter())).unwrap_or(u32::MAX);
+        Ok(size.saturating_sub(used))
     }
 
     async fn size(&self) -> Result<Option<u32>> {

@@ -78,7 +78,8 @@ pub(crate) enum Kind {
     Mutex,
     /// Value `r`: a reader; anything else: a writer.
     RwLock,
-    /// Value: the number of permits the key holds.
+    /// Value: the number of permits the key asks for, `+` after it once it holds them (see
+    /// [`HELD`]).
     Semaphore,
     /// Every key is a candidate, the first one leads (Go's `concurrency.Election`); its value
     /// is what the candidate proclaims.
@@ -92,6 +93,22 @@ pub(crate) struct Entry {
     pub(crate) exclusive: bool,
     /// Permits it takes (semaphores; 1 otherwise).
     pub(crate) weight: u32,
+    /// A semaphore key marked as holding its permits.
+    pub(crate) held: bool,
+}
+
+/// What a semaphore key's value ends with once it holds: holding is written down, because a
+/// holder keeps its permits when the size shrinks, and "the permits ranked before me fit" no
+/// longer says who holds then. The mark is put by a transaction that compares the size key's
+/// mod revision with the one the decision was made under.
+pub(crate) const HELD: &str = "+";
+
+/// The permits held by `entries` (semaphore keys marked as holding).
+pub(crate) fn held_weight<'a>(entries: impl Iterator<Item = &'a Entry>) -> u64 {
+    entries
+        .filter(|e| e.held)
+        .map(|e| u64::from(e.weight))
+        .sum()
 }
 
 impl Kind {
@@ -100,18 +117,25 @@ impl Kind {
             Kind::Mutex | Kind::Election => Entry {
                 exclusive: true,
                 weight: 1,
+                held: false,
             },
             Kind::RwLock => Entry {
                 exclusive: value != b"r",
                 weight: 1,
+                held: false,
             },
-            Kind::Semaphore => Entry {
-                exclusive: false,
-                weight: std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(1),
-            },
+            Kind::Semaphore => {
+                let text = std::str::from_utf8(value).unwrap_or("");
+                let (count, held) = match text.strip_suffix(HELD) {
+                    Some(count) => (count, true),
+                    None => (text, false),
+                };
+                Entry {
+                    exclusive: false,
+                    weight: count.parse().unwrap_or(1),
+                    held,
+                }
+            }
         }
     }
 }
@@ -123,18 +147,20 @@ pub(crate) enum Need {
     Exclusive,
     /// No exclusive key before us (read lock).
     Shared,
-    /// The permits of everyone before us plus our `n` fit in the semaphore's size: the size
-    /// stored with it, else the size the handle asks for (`asked`, `None` for a handle that
-    /// adopts the stored one).
+    /// The permits of everyone before us, plus those held by keys after us, plus our `n` fit
+    /// in the semaphore's size: the size stored with it, else the size the handle asks for
+    /// (`asked`, `None` for a handle that adopts the stored one).
     Permits { n: u32, asked: Option<u32> },
 }
 
 impl Need {
     /// Whether an acquirer with these keys ranked before it holds (FIFO by create revision),
-    /// where the semaphore's stored size is `stored`.
+    /// where the semaphore's stored size is `stored` and `held_after` permits are held by keys
+    /// ranked after it (only after a shrink: they were let in under a larger size).
     pub(crate) fn holds<'a>(
         self,
         before: impl Iterator<Item = &'a Entry>,
+        held_after: u64,
         stored: Option<u32>,
     ) -> bool {
         match self {
@@ -144,7 +170,7 @@ impl Need {
                 let Some(total) = stored.or(asked) else {
                     return false;
                 };
-                let mut sum = u64::from(n);
+                let mut sum = u64::from(n) + held_after;
                 for e in before {
                     sum += u64::from(e.weight);
                     if sum > u64::from(total) {
@@ -247,7 +273,9 @@ impl Mirror {
         let stored = self.size.map(|(_, n)| n);
         // A waiter the size refuses is woken as if it held: the read that settles a turn
         // refuses it.
-        if need.refused(stored) || need.holds(self.order.range(..rev).map(|(_, e)| e), stored) {
+        let held_after = held_weight(self.order.range(rev + 1..).map(|(_, e)| e));
+        let before = self.order.range(..rev).map(|(_, e)| e);
+        if need.refused(stored) || need.holds(before, held_after, stored) {
             Standing::Owner
         } else {
             Standing::Waiting

@@ -132,6 +132,7 @@ macro_rules! conformance_suite {
             semaphore_set_permits_changes_the_size,
             semaphore_disagreeing_handles_never_oversubscribe,
             semaphore_waiter_follows_a_size_change,
+            semaphore_holders_past_a_shrink_are_counted,
             election_one_leader_at_a_time_with_rising_terms,
             election_candidates_lead_in_arrival_order,
             election_leader_and_observers_follow_every_change,

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::{assert_kind, fixed, name, within, SHORT, SOON};
 use crate::OverlapDetector;
-use lockkit_core::{AcquireOptions, ErrorKind, LockState, Locks, Semaphore};
+use lockkit_core::{AcquireOptions, ErrorKind, HoldMode, LockState, Locks, Primitive, Semaphore};
 
 fn sem(locks: &Locks, case: &str, permits: u32) -> Option<(String, Semaphore)> {
     let n = name(case);
@@ -453,4 +453,49 @@ pub async fn semaphore_waiter_follows_a_size_change(locks: &Locks) {
     assert!(e.to_string().contains("has 2 permits"), "{e}");
     held.release().await.unwrap();
     second.release().await.unwrap();
+}
+
+/// After a shrink, the holders that no longer fit keep their permits and are still counted:
+/// one permit and two of three are held, the size shrinks to 2, and `available()` says none is
+/// free (not the one a count of "what fits" would give), `inspect` still lists both holders,
+/// and nobody else gets in until both have let go.
+pub async fn semaphore_holders_past_a_shrink_are_counted(locks: &Locks) {
+    let Some((n, s)) = sem(locks, "sem-past", 3) else {
+        return;
+    };
+    if !locks.capabilities().semaphore_size {
+        return; // Unsupported: checked by semaphore_size_is_stored_with_it
+    }
+    let one = s.try_acquire(1).await.unwrap().expect("1 of 3");
+    let two = s.try_acquire(2).await.unwrap().expect("2 more of 3");
+    let admin = locks.open_semaphore(&n).unwrap();
+    admin.set_permits(2).await.unwrap();
+    assert_eq!(admin.available().await.unwrap(), 0, "3 held of 2");
+    if locks.capabilities().semaphore.is_some_and(|c| c.inspect)
+        && locks.capabilities().cross_process
+    {
+        let info = locks.inspect(&n, Primitive::Semaphore).await.unwrap();
+        let held: u32 = info
+            .holders
+            .iter()
+            .map(|h| match h.mode {
+                HoldMode::Permits(k) => k,
+                _ => 1,
+            })
+            .sum();
+        assert_eq!(held, 3, "{info:?}");
+    }
+    one.release().await.unwrap();
+    assert!(admin.try_acquire(1).await.unwrap().is_none(), "2 held of 2");
+    assert_eq!(admin.available().await.unwrap(), 0);
+    two.release().await.unwrap();
+    assert_eq!(admin.available().await.unwrap(), 2);
+    admin
+        .try_acquire(2)
+        .await
+        .unwrap()
+        .expect("2 of 2")
+        .release()
+        .await
+        .unwrap();
 }
