@@ -510,46 +510,51 @@ async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
 /// Where our key (create revision `rev`) stands on the server now: one linearizable read of
 /// the keys created up to ours (a semaphore's: of every key and its size, in one transaction;
 /// a size that refuses us now is an error, and a turn is ours once our key is marked as
-/// holding under the size it was decided with).
+/// holding under the size it was decided with: a size changed between the read and the mark
+/// is read and decided again, so an operator's change does not cost a waiter its place).
 async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Result<Standing> {
     let (prefix, need, kind) = (w.nw.prefix(), w.need, w.kind);
     // A mutex or writer only needs to know whether ours is the first key.
     let limit = if need == Need::Exclusive { 1 } else { 0 };
-    let (resp, stored, size_rev) = if let Need::Permits { n, asked } = need {
-        let (resp, (size_rev, stored)) = read_queue_and_size(inner, prefix).await?;
-        let size = stored.or(asked).ok_or_else(|| no_size(w.name))?;
-        if n > size {
-            return Err(too_many(w.name, n, size));
-        }
-        (resp, stored, size_rev)
-    } else {
-        let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
-        (resp, None, 0)
-    };
-    let kvs = resp.kvs();
-    if !kvs
-        .iter()
-        .any(|kv| kv.create_revision() == rev && kv.key() == key)
-    {
-        // Ours is not among them: gone, unless a limited read stopped at an older key.
-        let older = kvs.first().is_some_and(|kv| kv.create_revision() < rev);
-        return Ok(if older && limit > 0 {
-            Standing::Waiting
+    for _ in 0..3 {
+        let (resp, stored, size_rev) = if let Need::Permits { n, .. } = need {
+            let (resp, (size_rev, stored)) = read_queue_and_size(inner, prefix).await?;
+            // Our key was created with the size stored: a waiter counts against whatever
+            // size is stored now.
+            let size = stored.ok_or_else(|| no_size(w.name))?;
+            if n > size {
+                return Err(too_many(w.name, n, size));
+            }
+            (resp, stored, size_rev)
         } else {
-            Standing::Gone
-        });
+            let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
+            (resp, None, 0)
+        };
+        let kvs = resp.kvs();
+        if !kvs
+            .iter()
+            .any(|kv| kv.create_revision() == rev && kv.key() == key)
+        {
+            // Ours is not among them: gone, unless a limited read stopped at an older key.
+            let older = kvs.first().is_some_and(|kv| kv.create_revision() < rev);
+            return Ok(if older && limit > 0 {
+                Standing::Waiting
+            } else {
+                Standing::Gone
+            });
+        }
+        let (before, held_after) = ranked(kvs, rev, kind);
+        if !need.holds(before.iter(), held_after, stored) {
+            return Ok(Standing::Waiting);
+        }
+        if !matches!(need, Need::Permits { .. })
+            || mark_held(inner, prefix, key, rev, size_rev, &w.value).await?
+        {
+            return Ok(Standing::Owner);
+        }
+        // The size changed since the read (or our key went): read and decide again.
     }
-    let (before, held_after) = ranked(kvs, rev, kind);
-    if !need.holds(before.iter(), held_after, stored) {
-        return Ok(Standing::Waiting);
-    }
-    if matches!(need, Need::Permits { .. })
-        && !mark_held(inner, prefix, key, rev, size_rev, &w.value).await?
-    {
-        // The size, or our key, changed since the read: look again.
-        return Ok(Standing::Waiting);
-    }
-    Ok(Standing::Owner)
+    Ok(Standing::Waiting)
 }
 
 /// The entries of the keys ranked before `rev` (the size key left out), and the permits held

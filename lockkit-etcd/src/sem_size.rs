@@ -28,7 +28,7 @@ pub(crate) fn parse_size(value: &[u8]) -> Result<u32> {
         .filter(|&n: &u32| n > 0)
         .ok_or_else(|| {
             Error::new(
-                ErrorKind::Backend,
+                ErrorKind::WrongType,
                 format!(
                     "a semaphore's size key holds {:?}, not a number of permits",
                     String::from_utf8_lossy(value)

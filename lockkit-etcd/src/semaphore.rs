@@ -88,7 +88,7 @@ impl RawSemaphore for EtcdSemaphore {
             let resp = self
                 .inner
                 .pool
-                .run("set the semaphore's size", true, move |mut c| {
+                .run("set the semaphore's size", false, move |mut c| {
                     let txn = Txn::new()
                         .when([Compare::mod_revision(key.clone(), CompareOp::Equal, rev)])
                         .and_then([TxnOp::put(key.clone(), permits.to_string(), None)]);

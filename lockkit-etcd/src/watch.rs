@@ -273,7 +273,10 @@ impl Mirror {
         let stored = self.size.map(|(_, n)| n);
         // A waiter the size refuses is woken as if it held: the read that settles a turn
         // refuses it.
-        let held_after = held_weight(self.order.range(rev + 1..).map(|(_, e)| e));
+        let held_after = match need {
+            Need::Permits { .. } => held_weight(self.order.range(rev + 1..).map(|(_, e)| e)),
+            _ => 0,
+        };
         let before = self.order.range(..rev).map(|(_, e)| e);
         if need.refused(stored) || need.holds(before, held_after, stored) {
             Standing::Owner

@@ -211,3 +211,20 @@ async fn the_first_permit_is_fenced_by_its_own_key() {
     );
     a.close().await.unwrap();
 }
+
+/// A semaphore's size key holding something else than a size is a typed `WrongType` error for
+/// every call that reads it, and is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_size_key_is_refused_and_kept() {
+    let Some(url) = url() else { return };
+    let a = connect(&url, "").await;
+    let mut raw = common::raw(&url).await;
+    let n = name("sem-foreign-size");
+    let key = format!("lockkit/%sem/{}/%size", lockkit_core::encode_name(&n));
+    raw.put(key.clone(), "three", None).await.unwrap();
+    lockkit_testing::cases::foreign_size_is_refused(&a, &n).await;
+    let got = raw.get(key.clone(), None).await.unwrap();
+    assert_eq!(got.kvs()[0].value(), b"three");
+    raw.delete(key, None).await.unwrap();
+    a.close().await.unwrap();
+}
