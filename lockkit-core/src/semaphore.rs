@@ -75,11 +75,11 @@ impl Semaphore {
     /// Dropping the future leaves nothing behind.
     pub async fn acquire(&self, n: u32, opts: &AcquireOptions) -> Result<Option<Permit>> {
         let i = &self.inner;
-        if n == 0 || i.permits.is_some_and(|p| n > p) {
-            return Err(Error::invalid(match i.permits {
-                Some(p) => format!("cannot acquire {n} of {p} permits"),
-                None => "cannot acquire 0 permits".to_string(),
-            }));
+        if n == 0 {
+            return Err(Error::invalid("cannot acquire 0 permits"));
+        }
+        if let Some(p) = i.permits.filter(|&p| n > p) {
+            return Err(crate::spi::too_many(&i.name, n, p));
         }
         let own = i
             .kernel

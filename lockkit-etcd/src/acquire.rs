@@ -31,7 +31,9 @@ use crate::client::is_lease_not_found;
 use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
 use crate::key_watch::{BeforeWatch, Phase};
-use crate::ops::{delete_if_ours, delete_key, move_to_lease, reap_key, InFlight, KeyLease};
+use crate::ops::{
+    delete_if_ours, delete_key, move_to_lease, reap_key, set_value_if_ours, InFlight, KeyLease,
+};
 use crate::sem_size::{is_size_key, size_key, stored_size};
 use crate::session::{grant_exact, Session};
 use crate::watch::{held_weight, Entry, Kind, NameWatch, Need, Slot, Standing, HELD};
@@ -584,25 +586,9 @@ async fn mark_held(
     size_rev: i64,
     value: &[u8],
 ) -> Result<bool> {
-    let (k, size) = (key.to_vec(), size_key(prefix));
     let held = [value, HELD.as_bytes()].concat();
-    let resp = inner
-        .pool
-        .run("mark the permits held", true, move |mut c| {
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(k.clone(), CompareOp::Equal, rev),
-                    Compare::mod_revision(size.clone(), CompareOp::Equal, size_rev),
-                ])
-                .and_then([TxnOp::put(
-                    k.clone(),
-                    held.clone(),
-                    Some(PutOptions::new().with_ignore_lease()),
-                )]);
-            async move { c.txn(txn).await }
-        })
-        .await?;
-    Ok(resp.succeeded())
+    let size = Compare::mod_revision(size_key(prefix), CompareOp::Equal, size_rev);
+    set_value_if_ours(inner, "mark the permits held", key, rev, held, &[size]).await
 }
 
 impl Claim {

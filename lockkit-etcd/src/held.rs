@@ -112,7 +112,7 @@ impl Held for EtcdHeld {
     /// lease it is on.
     async fn proclaim(&self, value: &[u8]) -> Result<()> {
         let s = &self.shared;
-        if !set_value_if_ours(&s.inner, "proclaim", &s.key, s.rev, value.to_vec()).await? {
+        if !set_value_if_ours(&s.inner, "proclaim", &s.key, s.rev, value.to_vec(), &[]).await? {
             s.state.mark_lost(LostReason::Deleted);
             return Err(Error::lost(&s.name));
         }
@@ -124,7 +124,7 @@ impl Held for EtcdHeld {
         let rev = s.rev;
         // Same key, same create revision (so same rank and token), same lease, value `r`:
         // readers queued behind us may come in, writers still wait.
-        if !set_value_if_ours(&s.inner, "downgrade", &s.key, rev, b"r".to_vec()).await? {
+        if !set_value_if_ours(&s.inner, "downgrade", &s.key, rev, b"r".to_vec(), &[]).await? {
             s.state.mark_lost(LostReason::Deleted);
             return Err(Error::lost(&s.name));
         }

@@ -124,26 +124,28 @@ pub(crate) async fn move_to_lease(inner: &Inner, key: &[u8], rev: i64, id: i64) 
     Ok(resp.succeeded())
 }
 
-/// Sets `key`'s value to `value`, keeping its lease, only while its create revision is `rev`.
-/// Returns whether it did (`false`: the key is not ours any more).
+/// Sets `key`'s value to `value`, keeping its lease, only while its create revision is `rev`
+/// and every compare of `also` holds. Returns whether it did (`false`: the key is not ours any
+/// more, or `also` failed).
 pub(crate) async fn set_value_if_ours(
     inner: &Inner,
     what: &'static str,
     key: &[u8],
     rev: i64,
     value: Vec<u8>,
+    also: &[Compare],
 ) -> Result<bool> {
     let k = key.to_vec();
+    let mut when = vec![Compare::create_revision(k.clone(), CompareOp::Equal, rev)];
+    when.extend_from_slice(also);
     let resp = inner
         .pool
         .run(what, true, move |mut c| {
-            let txn = Txn::new()
-                .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
-                .and_then([TxnOp::put(
-                    k.clone(),
-                    value.clone(),
-                    Some(PutOptions::new().with_ignore_lease()),
-                )]);
+            let txn = Txn::new().when(when.clone()).and_then([TxnOp::put(
+                k.clone(),
+                value.clone(),
+                Some(PutOptions::new().with_ignore_lease()),
+            )]);
             async move { c.txn(txn).await }
         })
         .await?;
