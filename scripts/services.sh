@@ -14,10 +14,10 @@
 #   scripts/services.sh leader GROUP            print the member that currently leads GROUP
 #   scripts/services.sh members                 list every member and group name of every profile
 #
-# Profiles: --cluster (scripts/services.d/cluster.sh), --secure (scripts/services.d/secure.sh).
+# Profiles (scripts/services.d/P.sh): --cluster, --secure, --redlock (5 independent Redis masters).
 # Members: single: redis zk etcd. cluster: etcd-c1..3, zk-e1..3, redis-s1..3 (Sentinel data nodes;
-#   redis-s1 starts as primary), sentinel1..3, redis-c1..6 (Redis Cluster). `members` lists all.
-# Groups (for `leader`): etcd-cluster, zk-ensemble, redis-sentinel.
+#   redis-s1 starts as primary), sentinel1..3, redis-c1..6 (Redis Cluster). redlock: redlock1..5.
+# Groups (for `leader`): etcd-cluster, zk-ensemble, redis-sentinel. `members` lists all.
 # Typical use:  eval "$(scripts/services.sh up)"; ...; scripts/services.sh down
 # Only the export lines (and `leader`/`members` output) go to stdout; all other output goes to stderr.
 #

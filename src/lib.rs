@@ -20,6 +20,8 @@ pub const BACKENDS: &[&BackendInfo] = &[
     &lockkit_core::file::INFO,
     #[cfg(feature = "redis")]
     &lockkit_redis::INFO,
+    #[cfg(feature = "redis")]
+    &lockkit_redis::REDLOCK,
     #[cfg(feature = "zk")]
     &lockkit_zk::INFO,
     #[cfg(feature = "etcd")]
@@ -33,7 +35,13 @@ pub const BACKENDS: &[&BackendInfo] = &[
 pub const OPTIONAL: &[(&str, &[&str])] = &[
     (
         "redis",
-        &["redis", "rediss", "redis+sentinel", "redis+cluster"],
+        &[
+            "redis",
+            "rediss",
+            "redis+sentinel",
+            "redis+cluster",
+            "redlock",
+        ],
     ),
     ("zk", &["zk", "zookeeper"]),
     ("etcd", &["etcd", "etcds"]),
@@ -47,7 +55,7 @@ pub fn backend_for(scheme: &str) -> Result<&'static BackendInfo> {
 }
 
 /// Connects to the backend named by `url`: `mem://`, `file:///dir`, `redis://…`, `rediss://…`,
-/// `redis+sentinel://…`, `redis+cluster://…`, `zk://…`, `etcd://…` or `etcds://…`, with default
+/// `redis+sentinel://…`, `redis+cluster://…`, `redlock://…`, `zk://…`, `etcd://…` or `etcds://…`, with default
 /// options.
 ///
 /// A URL whose backend feature is compiled out fails with [`ErrorKind::BackendDisabled`].

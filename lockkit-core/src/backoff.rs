@@ -52,6 +52,11 @@ impl Backoff {
     /// Cleanup in the reaper: 50 ms to 2 s.
     pub const CLEANUP: Backoff = Backoff::new(ms(50), ms(2_000));
 
+    /// An acquirer that polls a lock with no queue and no wake-up to wait on (Redlock, whose
+    /// masters share nothing): tries again after a random pause of 2 ms at first, growing to at
+    /// most 64 ms, so that contenders spread out instead of colliding on every master.
+    pub const POLL: Backoff = Backoff::new(ms(4), ms(64));
+
     /// Starts at `initial` and doubles up to `max`.
     pub const fn new(initial: Duration, max: Duration) -> Self {
         Backoff {

@@ -89,6 +89,11 @@ pub struct Capabilities {
     /// `Semaphore::set_permits` changes it for everyone. Without it each handle counts against
     /// its own total, and those calls answer `Unsupported`.
     pub semaphore_size: bool,
+    /// The guard's token is a fencing guarantee: every holder's token is larger than every
+    /// earlier holder's, whatever fails (one server, or a consensus group, issues them). False
+    /// on Redlock, whose independent masters can issue a token again after one restarts
+    /// without its data: there the token orders holders on a best-effort basis only.
+    pub fencing: bool,
 }
 
 impl Capabilities {
@@ -102,6 +107,7 @@ impl Capabilities {
             cross_process: true,
             list: false,
             semaphore_size: false,
+            fencing: true,
         }
     }
 
@@ -138,6 +144,12 @@ impl Capabilities {
     /// Sets [`semaphore_size`](Self::semaphore_size).
     pub const fn semaphore_size(mut self, yes: bool) -> Self {
         self.semaphore_size = yes;
+        self
+    }
+
+    /// Sets [`fencing`](Self::fencing).
+    pub const fn fencing(mut self, yes: bool) -> Self {
+        self.fencing = yes;
         self
     }
 

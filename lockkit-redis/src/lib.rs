@@ -11,6 +11,7 @@ mod keys;
 mod mutex;
 mod pubsub;
 mod push;
+mod redlock;
 mod replicas;
 mod script_set;
 mod sentinel;
@@ -26,6 +27,9 @@ pub use redis;
 pub use backend::RedisBackend;
 pub use config::KIND;
 pub use keys::LockKeys;
+pub use redlock::{
+    connect_redlock, connect_redlock_backend, RedlockBackend, RedlockKey, REDLOCK, REDLOCK_KIND,
+};
 pub use script_set::source as scripts;
 
 use lockkit_core::{BackendInfo, LockConfig, Locks, Result, SchemeInfo};

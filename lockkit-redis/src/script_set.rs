@@ -121,6 +121,18 @@ pub mod source {
     pub const RS_SEM_RELEASE: &str = lua!("rs_sem_release.lua");
     /// Free permits on Redisson's `RSemaphore` layout (read-only).
     pub const RS_SEM_PROBE: &str = lua!("typed.lua", "rs_sem_probe.lua");
+    /// Redlock (`redlock://`): take the lock on one master and issue its token.
+    pub const REDLOCK_ACQUIRE: &str = lua!("redlock_acquire.lua");
+    /// Redlock: raise one master's fencing counter to the token a quorum issued.
+    pub const REDLOCK_RAISE: &str = lua!("redlock_raise.lua");
+    /// Redlock: owner-checked release on one master.
+    pub const REDLOCK_RELEASE: &str = lua!("redlock_release.lua");
+    /// Redlock: batched, owner-checked renewal on one master (also used by `extend`).
+    pub const REDLOCK_RENEW: &str = lua!("redlock_renew.lua");
+    /// Redlock, admin: delete the lock on one master, whoever holds it.
+    pub const REDLOCK_FORCE: &str = lua!("redlock_force.lua");
+    /// Redlock: one master's view of a lock (read-only).
+    pub const REDLOCK_PROBE: &str = lua!("redlock_probe.lua");
 }
 
 /// The compiled scripts, shared by every handle of one backend.

@@ -1,0 +1,103 @@
+//! The Redlock backend object: the masters, the watchdog task, the mutex handles.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::spi::{Backend, RawMutex, Reaper};
+use lockkit_core::{async_trait, BackendKind, Capabilities, Result, Support};
+use tokio::task::JoinHandle;
+
+use super::client::Client;
+use super::config::{Settings, REDLOCK_KIND};
+use super::masters::Masters;
+use super::mutex::RedlockMutex;
+use super::renew::Renewer;
+
+/// The Redlock backend of one [`Locks`](lockkit_core::Locks) handle (`redlock://`): a mutex
+/// over N independent Redis masters. Its watchdog task stops when it is dropped.
+pub struct RedlockBackend {
+    client: Arc<Client>,
+    watchdog: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RedlockBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockBackend")
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl Drop for RedlockBackend {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl RedlockBackend {
+    pub(crate) async fn connect(settings: Settings) -> Result<RedlockBackend> {
+        let masters = Masters::connect(&settings).await?;
+        let client = Arc::new(Client::new(masters, settings));
+        let task = tokio::spawn(client.watchdog.clone().run(Renewer {
+            client: client.clone(),
+        }));
+        Ok(RedlockBackend {
+            client,
+            watchdog: std::sync::Mutex::new(Some(task)),
+        })
+    }
+
+    /// Stops the watchdog; whatever it still watched turns Lost.
+    fn stop(&self) {
+        if let Some(t) = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            t.abort();
+        }
+        self.client.watchdog.abandon_all();
+    }
+
+    /// This client's id: the first part of the owner values it writes.
+    pub fn client_id(&self) -> &str {
+        self.client.client_id()
+    }
+
+    /// How many masters there are, and how many make a quorum.
+    pub fn masters(&self) -> (usize, usize) {
+        (self.client.masters.len(), self.client.quorum())
+    }
+}
+
+#[async_trait]
+impl Backend for RedlockBackend {
+    fn kind(&self) -> BackendKind {
+        REDLOCK_KIND
+    }
+
+    /// A mutex only, unfair (Redlock has no queue), with fixed leases and the remaining lease;
+    /// its tokens are no fencing guarantee (see the module docs).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(Support::basic().fixed_lease(true).remaining_lease(true)).fencing(false)
+    }
+
+    fn default_lease(&self) -> Duration {
+        self.client.settings.lease
+    }
+
+    fn reaper(&self) -> Reaper {
+        self.client.reaper.clone()
+    }
+
+    fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
+        Ok(Box::new(RedlockMutex::new(self.client.clone(), name)))
+    }
+
+    /// The core has released every guard of the handle; what remains is to stop the watchdog.
+    async fn close(&self) -> Result<()> {
+        self.stop();
+        Ok(())
+    }
+}

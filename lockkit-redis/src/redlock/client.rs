@@ -1,0 +1,173 @@
+//! What every handle and guard of one Redlock client shares: the masters, the scripts, the
+//! watchdog and the reaper, and the calls several of them make (release, the reaper's retries).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::future::join_all;
+use lockkit_core::spi::{Attempt, Reaper, Watchdog};
+use lockkit_core::Result;
+use redis::Script;
+use tokio::time::Instant;
+
+use super::config::Settings;
+use super::masters::Masters;
+use crate::script_set::source;
+
+/// What the watchdog keeps about one held Redlock lock.
+#[derive(Clone, Debug)]
+pub(crate) struct Renewal {
+    pub(crate) key: Arc<str>,
+    pub(crate) owner: Arc<str>,
+}
+
+/// The keys of one lock on every master: the lock (a string holding its owner, as every
+/// Redlock client writes it) and its fencing counter.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    pub(crate) lock: Arc<str>,
+    pub(crate) fence: Arc<str>,
+}
+
+impl Keys {
+    /// `<prefix>:redlock:{<name>}` and `<prefix>:redlock-fence:{<name>}`.
+    pub(crate) fn of(prefix: &str, name: &str) -> Keys {
+        let tag = crate::keys::tag(name);
+        Keys {
+            lock: format!("{prefix}:redlock:{tag}").into(),
+            fence: format!("{prefix}:redlock-fence:{tag}").into(),
+        }
+    }
+}
+
+/// The compiled Redlock scripts.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) raise: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) force: Script,
+    pub(crate) probe: Script,
+}
+
+/// What every handle and guard of one client shares.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub(crate) masters: Masters,
+    pub(crate) settings: Settings,
+    pub(crate) scripts: Scripts,
+    pub(crate) watchdog: Arc<Watchdog<Renewal>>,
+    pub(crate) reaper: Reaper,
+    client_id: String,
+    next_owner: AtomicU64,
+}
+
+impl Client {
+    pub(crate) fn new(masters: Masters, settings: Settings) -> Client {
+        Client {
+            masters,
+            settings,
+            scripts: Scripts {
+                acquire: Script::new(source::REDLOCK_ACQUIRE),
+                raise: Script::new(source::REDLOCK_RAISE),
+                release: Script::new(source::REDLOCK_RELEASE),
+                renew: Script::new(source::REDLOCK_RENEW),
+                force: Script::new(source::REDLOCK_FORCE),
+                probe: Script::new(source::REDLOCK_PROBE),
+            },
+            watchdog: Arc::new(Watchdog::new("redlock")),
+            reaper: Reaper::default(),
+            client_id: uuid::Uuid::new_v4().to_string(),
+            next_owner: AtomicU64::new(1),
+        }
+    }
+
+    /// A new owner value, unique to one acquire: `<client-uuid>:<n>`.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        let n = self.next_owner.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.client_id).into()
+    }
+
+    /// The client's id, the first part of its owner values.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
+    }
+
+    /// How many masters make a majority.
+    pub(crate) fn quorum(&self) -> usize {
+        self.settings.quorum()
+    }
+
+    /// Releases `owner`'s lock on the masters `on` marks (all when `None`), in parallel within
+    /// the node timeout: what each answered (1 released, 0 not ours there).
+    pub(crate) async fn release_on(
+        &self,
+        keys: &Keys,
+        owner: &str,
+        on: Option<&[bool]>,
+    ) -> Vec<Option<Result<i64>>> {
+        let mut inv = self.scripts.release.prepare_invoke();
+        inv.key(&*keys.lock).arg(owner);
+        let inv = &inv;
+        let limit = self.settings.node_timeout;
+        join_all((0..self.masters.len()).map(|i| async move {
+            if on.is_some_and(|on| !on[i]) {
+                return None;
+            }
+            Some(self.masters.on(i, inv, limit, "redlock release").await)
+        }))
+        .await
+    }
+
+    /// Hands the reaper releasing `owner`'s lock on the masters `on` marks, until each answered
+    /// or the lock has certainly expired there (`expires`).
+    pub(crate) fn release_later(
+        self: &Arc<Self>,
+        keys: Keys,
+        owner: Arc<str>,
+        on: Vec<bool>,
+        expires: Instant,
+    ) {
+        if !on.contains(&true) {
+            return;
+        }
+        let client = self.clone();
+        let left = Arc::new(std::sync::Mutex::new(on));
+        self.reaper.retry("release a Redlock lock", move || {
+            let (client, keys, owner, left) =
+                (client.clone(), keys.clone(), owner.clone(), left.clone());
+            async move {
+                let on = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let answers = client.release_on(&keys, &owner, Some(&on)).await;
+                let mut failed = None;
+                let mut still = on.clone();
+                for (i, a) in answers.into_iter().enumerate() {
+                    match a {
+                        Some(Ok(_)) => still[i] = false,
+                        Some(Err(e)) => failed = Some(e),
+                        None => {}
+                    }
+                }
+                *left.lock().unwrap_or_else(|e| e.into_inner()) = still;
+                let result = match failed {
+                    Some(e) => Err(e),
+                    None => Ok(()),
+                };
+                Attempt::of(result, async { Instant::now() >= expires }).await
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_a_name() {
+        let k = Keys::of("lockkit", "a{b}");
+        assert_eq!(&*k.lock, "lockkit:redlock:{a%7Bb%7D}");
+        assert_eq!(&*k.fence, "lockkit:redlock-fence:{a%7Bb%7D}");
+    }
+}

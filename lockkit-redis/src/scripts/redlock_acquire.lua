@@ -1,0 +1,32 @@
+-- Redlock: take the lock on this master (one of N independent ones) and issue its token.
+-- KEYS[1] lock (a string holding the owner), KEYS[2] fencing counter
+-- ARGV[1] owner, ARGV[2] expiry ms, ARGV[3] fencing counter TTL ms
+-- Returns the token as a decimal string, '0' when another owner holds the lock here, or a
+-- WRONGTYPE error when either key holds something that is not ours to read.
+-- The owner is unique per acquire: finding it already here (an earlier try of the same acquire
+-- whose reply was lost) takes the lock again, so 'busy' always means another owner.
+local function foreign(key, what)
+  return redis.error_reply('WRONGTYPE lockkit: key ' .. key .. ' is not ' .. what)
+end
+local cur = redis.pcall('get', KEYS[1])
+if type(cur) == 'table' and cur.err then
+  return foreign(KEYS[1], 'a Redlock lock')
+end
+if cur and cur ~= ARGV[1] then
+  return '0'
+end
+local prev = redis.pcall('get', KEYS[2])
+if (type(prev) == 'table' and prev.err) or (prev and not string.find(prev, '^%d+$')) then
+  return foreign(KEYS[2], 'a fencing counter')
+end
+-- The token is max(counter + 1, server time in whole seconds, in microseconds). Masters whose
+-- counters agree issue the same token, so an uncontended acquire needs no second round; the
+-- floor keeps tokens increasing after the counter expired (see the module docs of redlock.rs).
+local t = redis.call('time')
+local token = t[1] .. '000000'
+if prev and (#prev > #token or (#prev == #token and prev >= token)) then
+  token = string.format('%.0f', tonumber(prev) + 1)
+end
+redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+redis.call('set', KEYS[2], token, 'px', ARGV[3])
+return token
