@@ -151,9 +151,17 @@ impl Masters {
     ) -> Result<T> {
         let call = async {
             let mut conn = self.open(i).await?;
-            inv.invoke_async::<T>(&mut conn)
-                .await
-                .map_err(|e| error::map(e, what))
+            match inv.invoke_async::<T>(&mut conn).await {
+                // A master that came back: the first request on the old connection fails and
+                // starts the reconnect, which a second one meets. Every Redlock script may run
+                // twice (each checks its owner).
+                Err(e) if e.is_connection_dropped() || e.is_io_error() => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    inv.invoke_async::<T>(&mut conn).await
+                }
+                r => r,
+            }
+            .map_err(|e| error::map(e, what))
         };
         match tokio::time::timeout(limit, call).await {
             Ok(r) => r,
