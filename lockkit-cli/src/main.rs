@@ -23,6 +23,7 @@ use inspect::Kind;
 const AFTER_HELP: &str = "\
 Backend: --url URL, or LOCKKIT_URL, or --config FILE (TOML with url = \"...\").
 URLs: mem://  file:///var/lock/app  redis://host:6379  zk://h1:2181,h2:2181/chroot  etcd://h:2379
+      redlock://h1:6379,h2:6379,h3:6379 (a mutex over independent Redis masters)
 
 Exit codes:
   0..255  exec: the command's own status (128+N when it died from signal N)

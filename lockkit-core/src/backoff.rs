@@ -53,9 +53,10 @@ impl Backoff {
     pub const CLEANUP: Backoff = Backoff::new(ms(50), ms(2_000));
 
     /// An acquirer that polls a lock with no queue and no wake-up to wait on (Redlock, whose
-    /// masters share nothing): tries again after a random pause of 2 ms at first, growing to at
-    /// most 64 ms, so that contenders spread out instead of colliding on every master.
-    pub const POLL: Backoff = Backoff::new(ms(4), ms(64));
+    /// masters share nothing): tries again after a random pause of 5 to 10 ms, every time, so
+    /// that contenders spread out instead of colliding on every master, and so that a waiter
+    /// that came late has no shorter pauses than one that has waited long.
+    pub const POLL: Backoff = Backoff::new(ms(10), ms(10));
 
     /// Starts at `initial` and doubles up to `max`.
     pub const fn new(initial: Duration, max: Duration) -> Self {

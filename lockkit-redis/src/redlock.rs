@@ -11,7 +11,8 @@
 //!   Redlock's `lease / 100 + 2 ms` up to 50 s leases, and 500 ms (0.5 % of a 100 s lease, ten
 //!   times what NTP lets clocks drift) above. A failed round, or one whose validity is spent, is released
 //!   on every master that may have the key (also those that did not answer), and tried again
-//!   after a random, growing pause while the wait budget lasts. When so many masters fail that
+//!   after a random pause while the wait budget lasts; a new acquire gives way to those that
+//!   already wait (see `scripts/redlock_acquire.lua`). When so many masters fail that
 //!   no quorum can answer, the acquire fails with a retryable `Connection` or `Timeout` error.
 //! - **Watchdog**: renewals go to every master; a lock counts renewed when a quorum renewed it,
 //!   and is Lost once more than N - quorum masters say it is not ours (a restarted, emptied

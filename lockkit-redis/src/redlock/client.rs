@@ -22,20 +22,24 @@ pub(crate) struct Renewal {
 }
 
 /// The keys of one lock on every master: the lock (a string holding its owner, as every
-/// Redlock client writes it) and its fencing counter.
+/// Redlock client writes it), its fencing counter, and the mark that lockkit clients wait for
+/// it (see `scripts/redlock_acquire.lua`).
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
     pub(crate) lock: Arc<str>,
     pub(crate) fence: Arc<str>,
+    pub(crate) waiting: Arc<str>,
 }
 
 impl Keys {
-    /// `<prefix>:redlock:{<name>}` and `<prefix>:redlock-fence:{<name>}`.
+    /// `<prefix>:redlock:{<name>}`, `<prefix>:redlock-fence:{<name>}` and
+    /// `<prefix>:redlock-waiting:{<name>}`.
     pub(crate) fn of(prefix: &str, name: &str) -> Keys {
         let tag = crate::keys::tag(name);
         Keys {
             lock: format!("{prefix}:redlock:{tag}").into(),
             fence: format!("{prefix}:redlock-fence:{tag}").into(),
+            waiting: format!("{prefix}:redlock-waiting:{tag}").into(),
         }
     }
 }
@@ -169,5 +173,6 @@ mod tests {
         let k = Keys::of("lockkit", "a{b}");
         assert_eq!(&*k.lock, "lockkit:redlock:{a%7Bb%7D}");
         assert_eq!(&*k.fence, "lockkit:redlock-fence:{a%7Bb%7D}");
+        assert_eq!(&*k.waiting, "lockkit:redlock-waiting:{a%7Bb%7D}");
     }
 }

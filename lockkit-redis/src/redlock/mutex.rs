@@ -173,6 +173,8 @@ pub(crate) struct Claim {
     expiry: Duration,
     /// The token a quorum issued.
     token: u64,
+    /// Rounds sent so far: the first of an acquire that may wait gives way to those waiting.
+    rounds: u32,
     pauses: Retry,
 }
 
@@ -207,12 +209,23 @@ impl RedlockMutex {
         // Any master may take it from the moment the round is sent; those that answer "busy"
         // certainly did not.
         claim.maybe.fill(true);
+        let round = match (req.waits(), claim.rounds) {
+            (false, _) => "try",
+            (true, 0) => "new",
+            (true, _) => "wait",
+        };
+        claim.rounds += 1;
+        // Waiters mark that they wait for a few of their pauses.
+        let mark = Backoff::POLL.max() * 4 + client.settings.node_timeout;
         let mut inv = client.scripts.acquire.prepare_invoke();
         inv.key(&*self.keys.lock)
             .key(&*self.keys.fence)
+            .key(&*self.keys.waiting)
             .arg(&*claim.owner)
             .arg(claim.expiry.as_millis().max(1) as u64)
-            .arg(client.settings.fence_ttl.as_millis() as u64);
+            .arg(client.settings.fence_ttl.as_millis() as u64)
+            .arg(round)
+            .arg(mark.as_millis() as u64);
         claim.sent_at = Instant::now();
         let limit = client.settings.node_timeout;
         let answers: Vec<Result<String>> = client.masters.all(&inv, limit, "redlock acquire").await;
@@ -314,6 +327,7 @@ impl Queue for RedlockMutex {
             sent_at: Instant::now(),
             expiry: Duration::ZERO,
             token: 0,
+            rounds: 0,
             pauses: Backoff::POLL.start(),
         })
     }
@@ -322,7 +336,7 @@ impl Queue for RedlockMutex {
         self.round(claim, req).await
     }
 
-    /// Releases what the last round took, then pauses at random (growing): Redlock has nothing
+    /// Releases what the last round took, then pauses at random (`Backoff::POLL`): Redlock has nothing
     /// to wait on.
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
         self.release_claim(claim).await;

@@ -1,8 +1,16 @@
 -- Redlock: take the lock on this master (one of N independent ones) and issue its token.
--- KEYS[1] lock (a string holding the owner), KEYS[2] fencing counter
--- ARGV[1] owner, ARGV[2] expiry ms, ARGV[3] fencing counter TTL ms
--- Returns the token as a decimal string, '0' when another owner holds the lock here, or a
--- WRONGTYPE error when either key holds something that is not ours to read.
+-- KEYS[1] lock (a string holding the owner), KEYS[2] fencing counter, KEYS[3] waiting mark
+-- ARGV[1] owner, ARGV[2] expiry ms, ARGV[3] fencing counter TTL ms, ARGV[4] round: 'try' (an
+-- acquire that may not wait), 'new' (the first round of one that may), 'wait' (a later round),
+-- ARGV[5] waiting mark TTL ms
+-- Returns the token as a decimal string, '0' when another owner holds the lock here (or, for a
+-- 'new' round, when others wait for it), or a WRONGTYPE error when the lock or the counter
+-- holds something that is not ours to read.
+-- The waiting mark is a courtesy among lockkit clients, which no other Redlock client sees: a
+-- round that finds the lock busy and may wait marks that someone waits (for a few pauses), and
+-- a first round that finds the lock free but marked queues up behind them instead of taking it,
+-- so that a holder that releases and acquires again does not take the lock back every time
+-- before the waiters' next try.
 -- The owner is unique per acquire: finding it already here (an earlier try of the same acquire
 -- whose reply was lost) takes the lock again, so 'busy' always means another owner.
 local function foreign(key, what)
@@ -13,6 +21,13 @@ if type(cur) == 'table' and cur.err then
   return foreign(KEYS[1], 'a Redlock lock')
 end
 if cur and cur ~= ARGV[1] then
+  if ARGV[4] ~= 'try' then
+    redis.call('set', KEYS[3], '1', 'px', ARGV[5])
+  end
+  return '0'
+end
+if not cur and ARGV[4] == 'new' and redis.call('exists', KEYS[3]) == 1 then
+  redis.call('set', KEYS[3], '1', 'px', ARGV[5])
   return '0'
 end
 local prev = redis.pcall('get', KEYS[2])
