@@ -89,10 +89,11 @@ pub struct Capabilities {
     /// `Semaphore::set_permits` changes it for everyone. Without it each handle counts against
     /// its own total, and those calls answer `Unsupported`.
     pub semaphore_size: bool,
-    /// The guard's token is a fencing guarantee: every holder's token is larger than every
-    /// earlier holder's, whatever fails (one server, or a consensus group, issues them). False
-    /// on Redlock, whose independent masters can issue a token again after one restarts
-    /// without its data: there the token orders holders on a best-effort basis only.
+    /// The guard's token is a fencing token: one counter per lock, kept by one server or one
+    /// consensus group, issues it, so every holder's token is larger than every earlier
+    /// holder's (what a Redis failover can do to it is in that backend's notes). False on
+    /// Redlock, whose independent masters can issue a token again after one restarts without
+    /// its data: there the token orders holders on a best-effort basis only.
     pub fencing: bool,
 }
 

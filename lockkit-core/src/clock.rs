@@ -121,9 +121,13 @@ impl LeaseClock {
     }
 }
 
-/// The part of a lease a guard gives up to clock differences: 2 % (at most 500 ms) plus 2 ms.
+/// The part of a lease a guard gives up to clock differences: 2 % (at most 500 ms, but never
+/// less than Redlock's 1 %) plus 2 ms.
 pub fn margin(lease: Duration) -> Duration {
-    (lease / 50).min(Duration::from_millis(500)) + Duration::from_millis(2)
+    (lease / 50)
+        .min(Duration::from_millis(500))
+        .max(lease / 100)
+        + Duration::from_millis(2)
 }
 
 #[cfg(test)]

@@ -4,23 +4,23 @@
 //! token on top.
 //!
 //! - **Acquire**: one round sends `SET key owner NX PX` (with the token, in
-//!   `scripts/redlock_acquire.lua`) to every master in parallel, each bounded by `node_timeout`.
-//!   The lock is held when a quorum (N/2+1) took it and validity is left: the guard's deadline
-//!   is `sent_at + lease - margin`, `sent_at` taken before the first send. The margin is the
-//!   allowance for clock drift: 2 % of the lease, at most 500 ms, plus 2 ms; that is at least
-//!   Redlock's `lease / 100 + 2 ms` up to 50 s leases, and 500 ms (0.5 % of a 100 s lease, ten
-//!   times what NTP lets clocks drift) above. A failed round, or one whose validity is spent, is released
-//!   on every master that may have the key (also those that did not answer), and tried again
-//!   after a random pause while the wait budget lasts; a new acquire gives way to those that
-//!   already wait (see `scripts/redlock_acquire.lua`). When so many masters fail that
-//!   no quorum can answer, the acquire fails with a retryable `Connection` or `Timeout` error.
+//!   `scripts/redlock_acquire.lua`) to every master in parallel, each bounded by `node_timeout`,
+//!   under an owner of its own. The lock is held when a quorum (N/2+1) took it and validity is
+//!   left: the guard's deadline is `sent_at + lease - margin`, with `sent_at` taken before the
+//!   first send and the core's margin (2 % of the lease, at most 500 ms but never less than
+//!   1 %, plus 2 ms) as the drift allowance, never less than Redlock's `lease / 100 + 2 ms`. A
+//!   failed round, or one whose validity is spent, is released on every master that may have
+//!   the key (also those that did not answer), and tried again after a random pause while the
+//!   wait budget lasts; a new acquire gives way to lockkit clients already waiting. Rounds
+//!   that reach no quorum are borne for a few node timeouts, then the acquire fails with a
+//!   retryable `Connection` or `Timeout` error (a try fails at once).
 //! - **Watchdog**: renewals go to every master; a lock counts renewed when a quorum renewed it,
 //!   and is Lost once more than N - quorum masters say it is not ours (a restarted, emptied
 //!   master says so) or the deadline passes without a quorum.
 //! - **Release**: on every master, including those the lock seemed to fail on.
-//! - **Tokens**: each master issues `max(counter + 1, its time in whole seconds)`; the guard's
-//!   token is the largest of the quorum's, and the acquire raises the counter to it on the
-//!   masters that issued less before it returns. Two quorums share a master, so while no master
+//! - **Tokens**: each master issues `max(counter + 1, its time in whole seconds × 10⁶)`; the
+//!   guard's token is the largest of the quorum's, and the acquire raises the counter to it on
+//!   the masters that issued less before it returns. Two quorums share a master, so while no master
 //!   loses its counter, tokens increase from one holder to the next. A master restarted
 //!   without its data (or a failover to a replica that missed the write) breaks that, and
 //!   nothing across independent masters can repair it without consensus. So

@@ -11,7 +11,7 @@ use redis::Script;
 use tokio::time::Instant;
 
 use super::config::Settings;
-use super::masters::Masters;
+use super::masters::{Masters, Resend};
 use crate::script_set::source;
 
 /// What the watchdog keeps about one held Redlock lock.
@@ -119,7 +119,11 @@ impl Client {
             if on.is_some_and(|on| !on[i]) {
                 return None;
             }
-            Some(self.masters.on(i, inv, limit, "redlock release").await)
+            Some(
+                self.masters
+                    .on(i, inv, limit, "redlock release", Resend::Once)
+                    .await,
+            )
         }))
         .await
     }

@@ -48,16 +48,18 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
-    /// Reads `cfg`, whose URL has one of `backend`'s schemes.
+    /// Reads `cfg`, whose URL has one of `backend`'s schemes. Two names of one server are
+    /// found at connect (`Masters::connect` compares their `run_id`s), not here.
     pub(crate) fn from_config(cfg: &LockConfig, backend: &BackendInfo) -> Result<Settings> {
         let common = Common::<RedlockKey>::parse(cfg, backend)?;
         let url = common.url();
         let path = url.path.trim_matches('/');
         let db: i64 = match path {
             "" => 0,
-            p => p.parse().map_err(|_| {
+            p => p.parse::<u16>().map(i64::from).map_err(|_| {
                 Error::config(format!(
-                    "the db of a redlock:// URL (the same on every master) is a number, not {p:?}"
+                    "the db of a redlock:// URL (the same on every master) is a number from 0, \
+                     not {p:?}"
                 ))
             })?,
         };
@@ -110,13 +112,16 @@ impl Settings {
                 .duration(RedlockKey::FenceTtl)?
                 .unwrap_or(Duration::from_secs(3600)),
         };
-        for (what, d) in [
-            ("node_timeout", settings.node_timeout),
-            ("fence_ttl", settings.fence_ttl),
-        ] {
-            if d < Duration::from_millis(1) {
-                return Err(Error::config(format!("option {what} must be at least 1ms")));
-            }
+        if settings.node_timeout < Duration::from_millis(1) {
+            return Err(Error::config("option node_timeout must be at least 1ms"));
+        }
+        // Tokens increase after the counter expired because the time floor (whole seconds) has
+        // moved on by then, which takes a counter that outlives a second without acquires.
+        if settings.fence_ttl < Duration::from_secs(1) {
+            return Err(Error::config(
+                "option fence_ttl must be at least 1s on redlock:// (tokens after an expired \
+                 counter rely on a floor of whole seconds)",
+            ));
         }
         if settings.node_timeout >= settings.lease {
             return Err(Error::config(format!(
@@ -168,6 +173,8 @@ mod tests {
             "redlock://h1?wait_replicas=1",
             "redlock://h1?tls_ca=/ca.pem",
             "redlock://h1?node_timeout=0ms",
+            "redlock://h1?fence_ttl=500ms",
+            "redlock://h1/-1",
             "redlock://h1?lease=1s&node_timeout=2s",
             "redlock://h1?prefix={x}",
         ] {

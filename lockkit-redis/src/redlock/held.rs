@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit_core::spi::{margin, Held, Renewed, StateCell};
+use lockkit_core::spi::{margin, Held, Renewed};
 use lockkit_core::{async_trait, Error, ErrorKind, Result};
 use tokio::time::Instant;
 
@@ -21,15 +21,16 @@ pub(crate) struct RedlockHeld {
     pub(crate) id: u64,
     /// The lease the masters were last asked for (an extend changes it).
     pub(crate) lease: Mutex<Duration>,
-    pub(crate) state: StateCell,
 }
 
 impl RedlockHeld {
-    /// When the lock has certainly expired on every master that has it: the guard's deadline,
-    /// plus the margin it keeps from the masters' expiry.
+    /// When the lock has certainly expired on every master that has it, once the watchdog no
+    /// longer renews it: every renewal was sent before now (a retried one may have reached a
+    /// master after the guard's deadline stopped moving), so a lease from now, and the margin
+    /// for the masters' clocks.
     fn expires(&self) -> Instant {
         let lease = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
-        Instant::now() + self.state.clock().remaining().unwrap_or_default() + margin(lease)
+        Instant::now() + lease + margin(lease)
     }
 }
 

@@ -1,8 +1,9 @@
-//! The N independent masters: one managed connection each, opened lazily (a master that is down
-//! at connect is reached once it answers), and one request sent to all of them in parallel, each
-//! bounded by its own timeout.
+//! The N independent masters: one managed connection each (a master down at connect is dialled
+//! again in the background once a request finds it missing), and one request sent to all of
+//! them in parallel, each bounded by its own timeout.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -18,14 +19,52 @@ struct Master {
     addr: String,
     info: ConnectionInfo,
     conn: Mutex<Option<ConnectionManager>>,
-    /// Held while a connection is being opened: requests meanwhile count this master as failed
-    /// instead of queueing behind a server that may not answer.
-    opening: tokio::sync::Mutex<()>,
+    /// A dial is under way in the background: requests meanwhile count this master as failed
+    /// instead of waiting for a server that may not answer.
+    dialling: AtomicBool,
+}
+
+impl Master {
+    fn current(&self) -> Option<ConnectionManager> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Opens its connection, within `timeout`.
+    async fn dial(
+        &self,
+        config: ConnectionManagerConfig,
+        timeout: Duration,
+    ) -> Result<ConnectionManager> {
+        let what = format!("connect to master {}", self.addr);
+        let client = redis::Client::open(self.info.clone()).map_err(|e| error::map(e, &what))?;
+        let conn =
+            match tokio::time::timeout(timeout, client.get_connection_manager_with_config(config))
+                .await
+            {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err(error::map(e, &what)),
+                Err(_) => return Err(error::timeout(&what)),
+            };
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+/// Whether a request may be sent again after its connection dropped: every Redlock script
+/// checks its owner (or only reads) but the admin delete, which would delete a lock taken
+/// meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Sent again once when its connection had dropped (a master that came back: the first
+    /// request on the old connection fails and starts the reconnect, which a second one meets).
+    Once,
+    /// Sent once.
+    Never,
 }
 
 /// The masters of one client.
 pub(crate) struct Masters {
-    masters: Vec<Master>,
+    masters: Vec<Arc<Master>>,
     config: ConnectionManagerConfig,
     connect_timeout: Duration,
 }
@@ -39,8 +78,9 @@ impl std::fmt::Debug for Masters {
 
 impl Masters {
     /// Opens a connection to every master of `settings` in parallel. Fails unless a quorum of
-    /// them answers (`Connection`, retryable; `Auth` when one refuses the credentials); the
-    /// others are reached later, when a request finds them up.
+    /// them answers (`Connection`, retryable; `Auth` when one refuses the credentials), or when
+    /// two of them are one server (`Config`: it would count twice towards the quorum); the
+    /// others are dialled again later.
     pub(crate) async fn connect(settings: &Settings) -> Result<Masters> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
@@ -52,46 +92,90 @@ impl Masters {
             masters: settings
                 .masters
                 .iter()
-                .map(|info| Master {
-                    addr: info.addr().to_string(),
-                    info: info.clone(),
-                    conn: Mutex::new(None),
-                    opening: tokio::sync::Mutex::new(()),
+                .map(|info| {
+                    Arc::new(Master {
+                        addr: info.addr().to_string(),
+                        info: info.clone(),
+                        conn: Mutex::new(None),
+                        dialling: AtomicBool::new(false),
+                    })
                 })
                 .collect(),
             config,
             connect_timeout: settings.connect_timeout,
         };
-        let opened = join_all((0..masters.len()).map(|i| masters.open(i))).await;
-        let up = opened.iter().filter(|r| r.is_ok()).count();
-        if up < settings.quorum() {
+        let opened = join_all(
+            masters
+                .masters
+                .iter()
+                .map(|m| masters.identify(m, settings.connect_timeout)),
+        )
+        .await;
+        let mut ids: Vec<(&str, String)> = Vec::new();
+        let mut errors = Vec::new();
+        for (m, r) in masters.masters.iter().zip(opened) {
+            match r {
+                Ok(id) => {
+                    if let Some((other, _)) = ids.iter().find(|(_, seen)| *seen == id) {
+                        return Err(Error::config(format!(
+                            "redlock: masters {other} and {} are one server (run_id {id}); \
+                             each must be an independent server, or it would count twice \
+                             towards the quorum",
+                            m.addr
+                        )));
+                    }
+                    ids.push((&m.addr, id));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let (up, quorum) = (ids.len(), settings.quorum());
+        if up < quorum {
             // A refused credential says more than a refused connection.
-            let first = opened.into_iter().filter_map(|r| r.err());
-            let mut errors: Vec<Error> = first.collect();
             errors.sort_by_key(|e| e.kind() != ErrorKind::Auth);
             let cause = errors.into_iter().next();
+            let kind = match cause.as_ref().map(Error::kind) {
+                Some(ErrorKind::Auth) => ErrorKind::Auth,
+                _ => ErrorKind::Connection,
+            };
             let e = Error::new(
-                cause
-                    .as_ref()
-                    .map_or(ErrorKind::Connection, |e| match e.kind() {
-                        ErrorKind::Auth => ErrorKind::Auth,
-                        _ => ErrorKind::Connection,
-                    }),
+                kind,
                 format!(
-                    "redlock: only {up} of {} masters answered; a quorum is {}",
-                    masters.len(),
-                    settings.quorum()
+                    "redlock: only {up} of {} masters answered; a quorum is {quorum}",
+                    masters.len()
                 ),
-            );
+            )
+            .with_retryable(kind != ErrorKind::Auth);
             return Err(match cause {
-                Some(c) => {
-                    let retryable = c.is_retryable();
-                    e.with_source(c).with_retryable(retryable)
-                }
+                Some(c) => e.with_source(c),
                 None => e,
             });
         }
         Ok(masters)
+    }
+
+    /// Dials master `m` and asks for its `run_id`, which tells two names of one server apart
+    /// from two servers.
+    async fn identify(&self, m: &Master, timeout: Duration) -> Result<String> {
+        let mut conn = m.dial(self.config.clone(), timeout).await?;
+        // A user whose ACL forbids INFO still locks: its masters are told apart by address.
+        let info = tokio::time::timeout(
+            timeout,
+            redis::cmd("INFO")
+                .arg("server")
+                .query_async::<String>(&mut conn),
+        )
+        .await;
+        let info = match info {
+            Ok(Ok(info)) => info,
+            _ => String::new(),
+        };
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .unwrap_or(&m.addr)
+            .trim()
+            .to_string())
     }
 
     /// How many masters there are.
@@ -99,35 +183,26 @@ impl Masters {
         self.masters.len()
     }
 
-    /// The connection of master `i`, opened now if it has none.
-    async fn open(&self, i: usize) -> Result<ConnectionManager> {
+    /// The connection of master `i`; without one, a dial starts in the background (one at a
+    /// time) and the master counts as failed for this request.
+    fn open(&self, i: usize) -> Result<ConnectionManager> {
         let m = &self.masters[i];
-        if let Some(c) = m.conn.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(c) = m.current() {
             return Ok(c);
         }
-        let Ok(_opening) = m.opening.try_lock() else {
-            return Err(Error::new(
-                ErrorKind::Connection,
-                format!("redlock: master {} is being connected", m.addr),
-            ));
-        };
-        if let Some(c) = m.conn.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Ok(c);
+        if !m.dialling.swap(true, Ordering::AcqRel) {
+            let (m, config, timeout) = (m.clone(), self.config.clone(), self.connect_timeout);
+            tokio::spawn(async move {
+                if let Err(e) = m.dial(config, timeout).await {
+                    tracing::debug!(backend = "redlock", error = %e, "lockkit: dial failed");
+                }
+                m.dialling.store(false, Ordering::Release);
+            });
         }
-        let client =
-            redis::Client::open(m.info.clone()).map_err(|e| error::map(e, "client setup"))?;
-        let opened = tokio::time::timeout(
-            self.connect_timeout,
-            client.get_connection_manager_with_config(self.config.clone()),
-        )
-        .await;
-        let conn = match opened {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(error::map(e, &format!("connect to master {}", m.addr))),
-            Err(_) => return Err(error::timeout(&format!("connect to master {}", m.addr))),
-        };
-        *m.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
-        Ok(conn)
+        Err(Error::new(
+            ErrorKind::Connection,
+            format!("redlock: master {} is not connected yet", m.addr),
+        ))
     }
 
     /// Runs `inv` on every master in parallel, each within `limit`: the answers in master
@@ -137,8 +212,9 @@ impl Masters {
         inv: &ScriptInvocation<'_>,
         limit: Duration,
         what: &str,
+        resend: Resend,
     ) -> Vec<Result<T>> {
-        join_all((0..self.len()).map(|i| self.on(i, inv, limit, what))).await
+        join_all((0..self.len()).map(|i| self.on(i, inv, limit, what, resend))).await
     }
 
     /// Runs `inv` on master `i` within `limit`.
@@ -148,14 +224,14 @@ impl Masters {
         inv: &ScriptInvocation<'_>,
         limit: Duration,
         what: &str,
+        resend: Resend,
     ) -> Result<T> {
         let call = async {
-            let mut conn = self.open(i).await?;
+            let mut conn = self.open(i)?;
             match inv.invoke_async::<T>(&mut conn).await {
-                // A master that came back: the first request on the old connection fails and
-                // starts the reconnect, which a second one meets. Every Redlock script may run
-                // twice (each checks its owner).
-                Err(e) if e.is_connection_dropped() || e.is_io_error() => {
+                Err(e)
+                    if resend == Resend::Once && (e.is_connection_dropped() || e.is_io_error()) =>
+                {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     inv.invoke_async::<T>(&mut conn).await
                 }

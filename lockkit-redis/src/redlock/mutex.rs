@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::client::{Client, Keys, Renewal};
 use super::held::RedlockHeld;
+use super::masters::Resend;
 
 /// A Redlock mutex handle.
 #[derive(Debug)]
@@ -35,34 +36,57 @@ impl RedlockMutex {
         }
     }
 
-    /// One master's view of the lock from each master: its remaining expiry (`Some(None)`: no
-    /// expiry), `None` where it is free.
-    async fn probe(&self) -> Result<Vec<Option<Option<Duration>>>> {
+    /// Each master's view of the lock: its owner (any bytes: other Redlock clients write random
+    /// ones) and remaining expiry (`None`: no expiry), or `None` where it is free. Fails unless a quorum of masters answers.
+    async fn probe(&self) -> Result<Vec<Option<(Vec<u8>, Option<Duration>)>>> {
         let mut inv = self.client.scripts.probe.prepare_invoke();
         inv.key(&*self.keys.lock);
         let limit = self.client.settings.command_timeout;
-        let answers: Vec<Result<i64>> = self.client.masters.all(&inv, limit, "redlock probe").await;
+        let answers: Vec<Result<(i64, Vec<u8>)>> = self
+            .client
+            .masters
+            .all(&inv, limit, "redlock probe", Resend::Once)
+            .await;
         let quorum = self.client.quorum();
         let mut seen = Vec::new();
         let mut cause = None;
         for a in answers {
             match a {
-                Ok(-2) => seen.push(None),
-                Ok(ms) => seen.push(Some((ms >= 0).then(|| Duration::from_millis(ms as u64)))),
+                Ok((-2, _)) => seen.push(None),
+                Ok((ms, owner)) => seen.push(Some((
+                    owner,
+                    (ms >= 0).then(|| Duration::from_millis(ms as u64)),
+                ))),
                 Err(e) if e.kind() == ErrorKind::WrongType => return Err(e),
                 Err(e) => cause = Some(e),
             }
         }
         if seen.len() < quorum {
-            return Err(too_few(
-                "probe",
-                seen.len(),
-                self.client.masters.len(),
-                quorum,
-                cause,
-            ));
+            let n = self.client.masters.len();
+            return Err(too_few("probe", seen.len(), n, quorum, cause));
         }
         Ok(seen)
+    }
+
+    /// How long the owner that holds the lock on a quorum of masters keeps it there (the
+    /// quorum-th longest remaining expiry of its keys), or `None` when nobody holds a quorum
+    /// (keys of a round under way, or left on a minority, are no lock).
+    async fn holder_expiry(&self) -> Result<Option<Duration>> {
+        let seen = self.probe().await?;
+        let quorum = self.client.quorum();
+        for (owner, _) in seen.iter().flatten() {
+            let mut left: Vec<Duration> = seen
+                .iter()
+                .flatten()
+                .filter(|(o, _)| o == owner)
+                .map(|(_, ms)| ms.unwrap_or(Duration::MAX))
+                .collect();
+            if left.len() >= quorum {
+                left.sort_unstable_by(|a, b| b.cmp(a));
+                return Ok(Some(left[quorum - 1]));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -97,10 +121,9 @@ impl RawMutex for RedlockMutex {
         drive(self, req).await
     }
 
-    /// Whether a quorum of masters has the lock.
+    /// Whether one owner holds the lock on a quorum of masters.
     async fn is_locked(&self) -> Result<bool> {
-        let seen = self.probe().await?;
-        Ok(seen.iter().flatten().count() >= self.client.quorum())
+        Ok(self.holder_expiry().await?.is_some())
     }
 
     /// Deletes the lock on every master; whether a quorum had it.
@@ -111,7 +134,7 @@ impl RawMutex for RedlockMutex {
         let answers: Vec<Result<i64>> = self
             .client
             .masters
-            .all(&inv, limit, "redlock force_unlock")
+            .all(&inv, limit, "redlock force_unlock", Resend::Never)
             .await;
         let (n, quorum) = (self.client.masters.len(), self.client.quorum());
         let (mut answered, mut had, mut cause) = (0, 0, None);
@@ -143,30 +166,19 @@ impl RawMutex for RedlockMutex {
         Ok(had >= quorum)
     }
 
-    /// How long a quorum of masters keeps the lock: the quorum-th longest remaining expiry.
+    /// How long the holder keeps the lock on a quorum of masters.
     async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        let mut held: Vec<Duration> = self
-            .probe()
-            .await?
-            .into_iter()
-            .flatten()
-            .map(|ms| ms.unwrap_or(Duration::MAX))
-            .collect();
-        let quorum = self.client.quorum();
-        if held.len() < quorum {
-            return Ok(None);
-        }
-        held.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(Some(held[quorum - 1]))
+        self.holder_expiry().await
     }
 }
 
 /// One acquire's rounds.
 pub(crate) struct Claim {
-    /// Unique to this acquire: a master that has it from an earlier round answers as if taken
-    /// now.
+    /// The owner of the last round, new for each round: a master that has it from a try of the
+    /// same round answers as if taken now, and a release of an earlier round still being
+    /// retried never meets the key of a later one.
     owner: Arc<str>,
-    /// The masters that may hold it: they took it, or did not answer.
+    /// The masters that may hold the last round's key: they took it, or did not answer.
     maybe: Vec<bool>,
     /// The last round: when it was sent, and the expiry it asked for.
     sent_at: Instant,
@@ -175,12 +187,14 @@ pub(crate) struct Claim {
     token: u64,
     /// Rounds sent so far: the first of an acquire that may wait gives way to those waiting.
     rounds: u32,
+    /// Since when rounds have failed to reach a quorum.
+    failing: Option<Instant>,
     pauses: Retry,
 }
 
 impl RedlockMutex {
-    /// Releases the claim on the masters that may have it, in parallel; the reaper goes on with
-    /// those that did not answer.
+    /// Releases the last round's key on the masters that may have it, in parallel; the reaper
+    /// goes on with those that did not answer.
     async fn release_claim(&self, claim: &mut Claim) {
         if !claim.maybe.contains(&true) {
             return;
@@ -190,7 +204,7 @@ impl RedlockMutex {
             .release_on(&self.keys, &claim.owner, Some(&claim.maybe))
             .await;
         let failed: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Err(_)))).collect();
-        claim.maybe = vec![false; claim.maybe.len()];
+        claim.maybe.fill(false);
         self.client.release_later(
             self.keys.clone(),
             claim.owner.clone(),
@@ -199,16 +213,29 @@ impl RedlockMutex {
         );
     }
 
-    /// One round: the lock on every master, the token raised where a master issued a lower
-    /// one, and the validity left.
+    /// How long rounds that reach no quorum are borne, while the wait budget lasts, before the
+    /// acquire fails: a few node timeouts, so that one slow round on a loaded machine is not
+    /// the answer, and a majority that is down is.
+    fn tolerance(&self) -> Duration {
+        (self.client.settings.node_timeout * 4).max(Duration::from_millis(500))
+    }
+
+    /// One round: what the last one took released, the lock on every master under a new owner,
+    /// the token raised where a master issued a lower one, and the validity left.
     async fn round(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
+        self.release_claim(claim).await;
         let client = &self.client;
         let (n, quorum) = (client.masters.len(), client.quorum());
         let lease = req.lease().duration();
+        if lease <= client.settings.node_timeout {
+            return Err(Error::invalid(format!(
+                "a Redlock lease of {lease:?} is not longer than node_timeout ({:?}): no round \
+                 could leave validity",
+                client.settings.node_timeout
+            )));
+        }
         claim.expiry = lease;
-        // Any master may take it from the moment the round is sent; those that answer "busy"
-        // certainly did not.
-        claim.maybe.fill(true);
+        claim.owner = client.new_owner();
         let round = match (req.waits(), claim.rounds) {
             (false, _) => "try",
             (true, 0) => "new",
@@ -222,13 +249,19 @@ impl RedlockMutex {
             .key(&*self.keys.fence)
             .key(&*self.keys.waiting)
             .arg(&*claim.owner)
-            .arg(claim.expiry.as_millis().max(1) as u64)
+            .arg(claim.expiry.as_millis() as u64)
             .arg(client.settings.fence_ttl.as_millis() as u64)
             .arg(round)
             .arg(mark.as_millis() as u64);
+        // Any master may take it from the moment the round is sent; those that answer "busy"
+        // certainly did not.
+        claim.maybe.fill(true);
         claim.sent_at = Instant::now();
         let limit = client.settings.node_timeout;
-        let answers: Vec<Result<String>> = client.masters.all(&inv, limit, "redlock acquire").await;
+        let answers: Vec<Result<String>> = client
+            .masters
+            .all(&inv, limit, "redlock acquire", Resend::Once)
+            .await;
         let mut tokens: Vec<Option<u64>> = vec![None; n];
         let (mut busy, mut cause, mut foreign) = (0, None, None);
         for (i, a) in answers.into_iter().enumerate() {
@@ -244,24 +277,28 @@ impl RedlockMutex {
                     busy += 1;
                     claim.maybe[i] = false;
                 }
-                Ok(t) => {
-                    tokens[i] = Some(t);
-                    claim.maybe[i] = true;
-                }
+                Ok(t) => tokens[i] = Some(t),
                 Err(e) if e.kind() == ErrorKind::WrongType => {
                     claim.maybe[i] = false;
                     foreign = Some(e);
                 }
-                Err(e) => {
-                    claim.maybe[i] = true;
-                    cause = Some(e);
-                }
+                Err(e) => cause = Some(e),
             }
         }
         if let Some(e) = foreign {
             return Err(e);
         }
         let took = tokens.iter().flatten().count();
+        if took + busy < quorum {
+            let since = *claim.failing.get_or_insert(claim.sent_at);
+            let e = too_few("acquire", took + busy, n, quorum, cause);
+            if !req.waits() || !e.is_retryable() || since.elapsed() >= self.tolerance() {
+                return Err(e);
+            }
+            tracing::debug!(lock = &*self.name, error = %e, "lockkit: a Redlock round failed");
+            return Ok(Standing::Waiting);
+        }
+        claim.failing = None;
         if took >= quorum {
             let token = tokens.iter().flatten().copied().max().unwrap_or(0);
             if self.raise(claim, &tokens, token).await >= quorum
@@ -271,11 +308,7 @@ impl RedlockMutex {
                 return Ok(Standing::Owner);
             }
             // The validity is spent (or the token could not be raised on a quorum): released
-            // by the next wait or the leave, and tried again if the budget allows.
-            return Ok(Standing::Waiting);
-        }
-        if took + busy < quorum {
-            return Err(too_few("acquire", took + busy, n, quorum, cause));
+            // by the next round or the leave, and tried again if the budget allows.
         }
         Ok(Standing::Waiting)
     }
@@ -300,11 +333,11 @@ impl RedlockMutex {
             .arg(client.settings.fence_ttl.as_millis() as u64);
         let inv = &inv;
         let limit = client.settings.node_timeout;
-        let raised = join_all(
-            lagging
-                .iter()
-                .map(|i| client.masters.on::<i64>(*i, inv, limit, "redlock raise")),
-        )
+        let raised = join_all(lagging.iter().map(|i| {
+            client
+                .masters
+                .on::<i64>(*i, inv, limit, "redlock raise", Resend::Once)
+        }))
         .await;
         at_token + raised.iter().filter(|r| matches!(r, Ok(1))).count()
     }
@@ -328,6 +361,7 @@ impl Queue for RedlockMutex {
             expiry: Duration::ZERO,
             token: 0,
             rounds: 0,
+            failing: None,
             pauses: Backoff::POLL.start(),
         })
     }
@@ -336,10 +370,9 @@ impl Queue for RedlockMutex {
         self.round(claim, req).await
     }
 
-    /// Releases what the last round took, then pauses at random (`Backoff::POLL`): Redlock has nothing
-    /// to wait on.
+    /// Pauses at random (`Backoff::POLL`): Redlock has nothing to wait on. (The next round
+    /// releases what the last one took, whether the driver waited or paused after a failure.)
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
-        self.release_claim(claim).await;
         let pause = claim.pauses.next_pause();
         tokio::time::sleep_until(req.bound(Instant::now() + pause)).await;
         Ok(Woken::Look)
@@ -363,7 +396,7 @@ impl Queue for RedlockMutex {
         let parts = self
             .client
             .watchdog
-            .hold(watched, claim.token, lease, |id, state| {
+            .hold(watched, claim.token, lease, |id, _state| {
                 Box::new(RedlockHeld {
                     client: self.client.clone(),
                     name: self.name.clone(),
@@ -371,7 +404,6 @@ impl Queue for RedlockMutex {
                     owner: claim.owner.clone(),
                     id,
                     lease: std::sync::Mutex::new(lease.duration()),
-                    state,
                 })
             });
         claim.maybe.fill(false);

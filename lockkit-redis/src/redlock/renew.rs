@@ -10,6 +10,7 @@ use lockkit_core::spi::{Due, Renew, Renewed};
 use lockkit_core::Result;
 
 use super::client::{Client, Renewal};
+use super::masters::Resend;
 
 /// One client's renewal round trip.
 pub(crate) struct Renewer {
@@ -41,7 +42,10 @@ pub(crate) async fn renew_on_all(
             .arg(&*entry.owner)
             .arg(lease.as_millis().max(1) as u64);
     }
-    client.masters.all(&inv, limit, "redlock renewal").await
+    client
+        .masters
+        .all(&inv, limit, "redlock renewal", Resend::Once)
+        .await
 }
 
 /// The verdict on entry `k` of a batch from every master's `answers`.

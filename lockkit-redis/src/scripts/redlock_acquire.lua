@@ -30,8 +30,11 @@ if not cur and ARGV[4] == 'new' and redis.call('exists', KEYS[3]) == 1 then
   redis.call('set', KEYS[3], '1', 'px', ARGV[5])
   return '0'
 end
+-- A counter is a decimal number without a leading zero that a double holds exactly (below
+-- 2^53, at most 16 digits), so that adding one is exact.
 local prev = redis.pcall('get', KEYS[2])
-if (type(prev) == 'table' and prev.err) or (prev and not string.find(prev, '^%d+$')) then
+if (type(prev) == 'table' and prev.err) or (prev and (not string.find(prev, '^[1-9]%d*$')
+    or #prev > 16 or tonumber(prev) >= 9007199254740991)) then
   return foreign(KEYS[2], 'a fencing counter')
 end
 -- The token is max(counter + 1, server time in whole seconds, in microseconds). Masters whose
