@@ -12,14 +12,15 @@
 //! * lockkit (`Mutex::lock`, then `release` awaited; a watchdog lease of 10 s, the handle's
 //!   default): one round of `redlock_acquire.lua` sent to every master in parallel, each within
 //!   the node timeout (a hundredth of the lease, 100 ms): `SET key owner NX PX` and the token
-//!   from the lock's fencing counter; a busy master also sets the lock's waiting mark, and an
-//!   acquire's first round gives way (answers busy) on a free master that has the mark. Held
-//!   once a quorum (3 of 5) took it with validity left, after one more round to the masters
-//!   that issued a lower token if they disagree; then the ownership is registered with the
-//!   client's watchdog (which would renew it every third of the lease). A failed round is
-//!   released on the masters that took it (or did not answer) and tried again after
-//!   `Backoff::POLL`'s random pause (5-10 ms, the same every time). Release: the
-//!   compare-and-delete script on every master in parallel.
+//!   from the lock's fencing counter. Held once a quorum (3 of 5) took it with validity left,
+//!   after one more round to the masters that issued a lower token if they disagree; then the
+//!   ownership is registered with the client's watchdog (which would renew it every third of
+//!   the lease). A round that finds the lock busy takes a place in the lockkit waiters' queue on
+//!   that master (and one that finds it free while an earlier waiter is first gives way); the
+//!   release tells the first waiter on pub/sub, which tries once a quorum of masters told it;
+//!   the others try after `Backoff::POLL`'s pause. Release: the compare-and-delete script on
+//!   every master in parallel, which also tells the first waiter. So lockkit serves waiters in
+//!   order: a client that releases and acquires again waits behind the others.
 //! * rslock (`acquire_no_guard`, then `unlock` awaited; its retries as it ships them): `SET key
 //!   <20 random bytes> NX PX` on every master in parallel, no per-master timeout; held once a
 //!   quorum took it with validity left. A failed try runs the compare-and-delete script on every

@@ -52,11 +52,12 @@ impl Backoff {
     /// Cleanup in the reaper: 50 ms to 2 s.
     pub const CLEANUP: Backoff = Backoff::new(ms(50), ms(2_000));
 
-    /// An acquirer that polls a lock with no queue and no wake-up to wait on (Redlock, whose
-    /// masters share nothing): tries again after a random pause of 5 to 10 ms, every time, so
-    /// that contenders spread out instead of colliding on every master, and so that a waiter
-    /// that came late has no shorter pauses than one that has waited long.
-    pub const POLL: Backoff = Backoff::new(ms(10), ms(10));
+    /// An acquirer that polls a lock with no queue that grants it (Redlock, whose masters share
+    /// nothing): tries again after a random pause of 5 to 10 ms, growing to 100 to 200 ms, so
+    /// that contenders spread out instead of colliding on every master. (Redlock's first waiter
+    /// hears of a release at once on pub/sub; the pauses keep the others' places and find a
+    /// lock freed without a word.)
+    pub const POLL: Backoff = Backoff::new(ms(10), ms(200));
 
     /// Starts at `initial` and doubles up to `max`.
     pub const fn new(initial: Duration, max: Duration) -> Self {

@@ -10,10 +10,12 @@
 //!   first send and the core's margin (2 % of the lease, at most 500 ms but never less than
 //!   1 %, plus 2 ms) as the drift allowance, never less than Redlock's `lease / 100 + 2 ms`. A
 //!   failed round, or one whose validity is spent, is released on every master that may have
-//!   the key (also those that did not answer), and tried again after a random pause while the
-//!   wait budget lasts; a new acquire gives way to lockkit clients already waiting. Rounds
-//!   that reach no quorum are borne for a few node timeouts, then the acquire fails with a
-//!   retryable `Connection` or `Timeout` error (a try fails at once).
+//!   the key (also those that did not answer), and tried again while the wait budget lasts.
+//!   lockkit waiters queue on each master in the order they came: a release tells the first
+//!   one (pub/sub), the others try after a pause, and a round that finds the lock free gives
+//!   way to an earlier waiter (see `scripts/redlock_acquire.lua`). Rounds that reach no quorum are borne for a few node
+//!   timeouts, then the acquire fails with a retryable `Connection` or `Timeout` error (a try
+//!   fails at once).
 //! - **Watchdog**: renewals go to every master; a lock counts renewed when a quorum renewed it,
 //!   and is Lost once more than N - quorum masters say it is not ours (a restarted, emptied
 //!   master says so) or the deadline passes without a quorum.

@@ -39,6 +39,22 @@ fn lock_key(name: &str) -> String {
     format!("lockkit:redlock:{{{name}}}")
 }
 
+/// The lockkit waiters' keys of lock `name` (their places and deadlines).
+fn waiter_keys(name: &str) -> [String; 2] {
+    [
+        format!("lockkit:redlock-waiters:{{{name}}}"),
+        format!("lockkit:redlock-deadlines:{{{name}}}"),
+    ]
+}
+
+/// Polls until no master has the lock or a waiter's place of `name`, or panics after `within`.
+async fn nothing_left(url: &str, name: &str, within: Duration) {
+    gone_everywhere(url, &lock_key(name), within).await;
+    for key in waiter_keys(name) {
+        gone_everywhere(url, &key, within).await;
+    }
+}
+
 /// Which masters have `key` now.
 async fn holding(url: &str, key: &str) -> Vec<bool> {
     let mut out = Vec::new();
@@ -101,7 +117,7 @@ async fn exclusion_and_increasing_tokens_with_every_master_up() {
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens out of grant order: {tokens:?}"
     );
-    gone_everywhere(&url, &lock_key(&n), Duration::from_secs(5)).await;
+    nothing_left(&url, &n, Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +143,7 @@ async fn one_master_down_still_locks() {
     g.release().await.unwrap();
     down.end();
     // The master that was down never had it; the others let it go.
-    gone_everywhere(&url, &lock_key(&n), Duration::from_secs(5)).await;
+    nothing_left(&url, &n, Duration::from_secs(5)).await;
     // Back up, it takes part again (once the client has dialled it): a lock is on all five.
     let start = Instant::now();
     loop {
@@ -171,7 +187,7 @@ async fn a_majority_down_is_a_typed_error_and_leaves_nothing() {
     for o in outages {
         o.end();
     }
-    gone_everywhere(&url, &lock_key(&n), Duration::from_secs(5)).await;
+    nothing_left(&url, &n, Duration::from_secs(5)).await;
     let g = m.try_lock().await.unwrap().expect("free again");
     g.release().await.unwrap();
 }
@@ -213,7 +229,7 @@ async fn masters_restarted_empty_keep_the_guard_only_while_a_quorum_holds_it() {
     other.release().await.unwrap();
     assert_eq!(g.release().await.unwrap_err().kind(), ErrorKind::LockLost);
     // Whatever `g` still had on the two masters that kept it expires with its lease.
-    gone_everywhere(&url, &lock_key(&n), Duration::from_secs(5)).await;
+    nothing_left(&url, &n, Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -366,6 +382,58 @@ async fn dropped_acquires_leave_no_key_on_any_master() {
     }
     frozen.end();
     for n in &names {
-        gone_everywhere(&url, &lock_key(n), Duration::from_secs(10)).await;
+        nothing_left(&url, n, Duration::from_secs(10)).await;
     }
+}
+
+/// Waiters queue in the order they came and are told their turn: a holder that releases and
+/// acquires again gets in line behind them; one that gives up leaves no place behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_order_and_leave_no_place() {
+    let Some(url) = url() else { return };
+    let _serial = serial().await;
+    let n = name("order");
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        handles.push(connect(&url, &[]).await);
+    }
+    let first = handles[0].mutex(&n).unwrap().lock().await.unwrap();
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (i, h) in handles.iter().enumerate().skip(1) {
+        let (m, order) = (h.mutex(&n).unwrap(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = m.lock_for(Duration::from_secs(20)).await.unwrap().unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            g.release().await.unwrap();
+        }));
+        // Each waits before the next one comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.release().await.unwrap();
+    // The releaser comes back at once, and waits its turn behind all three.
+    let again = handles[0]
+        .mutex(&n)
+        .unwrap()
+        .lock_for(Duration::from_secs(20))
+        .await;
+    let again = again.unwrap().unwrap();
+    order.lock().unwrap().push(0);
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![1, 2, 3, 0]);
+    // A waiter that gives up takes its place with it.
+    let m = handles[1].mutex(&n).unwrap();
+    assert!(m
+        .lock_for(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    for key in waiter_keys(&n) {
+        assert_eq!(holding(&url, &key).await, vec![false; 5], "{key}");
+    }
+    again.release().await.unwrap();
+    nothing_left(&url, &n, Duration::from_secs(5)).await;
 }

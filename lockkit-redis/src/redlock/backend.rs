@@ -58,6 +58,7 @@ impl RedlockBackend {
             t.abort();
         }
         self.client.watchdog.abandon_all();
+        self.client.masters.stop();
     }
 
     /// This client's id: the first part of the owner values it writes.

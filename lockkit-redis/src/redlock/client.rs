@@ -22,24 +22,30 @@ pub(crate) struct Renewal {
 }
 
 /// The keys of one lock on every master: the lock (a string holding its owner, as every
-/// Redlock client writes it), its fencing counter, and the mark that lockkit clients wait for
-/// it (see `scripts/redlock_acquire.lua`).
+/// Redlock client writes it), its fencing counter, the lockkit waiters (ordered by when they
+/// began waiting) and their deadlines, and the channel on which a release tells the first
+/// waiter (see `scripts/redlock_acquire.lua`).
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
     pub(crate) lock: Arc<str>,
     pub(crate) fence: Arc<str>,
-    pub(crate) waiting: Arc<str>,
+    pub(crate) waiters: Arc<str>,
+    pub(crate) deadlines: Arc<str>,
+    pub(crate) channel: Arc<str>,
 }
 
 impl Keys {
-    /// `<prefix>:redlock:{<name>}`, `<prefix>:redlock-fence:{<name>}` and
-    /// `<prefix>:redlock-waiting:{<name>}`.
+    /// `<prefix>:redlock:{<name>}`, `<prefix>:redlock-fence:{<name>}`,
+    /// `<prefix>:redlock-waiters:{<name>}`, `<prefix>:redlock-deadlines:{<name>}` and the
+    /// channel `<prefix>:redlock-channel:{<name>}`.
     pub(crate) fn of(prefix: &str, name: &str) -> Keys {
         let tag = crate::keys::tag(name);
         Keys {
             lock: format!("{prefix}:redlock:{tag}").into(),
             fence: format!("{prefix}:redlock-fence:{tag}").into(),
-            waiting: format!("{prefix}:redlock-waiting:{tag}").into(),
+            waiters: format!("{prefix}:redlock-waiters:{tag}").into(),
+            deadlines: format!("{prefix}:redlock-deadlines:{tag}").into(),
+            channel: format!("{prefix}:redlock-channel:{tag}").into(),
         }
     }
 }
@@ -104,15 +110,22 @@ impl Client {
     }
 
     /// Releases `owner`'s lock on the masters `on` marks (all when `None`), in parallel within
-    /// the node timeout: what each answered (1 released, 0 not ours there).
+    /// the node timeout, telling the first waiter; a leaving `waiter` (its id, `''` for a
+    /// holder) gives up its place. What each answered (1 released, 0 not ours there).
     pub(crate) async fn release_on(
         &self,
         keys: &Keys,
         owner: &str,
+        waiter: &str,
         on: Option<&[bool]>,
     ) -> Vec<Option<Result<i64>>> {
         let mut inv = self.scripts.release.prepare_invoke();
-        inv.key(&*keys.lock).arg(owner);
+        inv.key(&*keys.lock)
+            .key(&*keys.waiters)
+            .key(&*keys.deadlines)
+            .arg(owner)
+            .arg(&*keys.channel)
+            .arg(waiter);
         let inv = &inv;
         let limit = self.settings.node_timeout;
         join_all((0..self.masters.len()).map(|i| async move {
@@ -128,12 +141,14 @@ impl Client {
         .await
     }
 
-    /// Hands the reaper releasing `owner`'s lock on the masters `on` marks, until each answered
-    /// or the lock has certainly expired there (`expires`).
+    /// Hands the reaper releasing `owner`'s lock on the masters `on` marks (and `waiter`'s
+    /// place, see [`release_on`](Self::release_on)), until each answered or the lock has
+    /// certainly expired there (`expires`).
     pub(crate) fn release_later(
         self: &Arc<Self>,
         keys: Keys,
         owner: Arc<str>,
+        waiter: Arc<str>,
         on: Vec<bool>,
         expires: Instant,
     ) {
@@ -143,11 +158,16 @@ impl Client {
         let client = self.clone();
         let left = Arc::new(std::sync::Mutex::new(on));
         self.reaper.retry("release a Redlock lock", move || {
-            let (client, keys, owner, left) =
-                (client.clone(), keys.clone(), owner.clone(), left.clone());
+            let (client, keys, owner, waiter, left) = (
+                client.clone(),
+                keys.clone(),
+                owner.clone(),
+                waiter.clone(),
+                left.clone(),
+            );
             async move {
                 let on = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let answers = client.release_on(&keys, &owner, Some(&on)).await;
+                let answers = client.release_on(&keys, &owner, &waiter, Some(&on)).await;
                 let mut failed = None;
                 let mut still = on.clone();
                 for (i, a) in answers.into_iter().enumerate() {
@@ -177,6 +197,8 @@ mod tests {
         let k = Keys::of("lockkit", "a{b}");
         assert_eq!(&*k.lock, "lockkit:redlock:{a%7Bb%7D}");
         assert_eq!(&*k.fence, "lockkit:redlock-fence:{a%7Bb%7D}");
-        assert_eq!(&*k.waiting, "lockkit:redlock-waiting:{a%7Bb%7D}");
+        assert_eq!(&*k.waiters, "lockkit:redlock-waiters:{a%7Bb%7D}");
+        assert_eq!(&*k.deadlines, "lockkit:redlock-deadlines:{a%7Bb%7D}");
+        assert_eq!(&*k.channel, "lockkit:redlock-channel:{a%7Bb%7D}");
     }
 }

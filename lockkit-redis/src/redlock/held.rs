@@ -54,7 +54,7 @@ impl Held for RedlockHeld {
     async fn release(&self) -> Result<()> {
         let client = &self.client;
         client.watchdog.unregister(self.id);
-        let answers = client.release_on(&self.keys, &self.owner, None).await;
+        let answers = client.release_on(&self.keys, &self.owner, "", None).await;
         let (mut yes, mut cause) = (0, None);
         let mut failed = vec![false; answers.len()];
         for (i, a) in answers.into_iter().enumerate() {
@@ -71,6 +71,7 @@ impl Held for RedlockHeld {
         client.release_later(
             self.keys.clone(),
             self.owner.clone(),
+            "".into(),
             failed,
             self.expires(),
         );

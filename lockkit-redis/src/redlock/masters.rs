@@ -12,13 +12,19 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionInfo, FromRedisValue, ScriptInvocation};
 
 use super::config::Settings;
+use crate::conn::PubSubConn;
 use crate::error;
+use crate::pubsub::{keep_connected, Pushes, Subscriptions};
 
 /// One master.
 struct Master {
     addr: String,
     info: ConnectionInfo,
     conn: Mutex<Option<ConnectionManager>>,
+    /// Its pub/sub connection's subscriptions (a release tells the waiter whose turn is next),
+    /// and the task that brings that connection back after it dropped. Without them, waiters
+    /// of this master only poll.
+    subs: Mutex<Option<(Arc<Subscriptions>, tokio::task::JoinHandle<()>)>>,
     /// A dial is under way in the background: requests meanwhile count this master as failed
     /// instead of waiting for a server that may not answer.
     dialling: AtomicBool,
@@ -37,6 +43,37 @@ impl Master {
     ) -> Result<ConnectionManager> {
         let what = format!("connect to master {}", self.addr);
         let client = redis::Client::open(self.info.clone()).map_err(|e| error::map(e, &what))?;
+        let conn = match tokio::time::timeout(
+            timeout,
+            client.get_connection_manager_with_config(config.clone()),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(error::map(e, &what)),
+            Err(_) => return Err(error::timeout(&what)),
+        };
+        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        if let Err(e) = self.dial_pubsub(config, timeout).await {
+            tracing::debug!(backend = "redlock", error = %e, "lockkit: no pub/sub connection");
+        }
+        Ok(conn)
+    }
+
+    /// Opens its pub/sub connection (RESP3, resubscribing after a reconnect), within `timeout`.
+    async fn dial_pubsub(&self, config: ConnectionManagerConfig, timeout: Duration) -> Result<()> {
+        let what = format!("pub/sub connect to master {}", self.addr);
+        let redis = self
+            .info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let info = self.info.clone().set_redis_settings(redis);
+        let client = redis::Client::open(info).map_err(|e| error::map(e, &what))?;
+        let pushes = Pushes::default();
+        let config = config
+            .set_push_sender(pushes.clone())
+            .set_automatic_resubscription();
         let conn =
             match tokio::time::timeout(timeout, client.get_connection_manager_with_config(config))
                 .await
@@ -45,8 +82,23 @@ impl Master {
                 Ok(Err(e)) => return Err(error::map(e, &what)),
                 Err(_) => return Err(error::timeout(&what)),
             };
-        *self.conn.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
-        Ok(conn)
+        let subs = Subscriptions::new(PubSubConn::Single(conn), &pushes);
+        let keeper = tokio::spawn(keep_connected(pushes));
+        let old = self
+            .subs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace((subs, keeper));
+        if let Some((_, keeper)) = old {
+            keeper.abort();
+        }
+        Ok(())
+    }
+
+    fn stop(&self) {
+        if let Some((_, keeper)) = self.subs.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            keeper.abort();
+        }
     }
 }
 
@@ -97,6 +149,7 @@ impl Masters {
                         addr: info.addr().to_string(),
                         info: info.clone(),
                         conn: Mutex::new(None),
+                        subs: Mutex::new(None),
                         dialling: AtomicBool::new(false),
                     })
                 })
@@ -181,6 +234,22 @@ impl Masters {
     /// How many masters there are.
     pub(crate) fn len(&self) -> usize {
         self.masters.len()
+    }
+
+    /// The subscriptions of master `i`, if it has a pub/sub connection.
+    pub(crate) fn subs(&self, i: usize) -> Option<Arc<Subscriptions>> {
+        let subs = self.masters[i]
+            .subs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        subs.as_ref().map(|(s, _)| s.clone())
+    }
+
+    /// Stops the tasks that keep the pub/sub connections up.
+    pub(crate) fn stop(&self) {
+        for m in &self.masters {
+            m.stop();
+        }
     }
 
     /// The connection of master `i`; without one, a dial starts in the background (one at a

@@ -1,13 +1,15 @@
 //! The Redlock mutex: one acquire is a round of `SET NX PX` (with its token, in
 //! `scripts/redlock_acquire.lua`) on every master in parallel, held once a quorum took it with
 //! validity left; a failed round is released on every master that may have it, and tried again
-//! after a random pause. The core's driver runs the rounds ([`Queue`]): a round is `enqueue` or
-//! `standing`, the release and the pause are `wait`.
+//! when a release tells this waiter its turn (pub/sub) or after a random pause. The core's
+//! driver runs the rounds ([`Queue`]): a round is `enqueue` or `standing`, the listening and the
+//! pause are `wait`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use lockkit_core::spi::{
     drive, margin, Exit, GuardParts, Queue, RawMutex, Request, Standing, Watched, Woken,
 };
@@ -17,6 +19,7 @@ use tokio::time::Instant;
 use super::client::{Client, Keys, Renewal};
 use super::held::RedlockHeld;
 use super::masters::Resend;
+use crate::pubsub::Subscription;
 
 /// A Redlock mutex handle.
 #[derive(Debug)]
@@ -185,8 +188,16 @@ pub(crate) struct Claim {
     expiry: Duration,
     /// The token a quorum issued.
     token: u64,
-    /// Rounds sent so far: the first of an acquire that may wait gives way to those waiting.
-    rounds: u32,
+    /// The masters the last round did not take the lock on.
+    missed: Vec<bool>,
+    /// The acquire as a waiter: when it began (ms since the epoch) and its id, the same in
+    /// every round (see `scripts/redlock_acquire.lua`); a release tells it its turn by the id.
+    since: u64,
+    id: Arc<str>,
+    /// Its subscription to the lock's channel on each master, once it waited.
+    subs: Vec<Option<Subscription>>,
+    /// A waiting round was told to wait, so the acquire may have a place among the waiters.
+    queued: bool,
     /// Since when rounds have failed to reach a quorum.
     failing: Option<Instant>,
     pauses: Retry,
@@ -194,23 +205,41 @@ pub(crate) struct Claim {
 
 impl RedlockMutex {
     /// Releases the last round's key on the masters that may have it, in parallel; the reaper
-    /// goes on with those that did not answer.
-    async fn release_claim(&self, claim: &mut Claim) {
-        if !claim.maybe.contains(&true) {
+    /// goes on with those that did not answer. A claim that `leaves` also gives up its place
+    /// among the waiters on every master.
+    async fn release_claim(&self, claim: &mut Claim, leaves: bool) {
+        let leaves = leaves && claim.queued;
+        if !claim.maybe.contains(&true) && !leaves {
             return;
         }
+        let on = if leaves {
+            vec![true; claim.maybe.len()]
+        } else {
+            claim.maybe.clone()
+        };
+        let waiter: Arc<str> = if leaves { claim.id.clone() } else { "".into() };
         let answers = self
             .client
-            .release_on(&self.keys, &claim.owner, Some(&claim.maybe))
+            .release_on(&self.keys, &claim.owner, &waiter, Some(&on))
             .await;
         let failed: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Err(_)))).collect();
         claim.maybe.fill(false);
+        if leaves {
+            claim.queued = false;
+        }
         self.client.release_later(
             self.keys.clone(),
             claim.owner.clone(),
+            waiter,
             failed,
             expired_by(claim),
         );
+    }
+
+    /// How long a waiter's place lasts after its last round: three of its longest pauses and a
+    /// node timeout.
+    fn place(&self) -> Duration {
+        Backoff::POLL.max() * 3 + self.client.settings.node_timeout
     }
 
     /// How long rounds that reach no quorum are borne, while the wait budget lasts, before the
@@ -223,7 +252,7 @@ impl RedlockMutex {
     /// One round: what the last one took released, the lock on every master under a new owner,
     /// the token raised where a master issued a lower one, and the validity left.
     async fn round(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
-        self.release_claim(claim).await;
+        self.release_claim(claim, false).await;
         let client = &self.client;
         let (n, quorum) = (client.masters.len(), client.quorum());
         let lease = req.lease().duration();
@@ -236,23 +265,21 @@ impl RedlockMutex {
         }
         claim.expiry = lease;
         claim.owner = client.new_owner();
-        let round = match (req.waits(), claim.rounds) {
-            (false, _) => "try",
-            (true, 0) => "new",
-            (true, _) => "wait",
-        };
-        claim.rounds += 1;
-        // Waiters mark that they wait for a few of their pauses.
-        let mark = Backoff::POLL.max() * 4 + client.settings.node_timeout;
+        let round = if req.waits() { "wait" } else { "try" };
+        // A waiter's place lasts a few of its pauses past its last round.
+        let place = self.place();
         let mut inv = client.scripts.acquire.prepare_invoke();
         inv.key(&*self.keys.lock)
             .key(&*self.keys.fence)
-            .key(&*self.keys.waiting)
+            .key(&*self.keys.waiters)
+            .key(&*self.keys.deadlines)
             .arg(&*claim.owner)
             .arg(claim.expiry.as_millis() as u64)
             .arg(client.settings.fence_ttl.as_millis() as u64)
             .arg(round)
-            .arg(mark.as_millis() as u64);
+            .arg(place.as_millis() as u64)
+            .arg(claim.since)
+            .arg(&*claim.id);
         // Any master may take it from the moment the round is sent; those that answer "busy"
         // certainly did not.
         claim.maybe.fill(true);
@@ -276,6 +303,7 @@ impl RedlockMutex {
                 Ok(0) => {
                     busy += 1;
                     claim.maybe[i] = false;
+                    claim.queued |= req.waits();
                 }
                 Ok(t) => tokens[i] = Some(t),
                 Err(e) if e.kind() == ErrorKind::WrongType => {
@@ -287,6 +315,9 @@ impl RedlockMutex {
         }
         if let Some(e) = foreign {
             return Err(e);
+        }
+        for (missed, token) in claim.missed.iter_mut().zip(&tokens) {
+            *missed = token.is_none();
         }
         let took = tokens.iter().flatten().count();
         if took + busy < quorum {
@@ -354,13 +385,18 @@ impl Queue for RedlockMutex {
     type Output = GuardParts;
 
     async fn claim(&self, _req: &Request) -> Result<Claim> {
+        let id = self.client.new_owner();
         Ok(Claim {
-            owner: self.client.new_owner(),
+            owner: id.clone(),
             maybe: vec![false; self.client.masters.len()],
             sent_at: Instant::now(),
             expiry: Duration::ZERO,
             token: 0,
-            rounds: 0,
+            missed: vec![false; self.client.masters.len()],
+            since: crate::client::wall_ms(),
+            id,
+            subs: (0..self.client.masters.len()).map(|_| None).collect(),
+            queued: false,
             failing: None,
             pauses: Backoff::POLL.start(),
         })
@@ -370,11 +406,71 @@ impl Queue for RedlockMutex {
         self.round(claim, req).await
     }
 
-    /// Pauses at random (`Backoff::POLL`): Redlock has nothing to wait on. (The next round
-    /// releases what the last one took, whether the driver waited or paused after a failure.)
+    /// Waits until a release tells this waiter its turn (on the lock's channel on any master),
+    /// or a random pause (`Backoff::POLL`) passed: the next round keeps its place, and takes
+    /// the lock if a holder went without telling (other Redlock clients, an expiry). The first wait
+    /// subscribes and looks at once (a release before that was not heard). The next round
+    /// releases what the last one took, whether the driver waited or paused after a failure.
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
-        let pause = claim.pauses.next_pause();
-        tokio::time::sleep_until(req.bound(Instant::now() + pause)).await;
+        // Subscribed on a quorum, the waiter is told its turn, and tries only to keep its place
+        // (and to find a lock freed without a word): at the longest pause from the start.
+        let heard = claim.subs.iter().flatten().count() >= self.client.quorum();
+        let pause = if heard {
+            let longest = Backoff::POLL.max();
+            Backoff::new(longest, longest).start().next_pause()
+        } else {
+            claim.pauses.next_pause()
+        };
+        let pause = req.bound(Instant::now() + pause);
+        let masters = &self.client.masters;
+        let limit = self.client.settings.node_timeout;
+        let (channel, id) = (&*self.keys.channel, &*claim.id);
+        let subscribed = join_all(
+            claim
+                .subs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, sub)| async move {
+                    let subs = match (&sub, masters.subs(i)) {
+                        (None, Some(subs)) => subs,
+                        _ => return false,
+                    };
+                    let now = Instant::now();
+                    let joined =
+                        tokio::time::timeout(limit, subs.listen(sub, channel, Some(id), now));
+                    matches!(joined.await, Ok(Ok(None)))
+                }),
+        )
+        .await;
+        if subscribed.contains(&true) {
+            return Ok(Woken::Look);
+        }
+        let mut told: FuturesUnordered<_> =
+            claim.subs.iter().flatten().map(|s| s.notified()).collect();
+        if told.is_empty() {
+            tokio::time::sleep_until(pause).await;
+            return Ok(Woken::Look);
+        }
+        // Each master tells once it has deleted the lock: the round goes once a quorum has
+        // (sooner, it would find the lock still there on some and fail), or a node timeout
+        // after the first word.
+        let quorum = self.client.quorum();
+        let mut heard = 0;
+        let mut until = pause;
+        while heard < quorum {
+            tokio::select! {
+                first = told.next() => {
+                    if first.is_none() {
+                        break;
+                    }
+                    heard += 1;
+                    if heard == 1 {
+                        until = until.min(Instant::now() + limit);
+                    }
+                }
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
         Ok(Woken::Look)
     }
 
@@ -407,18 +503,35 @@ impl Queue for RedlockMutex {
                 })
             });
         claim.maybe.fill(false);
+        if claim.queued && claim.missed.contains(&true) {
+            // Its place goes where the winning round did not take the lock (and so kept its
+            // place: a release there would tell it, and nobody would come). "-" owns no lock.
+            self.client.release_later(
+                self.keys.clone(),
+                "-".into(),
+                claim.id.clone(),
+                claim.missed.clone(),
+                Instant::now() + self.place(),
+            );
+        }
         Ok(Some(parts))
     }
 
     async fn leave(&self, claim: &mut Claim, _exit: Exit) -> Result<()> {
-        self.release_claim(claim).await;
+        self.release_claim(claim, true).await;
         Ok(())
     }
 
     fn abandon(&self, claim: Claim) {
         let expires = expired_by(&claim);
+        // Its place goes too (where it holds nothing, the release only does that).
+        let on = if claim.queued {
+            vec![true; claim.maybe.len()]
+        } else {
+            claim.maybe
+        };
         self.client
-            .release_later(self.keys.clone(), claim.owner, claim.maybe, expires);
+            .release_later(self.keys.clone(), claim.owner, claim.id, on, expires);
     }
 
     fn lock_name(&self) -> &str {
