@@ -50,31 +50,15 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::contended::{self, Contended, Run};
+use common::{median, rslock_peer, us, Lengths};
 use lockkit::{LockConfig, Locks};
-use lockkit_measure::{Latencies, Tally};
+use lockkit_measure::Latencies;
 
 /// Both sides' lease.
 const LEASE: Duration = Duration::from_secs(10);
-
-fn env_num(key: &str, default: usize) -> usize {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 /// The masters of `redlock://[user:pass@]h1:p1,h2:p2,…[/db][?options]` as the `redis://` URLs
 /// rslock takes: the same hosts, credentials and db (as written, still percent-encoded); the
@@ -115,16 +99,6 @@ async fn lockkit_client(url: &str) -> Locks {
         .unwrap()
 }
 
-/// One rslock client, connected to every master before the clock starts (its connections open
-/// on first use), as lockkit's handle is.
-async fn rslock_client(masters: &[String], warm_key: &str) -> rslock::LockManager {
-    let rl = rslock::LockManager::new(masters.to_vec());
-    if let Ok(l) = rl.lock(warm_key.as_bytes(), LEASE).await {
-        rl.unlock(&l).await;
-    }
-    rl
-}
-
 /// One lockkit cycle: `lock`, then `release`.
 async fn lockkit_cycle(lock: &lockkit::Mutex) -> Duration {
     let t = Instant::now();
@@ -159,7 +133,7 @@ async fn uncontended_round(
 async fn uncontended(url: &str, masters: &[String], run: &str, rounds: usize, cycles: usize) {
     let locks = lockkit_client(url).await;
     let lock = locks.mutex(&format!("{run}/uncontended")).unwrap();
-    let rl = rslock_client(masters, &format!("{run}:warm")).await;
+    let rl = rslock_peer::client(masters, &format!("{run}:warm"), LEASE).await;
     let key = format!("{run}:uncontended");
     // Warm up both (scripts loaded on every master, connections, allocator).
     uncontended_round(&lock, &rl, &key, 100).await;
@@ -178,22 +152,13 @@ async fn uncontended(url: &str, masters: &[String], run: &str, rounds: usize, cy
          taking turns",
         lk_t.count()
     );
-    println!(
-        "{:<34} {:>9} {:>9} {:>9} {:>10}",
-        "", "p50 µs", "p99 µs", "mean µs", "cycles/s"
+    common::latency_table(
+        34,
+        &[
+            ("lockkit lock + release", &lk_t),
+            ("rslock acquire + unlock", &rl_t),
+        ],
     );
-    for (label, v) in [
-        ("lockkit lock + release", &lk_t),
-        ("rslock acquire + unlock", &rl_t),
-    ] {
-        println!(
-            "{label:<34} {:>9.1} {:>9.1} {:>9.1} {:>10.0}",
-            us(v.quantile(0.5)),
-            us(v.quantile(0.99)),
-            us(v.mean()),
-            1e6 / us(v.mean())
-        );
-    }
     println!(
         "ratio lockkit/rslock at 1 client: throughput {:.3}, p50 {:.3}, p99 {:.3} (medians of \
          {rounds} rounds; throughput rounds {rates:.3?})",
@@ -204,191 +169,42 @@ async fn uncontended(url: &str, masters: &[String], run: &str, rounds: usize, cy
     drop(locks);
 }
 
-struct Contended {
-    label: &'static str,
-    secs: f64,
-    tally: Tally,
-    overlaps: usize,
-    /// Acquires or releases that returned an error (tried again).
-    errors: usize,
-}
-
-impl Contended {
-    fn rate(&self) -> f64 {
-        self.tally.ops() as f64 / self.secs
-    }
-
-    fn wait(&self, q: f64) -> f64 {
-        us(self.tally.waits().quantile(q))
-    }
-
-    /// Adds another round of the same side.
-    fn absorb(&mut self, other: Contended) {
-        self.secs += other.secs;
-        self.tally.add(&other.tally);
-        self.overlaps += other.overlaps;
-        self.errors += other.errors;
-    }
-
-    fn print(&self) {
-        println!(
-            "{:<34} {:>9.0} {:>10.2} {:>10.2} {:>9.1}% {:>9} {:>7}",
-            self.label,
-            self.rate(),
-            self.wait(0.5) / 1000.0,
-            self.wait(0.99) / 1000.0,
-            100.0 * self.tally.busiest_share(),
-            self.overlaps,
-            self.errors
-        );
-    }
-}
-
-/// The work done under the lock: none, or waiting `hold` (an I/O call, say).
-async fn work(hold: Duration) {
-    if !hold.is_zero() {
-        tokio::time::sleep(hold).await;
-    }
-}
-
-/// Shared bookkeeping of a contended run: a ticket counter, an overlap detector, an error count.
-#[derive(Default)]
-struct Arena {
-    taken: AtomicUsize,
-    inside: AtomicUsize,
-    overlaps: AtomicUsize,
-    errors: AtomicUsize,
-}
-
-impl Arena {
-    /// Enters the critical section; returns false once the run has its acquisitions.
-    fn enter(&self, total: usize) -> bool {
-        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
-            self.overlaps.fetch_add(1, Ordering::SeqCst);
-        }
-        self.taken.fetch_add(1, Ordering::SeqCst) < total
-    }
-    fn leave(&self) {
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-    }
-    fn failed(&self, what: &str, e: &lockkit::Error) {
-        if self.errors.fetch_add(1, Ordering::SeqCst) < 3 {
-            eprintln!("lockkit {what} failed: {e}");
-        }
-    }
-}
-
 async fn contended_lockkit(
     url: &str,
     name: &str,
     (total, count): (usize, usize),
     hold: Duration,
 ) -> Contended {
-    let arena = Arc::new(Arena::default());
     let mut clients = Vec::new();
     for _ in 0..count {
         clients.push(lockkit_client(url).await);
     }
-    let started = Instant::now();
-    let mut tasks = Vec::new();
+    let mut run = Run::start(total, hold);
     for locks in &clients {
-        let (lock, arena) = (locks.mutex(name).unwrap(), arena.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut waits = Vec::new();
-            loop {
-                let t = Instant::now();
-                // A failed acquire (too few masters answered in time) leaves nothing behind:
-                // counted, and tried again.
-                let g = match lock.lock().await {
-                    Ok(g) => g,
-                    Err(e) => {
-                        arena.failed("acquire", &e);
-                        continue;
-                    }
-                };
-                let wait = t.elapsed();
-                let more = arena.enter(total);
-                work(hold).await;
-                arena.leave();
-                if let Err(e) = g.release().await {
-                    arena.failed("release", &e);
-                }
-                if !more {
-                    return waits;
-                }
-                waits.push(wait);
-            }
-        }));
+        let (lock, arena) = (locks.mutex(name).unwrap(), run.arena());
+        let (acquires, releases) = (arena.clone(), arena.clone());
+        run.spawn(async move {
+            arena
+                .client(
+                    // A failed acquire (too few masters answered in time) leaves nothing behind:
+                    // counted, and tried again.
+                    async move || match lock.lock().await {
+                        Ok(g) => Some(g),
+                        Err(e) => {
+                            acquires.failed("acquire", &e);
+                            None
+                        }
+                    },
+                    async move |g| {
+                        if let Err(e) = g.release().await {
+                            releases.failed("release", &e);
+                        }
+                    },
+                )
+                .await
+        });
     }
-    finish("lockkit redlock mutex", started, tasks, arena, clients).await
-}
-
-/// rslock: `acquire_no_guard` retries until it has the lock, `unlock` releases it; each client
-/// its own `LockManager` (its own connections).
-async fn contended_rslock(
-    masters: &[String],
-    key: &str,
-    (total, count): (usize, usize),
-    hold: Duration,
-) -> Contended {
-    let arena = Arc::new(Arena::default());
-    let mut managers = Vec::new();
-    for _ in 0..count {
-        managers.push(rslock_client(masters, &format!("{key}-warm")).await);
-    }
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for rl in managers {
-        let (arena, key) = (arena.clone(), key.to_string());
-        tasks.push(tokio::spawn(async move {
-            let mut waits = Vec::new();
-            loop {
-                let t = Instant::now();
-                let l = rl.acquire_no_guard(key.as_bytes(), LEASE).await.unwrap();
-                let wait = t.elapsed();
-                let more = arena.enter(total);
-                work(hold).await;
-                arena.leave();
-                rl.unlock(&l).await;
-                if !more {
-                    return waits;
-                }
-                waits.push(wait);
-            }
-        }));
-    }
-    finish(
-        "rslock (acquire, as shipped)",
-        started,
-        tasks,
-        arena,
-        Vec::new(),
-    )
-    .await
-}
-
-async fn finish(
-    label: &'static str,
-    started: Instant,
-    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
-    arena: Arc<Arena>,
-    clients: Vec<Locks>,
-) -> Contended {
-    let mut tally = Tally::new(tasks.len());
-    for (client, t) in tasks.into_iter().enumerate() {
-        for wait in t.await.unwrap() {
-            tally.record(client, wait);
-        }
-    }
-    let secs = started.elapsed().as_secs_f64();
-    drop(clients);
-    Contended {
-        label,
-        secs,
-        tally,
-        overlaps: arena.overlaps.load(Ordering::SeqCst),
-        errors: arena.errors.load(Ordering::SeqCst),
-    }
+    run.finish("lockkit redlock mutex", clients).await
 }
 
 /// `rounds` alternating rounds of lockkit and rslock among `count` clients, `hold` of work
@@ -396,50 +212,29 @@ async fn finish(
 async fn contended_table(
     (url, masters): (&str, &[String]),
     run: &str,
-    (total, count): (usize, usize),
+    size @ (_, count): (usize, usize),
     rounds: usize,
     hold: Duration,
 ) {
-    println!(
-        "\ncontended: {count} clients, one lock, {hold:?} of work under it, {total} acquisitions \
-         per round, {rounds} alternating rounds"
-    );
-    println!(
-        "{:<34} {:>9} {:>10} {:>10} {:>10} {:>9} {:>7}",
-        "", "acq/s", "p50 ms", "p99 ms", "busiest", "overlaps", "errors"
-    );
-    let tag = format!("{}-{count}", hold.as_micros());
-    let size = (total, count);
-    let mut rows: Vec<Contended> = Vec::new();
-    let (mut rates, mut p50s, mut p99s) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        // Odd rounds run rslock first, so neither always follows the other.
-        let mut round_rows: [Option<Contended>; 2] = [None, None];
-        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
-            round_rows[i] = Some(match i {
-                0 => contended_lockkit(url, &format!("{run}/c{tag}-{round}"), size, hold).await,
-                _ => {
-                    contended_rslock(masters, &format!("{run}:rl-{tag}-{round}"), size, hold).await
-                }
-            });
-        }
-        let [Some(lk), Some(rl)] = round_rows else {
-            unreachable!("both sides ran")
-        };
-        rates.push(lk.rate() / rl.rate());
-        p50s.push(lk.wait(0.5) / rl.wait(0.5));
-        p99s.push(lk.wait(0.99) / rl.wait(0.99));
-        for (i, r) in [lk, rl].into_iter().enumerate() {
-            match rows.get_mut(i) {
-                Some(acc) => acc.absorb(r),
-                None => rows.push(r),
+    let side = move |i: usize, tag: String| async move {
+        match i {
+            0 => contended_lockkit(url, &format!("{run}/c{tag}"), size, hold).await,
+            _ => {
+                let key = format!("{run}:rl-{tag}");
+                rslock_peer::contended(masters, &key, size, hold, LEASE).await
             }
         }
-    }
-    for r in &rows {
-        r.print();
-    }
+    };
+    let (rows, ratios) = contended::alternate(size, rounds, hold, true, 2, side, |r| {
+        let (lk, rl) = (&r[0], &r[1]);
+        [
+            lk.rate() / rl.rate(),
+            lk.wait(0.5) / rl.wait(0.5),
+            lk.wait(0.99) / rl.wait(0.99),
+        ]
+    })
+    .await;
+    let [rates, p50s, p99s] = [0, 1, 2].map(|k| ratios.iter().map(|r| r[k]).collect::<Vec<f64>>());
     println!(
         "ratio lockkit/rslock at {count} clients: throughput {:.3}, p50 wait {:.3}, p99 wait \
          {:.3} (medians of {rounds} rounds; throughput rounds {rates:.3?})",
@@ -447,7 +242,7 @@ async fn contended_table(
         median(p50s),
         median(p99s)
     );
-    assert!(rows.iter().all(|r| r.overlaps == 0), "overlapping holders");
+    contended::assert_no_overlaps(&rows);
 }
 
 fn main() {
@@ -459,36 +254,20 @@ fn main() {
         return;
     };
     let masters = rslock_urls(&url);
-    // `cargo bench` passes --bench; `cargo test --benches` passes nothing: run a smoke-sized pass.
-    let quick = !std::env::args().any(|a| a == "--bench");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    // Everything runs in a spawned task, on the runtime's workers like a service's handlers: the
-    // main thread's `block_on` would add a cross-thread wake-up to every reply.
-    rt.block_on(rt.spawn(async move {
-        let rounds = if quick {
-            1
-        } else {
-            env_num("LOCKKIT_BENCH_ROUNDS", 3)
-        };
-        let cycles = if quick {
-            50
-        } else {
-            env_num("LOCKKIT_BENCH_CYCLES", 500)
-        };
-        let total = if quick {
-            100
-        } else {
-            env_num("LOCKKIT_BENCH_TOTAL", 1000)
-        };
-        let contended_rounds = if quick {
-            1
-        } else {
-            env_num("LOCKKIT_BENCH_CONTENDED_ROUNDS", 3)
-        };
+    common::run_on_workers(async move {
+        let Lengths {
+            rounds,
+            cycles,
+            total,
+            contended_rounds,
+            work_total,
+        } = Lengths::read(Lengths {
+            rounds: 3,
+            cycles: 500,
+            total: 1000,
+            contended_rounds: 3,
+            work_total: 200,
+        });
         let run = format!("lkbench-{}", std::process::id());
         println!("{} masters: {}", masters.len(), masters.join(" "));
 
@@ -512,12 +291,7 @@ fn main() {
             )
             .await;
         }
-        let with_work = if quick {
-            50
-        } else {
-            env_num("LOCKKIT_BENCH_WORK_TOTAL", 200)
-        };
-        let size = (with_work, counts[0]);
+        let size = (work_total, counts[0]);
         contended_table(
             servers,
             &run,
@@ -526,6 +300,5 @@ fn main() {
             Duration::from_millis(1),
         )
         .await;
-    }))
-    .unwrap();
+    });
 }

@@ -206,19 +206,11 @@ impl Settings {
         } else {
             ConnectionAddr::Tcp(host.host.clone(), host.port)
         };
-        let base = addr
-            .into_connection_info()
-            .map_err(|e| Error::config(format!("bad Redis address: {e}")))?
-            .set_tcp_settings(tcp_settings());
-        let mut redis = base.redis_settings().clone().set_db(db);
-        if let Some(u) = &url.username {
-            redis = redis.set_username(u);
-        }
-        if let Some(p) = &url.password {
-            redis = redis.set_password(p.expose());
-        }
-        let info = base.clone().set_redis_settings(redis.clone());
-        let pubsub_info = base.set_redis_settings(redis.set_protocol(ProtocolVersion::RESP3));
+        let info = connection_info(addr, db, url)?;
+        let redis = info.redis_settings().clone();
+        let pubsub_info = info
+            .clone()
+            .set_redis_settings(redis.set_protocol(ProtocolVersion::RESP3));
 
         let prefix = common.prefix().to_string();
         if prefix.contains(['{', '}']) || prefix.is_empty() {
@@ -333,6 +325,27 @@ fn tls_addr(_: &str, _: u16) -> Result<ConnectionAddr> {
     Err(Error::config(
         "rediss:// needs TLS support: enable the `tls` feature of lockkit-redis",
     ))
+}
+
+/// The command connection's settings for one server at `addr`: db `db`, the URL's credentials,
+/// and [`tcp_settings`].
+pub(crate) fn connection_info(
+    addr: ConnectionAddr,
+    db: i64,
+    url: &lockkit_core::ServerUrl,
+) -> Result<ConnectionInfo> {
+    let base = addr
+        .into_connection_info()
+        .map_err(|e| Error::config(format!("bad Redis address: {e}")))?
+        .set_tcp_settings(tcp_settings());
+    let mut redis = base.redis_settings().clone().set_db(db);
+    if let Some(u) = &url.username {
+        redis = redis.set_username(u);
+    }
+    if let Some(p) = &url.password {
+        redis = redis.set_password(p.expose());
+    }
+    Ok(base.set_redis_settings(redis))
 }
 
 /// The sockets' settings: `TCP_NODELAY`, as Redisson, Lettuce and Jedis set it. redis-rs leaves

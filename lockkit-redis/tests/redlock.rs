@@ -278,6 +278,21 @@ async fn a_foreign_key_is_a_wrong_type_error_and_is_kept() {
     assert_eq!(v.as_deref(), Some("v"), "the foreign hash was touched");
     assert_eq!(holding(&url, &key).await[1..], [false; 4]);
     let _: () = admin.del(&key).await.unwrap();
+    // A foreign value where the waiters live costs only the courtesy: acquires, waiting ones
+    // too, work, and the value is kept.
+    let [waiters, _] = waiter_keys(&n);
+    let _: () = admin.set(&waiters, "not a queue").await.unwrap();
+    let g = m.lock_for(Duration::from_secs(5)).await.unwrap().unwrap();
+    let other = a.mutex(&n).unwrap();
+    assert!(other
+        .lock_for(Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_none());
+    g.release().await.unwrap();
+    let v: String = admin.get(&waiters).await.unwrap();
+    assert_eq!(v, "not a queue");
+    let _: () = admin.del(&waiters).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -78,8 +78,9 @@ impl Backend for RedlockBackend {
         REDLOCK_KIND
     }
 
-    /// A mutex only, unfair (Redlock has no queue), with fixed leases and the remaining lease;
-    /// its tokens are no fencing guarantee (see the module docs).
+    /// A mutex only, with fixed leases and the remaining lease; not `fair` (lockkit waiters
+    /// queue, but `try_lock` and other Redlock clients barge in); its tokens are no fencing
+    /// guarantee (see the module docs).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(Support::basic().fixed_lease(true).remaining_lease(true)).fencing(false)
     }

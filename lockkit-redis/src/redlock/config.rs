@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use lockkit_core::settings::Settings as Common;
 use lockkit_core::{BackendInfo, BackendKind, Error, LockConfig, Result};
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo};
 
 lockkit_core::option_keys! {
     /// The Redlock backend's own options (URL query or `LockConfig::options`).
@@ -75,18 +75,8 @@ impl Settings {
                     h.host, h.port
                 )));
             }
-            let base = ConnectionAddr::Tcp(h.host.clone(), h.port)
-                .into_connection_info()
-                .map_err(|e| Error::config(format!("bad Redis address: {e}")))?
-                .set_tcp_settings(crate::config::tcp_settings());
-            let mut redis = base.redis_settings().clone().set_db(db);
-            if let Some(u) = &url.username {
-                redis = redis.set_username(u);
-            }
-            if let Some(p) = &url.password {
-                redis = redis.set_password(p.expose());
-            }
-            masters.push(base.set_redis_settings(redis));
+            let addr = ConnectionAddr::Tcp(h.host.clone(), h.port);
+            masters.push(crate::config::connection_info(addr, db, url)?);
         }
         let prefix = common.prefix().to_string();
         if prefix.contains(['{', '}']) || prefix.is_empty() {

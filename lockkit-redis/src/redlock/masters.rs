@@ -28,6 +28,10 @@ struct Master {
     /// A dial is under way in the background: requests meanwhile count this master as failed
     /// instead of waiting for a server that may not answer.
     dialling: AtomicBool,
+    /// A pub/sub dial is under way, or failed less than a second ago.
+    pubsub_dialling: AtomicBool,
+    /// The client was closed: a dial that ends now keeps nothing running.
+    stopped: AtomicBool,
 }
 
 impl Master {
@@ -84,18 +88,17 @@ impl Master {
             };
         let subs = Subscriptions::new(PubSubConn::Single(conn), &pushes);
         let keeper = tokio::spawn(keep_connected(pushes));
-        let old = self
-            .subs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .replace((subs, keeper));
-        if let Some((_, keeper)) = old {
+        let mut slot = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+        if self.stopped.load(Ordering::Acquire) || slot.is_some() {
             keeper.abort();
+        } else {
+            *slot = Some((subs, keeper));
         }
         Ok(())
     }
 
     fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
         if let Some((_, keeper)) = self.subs.lock().unwrap_or_else(|e| e.into_inner()).take() {
             keeper.abort();
         }
@@ -151,6 +154,8 @@ impl Masters {
                         conn: Mutex::new(None),
                         subs: Mutex::new(None),
                         dialling: AtomicBool::new(false),
+                        pubsub_dialling: AtomicBool::new(false),
+                        stopped: AtomicBool::new(false),
                     })
                 })
                 .collect(),
@@ -236,13 +241,28 @@ impl Masters {
         self.masters.len()
     }
 
-    /// The subscriptions of master `i`, if it has a pub/sub connection.
+    /// The subscriptions of master `i`, if it has a pub/sub connection. A master that has a
+    /// command connection but none (its dial failed) is dialled again in the background, at
+    /// most once a second.
     pub(crate) fn subs(&self, i: usize) -> Option<Arc<Subscriptions>> {
-        let subs = self.masters[i]
-            .subs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        subs.as_ref().map(|(s, _)| s.clone())
+        let m = &self.masters[i];
+        if let Some((s, _)) = m.subs.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            return Some(s.clone());
+        }
+        if m.current().is_some()
+            && !m.stopped.load(Ordering::Acquire)
+            && !m.pubsub_dialling.swap(true, Ordering::AcqRel)
+        {
+            let (m, config, timeout) = (m.clone(), self.config.clone(), self.connect_timeout);
+            tokio::spawn(async move {
+                if let Err(e) = m.dial_pubsub(config, timeout).await {
+                    tracing::debug!(backend = "redlock", error = %e, "lockkit: no pub/sub connection");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                m.pubsub_dialling.store(false, Ordering::Release);
+            });
+        }
+        None
     }
 
     /// Stops the tasks that keep the pub/sub connections up.
@@ -259,7 +279,7 @@ impl Masters {
         if let Some(c) = m.current() {
             return Ok(c);
         }
-        if !m.dialling.swap(true, Ordering::AcqRel) {
+        if !m.stopped.load(Ordering::Acquire) && !m.dialling.swap(true, Ordering::AcqRel) {
             let (m, config, timeout) = (m.clone(), self.config.clone(), self.connect_timeout);
             tokio::spawn(async move {
                 if let Err(e) = m.dial(config, timeout).await {

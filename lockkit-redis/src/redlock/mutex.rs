@@ -190,17 +190,46 @@ pub(crate) struct Claim {
     token: u64,
     /// The masters the last round did not take the lock on.
     missed: Vec<bool>,
-    /// The acquire as a waiter: when it began (ms since the epoch) and its id, the same in
-    /// every round (see `scripts/redlock_acquire.lua`); a release tells it its turn by the id.
-    since: u64,
+    /// The acquire as a waiter: when it began (ms since the epoch by the masters' clocks, the
+    /// median their first busy answers gave, so that a client's own clock orders nothing) and
+    /// its id, the same in every round (see `scripts/redlock_acquire.lua`); a release tells
+    /// it its turn by the id.
+    since: Option<u64>,
     id: Arc<str>,
-    /// Its subscription to the lock's channel on each master, once it waited.
+    /// A round that may take a place among the waiters was sent.
+    placed: bool,
+    /// Its subscription to the lock's channel on each master, once it waited, and when a
+    /// failed subscribe may be tried again.
     subs: Vec<Option<Subscription>>,
-    /// A waiting round was told to wait, so the acquire may have a place among the waiters.
-    queued: bool,
+    subscribe_after: Vec<Instant>,
     /// Since when rounds have failed to reach a quorum.
     failing: Option<Instant>,
     pauses: Retry,
+}
+
+/// What one master answered a round.
+enum Answer {
+    /// Taken, with this token.
+    Took(u64),
+    /// Held by another owner (or another waiter is first); the master's clock, in ms.
+    Busy(u64),
+}
+
+fn answer(s: &str) -> Result<Answer> {
+    let bad = || {
+        Error::new(
+            ErrorKind::Backend,
+            format!("redlock: a master answered the acquire with {s:?}"),
+        )
+    };
+    match s.split_once(' ') {
+        Some(("0", ms)) => ms.parse().map(Answer::Busy).map_err(|_| bad()),
+        Some(_) => Err(bad()),
+        None => match s.parse() {
+            Ok(0) | Err(_) => Err(bad()),
+            Ok(t) => Ok(Answer::Took(t)),
+        },
+    }
 }
 
 impl RedlockMutex {
@@ -208,7 +237,7 @@ impl RedlockMutex {
     /// goes on with those that did not answer. A claim that `leaves` also gives up its place
     /// among the waiters on every master.
     async fn release_claim(&self, claim: &mut Claim, leaves: bool) {
-        let leaves = leaves && claim.queued;
+        let leaves = leaves && claim.placed;
         if !claim.maybe.contains(&true) && !leaves {
             return;
         }
@@ -225,7 +254,7 @@ impl RedlockMutex {
         let failed: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Err(_)))).collect();
         claim.maybe.fill(false);
         if leaves {
-            claim.queued = false;
+            claim.placed = false;
         }
         self.client.release_later(
             self.keys.clone(),
@@ -250,9 +279,18 @@ impl RedlockMutex {
     }
 
     /// One round: what the last one took released, the lock on every master under a new owner,
-    /// the token raised where a master issued a lower one, and the validity left.
+    /// the token raised where a master issued a lower one, and the validity left. A round that
+    /// does not hold releases what it took before it answers.
     async fn round(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
         self.release_claim(claim, false).await;
+        let standing = self.try_round(claim, req).await;
+        if !matches!(standing, Ok(Standing::Owner)) {
+            self.release_claim(claim, false).await;
+        }
+        standing
+    }
+
+    async fn try_round(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
         let client = &self.client;
         let (n, quorum) = (client.masters.len(), client.quorum());
         let lease = req.lease().duration();
@@ -266,8 +304,7 @@ impl RedlockMutex {
         claim.expiry = lease;
         claim.owner = client.new_owner();
         let round = if req.waits() { "wait" } else { "try" };
-        // A waiter's place lasts a few of its pauses past its last round.
-        let place = self.place();
+        let since = claim.since.map(|s| s.to_string()).unwrap_or_default();
         let mut inv = client.scripts.acquire.prepare_invoke();
         inv.key(&*self.keys.lock)
             .key(&*self.keys.fence)
@@ -277,12 +314,13 @@ impl RedlockMutex {
             .arg(claim.expiry.as_millis() as u64)
             .arg(client.settings.fence_ttl.as_millis() as u64)
             .arg(round)
-            .arg(place.as_millis() as u64)
-            .arg(claim.since)
+            .arg(self.place().as_millis() as u64)
+            .arg(&since)
             .arg(&*claim.id);
-        // Any master may take it from the moment the round is sent; those that answer "busy"
-        // certainly did not.
+        // Any master may take it (and place the waiter) from the moment the round is sent;
+        // those that answer "busy" certainly did not take it.
         claim.maybe.fill(true);
+        claim.placed |= req.waits() && claim.since.is_some();
         claim.sent_at = Instant::now();
         let limit = client.settings.node_timeout;
         let answers: Vec<Result<String>> = client
@@ -290,22 +328,15 @@ impl RedlockMutex {
             .all(&inv, limit, "redlock acquire", Resend::Once)
             .await;
         let mut tokens: Vec<Option<u64>> = vec![None; n];
-        let (mut busy, mut cause, mut foreign) = (0, None, None);
+        let mut clocks = Vec::new();
+        let (mut cause, mut foreign) = (None, None);
         for (i, a) in answers.into_iter().enumerate() {
-            match a.and_then(|s| {
-                s.parse::<u64>().map_err(|_| {
-                    Error::new(
-                        ErrorKind::Backend,
-                        format!("redlock: a master answered the acquire with {s:?}"),
-                    )
-                })
-            }) {
-                Ok(0) => {
-                    busy += 1;
+            match a.and_then(|s| answer(&s)) {
+                Ok(Answer::Busy(ms)) => {
+                    clocks.push(ms);
                     claim.maybe[i] = false;
-                    claim.queued |= req.waits();
                 }
-                Ok(t) => tokens[i] = Some(t),
+                Ok(Answer::Took(t)) => tokens[i] = Some(t),
                 Err(e) if e.kind() == ErrorKind::WrongType => {
                     claim.maybe[i] = false;
                     foreign = Some(e);
@@ -319,7 +350,11 @@ impl RedlockMutex {
         for (missed, token) in claim.missed.iter_mut().zip(&tokens) {
             *missed = token.is_none();
         }
-        let took = tokens.iter().flatten().count();
+        if claim.since.is_none() && req.waits() && !clocks.is_empty() {
+            clocks.sort_unstable();
+            claim.since = Some(clocks[clocks.len() / 2]);
+        }
+        let (took, busy) = (tokens.iter().flatten().count(), clocks.len());
         if took + busy < quorum {
             let since = *claim.failing.get_or_insert(claim.sent_at);
             let e = too_few("acquire", took + busy, n, quorum, cause);
@@ -339,7 +374,7 @@ impl RedlockMutex {
                 return Ok(Standing::Owner);
             }
             // The validity is spent (or the token could not be raised on a quorum): released
-            // by the next round or the leave, and tried again if the budget allows.
+            // now, and tried again if the budget allows.
         }
         Ok(Standing::Waiting)
     }
@@ -374,6 +409,38 @@ impl RedlockMutex {
     }
 }
 
+/// Waits until a quorum of `subs` told their waiter, a node timeout (`limit`) after the first
+/// word, or `until`.
+async fn told(subs: &[Option<Subscription>], quorum: usize, until: Instant, limit: Duration) {
+    let mut told: FuturesUnordered<_> = subs.iter().flatten().map(|s| s.notified()).collect();
+    if told.is_empty() {
+        tokio::time::sleep_until(until).await;
+        return;
+    }
+    let (mut heard, mut until) = (0, until);
+    while heard < quorum {
+        tokio::select! {
+            word = told.next() => {
+                if word.is_none() {
+                    break;
+                }
+                heard += 1;
+                if heard == 1 {
+                    until = until.min(Instant::now() + limit);
+                }
+            }
+            _ = tokio::time::sleep_until(until) => break,
+        }
+    }
+}
+
+impl Claim {
+    /// A subscribe on master `i` did not get through: tried again a second from now.
+    fn subs_retry(&mut self, i: usize) {
+        self.subscribe_after[i] = Instant::now() + Duration::from_secs(1);
+    }
+}
+
 /// When whatever the claim's last round set has certainly expired on every master.
 fn expired_by(claim: &Claim) -> Instant {
     claim.sent_at + claim.expiry + margin(claim.expiry)
@@ -385,18 +452,20 @@ impl Queue for RedlockMutex {
     type Output = GuardParts;
 
     async fn claim(&self, _req: &Request) -> Result<Claim> {
-        let id = self.client.new_owner();
+        let (id, n) = (self.client.new_owner(), self.client.masters.len());
+        let now = Instant::now();
         Ok(Claim {
             owner: id.clone(),
-            maybe: vec![false; self.client.masters.len()],
-            sent_at: Instant::now(),
+            maybe: vec![false; n],
+            sent_at: now,
             expiry: Duration::ZERO,
             token: 0,
-            missed: vec![false; self.client.masters.len()],
-            since: crate::client::wall_ms(),
+            missed: vec![false; n],
+            since: None,
             id,
-            subs: (0..self.client.masters.len()).map(|_| None).collect(),
-            queued: false,
+            placed: false,
+            subs: (0..n).map(|_| None).collect(),
+            subscribe_after: vec![now; n],
             failing: None,
             pauses: Backoff::POLL.start(),
         })
@@ -406,15 +475,18 @@ impl Queue for RedlockMutex {
         self.round(claim, req).await
     }
 
-    /// Waits until a release tells this waiter its turn (on the lock's channel on any master),
-    /// or a random pause (`Backoff::POLL`) passed: the next round keeps its place, and takes
-    /// the lock if a holder went without telling (other Redlock clients, an expiry). The first wait
-    /// subscribes and looks at once (a release before that was not heard). The next round
-    /// releases what the last one took, whether the driver waited or paused after a failure.
+    /// Waits until a quorum of masters told this waiter its turn (on the lock's channel; each
+    /// tells once it has deleted the lock, and a round any sooner would find it there), a
+    /// node timeout after the first word, or until a random pause (`Backoff::POLL`) passed:
+    /// the next round keeps its place, and takes the lock if it was freed without a word
+    /// (other Redlock clients, an expiry). Subscriptions still missing are made meanwhile (a
+    /// frozen master holds nothing up; a failed one is tried again a second later); a new one
+    /// ends the wait at once, since a word sent before it was not heard.
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
-        // Subscribed on a quorum, the waiter is told its turn, and tries only to keep its place
-        // (and to find a lock freed without a word): at the longest pause from the start.
-        let heard = claim.subs.iter().flatten().count() >= self.client.quorum();
+        let (n, quorum) = (self.client.masters.len(), self.client.quorum());
+        // Told by a quorum, the waiter tries only to keep its place (and to find a lock freed
+        // without a word): at the longest pause from the start.
+        let heard = claim.subs.iter().flatten().count() >= quorum;
         let pause = if heard {
             let longest = Backoff::POLL.max();
             Backoff::new(longest, longest).start().next_pause()
@@ -422,53 +494,40 @@ impl Queue for RedlockMutex {
             claim.pauses.next_pause()
         };
         let pause = req.bound(Instant::now() + pause);
-        let masters = &self.client.masters;
-        let limit = self.client.settings.node_timeout;
+        let (masters, limit) = (&self.client.masters, self.client.settings.node_timeout);
         let (channel, id) = (&*self.keys.channel, &*claim.id);
-        let subscribed = join_all(
-            claim
-                .subs
-                .iter_mut()
-                .enumerate()
-                .map(|(i, sub)| async move {
-                    let subs = match (&sub, masters.subs(i)) {
-                        (None, Some(subs)) => subs,
-                        _ => return false,
-                    };
-                    let now = Instant::now();
-                    let joined =
-                        tokio::time::timeout(limit, subs.listen(sub, channel, Some(id), now));
-                    matches!(joined.await, Ok(Ok(None)))
-                }),
-        )
-        .await;
-        if subscribed.contains(&true) {
-            return Ok(Woken::Look);
-        }
-        let mut told: FuturesUnordered<_> =
-            claim.subs.iter().flatten().map(|s| s.notified()).collect();
-        if told.is_empty() {
-            tokio::time::sleep_until(pause).await;
-            return Ok(Woken::Look);
-        }
-        // Each master tells once it has deleted the lock: the round goes once a quorum has
-        // (sooner, it would find the lock still there on some and fail), or a node timeout
-        // after the first word.
-        let quorum = self.client.quorum();
-        let mut heard = 0;
-        let mut until = pause;
-        while heard < quorum {
-            tokio::select! {
-                first = told.next() => {
-                    if first.is_none() {
-                        break;
+        let now = Instant::now();
+        let missing: Vec<usize> = (0..n)
+            .filter(|i| {
+                claim.subs[*i].is_none()
+                    && claim.subscribe_after[*i] <= now
+                    && masters.subs(*i).is_some()
+            })
+            .collect();
+        let mut fresh: Vec<Option<Subscription>> = missing.iter().map(|_| None).collect();
+        {
+            let mut subscribing = Box::pin(join_all(missing.iter().zip(fresh.iter_mut()).map(
+                |(i, slot)| async move {
+                    if let Some(subs) = masters.subs(*i) {
+                        let joined = subs.listen(slot, channel, Some(id), Instant::now());
+                        let _ = tokio::time::timeout(limit, joined).await;
                     }
-                    heard += 1;
-                    if heard == 1 {
-                        until = until.min(Instant::now() + limit);
-                    }
-                }
-                _ = tokio::time::sleep_until(until) => break,
+                },
+            )));
+            let mut listening = Box::pin(told(&claim.subs, quorum, pause, limit));
+            let subscribed = tokio::select! {
+                _ = &mut listening => false,
+                _ = &mut subscribing => true,
+            };
+            drop(subscribing);
+            if subscribed && !fresh.iter().any(Option::is_some) {
+                listening.await;
+            }
+        }
+        for (i, sub) in missing.into_iter().zip(fresh) {
+            match sub {
+                Some(sub) => claim.subs[i] = Some(sub),
+                None => claim.subs_retry(i),
             }
         }
         Ok(Woken::Look)
@@ -503,7 +562,7 @@ impl Queue for RedlockMutex {
                 })
             });
         claim.maybe.fill(false);
-        if claim.queued && claim.missed.contains(&true) {
+        if claim.placed && claim.missed.contains(&true) {
             // Its place goes where the winning round did not take the lock (and so kept its
             // place: a release there would tell it, and nobody would come). "-" owns no lock.
             self.client.release_later(
@@ -525,7 +584,7 @@ impl Queue for RedlockMutex {
     fn abandon(&self, claim: Claim) {
         let expires = expired_by(&claim);
         // Its place goes too (where it holds nothing, the release only does that).
-        let on = if claim.queued {
+        let on = if claim.placed {
             vec![true; claim.maybe.len()]
         } else {
             claim.maybe

@@ -3,15 +3,15 @@
 -- set: id by the ms it began waiting), KEYS[4] their deadlines (sorted set: id by server ms)
 -- ARGV[1] owner, ARGV[2] expiry ms, ARGV[3] fencing counter TTL ms, ARGV[4] 'try' (an acquire
 -- that may not wait) or 'wait' (a round of one that may), ARGV[5] how long a waiter's place
--- lasts after its last round (ms), ARGV[6] when the waiter began waiting (ms since the epoch),
--- ARGV[7] its id
--- Returns the token as a decimal string, '0' when another owner holds the lock here (or, for a
--- waiting round, when another waiter is first), or a WRONGTYPE error when the lock or the
--- counter holds something that is not ours to read.
+-- lasts after its last round (ms), ARGV[6] when the waiter began waiting (ms since the epoch, by
+-- the masters' clocks; '' in its first round, which takes no place), ARGV[7] its id
+-- Returns the token as a decimal string; '0 <server ms>' when another owner holds the lock here
+-- (or, for a waiting round, when an earlier waiter is first); or a WRONGTYPE error when the
+-- lock or the counter holds something that is not ours to read.
 -- The owner is unique per round: finding it already here (a resend of the same round whose
 -- reply was lost) takes the lock again, so 'busy' always means another owner.
 -- The waiters are a courtesy among lockkit clients that no other Redlock client sees: a waiting
--- round takes its place (ordered by when it began waiting, then by id, the same on every
+-- round takes its place (ordered by when it began waiting, then by id: the same order on every
 -- master), a round that finds the lock free while another waiter is first gives way, and a
 -- release tells the first waiter on the lock's channel (see redlock_release.lua). So a holder
 -- that releases and acquires again queues behind the others, and the next one comes at once
@@ -24,47 +24,48 @@ if type(cur) == 'table' and cur.err then
   return foreign(KEYS[1], 'a Redlock lock')
 end
 local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local busy = '0 ' .. string.format('%.0f', now)
+-- A waiting round, unless a foreign value sits where the waiters live (then no courtesy, as
+-- for other Redlock clients).
 local waits = ARGV[4] == 'wait'
--- Whether lockkit waiters wait here (their places lapsed are dropped first).
-local queued = false
-if waits then
-  local ok, exists = pcall(function()
-    if redis.call('exists', KEYS[3]) == 0 then
-      return false
-    end
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local lapsed = redis.call('zrangebyscore', KEYS[4], '-inf', now)
-    for i = 1, #lapsed, 1000 do
-      redis.call('zrem', KEYS[3], unpack(lapsed, i, math.min(i + 999, #lapsed)))
-    end
-    redis.call('zremrangebyscore', KEYS[4], '-inf', now)
-    return redis.call('exists', KEYS[3]) == 1
-  end)
-  if ok then
-    queued = exists
-  else
-    -- A foreign value where the waiters live: no courtesy, as for other Redlock clients.
+for i = 3, 4 do
+  local kind = redis.call('type', KEYS[i]).ok
+  if kind ~= 'zset' and kind ~= 'none' then
     waits = false
   end
 end
--- Takes (or keeps) this waiter's place, and says whether another one is first.
+-- Whether lockkit waiters wait here (their places lapsed are dropped first).
+local queued = false
+if waits and redis.call('exists', KEYS[3]) == 1 then
+  local lapsed = redis.call('zrangebyscore', KEYS[4], '-inf', now)
+  for i = 1, #lapsed, 1000 do
+    redis.call('zrem', KEYS[3], unpack(lapsed, i, math.min(i + 999, #lapsed)))
+  end
+  redis.call('zremrangebyscore', KEYS[4], '-inf', now)
+  queued = redis.call('exists', KEYS[3]) == 1
+end
+-- Takes (or keeps) this waiter's place once it knows when it began, and says whether another
+-- waiter is first.
 local function behind_another()
+  if ARGV[6] == '' then
+    return queued
+  end
   redis.call('zadd', KEYS[3], 'NX', ARGV[6], ARGV[7])
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[7])
   redis.call('pexpire', KEYS[3], ARGV[5])
   redis.call('pexpire', KEYS[4], ARGV[5])
-  local first = redis.call('zrange', KEYS[3], 0, 0)[1]
-  return first ~= ARGV[7]
+  return redis.call('zrange', KEYS[3], 0, 0)[1] ~= ARGV[7]
 end
 if cur and cur ~= ARGV[1] then
   if waits then
     behind_another()
   end
-  return '0'
+  return busy
 end
-if queued and behind_another() then
-  return '0'
+-- (A resend that finds its own key took the lock already: it does not give way.)
+if not cur and queued and behind_another() then
+  return busy
 end
 -- A counter is a decimal number without a leading zero that a double holds exactly (below
 -- 2^53, at most 16 digits), so that adding one is exact.

@@ -1,5 +1,5 @@
 -- Redlock: release the lock on this master if ARGV[1] holds it (as every Redlock client does),
--- and tell the first lockkit waiter (see redlock_acquire.lua).
+-- and tell the first lockkit waiter that the lock is free (see redlock_acquire.lua).
 -- KEYS[1] lock, KEYS[2] waiters, KEYS[3] their deadlines; ARGV[1] owner, ARGV[2] the lock's
 -- channel, ARGV[3] the id of a waiter that leaves (its place goes with it) or ''.
 -- Returns 1 when deleted, 0 when not ours (or absent).
@@ -7,22 +7,28 @@ local released = 0
 if redis.pcall('get', KEYS[1]) == ARGV[1] then
   released = redis.call('del', KEYS[1])
 end
-pcall(function()
+local function zset(key)
+  local kind = redis.call('type', key).ok
+  return kind == 'zset'
+end
+if zset(KEYS[2]) and zset(KEYS[3]) then
   if ARGV[3] ~= '' then
     redis.call('zrem', KEYS[2], ARGV[3])
     redis.call('zrem', KEYS[3], ARGV[3])
   end
-  if (released == 1 or ARGV[3] ~= '') and redis.call('exists', KEYS[2]) == 1 then
+  if redis.call('exists', KEYS[1]) == 0 then
+    -- The first waiter whose place has not lapsed (lapsed places are dropped).
     local t = redis.call('time')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    -- The first waiter whose place has not lapsed.
-    for _, id in ipairs(redis.call('zrange', KEYS[2], 0, 9)) do
-      local deadline = tonumber(redis.call('zscore', KEYS[3], id))
-      if deadline and deadline > now then
-        redis.call('publish', ARGV[2], id)
-        break
-      end
+    local lapsed = redis.call('zrangebyscore', KEYS[3], '-inf', now)
+    for i = 1, #lapsed, 1000 do
+      redis.call('zrem', KEYS[2], unpack(lapsed, i, math.min(i + 999, #lapsed)))
+    end
+    redis.call('zremrangebyscore', KEYS[3], '-inf', now)
+    local first = redis.call('zrange', KEYS[2], 0, 0)[1]
+    if first then
+      redis.call('publish', ARGV[2], first)
     end
   end
-end)
+end
 return released
