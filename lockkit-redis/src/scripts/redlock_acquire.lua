@@ -29,10 +29,12 @@ local busy = '0 ' .. string.format('%.0f', now)
 -- A waiting round, unless a foreign value sits where the waiters live (then no courtesy, as
 -- for other Redlock clients).
 local waits = ARGV[4] == 'wait'
-for i = 3, 4 do
-  local kind = redis.call('type', KEYS[i]).ok
-  if kind ~= 'zset' and kind ~= 'none' then
-    waits = false
+if waits and redis.call('exists', KEYS[3], KEYS[4]) > 0 then
+  for i = 3, 4 do
+    local kind = redis.call('type', KEYS[i]).ok
+    if kind ~= 'zset' and kind ~= 'none' then
+      waits = false
+    end
   end
 end
 -- Whether lockkit waiters wait here (their places lapsed are dropped first).

@@ -11,7 +11,7 @@ local function zset(key)
   local kind = redis.call('type', key).ok
   return kind == 'zset'
 end
-if zset(KEYS[2]) and zset(KEYS[3]) then
+if redis.call('exists', KEYS[2]) == 1 and zset(KEYS[2]) and zset(KEYS[3]) then
   if ARGV[3] ~= '' then
     redis.call('zrem', KEYS[2], ARGV[3])
     redis.call('zrem', KEYS[3], ARGV[3])
