@@ -50,6 +50,29 @@ impl Keys {
     }
 }
 
+/// One release to send to the masters.
+#[derive(Clone, Debug)]
+pub(crate) struct Release {
+    /// Whose key goes (`"-"`: nobody's).
+    pub(crate) owner: Arc<str>,
+    /// The id of a waiter that leaves, whose place goes with it (`""`: none).
+    pub(crate) waiter: Arc<str>,
+    /// Whether a master where the lock is then free tells the first waiter: not when the
+    /// sender knows that someone else holds it on a quorum.
+    pub(crate) tell: bool,
+}
+
+impl Release {
+    /// A holder's release of `owner`'s key, which tells the first waiter.
+    pub(crate) fn of(owner: &Arc<str>) -> Release {
+        Release {
+            owner: owner.clone(),
+            waiter: "".into(),
+            tell: true,
+        }
+    }
+}
+
 /// The compiled Redlock scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -109,23 +132,22 @@ impl Client {
         self.settings.quorum()
     }
 
-    /// Releases `owner`'s lock on the masters `on` marks (all when `None`), in parallel within
-    /// the node timeout, telling the first waiter; a leaving `waiter` (its id, `''` for a
-    /// holder) gives up its place. What each answered (1 released, 0 not ours there).
+    /// Sends `release` to the masters `on` marks (all when `None`), in parallel within the node
+    /// timeout: what each answered (1 released, 0 not ours there).
     pub(crate) async fn release_on(
         &self,
         keys: &Keys,
-        owner: &str,
-        waiter: &str,
+        release: &Release,
         on: Option<&[bool]>,
     ) -> Vec<Option<Result<i64>>> {
         let mut inv = self.scripts.release.prepare_invoke();
         inv.key(&*keys.lock)
             .key(&*keys.waiters)
             .key(&*keys.deadlines)
-            .arg(owner)
+            .arg(&*release.owner)
             .arg(&*keys.channel)
-            .arg(waiter);
+            .arg(&*release.waiter)
+            .arg(if release.tell { "1" } else { "0" });
         let inv = &inv;
         let limit = self.settings.node_timeout;
         join_all((0..self.masters.len()).map(|i| async move {
@@ -141,14 +163,12 @@ impl Client {
         .await
     }
 
-    /// Hands the reaper releasing `owner`'s lock on the masters `on` marks (and `waiter`'s
-    /// place, see [`release_on`](Self::release_on)), until each answered or the lock has
-    /// certainly expired there (`expires`).
+    /// Hands the reaper sending `release` to the masters `on` marks, until each answered or
+    /// the lock has certainly expired there (`expires`).
     pub(crate) fn release_later(
         self: &Arc<Self>,
         keys: Keys,
-        owner: Arc<str>,
-        waiter: Arc<str>,
+        release: Release,
         on: Vec<bool>,
         expires: Instant,
     ) {
@@ -158,16 +178,11 @@ impl Client {
         let client = self.clone();
         let left = Arc::new(std::sync::Mutex::new(on));
         self.reaper.retry("release a Redlock lock", move || {
-            let (client, keys, owner, waiter, left) = (
-                client.clone(),
-                keys.clone(),
-                owner.clone(),
-                waiter.clone(),
-                left.clone(),
-            );
+            let (client, keys, release, left) =
+                (client.clone(), keys.clone(), release.clone(), left.clone());
             async move {
                 let on = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let answers = client.release_on(&keys, &owner, &waiter, Some(&on)).await;
+                let answers = client.release_on(&keys, &release, Some(&on)).await;
                 let mut failed = None;
                 let mut still = on.clone();
                 for (i, a) in answers.into_iter().enumerate() {

@@ -7,7 +7,7 @@ use lockkit_core::spi::{margin, Held, Renewed};
 use lockkit_core::{async_trait, Error, ErrorKind, Result};
 use tokio::time::Instant;
 
-use super::client::{Client, Keys, Renewal};
+use super::client::{Client, Keys, Release, Renewal};
 use super::renew::{renew_on_all, verdict_of};
 
 /// One held lock.
@@ -54,7 +54,8 @@ impl Held for RedlockHeld {
     async fn release(&self) -> Result<()> {
         let client = &self.client;
         client.watchdog.unregister(self.id);
-        let answers = client.release_on(&self.keys, &self.owner, "", None).await;
+        let release = Release::of(&self.owner);
+        let answers = client.release_on(&self.keys, &release, None).await;
         let (mut yes, mut cause) = (0, None);
         let mut failed = vec![false; answers.len()];
         for (i, a) in answers.into_iter().enumerate() {
@@ -68,13 +69,7 @@ impl Held for RedlockHeld {
             }
         }
         let unknown = failed.iter().filter(|f| **f).count();
-        client.release_later(
-            self.keys.clone(),
-            self.owner.clone(),
-            "".into(),
-            failed,
-            self.expires(),
-        );
+        client.release_later(self.keys.clone(), release, failed, self.expires());
         let (n, quorum) = (client.masters.len(), client.quorum());
         if yes >= quorum {
             Ok(())

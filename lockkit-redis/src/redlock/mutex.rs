@@ -16,7 +16,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Backoff, Error, ErrorKind, Result, Retry};
 use tokio::time::Instant;
 
-use super::client::{Client, Keys, Renewal};
+use super::client::{Client, Keys, Release, Renewal};
 use super::held::RedlockHeld;
 use super::masters::Resend;
 use crate::pubsub::Subscription;
@@ -188,8 +188,9 @@ pub(crate) struct Claim {
     expiry: Duration,
     /// The token a quorum issued.
     token: u64,
-    /// The masters the last round did not take the lock on.
+    /// The masters the last round did not take the lock on, and how many answered it busy.
     missed: Vec<bool>,
+    busy: usize,
     /// The acquire as a waiter: when it began (ms since the epoch by the masters' clocks, the
     /// median their first busy answers gave, so that a client's own clock orders nothing) and
     /// its id, the same in every round (see `scripts/redlock_acquire.lua`); a release tells
@@ -235,8 +236,9 @@ fn answer(s: &str) -> Result<Answer> {
 impl RedlockMutex {
     /// Releases the last round's key on the masters that may have it, in parallel; the reaper
     /// goes on with those that did not answer. A claim that `leaves` also gives up its place
-    /// among the waiters on every master.
-    async fn release_claim(&self, claim: &mut Claim, leaves: bool) {
+    /// among the waiters on every master. `tell`: whether a master where the lock is then
+    /// free tells the first waiter (not when another owner holds a quorum).
+    async fn release_claim(&self, claim: &mut Claim, leaves: bool, tell: bool) {
         let leaves = leaves && claim.placed;
         if !claim.maybe.contains(&true) && !leaves {
             return;
@@ -246,29 +248,30 @@ impl RedlockMutex {
         } else {
             claim.maybe.clone()
         };
-        let waiter: Arc<str> = if leaves { claim.id.clone() } else { "".into() };
+        let release = Release {
+            owner: claim.owner.clone(),
+            waiter: if leaves { claim.id.clone() } else { "".into() },
+            tell,
+        };
         let answers = self
             .client
-            .release_on(&self.keys, &claim.owner, &waiter, Some(&on))
+            .release_on(&self.keys, &release, Some(&on))
             .await;
         let failed: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Err(_)))).collect();
         claim.maybe.fill(false);
         if leaves {
             claim.placed = false;
         }
-        self.client.release_later(
-            self.keys.clone(),
-            claim.owner.clone(),
-            waiter,
-            failed,
-            expired_by(claim),
-        );
+        let expires = expired_by(claim);
+        self.client
+            .release_later(self.keys.clone(), release, failed, expires);
     }
 
-    /// How long a waiter's place lasts after its last round: three of its longest pauses and a
-    /// node timeout.
+    /// How long a waiter's place lasts after its last round: two of its cycles at their
+    /// slowest (the longest pause, and a round and a release that each wait a node timeout
+    /// for a slow master).
     fn place(&self) -> Duration {
-        Backoff::POLL.max() * 3 + self.client.settings.node_timeout
+        (Backoff::POLL.max() + self.client.settings.node_timeout * 2) * 2
     }
 
     /// How long rounds that reach no quorum are borne, while the wait budget lasts, before the
@@ -282,10 +285,12 @@ impl RedlockMutex {
     /// the token raised where a master issued a lower one, and the validity left. A round that
     /// does not hold releases what it took before it answers.
     async fn round(&self, claim: &mut Claim, req: &Request) -> Result<Standing> {
-        self.release_claim(claim, false).await;
+        self.release_claim(claim, false, true).await;
         let standing = self.try_round(claim, req).await;
         if !matches!(standing, Ok(Standing::Owner)) {
-            self.release_claim(claim, false).await;
+            // A quorum that answered busy holds the lock: nobody is told.
+            let tell = claim.busy < self.client.quorum();
+            self.release_claim(claim, false, tell).await;
         }
         standing
     }
@@ -350,11 +355,14 @@ impl RedlockMutex {
         for (missed, token) in claim.missed.iter_mut().zip(&tokens) {
             *missed = token.is_none();
         }
-        if claim.since.is_none() && req.waits() && !clocks.is_empty() {
+        // When the waiter began, by a quorum of the masters' clocks (one master's could be far
+        // off); until then its rounds take no place.
+        if claim.since.is_none() && req.waits() && clocks.len() >= quorum {
             clocks.sort_unstable();
             claim.since = Some(clocks[clocks.len() / 2]);
         }
         let (took, busy) = (tokens.iter().flatten().count(), clocks.len());
+        claim.busy = busy;
         if took + busy < quorum {
             let since = *claim.failing.get_or_insert(claim.sent_at);
             let e = too_few("acquire", took + busy, n, quorum, cause);
@@ -461,6 +469,7 @@ impl Queue for RedlockMutex {
             expiry: Duration::ZERO,
             token: 0,
             missed: vec![false; n],
+            busy: 0,
             since: None,
             id,
             placed: false,
@@ -505,15 +514,17 @@ impl Queue for RedlockMutex {
             })
             .collect();
         let mut fresh: Vec<Option<Subscription>> = missing.iter().map(|_| None).collect();
+        // Which subscribes failed (a cut-short one is tried again next time, not a second later).
+        let mut failed = vec![false; missing.len()];
         {
-            let mut subscribing = Box::pin(join_all(missing.iter().zip(fresh.iter_mut()).map(
-                |(i, slot)| async move {
+            let attempts = missing.iter().zip(fresh.iter_mut()).zip(failed.iter_mut());
+            let mut subscribing =
+                Box::pin(join_all(attempts.map(|((i, slot), failed)| async move {
                     if let Some(subs) = masters.subs(*i) {
                         let joined = subs.listen(slot, channel, Some(id), Instant::now());
-                        let _ = tokio::time::timeout(limit, joined).await;
+                        *failed = !matches!(tokio::time::timeout(limit, joined).await, Ok(Ok(_)));
                     }
-                },
-            )));
+                })));
             let mut listening = Box::pin(told(&claim.subs, quorum, pause, limit));
             let subscribed = tokio::select! {
                 _ = &mut listening => false,
@@ -524,10 +535,11 @@ impl Queue for RedlockMutex {
                 listening.await;
             }
         }
-        for (i, sub) in missing.into_iter().zip(fresh) {
+        for ((i, sub), failed) in missing.into_iter().zip(fresh).zip(failed) {
             match sub {
                 Some(sub) => claim.subs[i] = Some(sub),
-                None => claim.subs_retry(i),
+                None if failed => claim.subs_retry(i),
+                None => {}
             }
         }
         Ok(Woken::Look)
@@ -565,19 +577,20 @@ impl Queue for RedlockMutex {
         if claim.placed && claim.missed.contains(&true) {
             // Its place goes where the winning round did not take the lock (and so kept its
             // place: a release there would tell it, and nobody would come). "-" owns no lock.
-            self.client.release_later(
-                self.keys.clone(),
-                "-".into(),
-                claim.id.clone(),
-                claim.missed.clone(),
-                Instant::now() + self.place(),
-            );
+            let release = Release {
+                owner: "-".into(),
+                waiter: claim.id.clone(),
+                tell: false,
+            };
+            let until = Instant::now() + self.place();
+            self.client
+                .release_later(self.keys.clone(), release, claim.missed.clone(), until);
         }
         Ok(Some(parts))
     }
 
     async fn leave(&self, claim: &mut Claim, _exit: Exit) -> Result<()> {
-        self.release_claim(claim, true).await;
+        self.release_claim(claim, true, true).await;
         Ok(())
     }
 
@@ -589,8 +602,13 @@ impl Queue for RedlockMutex {
         } else {
             claim.maybe
         };
+        let release = Release {
+            owner: claim.owner,
+            waiter: claim.id,
+            tell: true,
+        };
         self.client
-            .release_later(self.keys.clone(), claim.owner, claim.id, on, expires);
+            .release_later(self.keys.clone(), release, on, expires);
     }
 
     fn lock_name(&self) -> &str {

@@ -1,7 +1,9 @@
 -- Redlock: release the lock on this master if ARGV[1] holds it (as every Redlock client does),
 -- and tell the first lockkit waiter that the lock is free (see redlock_acquire.lua).
 -- KEYS[1] lock, KEYS[2] waiters, KEYS[3] their deadlines; ARGV[1] owner, ARGV[2] the lock's
--- channel, ARGV[3] the id of a waiter that leaves (its place goes with it) or ''.
+-- channel, ARGV[3] the id of a waiter that leaves (its place goes with it) or '', ARGV[4] '1' to
+-- tell the first waiter when the lock is free here, '0' when the sender knows that someone else
+-- holds it on a quorum (a word would only send the waiter on a round that fails).
 -- Returns 1 when deleted, 0 when not ours (or absent).
 local released = 0
 if redis.pcall('get', KEYS[1]) == ARGV[1] then
@@ -16,7 +18,7 @@ if redis.call('exists', KEYS[2]) == 1 and zset(KEYS[2]) and zset(KEYS[3]) then
     redis.call('zrem', KEYS[2], ARGV[3])
     redis.call('zrem', KEYS[3], ARGV[3])
   end
-  if redis.call('exists', KEYS[1]) == 0 then
+  if ARGV[4] == '1' and redis.call('exists', KEYS[1]) == 0 then
     -- The first waiter whose place has not lapsed (lapsed places are dropped).
     local t = redis.call('time')
     local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
