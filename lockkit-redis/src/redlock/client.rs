@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures::future::join_all;
 use lockkit_core::spi::{Attempt, Reaper, Watchdog};
-use lockkit_core::Result;
+use lockkit_core::{Error, ErrorKind};
 use redis::Script;
 use tokio::time::Instant;
 
@@ -73,6 +73,31 @@ impl Release {
     }
 }
 
+/// What the masters a release went to answered.
+pub(crate) struct Released {
+    /// How many deleted the key.
+    pub(crate) yes: usize,
+    /// Which did not answer (the reaper goes on with them).
+    pub(crate) failed: Vec<bool>,
+    /// Why one did not.
+    pub(crate) cause: Option<Error>,
+}
+
+/// Fewer masters than a quorum could be counted on: a retryable `Connection` or `Timeout`
+/// error (as `cause` was) saying `what`, or `Auth` when a master refused the credentials.
+pub(crate) fn short_of_quorum(what: String, cause: Option<Error>) -> Error {
+    let kind = match cause.as_ref().map(Error::kind) {
+        Some(ErrorKind::Timeout) => ErrorKind::Timeout,
+        Some(ErrorKind::Auth) => ErrorKind::Auth,
+        _ => ErrorKind::Connection,
+    };
+    let e = Error::new(kind, format!("redlock: {what}")).with_retryable(kind != ErrorKind::Auth);
+    match cause {
+        Some(c) => e.with_source(c),
+        None => e,
+    }
+}
+
 /// The compiled Redlock scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -133,13 +158,13 @@ impl Client {
     }
 
     /// Sends `release` to the masters `on` marks (all when `None`), in parallel within the node
-    /// timeout: what each answered (1 released, 0 not ours there).
+    /// timeout: how many released the key, and which did not answer.
     pub(crate) async fn release_on(
         &self,
         keys: &Keys,
         release: &Release,
         on: Option<&[bool]>,
-    ) -> Vec<Option<Result<i64>>> {
+    ) -> Released {
         let mut inv = self.scripts.release.prepare_invoke();
         inv.key(&*keys.lock)
             .key(&*keys.waiters)
@@ -150,17 +175,33 @@ impl Client {
             .arg(if release.tell { "1" } else { "0" });
         let inv = &inv;
         let limit = self.settings.node_timeout;
-        join_all((0..self.masters.len()).map(|i| async move {
+        let answers = join_all((0..self.masters.len()).map(|i| async move {
             if on.is_some_and(|on| !on[i]) {
                 return None;
             }
             Some(
                 self.masters
-                    .on(i, inv, limit, "redlock release", Resend::Once)
+                    .on::<i64>(i, inv, limit, "redlock release", Resend::Once)
                     .await,
             )
         }))
-        .await
+        .await;
+        let mut released = Released {
+            yes: 0,
+            failed: vec![false; answers.len()],
+            cause: None,
+        };
+        for (i, a) in answers.into_iter().enumerate() {
+            match a {
+                Some(Ok(1)) => released.yes += 1,
+                Some(Ok(_)) | None => {}
+                Some(Err(e)) => {
+                    released.failed[i] = true;
+                    released.cause = Some(e);
+                }
+            }
+        }
+        released
     }
 
     /// Hands the reaper sending `release` to the masters `on` marks, until each answered or
@@ -182,18 +223,9 @@ impl Client {
                 (client.clone(), keys.clone(), release.clone(), left.clone());
             async move {
                 let on = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let answers = client.release_on(&keys, &release, Some(&on)).await;
-                let mut failed = None;
-                let mut still = on.clone();
-                for (i, a) in answers.into_iter().enumerate() {
-                    match a {
-                        Some(Ok(_)) => still[i] = false,
-                        Some(Err(e)) => failed = Some(e),
-                        None => {}
-                    }
-                }
-                *left.lock().unwrap_or_else(|e| e.into_inner()) = still;
-                let result = match failed {
+                let released = client.release_on(&keys, &release, Some(&on)).await;
+                *left.lock().unwrap_or_else(|e| e.into_inner()) = released.failed;
+                let result = match released.cause {
                     Some(e) => Err(e),
                     None => Ok(()),
                 };

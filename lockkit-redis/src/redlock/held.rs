@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockkit_core::spi::{margin, Held, Renewed};
-use lockkit_core::{async_trait, Error, ErrorKind, Result};
+use lockkit_core::{async_trait, Error, Result};
 use tokio::time::Instant;
 
-use super::client::{Client, Keys, Release, Renewal};
+use super::client::{short_of_quorum, Client, Keys, Release, Released, Renewal};
 use super::renew::{renew_on_all, verdict_of};
 
 /// One held lock.
@@ -36,15 +36,10 @@ impl RedlockHeld {
 
 /// A quorum could not be reached, and not every master answered: the outcome is unknown.
 fn unsure(what: &str, yes: usize, n: usize, quorum: usize, cause: Option<Error>) -> Error {
-    let e = Error::new(
-        cause.as_ref().map_or(ErrorKind::Connection, Error::kind),
-        format!("redlock: the {what} reached {yes} of {n} masters; a quorum is {quorum}"),
+    short_of_quorum(
+        format!("the {what} reached {yes} of {n} masters; a quorum is {quorum}"),
+        cause,
     )
-    .with_retryable(true);
-    match cause {
-        Some(c) => e.with_source(c),
-        None => e,
-    }
 }
 
 #[async_trait]
@@ -55,19 +50,7 @@ impl Held for RedlockHeld {
         let client = &self.client;
         client.watchdog.unregister(self.id);
         let release = Release::of(&self.owner);
-        let answers = client.release_on(&self.keys, &release, None).await;
-        let (mut yes, mut cause) = (0, None);
-        let mut failed = vec![false; answers.len()];
-        for (i, a) in answers.into_iter().enumerate() {
-            match a {
-                Some(Ok(1)) => yes += 1,
-                Some(Ok(_)) | None => {}
-                Some(Err(e)) => {
-                    failed[i] = true;
-                    cause = Some(e);
-                }
-            }
-        }
+        let Released { yes, failed, cause } = client.release_on(&self.keys, &release, None).await;
         let unknown = failed.iter().filter(|f| **f).count();
         client.release_later(self.keys.clone(), release, failed, self.expires());
         let (n, quorum) = (client.masters.len(), client.quorum());

@@ -16,7 +16,7 @@ use lockkit_core::spi::{
 use lockkit_core::{async_trait, Backoff, Error, ErrorKind, Result, Retry};
 use tokio::time::Instant;
 
-use super::client::{Client, Keys, Release, Renewal};
+use super::client::{short_of_quorum, Client, Keys, Release, Renewal};
 use super::held::RedlockHeld;
 use super::masters::Resend;
 use crate::pubsub::Subscription;
@@ -93,26 +93,12 @@ impl RedlockMutex {
     }
 }
 
-/// Fewer masters answered than make a quorum.
+/// Fewer masters answered `what` than make a quorum.
 fn too_few(what: &str, answered: usize, n: usize, quorum: usize, cause: Option<Error>) -> Error {
-    let kind = cause
-        .as_ref()
-        .map_or(ErrorKind::Connection, |c| match c.kind() {
-            ErrorKind::Timeout => ErrorKind::Timeout,
-            ErrorKind::Auth => ErrorKind::Auth,
-            _ => ErrorKind::Connection,
-        });
-    let e = Error::new(
-        kind,
-        format!(
-            "redlock: only {answered} of {n} masters answered the {what}; a quorum is {quorum}"
-        ),
+    short_of_quorum(
+        format!("only {answered} of {n} masters answered the {what}; a quorum is {quorum}"),
+        cause,
     )
-    .with_retryable(kind != ErrorKind::Auth);
-    match cause {
-        Some(c) => e.with_source(c),
-        None => e,
-    }
 }
 
 #[async_trait]
@@ -153,18 +139,13 @@ impl RawMutex for RedlockMutex {
         }
         if had < quorum && answered < n {
             // Those that did not answer may still hold it: it is not known to be free.
-            let e = Error::new(
-                cause.as_ref().map_or(ErrorKind::Connection, Error::kind),
+            return Err(short_of_quorum(
                 format!(
-                    "redlock: force_unlock reached {answered} of {n} masters; the others may \
-                     still hold the lock"
+                    "force_unlock reached {answered} of {n} masters; the others may still \
+                     hold the lock"
                 ),
-            )
-            .with_retryable(true);
-            return Err(match cause {
-                Some(c) => e.with_source(c),
-                None => e,
-            });
+                cause,
+            ));
         }
         Ok(had >= quorum)
     }
@@ -253,18 +234,17 @@ impl RedlockMutex {
             waiter: if leaves { claim.id.clone() } else { "".into() },
             tell,
         };
-        let answers = self
+        let released = self
             .client
             .release_on(&self.keys, &release, Some(&on))
             .await;
-        let failed: Vec<bool> = answers.iter().map(|a| matches!(a, Some(Err(_)))).collect();
         claim.maybe.fill(false);
         if leaves {
             claim.placed = false;
         }
         let expires = expired_by(claim);
         self.client
-            .release_later(self.keys.clone(), release, failed, expires);
+            .release_later(self.keys.clone(), release, released.failed, expires);
     }
 
     /// How long a waiter's place lasts after its last round: two of its cycles at their
