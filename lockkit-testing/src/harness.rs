@@ -41,7 +41,8 @@ pub enum Hold {
         total: u32,
     },
     /// A multi-lock over the mutexes named by the lines of the name, given in reverse order:
-    /// taken and released `rounds` times, then held.
+    /// taken and released `rounds` times (a round that waits out its 20 s is "not held"), then
+    /// held.
     Multi {
         /// Times taken and released before it is held.
         rounds: u32,
@@ -302,7 +303,8 @@ where
                 for _ in 0..rounds {
                     match set.acquire(&opts).await? {
                         Some(g) => g.release().await?,
-                        None => break,
+                        // A round that waits out its budget is what the rounds look for.
+                        None => return Ok((locks, None)),
                     }
                 }
                 set.acquire(&opts).await?.map(|g| {

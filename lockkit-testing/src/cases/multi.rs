@@ -268,20 +268,41 @@ pub async fn multi_budget_is_for_the_whole_set(locks: &Locks) {
 }
 
 /// Multi-locks over crossing sets in two processes never deadlock: a child process takes
-/// `[b, a]` and this one `[a, b]`, 15 times each at once; then the child holds the set, which
-/// keeps this process out of both members until the child is killed and its lease ends.
+/// `[b, a]` 15 times while this one takes `[a, b]` over and over, until the child, its rounds
+/// done, holds the set; that keeps this process out of both members until the child is killed
+/// and its lease ends.
+///
+/// This process goes on taking the set until the child holds it, so the child's every round
+/// meets this one's (a fixed count of rounds here would often end before the child process
+/// even started, and, on a loaded machine, could still be short of its last round when the
+/// child takes the set for good). A pause between rounds, as work between two uses of a set
+/// would be, lets a backend without a fair queue (`file://` polls its OS locks) serve the child
+/// too.
 pub async fn multi_sets_that_cross_between_processes_do_not_deadlock(h: &crate::Harness) {
     let locks = h.locks().await;
     if !locks.capabilities().cross_process {
         return; // one process only
     }
     let (a, b) = (name("xproc-a"), name("xproc-b"));
+    let (child_holds, mut told) = tokio::sync::watch::channel(false);
     let mine = {
         let set = locks.multi([a.as_str(), b.as_str()]).unwrap();
         tokio::spawn(async move {
-            for _ in 0..15 {
-                let g = set.lock_for(Duration::from_secs(20)).await.unwrap();
-                g.expect("the set within 20 s").release().await.unwrap();
+            let mut rounds = 0u32;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = async { drop(told.wait_for(|held| *held).await) } => return rounds,
+                    g = set.lock_for(Duration::from_secs(20)) => {
+                        let g = g.unwrap().unwrap_or_else(|| {
+                            panic!("the set within 20 s, in round {rounds}, while the child \
+                                    process takes it in turns")
+                        });
+                        g.release().await.unwrap();
+                        rounds += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
     };
@@ -293,9 +314,9 @@ pub async fn multi_sets_that_cross_between_processes_do_not_deadlock(h: &crate::
             lease,
         )
         .await;
-    within(Duration::from_secs(60), "this process's rounds", mine)
-        .await
-        .unwrap();
+    child_holds.send_replace(true);
+    let rounds = within(SOON, "this process's rounds", mine).await.unwrap();
+    assert!(rounds > 0, "this process never took the set");
     for n in [&a, &b] {
         assert!(
             mutex(&locks, n).try_lock().await.unwrap().is_none(),
