@@ -19,9 +19,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::Primitive;
 use crate::kind::BackendKind;
 use crate::options::{check_asked_lease, AcquireOptions, Lease};
-use crate::ownership::{Ownership, Registry};
+use crate::ownership::{GuardCore, Ownership, Registry};
 use crate::reason::LostReason;
-use crate::spi::{Backend, GuardParts, Request};
+use crate::spi::{Backend, GuardParts, Request, Taken};
 use crate::telemetry::{Identity, Outcome, Waiting};
 
 /// How long past its wait budget an acquire may take to finish what it started.
@@ -186,6 +186,96 @@ impl Kernel {
         waiting.finish(result, started.elapsed());
         drop(in_flight);
         outcome
+    }
+
+    /// One atomic take of every member of a multi-lock through `take` (the backend's
+    /// [`take_all`](Backend::take_all)), traced: the ownerships, in the order of `members` (each
+    /// one's primitive and name). Options are checked for every member's primitive; the step
+    /// is kept within the wait budget as an acquire is (past it, the set counts as busy). A
+    /// member the registry refuses (lost already, or the handle closing) fails the take, and
+    /// the members adopted before it are released in the background.
+    pub(crate) async fn acquire_all<F, Fut>(
+        &self,
+        members: &[(Primitive, Arc<str>)],
+        opts: &AcquireOptions,
+        take: F,
+    ) -> Result<Taken<Vec<Arc<Ownership>>>>
+    where
+        F: FnOnce(Request) -> Fut,
+        Fut: Future<Output = Result<Taken<Vec<GuardParts>>>>,
+    {
+        let mut in_flight = self.registry.enter()?;
+        let mut req = Request::new(opts, self.default_lease);
+        for (primitive, _) in members {
+            req = self.request(*primitive, opts)?;
+        }
+        let span = tracing::debug_span!(
+            "lockkit.acquire_all",
+            backend = self.kind.as_str(),
+            members = members.len(),
+            lease = ?req.lease(),
+            outcome = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let attempt = take(req).instrument(span.clone());
+        let bounded = async {
+            match req.deadline() {
+                Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
+                    .await
+                    .unwrap_or(Ok(Taken::Busy)),
+                _ => attempt.await,
+            }
+        };
+        let result = tokio::select! {
+            r = bounded => r,
+            () = in_flight.closed() => Err(Error::closed()),
+        };
+        let parts = match result {
+            Ok(Taken::All(parts)) if parts.len() == members.len() => parts,
+            Ok(Taken::All(_)) => {
+                return Err(Error::contract(
+                    "an atomic take answered for another number of members",
+                ))
+            }
+            Ok(Taken::Busy) => {
+                span.record("outcome", "busy");
+                return Ok(Taken::Busy);
+            }
+            Ok(Taken::NotHere) => return Ok(Taken::NotHere),
+            Err(e) => {
+                span.record("outcome", Outcome::Error.as_str());
+                return Err(e);
+            }
+        };
+        let took = started.elapsed();
+        let mut owned = Vec::with_capacity(parts.len());
+        let mut refused = None;
+        for ((primitive, name), parts) in members.iter().zip(parts) {
+            let id = Arc::new(Identity::new(self.kind, *primitive, name.clone()));
+            let waiting = Waiting::start(&id);
+            match self
+                .registry
+                .adopt(&self.backend, id.clone(), *primitive, parts, 1)
+            {
+                Ok(own) => {
+                    waiting.finish(Outcome::Acquired, took);
+                    owned.push(own);
+                }
+                Err(e) => {
+                    waiting.finish(Outcome::Error, took);
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        drop(in_flight);
+        if let Some(e) = refused {
+            span.record("outcome", Outcome::Error.as_str());
+            // Their only holds: dropping them releases them in the background.
+            drop(owned.into_iter().map(GuardCore::new).collect::<Vec<_>>());
+            return Err(e);
+        }
+        span.record("outcome", Outcome::Acquired.as_str());
+        Ok(Taken::All(owned))
     }
 
     /// Closes the handle: acquires under way stop (`Closed`), later acquires fail with `Closed`,

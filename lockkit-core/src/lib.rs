@@ -19,6 +19,7 @@ mod leader;
 mod lease;
 mod locks;
 pub mod mem;
+mod member;
 mod multi;
 mod mutex;
 mod name;
@@ -55,7 +56,8 @@ pub use inspect::{HoldMode, HolderInfo, LockEntry, LockInfo, Primitive, WaiterIn
 pub use kind::BackendKind;
 pub use leader::{Leader, LeaderChanges};
 pub use locks::Locks;
-pub use multi::{Member, MultiGuard, MultiLock};
+pub use member::Member;
+pub use multi::{MultiGuard, MultiLock};
 pub use mutex::Mutex;
 pub use name::{decode_name, encode_name, validate_name, MAX_NAME_LEN};
 pub use options::{AcquireOptions, Lease, Wait, DEFAULT_LEASE, MAX_LEASE, MIN_LEASE};

@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kernel::Kernel;
 use crate::kind::BackendKind;
-use crate::multi::{Member, MultiLock};
+use crate::member::Member;
+use crate::multi::MultiLock;
 use crate::mutex::Mutex;
 use crate::name::validate_name;
 use crate::rwlock::RwLock;
@@ -132,6 +133,7 @@ impl Locks {
     /// A multi-lock over mutexes and read or write holds of RW locks, as [`multi`](Self::multi).
     pub fn multi_of(&self, members: &[Member<'_>]) -> Result<MultiLock> {
         MultiLock::new(
+            self.kernel.clone(),
             members,
             |p, n| self.kernel.backend.resource(p, n),
             |n| self.mutex(n),

@@ -23,12 +23,17 @@
 //! a mutex and an RW lock of one name are one hash) are refused, as a name given twice is.
 //!
 //! Ordered acquisition works on every backend, because every backend has mutexes and RW locks;
-//! it is what Redisson's `RedissonMultiLock` does. A set is not taken atomically: between two
-//! members another client may take the second, and then the first is given back.
+//! it is what Redisson's `RedissonMultiLock` does. It is not atomic: between two members another
+//! client may take the second, and then the first is given back. Where the backend can take the
+//! whole set in one atomic step ([`Backend::take_all`](crate::spi::Backend::take_all): one Lua
+//! script on a Redis server), an acquire tries that first, one round trip for the whole set
+//! instead of one per member; a set it finds busy is taken member by member as above (a
+//! `try_lock` is over at once).
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -38,37 +43,14 @@ use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::guard::{LockGuard, ReadGuard, WriteGuard};
 use crate::inspect::{HoldMode, Primitive};
-use crate::kernel::BUDGET_GRACE;
+use crate::kernel::{Kernel, BUDGET_GRACE};
+use crate::member::Member;
 use crate::mutex::{forever, Mutex};
 use crate::options::{AcquireOptions, Wait};
-use crate::rwlock::RwLock;
+use crate::ownership::Ownership;
+use crate::rwlock::{read_guard, write_guard, RwLock};
+use crate::spi::Taken;
 use crate::state::{LockState, Lost};
-
-/// One member of a [`MultiLock`]: a mutex, or a read or write hold of an RW lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Member<'a> {
-    /// The mutex of this name.
-    Mutex(&'a str),
-    /// A read (shared) hold of the RW lock of this name.
-    Read(&'a str),
-    /// A write (exclusive) hold of the RW lock of this name.
-    Write(&'a str),
-}
-
-impl Member<'_> {
-    fn name(&self) -> &str {
-        match self {
-            Member::Mutex(n) | Member::Read(n) | Member::Write(n) => n,
-        }
-    }
-
-    fn primitive(&self) -> Primitive {
-        match self {
-            Member::Mutex(_) => Primitive::Mutex,
-            Member::Read(_) | Member::Write(_) => Primitive::RwLock,
-        }
-    }
-}
 
 /// A member's handle.
 #[derive(Clone, Debug)]
@@ -83,6 +65,23 @@ impl Handle {
         match self {
             Handle::Mutex(m) => m.name(),
             Handle::Read(rw) | Handle::Write(rw) => rw.name(),
+        }
+    }
+
+    fn member(&self) -> Member<'_> {
+        match self {
+            Handle::Mutex(m) => Member::Mutex(m.name()),
+            Handle::Read(rw) => Member::Read(rw.name()),
+            Handle::Write(rw) => Member::Write(rw.name()),
+        }
+    }
+
+    /// The guard of `own`, an ownership of this member taken by an atomic take.
+    fn adopt(&self, own: Arc<Ownership>) -> Held {
+        match self {
+            Handle::Mutex(m) => Held::Mutex(m.guard(own)),
+            Handle::Read(_) => Held::Read(read_guard(own)),
+            Handle::Write(_) => Held::Write(write_guard(own)),
         }
     }
 
@@ -170,6 +169,7 @@ impl Held {
 pub struct MultiLock {
     /// In the global order.
     members: Vec<Handle>,
+    kernel: Arc<Kernel>,
 }
 
 impl fmt::Debug for MultiLock {
@@ -184,6 +184,7 @@ impl MultiLock {
     /// The multi-lock over `members`, whose handles `mutex` and `rwlock` make; `resource`
     /// says which lock on the server a member is ([`Backend::resource`](crate::spi::Backend)).
     pub(crate) fn new(
+        kernel: Arc<Kernel>,
         members: &[Member<'_>],
         resource: impl Fn(Primitive, &str) -> String,
         mutex: impl Fn(&str) -> Result<Mutex>,
@@ -217,7 +218,7 @@ impl MultiLock {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(MultiLock { members })
+        Ok(MultiLock { members, kernel })
     }
 
     /// The members' names, in the order they are taken.
@@ -245,6 +246,11 @@ impl MultiLock {
             Wait::None => Some(Instant::now()),
             Wait::Forever => None,
         };
+        match self.take_all(opts).await? {
+            Taken::All(set) => return Ok(Some(set)),
+            Taken::Busy if opts.wait == Wait::None => return Ok(None),
+            Taken::Busy | Taken::NotHere => {}
+        }
         loop {
             let mut held = Vec::with_capacity(self.members.len());
             for member in &self.members {
@@ -276,6 +282,42 @@ impl MultiLock {
                 return Ok(None);
             }
         }
+    }
+
+    /// Every member at once, in one atomic step of the backend's
+    /// ([`Backend::take_all`](crate::spi::Backend::take_all)), when it has one for this set.
+    /// A set with a member lost already is given back (and counts as busy).
+    async fn take_all(&self, opts: &AcquireOptions) -> Result<Taken<MultiGuard>> {
+        let members: Vec<Member<'_>> = self.members.iter().map(Handle::member).collect();
+        let named: Vec<(Primitive, Arc<str>)> = members
+            .iter()
+            .map(|m| (m.primitive(), Arc::from(m.name())))
+            .collect();
+        let backend = self.kernel.backend.clone();
+        let taken = self
+            .kernel
+            .acquire_all(&named, opts, |req| async move {
+                backend.take_all(&members, &req).await
+            })
+            .await?;
+        Ok(match taken {
+            Taken::All(owned) => {
+                let held: Vec<Held> = self
+                    .members
+                    .iter()
+                    .zip(owned)
+                    .map(|(h, own)| h.adopt(own))
+                    .collect();
+                if held.iter().any(|g| g.state() == LockState::Lost) {
+                    give_back(held, None).await;
+                    Taken::Busy
+                } else {
+                    Taken::All(MultiGuard { members: held })
+                }
+            }
+            Taken::Busy => Taken::Busy,
+            Taken::NotHere => Taken::NotHere,
+        })
     }
 
     /// Waits until every member is held, with the handle's default lease.

@@ -11,7 +11,7 @@ use crate::guard::LockGuard;
 use crate::inspect::Primitive;
 use crate::kernel::Kernel;
 use crate::options::AcquireOptions;
-use crate::ownership::{GuardCore, HoldRegistry};
+use crate::ownership::{GuardCore, HoldRegistry, Ownership};
 use crate::spi::RawMutex;
 
 /// A named distributed mutex, made by [`Locks::mutex`](crate::Locks::mutex). Cheap to clone;
@@ -71,12 +71,15 @@ impl Mutex {
                 i.raw.acquire(&req).await
             })
             .await?;
-        Ok(own.map(|own| {
-            i.holds.track(&own);
-            LockGuard {
-                core: GuardCore::new(own),
-            }
-        }))
+        Ok(own.map(|own| self.guard(own)))
+    }
+
+    /// The guard of `own`, an ownership of this lock, counted in its holds.
+    pub(crate) fn guard(&self, own: Arc<Ownership>) -> LockGuard {
+        self.inner.holds.track(&own);
+        LockGuard {
+            core: GuardCore::new(own),
+        }
     }
 
     /// Waits until acquired, with the handle's default lease.

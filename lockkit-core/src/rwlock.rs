@@ -9,7 +9,7 @@ use crate::inspect::Primitive;
 use crate::kernel::Kernel;
 use crate::mutex::forever;
 use crate::options::AcquireOptions;
-use crate::ownership::GuardCore;
+use crate::ownership::{GuardCore, Ownership};
 use crate::spi::RawRwLock;
 
 /// A named distributed read-write lock, made by [`Locks::rwlock`](crate::Locks::rwlock):
@@ -63,9 +63,7 @@ impl RwLock {
                 i.raw.read(&req).await
             })
             .await?;
-        Ok(own.map(|own| ReadGuard {
-            core: GuardCore::new(own),
-        }))
+        Ok(own.map(read_guard))
     }
 
     /// Acquires the write (exclusive) lock; `Ok(None)` when the wait budget ran out.
@@ -80,9 +78,7 @@ impl RwLock {
                 i.raw.write(&req).await
             })
             .await?;
-        Ok(own.map(|own| WriteGuard {
-            core: GuardCore::new(own),
-        }))
+        Ok(own.map(write_guard))
     }
 
     /// Waits until a read lock is acquired.
@@ -122,5 +118,19 @@ impl RwLock {
         );
         crate::telemetry::force_unlocked(&id, done);
         Ok(done)
+    }
+}
+
+/// The read guard of `own`, a read ownership.
+pub(crate) fn read_guard(own: Arc<Ownership>) -> ReadGuard {
+    ReadGuard {
+        core: GuardCore::new(own),
+    }
+}
+
+/// The write guard of `own`, a write ownership.
+pub(crate) fn write_guard(own: Arc<Ownership>) -> WriteGuard {
+    WriteGuard {
+        core: GuardCore::new(own),
     }
 }

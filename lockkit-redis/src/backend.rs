@@ -3,9 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use lockkit_core::spi::{
+    Backend, GuardParts, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper, Request, Taken,
+};
 use lockkit_core::{
-    async_trait, BackendKind, Capabilities, LockEntry, LockInfo, Primitive, Result, Support,
+    async_trait, BackendKind, Capabilities, LockEntry, LockInfo, Member, Primitive, Result, Support,
 };
 use tokio::task::JoinHandle;
 
@@ -159,6 +161,15 @@ impl Backend for RedisBackend {
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
         Ok(Box::new(RedisMutex::new(self.inner.clone(), name)?))
+    }
+
+    /// Native mutexes that one script reaches (see `multi.rs`).
+    async fn take_all(
+        &self,
+        members: &[Member<'_>],
+        req: &Request,
+    ) -> Result<Taken<Vec<GuardParts>>> {
+        crate::multi::take_all(&self.inner, members, req).await
     }
 
     /// On Redisson's layout a mutex, an RW lock and a semaphore of one name are one key, the

@@ -29,6 +29,9 @@ pub mod source {
     /// Acquire at once or not at all, never queueing: the mutex acquire on Redisson's `RLock`
     /// layout (`redisson_compat`), and natively a `try_lock` that is not fair.
     pub const TRY_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "try_acquire.lua");
+    /// Several native mutexes at once for one owner, all or none, never queueing (a multi-lock
+    /// whose keys one script reaches).
+    pub const TAKE_ALL: &str = lua!("typed.lua", "fence.lua", "take_all.lua");
     /// Owner-checked, idempotent release that hands the lock to the first live waiter (and
     /// for an election, clears the leader).
     pub const RELEASE: &str = lua!(
@@ -140,6 +143,7 @@ pub mod source {
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) try_acquire: Script,
+    pub(crate) take_all: Script,
     pub(crate) release: Script,
     pub(crate) leave: Script,
     pub(crate) beat: Script,
@@ -177,6 +181,7 @@ impl Scripts {
         Scripts {
             acquire: Script::new(source::ACQUIRE),
             try_acquire: Script::new(source::TRY_ACQUIRE),
+            take_all: Script::new(source::TAKE_ALL),
             release: Script::new(source::RELEASE),
             leave: Script::new(source::LEAVE),
             beat: Script::new(source::BEAT),

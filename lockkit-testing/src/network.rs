@@ -1,7 +1,8 @@
 //! Network faults between one holder and its server, through a [`Proxy`]: a half-open
-//! connection, a link slower than the lease, a partition that heals in place, and a reset of
-//! every connection at once. [`network_suite!`] expands them into one `#[tokio::test]` each for a
-//! backend, given the base config (one server, `None` skips) and the backend's connect:
+//! connection, a link slower than the lease, a partition that heals in place, a reset of
+//! every connection at once, and a multi-acquire whose answers are held. [`network_suite!`]
+//! expands them into one `#[tokio::test]` each for a backend, given the base config (one
+//! server, `None` skips) and the backend's connect:
 //!
 //! ```ignore
 //! fn config() -> Option<lockkit_core::LockConfig> {
@@ -226,6 +227,38 @@ where
     kept(&t, g).await;
 }
 
+/// A multi-acquire whose answers the server sends but the link holds (one way, longer than the
+/// command timeout) fails or times out, and leaves nothing behind once the link heals: whatever
+/// the server granted is given back in the background, long before the 30 s lease would have
+/// freed it. (Where the backend takes a set in one step, that step's answer is the one held.)
+pub async fn multi_acquire_whose_answer_is_held_leaves_nothing<C, F>(cfg: &LockConfig, connect: C)
+where
+    C: Fn(LockConfig) -> F,
+    F: Future<Output = Result<Locks>>,
+{
+    let t = Cut::new(cfg, connect).await;
+    let names: Vec<String> = (0..3).map(|i| format!("{}-{i}", t.name)).collect();
+    let set = t.holder.multi(&names).unwrap();
+    t.proxy.update(|x| x.hold_down = true);
+    let opts = AcquireOptions::new()
+        .watchdog_lease(Duration::from_secs(30))
+        .wait(Duration::from_millis(1500));
+    match set.acquire(&opts).await {
+        Ok(None) => {}
+        Err(e) if e.is_retryable() => {}
+        Ok(Some(_)) => panic!("a set was taken whose answers never arrived"),
+        Err(e) => panic!("the held answers gave {e}"),
+    }
+    t.proxy.heal();
+    let theirs = t.other.multi(&names).unwrap();
+    let g = theirs
+        .acquire(&AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the set is given back within 10 s of the link healing");
+    g.release().await.unwrap();
+}
+
 /// The holder, after a fault, holds on: for two leases its guard is Held again, nobody else
 /// can take the lock, and its release succeeds.
 async fn kept(t: &Cut, g: LockGuard) {
@@ -255,7 +288,8 @@ macro_rules! network_suite {
             half_open_holder_is_lost_before_anyone_else_holds,
             slow_link_past_the_lease_is_lost_before_anyone_else_holds,
             short_partition_keeps_the_lock,
-            reset_connections_keep_the_lock
+            reset_connections_keep_the_lock,
+            multi_acquire_whose_answer_is_held_leaves_nothing
         );
     };
 }

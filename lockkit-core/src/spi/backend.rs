@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
 use crate::leader::{Leader, LeaderChanges};
+use crate::member::Member;
 use crate::reaper::Reaper;
 use crate::spi::{GuardParts, Request};
 
@@ -41,6 +42,28 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// them.
     fn resource(&self, primitive: Primitive, name: &str) -> String {
         format!("{}/{name}", primitive.as_str())
+    }
+
+    /// Takes every member of a multi-lock in one atomic step on the server, all or none, without
+    /// waiting: [`Taken::All`] with one part per member in the order of `members`, [`Taken::Busy`]
+    /// when a member was held (or, for a fair `req`, had waiters before it) and nothing was
+    /// taken, [`Taken::NotHere`] when this set cannot be taken in one step here (a member kind,
+    /// layout or option the step does not cover, keys that do not share a server) and nothing
+    /// was sent. `req`'s lease applies to each member. The core's
+    /// [`MultiLock`](crate::MultiLock) asks this first and, unless every member was taken,
+    /// takes the members one by one in its global order (on `Busy`, an acquire that may not
+    /// wait is over at once). By default `NotHere`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future must leave nothing behind: a step whose answer was not seen is
+    /// undone in the background.
+    async fn take_all(
+        &self,
+        members: &[Member<'_>],
+        req: &Request,
+    ) -> Result<Taken<Vec<GuardParts>>> {
+        let _ = (members, req);
+        Ok(Taken::NotHere)
     }
 
     /// A read-write lock (only called when `capabilities().rwlock` is `Some`).
@@ -98,6 +121,17 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
             self.kind()
         )))
     }
+}
+
+/// What an atomic take of several locks did ([`Backend::take_all`]).
+#[derive(Debug)]
+pub enum Taken<T> {
+    /// Every member is held.
+    All(T),
+    /// A member was busy: nothing was taken.
+    Busy,
+    /// The set cannot be taken in one step here: nothing was sent.
+    NotHere,
 }
 
 /// The protocol of one mutex.

@@ -2,7 +2,8 @@
 //!
 //! A backend is a protocol adapter. It implements [`Backend`] (primitive handles, `close`,
 //! `inspect`), [`RawMutex`], [`RawRwLock`] and [`RawSemaphore`] (acquire on its protocol), and
-//! [`Held`] (release, extend, reenter, downgrade of one ownership). Everything cross-cutting
+//! [`Held`] (release, extend, reenter, downgrade of one ownership), and where the server can,
+//! [`Backend::take_all`] (a multi-lock's members in one atomic step). Everything cross-cutting
 //! lives in the core and is done once for every backend: name validation, capability and permit
 //! checks, the default lease from the config, wait deadlines, hold counts, guard state derived
 //! from the lease deadline ([`StateCell`], [`LeaseClock`]), background release on drop, `close`
@@ -15,7 +16,7 @@ mod size;
 
 pub use crate::armed::{Armed, Undo};
 pub use crate::leader::LeaderFeed;
-pub use backend::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore};
+pub use backend::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Taken};
 pub use held::{GuardParts, Held};
 pub use request::Request;
 pub use size::{no_size, own_size, settle_size, size_mismatch, too_many};

@@ -19,7 +19,7 @@ use crate::watchdog::Renewal;
 #[derive(Debug)]
 pub(crate) struct RedisMutex {
     pub(crate) inner: Arc<Inner>,
-    pub(super) name: Arc<str>,
+    pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
 }
 
@@ -43,7 +43,7 @@ impl RedisMutex {
     /// also passes on a lock handed to it meanwhile. `wait`: how long the waiter's place lasts
     /// once it stops renewing it (natively its heartbeat timeout; in Redisson's fair queue, its
     /// wait). Called when an acquire's claim is left or abandoned.
-    pub(super) fn leave_later(&self, owner: &str, wait: Duration) {
+    pub(crate) fn leave_later(&self, owner: &str, wait: Duration) {
         let (keys, owner) = (self.keys.clone(), owner.to_string());
         // A waiter that never left is skipped once its place lapses, and natively a lock
         // handed to it lapses after as long.
@@ -92,7 +92,7 @@ impl RedisMutex {
 
     /// The guard parts of a new ownership whose server expiry, `expiry`, was set no earlier
     /// than `sent_at`.
-    pub(super) fn guard(
+    pub(crate) fn guard(
         &self,
         owner: String,
         token: u64,

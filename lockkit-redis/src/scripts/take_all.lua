@@ -1,0 +1,32 @@
+-- Take several native mutexes at once for one fresh owner, all or none: a multi-lock whose
+-- members share one server (a single server, or one cluster slot). Never queues and never
+-- waits; a member that is held makes the whole set busy, and nothing is taken.
+-- KEYS: per member its lock hash, then its fencing counter (KEYS[2i-1], KEYS[2i])
+-- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms
+-- Returns {1, token, token, ...} (one per member, in order) when every member was taken,
+-- {0, i} when member i (1-based) was busy.
+local n = #KEYS / 2
+for i = 1, n do
+  local held, err = lock_fields(KEYS[2 * i - 1])
+  if not held then
+    return err
+  end
+  if held > 0 then
+    return {0, i}
+  end
+end
+local t = redis.call('time')
+local out = {1}
+for i = 1, n do
+  local r = take_hash(KEYS[2 * i - 1], ARGV[1], ARGV[2], KEYS[2 * i], ARGV[3], t)
+  if r.err then
+    -- A counter of another type (or a failing command): give back what was taken, so the set
+    -- stays all or none.
+    for j = 1, i - 1 do
+      redis.call('del', KEYS[2 * j - 1])
+    end
+    return r
+  end
+  out[i + 1] = r[2]
+end
+return out
