@@ -32,7 +32,7 @@ use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
 use crate::key_watch::{BeforeWatch, Phase};
 use crate::ops::{
-    delete_if_ours, delete_key, move_to_lease, reap_key, set_value_if_ours, InFlight, KeyLease,
+    delete_if_ours, delete_key, move_to_lease, reap_keys, set_value_if_ours, InFlight, KeyLease,
 };
 use crate::sem_size::{is_size_key, size_key, stored_size};
 use crate::session::{grant_exact, Session};
@@ -274,12 +274,12 @@ impl Queue for EtcdQueue<'_> {
     fn abandon(&self, mut c: Claim) {
         c.unregister(self.want.nw);
         self.want.nw.forget(c.rev);
-        reap_key(
+        reap_keys(
             self.inner,
-            std::mem::take(&mut c.key),
+            vec![std::mem::take(&mut c.key)],
             c.lease.clone(),
             c.inflight.take(),
-            c.slot.take(),
+            c.slot.take().into_iter().collect(),
         );
     }
 

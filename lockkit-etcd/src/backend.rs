@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use lockkit_core::spi::{
+    Backend, GuardParts, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper, Request, Taken,
+};
 use lockkit_core::{
     BackendKind, Capabilities, Error, FencingToken, HoldMode, HolderInfo, LockEntry, LockInfo,
     Primitive, Result, Support, WaiterInfo,
@@ -57,6 +59,15 @@ impl Backend for EtcdBackend {
 
     fn mutex(&self, name: &str) -> Result<Box<dyn RawMutex>> {
         Ok(Box::new(EtcdMutex::new(self.inner.clone(), name)))
+    }
+
+    /// Mutexes whose queues are all empty, in one transaction (see `multi.rs`).
+    async fn take_all(
+        &self,
+        members: &[lockkit_core::Member<'_>],
+        req: &Request,
+    ) -> Result<Taken<Vec<GuardParts>>> {
+        crate::multi::take_all(&self.inner, members, req).await
     }
 
     fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {

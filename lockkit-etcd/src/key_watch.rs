@@ -242,8 +242,6 @@ pub(crate) struct KeyWatches {
     /// Boxed: a table of 10 000 held locks' registrations keeps room for many more than it
     /// holds, and 16 bytes of it a slot cost less than a whole registration.
     regs: HashMap<i64, Box<Reg>>,
-    /// Our keys' registrations, by create revision.
-    own: HashMap<i64, i64>,
     names: HashMap<Arc<[u8]>, Name>,
     next_sub: u64,
     tick: u64,
@@ -257,7 +255,6 @@ impl KeyWatches {
         KeyWatches {
             next_id: 1,
             regs: HashMap::new(),
-            own: HashMap::new(),
             names: HashMap::new(),
             next_sub: 0,
             tick: 0,
@@ -280,12 +277,11 @@ impl KeyWatches {
         // A name has one or two of each as a rule: room for exactly those (a first push would
         // make room for four, 32 and 64 bytes where 8 and 16 are used, for every held lock).
         match &reg.what {
-            What::Own { rev, .. } => {
+            What::Own { .. } => {
                 if name.own.len() < 2 {
                     name.own.reserve_exact(1);
                 }
                 name.own.push(id);
-                self.own.insert(*rev, id);
             }
             What::Before { .. } => {
                 name.set_before(&reg.key, id);
@@ -304,11 +300,6 @@ impl KeyWatches {
     fn remove(&mut self, id: i64) -> Option<Reg> {
         self.retrying.remove(&id);
         let reg = *self.regs.remove(&id)?;
-        if let What::Own { rev, .. } = &reg.what {
-            if self.own.get(rev) == Some(&id) {
-                self.own.remove(rev);
-            }
-        }
         if let Some(name) = self.names.get_mut(&reg.name) {
             match &reg.what {
                 What::Own { .. } => name.own.retain(|i| *i != id),
@@ -382,7 +373,7 @@ impl KeyWatches {
 
     /// Watches our key `key` of lock `name` (created at `rev`) for its delete.
     pub(crate) fn own(&mut self, name: &Arc<[u8]>, key: &[u8], rev: i64) {
-        if self.own.contains_key(&rev) {
+        if self.own_id(name, rev).is_some() {
             return;
         }
         let what = What::Own {
@@ -395,17 +386,27 @@ impl KeyWatches {
         self.add(name, key.to_vec(), what);
     }
 
-    fn own_mut(&mut self, rev: i64) -> Option<&mut What> {
-        let id = self.own.get(&rev)?;
-        self.regs.get_mut(id).map(Box::as_mut).map(|r| &mut r.what)
+    /// The registration of our key of lock `name` created at `rev`. By name and revision: one
+    /// transaction creates keys of several locks at one revision (a multi-lock's).
+    fn own_id(&self, name: &[u8], rev: i64) -> Option<i64> {
+        self.names.get(name)?.own.iter().copied().find(|id| {
+            matches!(
+                self.regs.get(id).map(|r| &r.what),
+                Some(What::Own { rev: r, .. }) if *r == rev
+            )
+        })
     }
 
-    /// Whether our key of create revision `rev` was seen deleted.
-    pub(crate) fn is_gone(&self, rev: i64) -> bool {
+    fn own_mut(&mut self, name: &[u8], rev: i64) -> Option<&mut What> {
+        let id = self.own_id(name, rev)?;
+        self.regs.get_mut(&id).map(Box::as_mut).map(|r| &mut r.what)
+    }
+
+    /// Whether our key of lock `name` created at `rev` was seen deleted.
+    pub(crate) fn is_gone(&self, name: &[u8], rev: i64) -> bool {
         let reg = self
-            .own
-            .get(&rev)
-            .and_then(|id| self.regs.get(id).map(Box::as_ref));
+            .own_id(name, rev)
+            .and_then(|id| self.regs.get(&id).map(Box::as_ref));
         matches!(
             reg,
             Some(Reg {
@@ -415,16 +416,16 @@ impl KeyWatches {
         )
     }
 
-    /// The waiter of our key `rev` is woken by `n` when the key is deleted.
-    pub(crate) fn set_waiter(&mut self, rev: i64, n: Option<Arc<Notify>>) {
-        if let Some(What::Own { waiter, .. }) = self.own_mut(rev) {
+    /// The waiter of our key `rev` of lock `name` is woken by `n` when the key is deleted.
+    pub(crate) fn set_waiter(&mut self, name: &[u8], rev: i64, n: Option<Arc<Notify>>) {
+        if let Some(What::Own { waiter, .. }) = self.own_mut(name, rev) {
             *waiter = n;
         }
     }
 
-    /// Our key `rev` is held: its state turns Lost when the key is deleted.
-    pub(crate) fn set_holder(&mut self, rev: i64, cell: &StateCell) {
-        match self.own_mut(rev) {
+    /// Our key `rev` of lock `name` is held: its state turns Lost when the key is deleted.
+    pub(crate) fn set_holder(&mut self, name: &[u8], rev: i64, cell: &StateCell) {
+        match self.own_mut(name, rev) {
             Some(What::Own { gone: true, .. }) => {
                 cell.mark_lost(LostReason::Deleted);
             }
@@ -433,9 +434,9 @@ impl KeyWatches {
         }
     }
 
-    /// Our key `rev` is done with: its watch is cancelled.
-    pub(crate) fn forget(&mut self, rev: i64) {
-        if let Some(&id) = self.own.get(&rev) {
+    /// Our key `rev` of lock `name` is done with: its watch is cancelled.
+    pub(crate) fn forget(&mut self, name: &[u8], rev: i64) {
+        if let Some(id) = self.own_id(name, rev) {
             self.cancel(id);
         }
     }
@@ -866,7 +867,6 @@ impl KeyWatches {
         for (_, reg) in self.regs.drain() {
             KeyWatches::close(*reg);
         }
-        self.own.clear();
         self.names.clear();
         self.retrying.clear();
     }
@@ -929,6 +929,28 @@ mod tests {
         assert_eq!(w2.phase(), Phase::Fired);
     }
 
+    /// Keys of two locks created by one transaction share a revision (a multi-lock taken in one
+    /// step): each has its own watch and holder, and one's delete loses only its holder.
+    #[test]
+    fn keys_of_two_locks_at_one_revision_are_watched_apart() {
+        let (mut k, mut rx) = watches();
+        let (p, q) = (name("p/"), name("q/"));
+        k.own(&p, b"p/a", 7);
+        k.own(&q, b"q/a", 7);
+        assert_eq!(sent(&mut rx), ["Create(1)", "Create(2)"]);
+        let (cp, cq) = (cell(), cell());
+        k.set_holder(&p, 7, &cp);
+        k.set_holder(&q, 7, &cq);
+        k.created(1, Some(7));
+        k.created(2, Some(7));
+        k.event(2, true, 9);
+        assert!(k.is_gone(&q, 7) && !k.is_gone(&p, 7));
+        assert_eq!(cq.get(), lockkit_core::LockState::Lost);
+        assert_eq!(cp.get(), lockkit_core::LockState::Held);
+        k.forget(&p, 7);
+        assert!(!k.is_gone(&p, 7));
+    }
+
     /// A created answer without a header covers nothing: the waiter reads again.
     #[test]
     fn a_watch_created_without_a_header_covers_nothing() {
@@ -949,20 +971,20 @@ mod tests {
         k.own(&p, b"p/a", 7);
         k.own(&p, b"p/b", 8);
         let c = cell();
-        k.set_holder(7, &c);
+        k.set_holder(&p, 7, &c);
         assert_eq!(k.own_to_check(1), None);
         k.cancelled(1, 50, false);
         k.cancelled(2, 50, false);
         assert_eq!(k.own_to_check(3), Some((b"p/a".to_vec(), 7)));
         k.own_checked(3, false, 60);
         assert_eq!(c.get(), lockkit_core::LockState::Lost);
-        assert!(k.is_gone(7));
+        assert!(k.is_gone(&p, 7));
         assert!(k.create_request(3).is_none(), "nothing left to watch");
         k.own_checked(4, true, 60);
         assert_eq!(k.own_to_check(4), None);
         assert!(format!("{:?}", k.create_request(4)).contains("start_revision: 61"));
         assert!(!k.is_idle(), "the other key is still watched");
-        k.forget(8);
+        k.forget(&p, 8);
         assert!(k.is_idle(), "a stream would carry nothing");
     }
 
@@ -1007,9 +1029,9 @@ mod tests {
         assert!(!k.cancelled(1, 50, false));
         assert_eq!(sent(&mut rx), ["Cancel(1)", "Create(2)"]);
         let c = cell();
-        k.set_holder(7, &c);
+        k.set_holder(&p, 7, &c);
         k.event(2, true, 60);
-        assert!(k.is_gone(7));
+        assert!(k.is_gone(&p, 7));
         assert_eq!(c.get(), lockkit_core::LockState::Lost);
         k.own(&p, b"p/other", 8);
         assert!(
@@ -1018,7 +1040,7 @@ mod tests {
         );
         let n = Arc::new(Notify::new());
         k.own(&p, b"p/third", 9);
-        k.set_waiter(9, Some(n.clone()));
+        k.set_waiter(&p, 9, Some(n.clone()));
         assert!(!k.cancelled(4, 0, true), "a refused one does not");
         assert!(
             k.ids().contains(&4),
@@ -1072,7 +1094,7 @@ mod tests {
         let slots = Slots::default();
         k.own(&p, b"p/mine", 7);
         let c = cell();
-        k.set_holder(7, &c);
+        k.set_holder(&p, 7, &c);
         k.strays(&p, &slots, 0x1f, |_| true);
         k.strays(&p, &slots, 0x1f, |_| true);
         // The stray range comes from the name and the lease.

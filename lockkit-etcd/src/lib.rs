@@ -9,6 +9,7 @@ mod held;
 mod inner;
 mod key_stream;
 mod key_watch;
+mod multi;
 mod mutex;
 mod ops;
 mod rwlock;

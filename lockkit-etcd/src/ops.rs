@@ -76,29 +76,37 @@ pub(crate) async fn reap_step(inner: &Inner, lease: i64, work: Result<()>) -> At
     .await
 }
 
-/// Hands the delete of our key to the handle's reaper, after `inflight` (a create still
-/// running) has finished: tried until it succeeds or the key's lease is gone. The slot stays
-/// reserved until then.
-pub(crate) fn reap_key(
+/// Hands the delete of our keys (one acquisition's, or a multi-lock's taken in one
+/// transaction) to the handle's reaper, after `inflight` (the create still running) has
+/// finished: tried until every key is deleted or their lease is gone. The slots stay reserved
+/// until then.
+pub(crate) fn reap_keys(
     inner: &Arc<Inner>,
-    key: Vec<u8>,
+    keys: Vec<Vec<u8>>,
     lease: KeyLease,
     inflight: Option<InFlight>,
-    slot: Option<Slot>,
+    slots: Vec<Slot>,
 ) {
     let reaper = inner.reaper.clone();
     let inner = inner.clone();
     let inflight = Arc::new(tokio::sync::Mutex::new(inflight));
+    let keys = Arc::new(keys);
     reaper.retry("delete a lock key", move || {
-        // Owned by the job, so the slot is released when the job ends.
-        let _reserved = &slot;
-        let (inner, key, lease, inflight) =
-            (inner.clone(), key.clone(), lease.clone(), inflight.clone());
+        // Owned by the job, so the slots are released when the job ends.
+        let _reserved = &slots;
+        let (inner, keys, lease, inflight) =
+            (inner.clone(), keys.clone(), lease.clone(), inflight.clone());
         async move {
             if let Some(create) = inflight.lock().await.take() {
                 let _ = create.await;
             }
-            let work = delete_key(&inner, &key, &lease).await;
+            let mut work = Ok(());
+            for key in keys.iter() {
+                work = delete_key(&inner, key, &lease).await;
+                if work.is_err() {
+                    break;
+                }
+            }
             reap_step(&inner, lease.id(), work).await
         }
     });

@@ -495,7 +495,7 @@ impl NameWatch {
     /// key is gone.
     pub(crate) fn standing(&self, rev: i64, need: Need) -> Standing {
         if let Some(k) = self.keys() {
-            return if k.is_gone(rev) {
+            return if k.is_gone(&self.prefix, rev) {
                 Standing::Gone
             } else {
                 Standing::Unknown
@@ -547,7 +547,7 @@ impl NameWatch {
     /// Our key of create revision `rev` is done with (deleted, or handed to the reaper).
     pub(crate) fn forget(&self, rev: i64) {
         if let Some(mut k) = self.keys() {
-            k.forget(rev);
+            k.forget(&self.prefix, rev);
         }
     }
 
@@ -569,7 +569,7 @@ impl NameWatch {
     pub(crate) fn add_waiter(&self, rev: i64, need: Need) -> Arc<Notify> {
         let n = Arc::new(Notify::new());
         if let Some(mut k) = self.keys() {
-            k.set_waiter(rev, Some(n.clone()));
+            k.set_waiter(&self.prefix, rev, Some(n.clone()));
             return n;
         }
         self.mirror().waiters.insert(rev, (n.clone(), need));
@@ -578,7 +578,7 @@ impl NameWatch {
 
     pub(crate) fn remove_waiter(&self, rev: i64) {
         if let Some(mut k) = self.keys() {
-            k.set_waiter(rev, None);
+            k.set_waiter(&self.prefix, rev, None);
             return;
         }
         self.mirror().waiters.remove(&rev);
@@ -587,7 +587,7 @@ impl NameWatch {
     /// Registers a holder: its state turns Lost when its key disappears.
     pub(crate) fn add_holder(&self, rev: i64, cell: &StateCell) {
         if let Some(mut k) = self.keys() {
-            k.set_holder(rev, cell);
+            k.set_holder(&self.prefix, rev, cell);
             return;
         }
         let mut m = self.mirror();
