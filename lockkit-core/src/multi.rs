@@ -24,10 +24,11 @@
 //!
 //! Ordered acquisition works on every backend, because every backend has mutexes and RW locks;
 //! it is what Redisson's `RedissonMultiLock` does. It is not atomic: between two members another
-//! client may take the second, and then the first is given back. Where the backend can take the
-//! whole set in one atomic step ([`Backend::take_all`](crate::spi::Backend::take_all): one Lua
-//! script on a Redis server, one etcd transaction), an acquire tries that first, one round trip for the whole set
-//! instead of one per member; a set it finds busy is taken member by member as above (a
+//! client may take the second, and then the first is given back. Where the backend can take a
+//! set of mutexes in one atomic step ([`Backend::take_all`](crate::spi::Backend::take_all): one
+//! Lua script on a Redis server, one etcd transaction, one ZooKeeper `multi`), an acquire tries
+//! that first, one round trip for the whole set instead of one per member; a set it finds busy
+//! (a member held, or on etcd and ZooKeeper queued for) is taken member by member as above (a
 //! `try_lock` is over at once).
 
 use std::fmt;

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
+use lockkit_core::spi::{
+    Backend, GuardParts, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper, Request, Taken,
+};
 use lockkit_core::{
     encode_name, BackendKind, Capabilities, HoldMode, HolderInfo, LockEntry, LockInfo, Primitive,
     Result, Support, WaiterInfo,
@@ -13,7 +15,7 @@ use lockkit_core::{
 
 use crate::config::KIND;
 use crate::sessions::Sessions;
-use crate::{election, mutex, node, ops, queue, rwlock, semaphore};
+use crate::{election, multi, mutex, node, ops, queue, rwlock, semaphore};
 
 /// The ZooKeeper backend behind a [`Locks`](lockkit_core::Locks) handle. Its sessions close when the last handle,
 /// lock and guard made from it is dropped.
@@ -88,6 +90,15 @@ impl Backend for ZkBackend {
             name: name.to_string(),
             dir: self.mutex_path(name),
         }))
+    }
+
+    /// Mutexes by one `multi` of creates, held where each node is first (see `multi.rs`).
+    async fn take_all(
+        &self,
+        members: &[lockkit_core::Member<'_>],
+        req: &Request,
+    ) -> Result<Taken<Vec<GuardParts>>> {
+        multi::take_all(&self.sessions, members, req, |n| self.mutex_path(n)).await
     }
 
     fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {

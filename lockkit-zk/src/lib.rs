@@ -5,6 +5,7 @@ mod config;
 mod election;
 mod error;
 mod held;
+mod multi;
 mod mutex;
 pub mod node;
 mod ops;

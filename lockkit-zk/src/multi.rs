@@ -1,0 +1,179 @@
+//! A multi-lock's mutexes in one step: one `multi` creates our node in every member's
+//! directory, all or none, and the directories are listed in the same round trip (ZooKeeper
+//! answers one session's requests in order). Where every node of ours is first, the set is
+//! held, in about one round trip where the core would otherwise take one per member.
+//!
+//! Where any is not first (a holder or a waiter was there before us), every node is deleted
+//! again and the set is busy: the core then queues member by member, in its global order (nodes
+//! kept in several queues at once, each behind someone, could deadlock with a set taken in
+//! order). Only mutexes.
+
+use std::sync::Arc;
+
+use lockkit_core::spi::{GuardParts, Request, Taken};
+use lockkit_core::{Error, ErrorKind, Member, Result};
+use zookeeper_client as zk;
+
+use crate::error::map;
+use crate::held;
+use crate::mutex::MARKERS;
+use crate::node::{self, MUTEX_MARKER};
+use crate::queue::{decide, delete_now, Cleanup, Node, Rule, Spec, Turn, Unclaimed, NODE_DATA};
+use crate::sessions::Sessions;
+
+/// Takes every member of `members` at once, when one `multi` can (`dir`: a mutex's directory).
+pub(crate) async fn take_all(
+    sessions: &Arc<Sessions>,
+    members: &[Member<'_>],
+    req: &Request,
+    dir: impl Fn(&str) -> String,
+) -> Result<Taken<Vec<GuardParts>>> {
+    if members.len() < 2 {
+        return Ok(Taken::NotHere);
+    }
+    let mut names = Vec::with_capacity(members.len());
+    for m in members {
+        let Member::Mutex(name) = m else {
+            return Ok(Taken::NotHere);
+        };
+        names.push(*name);
+    }
+    let session = sessions.for_lease(req.lease().duration()).await?;
+    let client = session.client()?;
+    let dirs: Vec<String> = names.iter().map(|n| dir(n)).collect();
+    let prefixes: Vec<String> = dirs
+        .iter()
+        .map(|_| {
+            let uuid = uuid::Uuid::new_v4();
+            format!("{}{MUTEX_MARKER}", node::protected_prefix(&uuid))
+        })
+        .collect();
+    // Armed before the multi is sent: one whose answer never comes may still be applied.
+    let mut cleanup: Cleanup = Unclaimed::armed(&session, client.clone());
+    for (d, p) in dirs.iter().zip(&prefixes) {
+        cleanup.push_prefix(d, p);
+    }
+    let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
+    let mut made_dirs = false;
+    let created = loop {
+        let mut multi = client.new_multi_writer();
+        for (d, p) in dirs.iter().zip(&prefixes) {
+            multi
+                .add_create(&format!("{d}/{p}"), NODE_DATA, &options)
+                .map_err(|e| map(e, "cannot build a multi-lock's creates"))?;
+        }
+        let committed = multi.commit();
+        // Sent after the multi on the same session, so they see its nodes.
+        let listed: Vec<_> = dirs.iter().map(|d| client.list_children(d)).collect();
+        match committed.await {
+            Ok(results) => break (results, listed),
+            Err(zk::MultiWriteError::OperationFailed {
+                source: zk::Error::NoNode,
+                ..
+            }) if !made_dirs => {
+                // A directory does not exist yet (or its container was reaped): make them all
+                // and try once more. Nothing was created.
+                drop(listed);
+                for d in &dirs {
+                    session.ensure_dir(&client, d).await?;
+                }
+                made_dirs = true;
+            }
+            // Nothing was created; a connection loss leaves the cleanup armed.
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) => {
+                cleanup.disarm();
+                return Err(map(source, "cannot take a multi-lock"));
+            }
+            Err(zk::MultiWriteError::RequestFailed { source }) => {
+                return Err(map(source, "cannot take a multi-lock"));
+            }
+        }
+    };
+    let (results, listed) = created;
+    let mut nodes = Vec::with_capacity(dirs.len());
+    for (result, prefix) in results.into_iter().zip(&prefixes) {
+        let zk::MultiWriteResult::Create { path, stat } = result else {
+            return Err(Error::new(
+                ErrorKind::Backend,
+                "a multi-lock's multi answered with something else than its creates",
+            ));
+        };
+        nodes.push((path, stat, prefix.clone()));
+    }
+    let mut first_everywhere = true;
+    for (((path, _, _), list), d) in nodes.iter().zip(listed).zip(&dirs) {
+        let children = list
+            .await
+            .map_err(|e| map(e, "cannot list a multi-lock member"))?;
+        let ours = path.rsplit('/').next().unwrap_or_default();
+        let spec = Spec {
+            dir: d,
+            marker: MUTEX_MARKER,
+            markers: MARKERS,
+            rule: Rule::Exclusive,
+            data: NODE_DATA,
+        };
+        first_everywhere &= decide(&spec, &children, ours) == Turn::Ours;
+    }
+    if !first_everywhere {
+        give_back(
+            &client,
+            cleanup,
+            nodes.iter().map(|(path, ..)| path.as_str()),
+        )
+        .await;
+        return Ok(Taken::Busy);
+    }
+    // Some servers answer a multi's create with an empty stat (ZOOKEEPER-4026): then the token
+    // is read from the node.
+    let mut parts = Vec::with_capacity(nodes.len());
+    for ((path, stat, prefix), name) in nodes.into_iter().zip(&names) {
+        let czxid = if stat.czxid > 0 {
+            stat.czxid
+        } else {
+            match client.check_stat(&path).await {
+                Ok(Some(stat)) => stat.czxid,
+                Ok(None) => {
+                    delete_now(cleanup).await;
+                    return Err(Error::new(
+                        ErrorKind::LockLost,
+                        format!("our new node {path} vanished at once"),
+                    ));
+                }
+                Err(e) => return Err(map(e, "cannot read a multi-lock member")),
+            }
+        };
+        let node = Node {
+            client: client.clone(),
+            path,
+            czxid,
+            prefix,
+        };
+        parts.push((node, name));
+    }
+    cleanup.disarm();
+    Ok(Taken::All(
+        parts
+            .into_iter()
+            .map(|(node, name)| held::parts(&session, name, vec![node], req.lease(), None))
+            .collect(),
+    ))
+}
+
+/// Deletes our nodes `paths` in one `multi`; what it does not delete goes to the reaper (by
+/// their protected prefixes, as `cleanup` holds them).
+async fn give_back<'p>(
+    client: &zk::Client,
+    cleanup: Cleanup,
+    paths: impl Iterator<Item = &'p str>,
+) {
+    let mut multi = client.new_multi_writer();
+    for path in paths {
+        if multi.add_delete(path, None).is_err() {
+            return; // the drop hands them to the reaper
+        }
+    }
+    if multi.commit().await.is_ok() {
+        cleanup.disarm();
+    }
+}

@@ -1,0 +1,55 @@
+//! Issue 29, part 3: a multi-lock of mutexes is taken by one `multi` of creates when our node
+//! is first in every member's directory (every member's token is that one transaction's zxid);
+//! a set with a busy member leaves no node of ours behind and then waits member by member.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_set_is_one_multi_and_a_busy_one_leaves_no_node() {
+    let Some(url) = url() else { return };
+    let locks = backend(&url).await;
+    let other = backend(&url).await;
+    let names: Vec<String> = (0..4)
+        .map(|i| lockkit_testing::unique_name(&format!("multi-{i}")))
+        .collect();
+    let set = locks.multi(&names).unwrap();
+    let g = set.try_lock().await.unwrap().expect("a free set");
+    let tokens: Vec<u64> = g.tokens().iter().map(|(_, t)| t.0).collect();
+    assert!(
+        tokens.windows(2).all(|w| w[0] == w[1]),
+        "one zxid: {tokens:?}"
+    );
+    for n in &names {
+        assert!(
+            other.mutex(n).unwrap().try_lock().await.unwrap().is_none(),
+            "{n} free"
+        );
+    }
+    g.release().await.unwrap();
+
+    // A busy member: nothing of ours is left in any member's directory.
+    let busy = other.mutex(&names[2]).unwrap().lock().await.unwrap();
+    assert!(set.try_lock().await.unwrap().is_none());
+    for n in &names {
+        let dir = locks.mutex_path(n);
+        let left = children(&locks, &dir).await;
+        let want = usize::from(n == &names[2]);
+        assert_eq!(left.len(), want, "{dir}: {left:?}");
+    }
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        busy.release().await.unwrap();
+    });
+    let g = set
+        .lock_for(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("the set once its busy member is released");
+    assert!(g.token(&names[2]).unwrap().0 > tokens[2]);
+    release.await.unwrap();
+    g.release().await.unwrap();
+}
