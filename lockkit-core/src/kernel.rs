@@ -19,7 +19,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::Primitive;
 use crate::kind::BackendKind;
 use crate::options::{check_asked_lease, AcquireOptions, Lease};
-use crate::ownership::{GuardCore, Ownership, Registry};
+use crate::ownership::{GuardCore, InFlight, Ownership, Registry};
 use crate::reason::LostReason;
 use crate::spi::{Backend, GuardParts, Request, Taken};
 use crate::telemetry::{Identity, Outcome, Waiting};
@@ -136,25 +136,7 @@ impl Kernel {
         let waiting = Waiting::start(&id);
         let started = Instant::now();
         let attempt = attempt(req).instrument(span.clone());
-        let bounded = async {
-            match req.deadline() {
-                // The wait budget is kept whatever the server does: an acquire still under way
-                // (an attempt or a cleanup round trip to a server that does not answer) is
-                // dropped, and its cleanup goes on in the backend's reaper (every backend's
-                // acquire is cancel safe). The grace lets a healthy server's cleanup finish in
-                // line.
-                Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
-                    .await
-                    .unwrap_or(Ok(None)),
-                _ => attempt.await,
-            }
-        };
-        // `close()` ends an acquire under way the same way (its cleanup goes to the reaper,
-        // which `close()` drains next).
-        let result = tokio::select! {
-            r = bounded => r,
-            () = in_flight.closed() => Err(Error::closed()),
-        };
+        let result = bounded(&req, &mut in_flight, attempt, None).await;
         span.record("waited_ms", started.elapsed().as_millis() as u64);
         let outcome = match result {
             Ok(Some(parts)) => self
@@ -193,7 +175,8 @@ impl Kernel {
     /// one's primitive and name). Options are checked for every member's primitive; the step
     /// is kept within the wait budget as an acquire is (past it, the set counts as busy). A
     /// member the registry refuses (lost already, or the handle closing) fails the take, and
-    /// the members adopted before it are released in the background.
+    /// the members adopted are released in the background. A busy set that may not wait counts
+    /// as a timed-out acquire of each member (one that may wait goes on member by member).
     pub(crate) async fn acquire_all<F, Fut>(
         &self,
         members: &[(Primitive, Arc<str>)],
@@ -205,10 +188,13 @@ impl Kernel {
         Fut: Future<Output = Result<Taken<Vec<GuardParts>>>>,
     {
         let mut in_flight = self.registry.enter()?;
-        let mut req = Request::new(opts, self.default_lease);
+        let mut checked = None;
         for (primitive, _) in members {
-            req = self.request(*primitive, opts)?;
+            checked = Some(self.request(*primitive, opts)?);
         }
+        let Some(req) = checked else {
+            return Ok(Taken::NotHere);
+        };
         let span = tracing::debug_span!(
             "lockkit.acquire_all",
             backend = self.kind.as_str(),
@@ -216,29 +202,23 @@ impl Kernel {
             lease = ?req.lease(),
             outcome = tracing::field::Empty,
         );
+        let ids: Vec<Arc<Identity>> = members
+            .iter()
+            .map(|(p, name)| Arc::new(Identity::new(self.kind, *p, name.clone())))
+            .collect();
         let started = Instant::now();
         let attempt = take(req).instrument(span.clone());
-        let bounded = async {
-            match req.deadline() {
-                Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
-                    .await
-                    .unwrap_or(Ok(Taken::Busy)),
-                _ => attempt.await,
-            }
-        };
-        let result = tokio::select! {
-            r = bounded => r,
-            () = in_flight.closed() => Err(Error::closed()),
-        };
+        let result = bounded(&req, &mut in_flight, attempt, Taken::Busy).await;
+        let took = started.elapsed();
         let parts = match result {
-            Ok(Taken::All(parts)) if parts.len() == members.len() => parts,
-            Ok(Taken::All(_)) => {
-                return Err(Error::contract(
-                    "an atomic take answered for another number of members",
-                ))
-            }
+            Ok(Taken::All(parts)) => parts,
             Ok(Taken::Busy) => {
                 span.record("outcome", "busy");
+                if !req.waits() {
+                    for id in &ids {
+                        Waiting::start(id).finish(Outcome::TimedOut, took);
+                    }
+                }
                 return Ok(Taken::Busy);
             }
             Ok(Taken::NotHere) => return Ok(Taken::NotHere),
@@ -247,15 +227,19 @@ impl Kernel {
                 return Err(e);
             }
         };
-        let took = started.elapsed();
+        let counted = parts.len() == members.len();
         let mut owned = Vec::with_capacity(parts.len());
         let mut refused = None;
-        for ((primitive, name), parts) in members.iter().zip(parts) {
-            let id = Arc::new(Identity::new(self.kind, *primitive, name.clone()));
-            let waiting = Waiting::start(&id);
+        // Every part is adopted, so that whatever is not handed on is released.
+        for (i, parts) in parts.into_iter().enumerate() {
+            let (primitive, id) = (
+                members[i.min(members.len() - 1)].0,
+                &ids[i.min(ids.len() - 1)],
+            );
+            let waiting = Waiting::start(id);
             match self
                 .registry
-                .adopt(&self.backend, id.clone(), *primitive, parts, 1)
+                .adopt(&self.backend, id.clone(), primitive, parts, 1)
             {
                 Ok(own) => {
                     waiting.finish(Outcome::Acquired, took);
@@ -268,6 +252,11 @@ impl Kernel {
             }
         }
         drop(in_flight);
+        if !counted {
+            refused = Some(Error::contract(
+                "an atomic take answered for another number of members",
+            ));
+        }
         if let Some(e) = refused {
             span.record("outcome", Outcome::Error.as_str());
             // Their only holds: dropping them releases them in the background.
@@ -312,6 +301,32 @@ impl Kernel {
             Some(e) => Err(e),
             None => closed,
         }
+    }
+}
+
+/// Runs `attempt` within `req`'s wait budget (plus the grace): the budget is kept whatever the
+/// server does, so an attempt still under way (a round trip, or a cleanup, to a server that does
+/// not answer) is dropped and answers `timed_out`, and its cleanup goes on in the backend's
+/// reaper (every backend's acquire is cancel safe); the grace lets a healthy server's cleanup
+/// finish in line. `close()` ends an attempt under way the same way (its cleanup goes to the
+/// reaper, which `close()` drains next).
+async fn bounded<T>(
+    req: &Request,
+    in_flight: &mut InFlight,
+    attempt: impl Future<Output = Result<T>>,
+    timed_out: T,
+) -> Result<T> {
+    let kept = async {
+        match req.deadline() {
+            Some(at) if req.waits() => tokio::time::timeout_at(at + BUDGET_GRACE, attempt)
+                .await
+                .unwrap_or(Ok(timed_out)),
+            _ => attempt.await,
+        }
+    };
+    tokio::select! {
+        r = kept => r,
+        () = in_flight.closed() => Err(Error::closed()),
     }
 }
 

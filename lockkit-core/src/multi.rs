@@ -247,7 +247,7 @@ impl MultiLock {
             Wait::None => Some(Instant::now()),
             Wait::Forever => None,
         };
-        match self.take_all(opts).await? {
+        match self.take_all(opts, deadline).await? {
             Taken::All(set) => return Ok(Some(set)),
             Taken::Busy if opts.wait == Wait::None => return Ok(None),
             Taken::Busy | Taken::NotHere => {}
@@ -287,8 +287,15 @@ impl MultiLock {
 
     /// Every member at once, in one atomic step of the backend's
     /// ([`Backend::take_all`](crate::spi::Backend::take_all)), when it has one for this set.
-    /// A set with a member lost already is given back (and counts as busy).
-    async fn take_all(&self, opts: &AcquireOptions) -> Result<Taken<MultiGuard>> {
+    /// A set with a member lost already is given back within the budget (`deadline`) and counts
+    /// as busy. A step that failed in a way worth trying again (a connection lost, a lease gone)
+    /// is left to ordered acquisition, which rides such failures out member by member; its
+    /// backend cleans up whatever the step may have done.
+    async fn take_all(
+        &self,
+        opts: &AcquireOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Taken<MultiGuard>> {
         let members: Vec<Member<'_>> = self.members.iter().map(Handle::member).collect();
         let named: Vec<(Primitive, Arc<str>)> = members
             .iter()
@@ -300,7 +307,11 @@ impl MultiLock {
             .acquire_all(&named, opts, |req| async move {
                 backend.take_all(&members, &req).await
             })
-            .await?;
+            .await;
+        let taken = match taken {
+            Err(e) if e.is_retryable() => return Ok(Taken::NotHere),
+            taken => taken?,
+        };
         Ok(match taken {
             Taken::All(owned) => {
                 let held: Vec<Held> = self
@@ -310,7 +321,7 @@ impl MultiLock {
                     .map(|(h, own)| h.adopt(own))
                     .collect();
                 if held.iter().any(|g| g.state() == LockState::Lost) {
-                    give_back(held, None).await;
+                    give_back(held, deadline).await;
                     Taken::Busy
                 } else {
                     Taken::All(MultiGuard { members: held })

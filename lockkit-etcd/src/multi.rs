@@ -14,6 +14,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lockkit_core::spi::{Armed, GuardParts, Request, StateCell, Taken, Undo};
 use lockkit_core::{FencingToken, Member, Result};
 
+use crate::client::is_lease_not_found;
 use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
 use crate::ops::{reap_keys, InFlight, KeyLease};
@@ -77,8 +78,18 @@ pub(crate) async fn take_all(
     });
     let answer = unseen.create.as_mut().expect("just set").await;
     unseen.create = None;
-    // An error leaves the undo armed: the keys may have been created.
-    let answer = answer?;
+    let answer = match answer {
+        Ok(answer) => answer,
+        // The session's lease is gone: nothing was created; the ordered acquire that follows
+        // takes a new session.
+        Err(e) if is_lease_not_found(&e) => {
+            drop(unseen.disarm());
+            inner.drop_session(&session).await;
+            return Ok(Taken::NotHere);
+        }
+        // The keys may have been created: the undo stays armed.
+        Err(e) => return Err(e),
+    };
     if !answer.succeeded() {
         // Nothing was created; the slots are free again.
         drop(unseen.disarm());

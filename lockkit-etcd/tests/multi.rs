@@ -1,5 +1,6 @@
 //! Issue 29, part 3: a multi-lock of mutexes is taken by one transaction when every member's
-//! queue is empty; a set with a busy member takes nothing and then waits member by member.
+//! queue is empty; a set with a busy member takes nothing and then waits member by member; a set
+//! with fixed leases goes member by member. One test: it counts the server's transactions.
 
 mod common;
 
@@ -72,5 +73,33 @@ async fn a_free_set_is_one_transaction_and_a_busy_one_takes_nothing() {
         .expect("the set once its busy member is released");
     assert!(g.token(&names[2]).unwrap().0 > tokens[2]);
     release.await.unwrap();
+    g.release().await.unwrap();
+
+    a_set_with_fixed_leases_goes_member_by_member(&url).await;
+}
+
+/// A set with fixed leases goes member by member. (Called by the one test of this binary: the
+/// server's transaction count is server-wide.)
+async fn a_set_with_fixed_leases_goes_member_by_member(url: &str) {
+    let url = url.to_string();
+    let locks = connect(&url, "").await;
+    let names: Vec<String> = (0..3).map(|i| name(&format!("multi-fixed-{i}"))).collect();
+    let set = locks.multi(&names).unwrap();
+    let opts = lockkit_core::AcquireOptions::new()
+        .fixed_lease(Duration::from_secs(10))
+        .no_wait();
+    set.acquire(&opts)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let before = txns(&url);
+    let g = set.acquire(&opts).await.unwrap().expect("a free set");
+    // One create transaction per member (a fixed lease is a lease of each key's own).
+    assert_eq!(txns(&url) - before, 3.0);
+    let tokens: Vec<u64> = g.tokens().iter().map(|(_, t)| t.0).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     g.release().await.unwrap();
 }

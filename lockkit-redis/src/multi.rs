@@ -1,16 +1,16 @@
 //! A multi-lock's members in one step: the native mutexes of a set taken by one script, all or
 //! none (`scripts/take_all.lua`), where the core would otherwise take them one round trip each.
 //!
-//! Only where one script can reach every key: a single server (or Sentinel's primary), or a
-//! cluster when every member's keys share a slot (names with one `{tag}`). Only native mutexes,
-//! and only acquires that may go ahead of waiters (not `fair`): the script never queues. Every
-//! other set, and every set the script finds busy, the core takes member by member.
+//! Only where one script can reach every key: a single server, or Sentinel's primary (on a
+//! cluster, every lock's keys carry its whole name as their hash tag, so two names' keys are in
+//! one slot only by chance). Only native mutexes, and only acquires that may go ahead of
+//! waiters (not `fair`): the script never queues. Every other set, and every set the script
+//! finds busy, the core takes member by member.
 
 use std::time::Duration;
 
 use lockkit_core::spi::{Armed, GuardParts, Request, Taken, Undo};
 use lockkit_core::{ErrorKind, Member, Result};
-use redis::cluster_routing::Slot;
 use tokio::time::Instant;
 
 use crate::client::Inner;
@@ -22,7 +22,8 @@ pub(crate) async fn take_all(
     members: &[Member<'_>],
     req: &Request,
 ) -> Result<Taken<Vec<GuardParts>>> {
-    if inner.settings.redisson_compat || req.fair() || members.len() < 2 {
+    let cluster = inner.settings.topology.is_cluster();
+    if inner.settings.redisson_compat || req.fair() || cluster || members.len() < 2 {
         return Ok(Taken::NotHere);
     }
     let mut mutexes = Vec::with_capacity(members.len());
@@ -32,14 +33,9 @@ pub(crate) async fn take_all(
         };
         mutexes.push(RedisMutex::new(inner.clone(), name)?);
     }
-    if inner.settings.topology.is_cluster() {
-        let slot = Slot::for_key(&mutexes[0].keys.lock);
-        if mutexes.iter().any(|m| Slot::for_key(&m.keys.lock) != slot) {
-            return Ok(Taken::NotHere);
-        }
-    }
     let owner = inner.new_owner();
     let lease = req.lease().duration();
+    let wait = inner.settings.waiter_timeout();
     let mut inv = inner.scripts.take_all.prepare_invoke();
     for m in &mutexes {
         inv.key(&m.keys.lock).key(&m.keys.fence);
@@ -51,7 +47,9 @@ pub(crate) async fn take_all(
     let unseen = Armed::new(Unseen {
         mutexes,
         owner,
-        wait: inner.settings.waiter_timeout(),
+        wait,
+        // A member ours lasts the lease: giving it back is worth trying that long.
+        moot_after: lease.max(wait * 2),
     });
     let sent_at = Instant::now();
     let epoch = inner.replicas.ticket(&unseen.mutexes[0].keys.lock);
@@ -76,9 +74,21 @@ pub(crate) async fn take_all(
         ));
     }
     if let Err(e) = inner.replicas.acquired(epoch).await {
-        // Still armed: the drop releases every member.
-        let name = unseen.mutexes[0].name.clone();
-        return Err(crate::error::rolled_back(&name, e));
+        // Given back before the error, as a single acquire's is; a release that fails leaves
+        // the undo armed, and the drop hands it to the reaper.
+        let mut released = true;
+        for m in &unseen.mutexes {
+            released &= inner
+                .release_mutex(&m.keys, &unseen.owner, false)
+                .await
+                .is_ok();
+        }
+        let names: Vec<&str> = unseen.mutexes.iter().map(|m| &*m.name).collect();
+        let e = crate::error::rolled_back(&names.join(", "), e);
+        if released {
+            unseen.disarm();
+        }
+        return Err(e);
     }
     let Unseen { mutexes, owner, .. } = unseen.disarm();
     Ok(Taken::All(
@@ -106,12 +116,13 @@ struct Unseen {
     mutexes: Vec<RedisMutex>,
     owner: String,
     wait: Duration,
+    moot_after: Duration,
 }
 
 impl Undo for Unseen {
     fn undo(self) {
         for m in &self.mutexes {
-            m.leave_later(&self.owner, self.wait);
+            m.leave_within(&self.owner, self.wait, self.moot_after);
         }
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::ErrorKind;
+use lockkit_core::{AcquireOptions, ErrorKind};
 use lockkit_redis::LockKeys;
 
 fn names(tag: &str, n: usize) -> Vec<String> {
@@ -127,4 +127,37 @@ async fn a_member_of_another_type_fails_the_set_and_takes_nothing() {
         .release()
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_and_redisson_sets_go_member_by_member() {
+    let server = PrivateRedis::start(&[]);
+    let mut admin = admin(&server.url()).await;
+    let names = names("by-member", 4);
+    let native = connect(&server.url(), &[]).await;
+    let compat = connect(&server.url(), &[("redisson_compat", "true")]).await;
+    let fair = AcquireOptions::new().fair(true).no_wait();
+    let plain = AcquireOptions::new().no_wait();
+    for (locks, opts, what) in [
+        (&native, fair, "a fair set"),
+        (&compat, plain, "a set on Redisson's layout"),
+    ] {
+        let set = locks.multi(&names).unwrap();
+        // The first run loads the scripts.
+        set.acquire(&opts)
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let before = scripts_run(&mut admin).await;
+        let g = set.acquire(&opts).await.unwrap().expect("a free set");
+        assert_eq!(
+            scripts_run(&mut admin).await - before,
+            4,
+            "{what} takes one script per member"
+        );
+        g.release().await.unwrap();
+    }
 }

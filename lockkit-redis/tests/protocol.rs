@@ -2,8 +2,8 @@
 //!
 //! - an acquire resent after a dropped connection (redis-rs does so in cluster mode) takes its
 //!   own hold up again and never queues behind itself: the mutex, the read-write lock and the
-//!   semaphore, native and on Redisson's layouts, one hold, share or set of permits each; a
-//!   resent reentry counts one hold;
+//!   semaphore, native and on Redisson's layouts, one hold, share or set of permits each, and a
+//!   multi-lock's one-step take; a resent reentry counts one hold;
 //! - a hand-off lasts the waiter's own grant, whatever the releaser's settings;
 //! - the end of a fixed lease and `close()` hand a held lock to the next waiter;
 //! - a release on a just-demoted primary, or one an ACL refuses a command inside the script,
@@ -101,6 +101,56 @@ async fn a_resent_try_lock_takes_its_own_hold_up_again() {
         "one hold, not two"
     );
     del(&mut admin, &k.lock).await;
+}
+
+/// A multi-lock's one-step take of `keys` for `owner`: `[1, tokens…]` or `[0, busy member]`.
+async fn raw_take_all(
+    admin: &mut redis::aio::MultiplexedConnection,
+    keys: &[LockKeys],
+    owner: &str,
+) -> Vec<i64> {
+    let script = redis::Script::new(lockkit_redis::scripts::TAKE_ALL);
+    let mut inv = script.prepare_invoke();
+    for k in keys {
+        inv.key(&k.lock).key(&k.fence);
+    }
+    inv.arg(owner).arg(30_000).arg(3_600_000);
+    inv.invoke_async(admin).await.unwrap()
+}
+
+/// A multi-lock's one-step take (issue 29) resent after its first run took the set takes its
+/// own holds up again, with new tokens, and never answers busy to itself.
+#[tokio::test]
+async fn a_resent_take_of_a_set_takes_its_own_holds_up_again() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let keys: Vec<LockKeys> = (0..3)
+        .map(|i| LockKeys::mutex("lockkit", &unique_name(&format!("resend-set-{i}"))))
+        .collect();
+    let owner = "resend-client:9";
+    let first = raw_take_all(&mut admin, &keys, owner).await;
+    assert_eq!(first[0], 1);
+    // The reply was lost; redis-rs sends the same script again.
+    let second = raw_take_all(&mut admin, &keys, owner).await;
+    assert_eq!(second[0], 1, "a resent take reported its own holds as busy");
+    for (i, k) in keys.iter().enumerate() {
+        assert!(
+            second[i + 1] > first[i + 1],
+            "tokens {first:?} then {second:?}"
+        );
+        assert_eq!(
+            hold_count(&mut admin, k, owner).await,
+            1,
+            "one hold, not two"
+        );
+    }
+    // Another owner finds the set busy at its first member, and takes nothing.
+    let busy = raw_take_all(&mut admin, &keys, "someone-else:1").await;
+    assert_eq!(busy, vec![0, 1]);
+    for k in &keys {
+        assert_eq!(hold_count(&mut admin, k, "someone-else:1").await, 0);
+        del(&mut admin, &k.lock).await;
+    }
 }
 
 #[tokio::test]

@@ -111,6 +111,7 @@ macro_rules! conformance_suite {
             multi_never_returns_a_lost_member,
             multi_mixes_read_and_write_members,
             multi_budget_is_for_the_whole_set,
+            multi_watchdog_keeps_every_member,
             rw_readers_share,
             rw_writer_is_exclusive,
             rw_waiting_writer_blocks_new_readers,

@@ -55,6 +55,7 @@ pub(crate) async fn take_all(
     }
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
     let mut made_dirs = false;
+    let me = client.session_id().0;
     let created = loop {
         let mut multi = client.new_multi_writer();
         for (d, p) in dirs.iter().zip(&prefixes) {
@@ -70,10 +71,15 @@ pub(crate) async fn take_all(
             Err(zk::MultiWriteError::OperationFailed {
                 source: zk::Error::NoNode,
                 ..
-            }) if !made_dirs => {
+            }) => {
                 // A directory does not exist yet (or its container was reaped): make them all
-                // and try once more. Nothing was created.
+                // and try once more; the ordered acquire that follows a second miss rides out
+                // containers reaped again. Nothing was created.
                 drop(listed);
+                if made_dirs {
+                    cleanup.disarm();
+                    return Ok(Taken::NotHere);
+                }
                 for d in &dirs {
                     session.ensure_dir(&client, d).await?;
                 }
@@ -128,11 +134,11 @@ pub(crate) async fn take_all(
     // is read from the node.
     let mut parts = Vec::with_capacity(nodes.len());
     for ((path, stat, prefix), name) in nodes.into_iter().zip(&names) {
-        let czxid = if stat.czxid > 0 {
-            stat.czxid
+        let stat = if stat.czxid > 0 {
+            stat
         } else {
             match client.check_stat(&path).await {
-                Ok(Some(stat)) => stat.czxid,
+                Ok(Some(stat)) => stat,
                 Ok(None) => {
                     delete_now(cleanup).await;
                     return Err(Error::new(
@@ -143,6 +149,13 @@ pub(crate) async fn take_all(
                 Err(e) => return Err(map(e, "cannot read a multi-lock member")),
             }
         };
+        if stat.ephemeral_owner != me {
+            return Err(Error::new(
+                ErrorKind::WrongType,
+                format!("node {path} of a multi-lock is not owned by our session"),
+            ));
+        }
+        let czxid = stat.czxid;
         let node = Node {
             client: client.clone(),
             path,

@@ -44,11 +44,17 @@ impl RedisMutex {
     /// once it stops renewing it (natively its heartbeat timeout; in Redisson's fair queue, its
     /// wait). Called when an acquire's claim is left or abandoned.
     pub(crate) fn leave_later(&self, owner: &str, wait: Duration) {
-        let (keys, owner) = (self.keys.clone(), owner.to_string());
         // A waiter that never left is skipped once its place lapses, and natively a lock
         // handed to it lapses after as long.
+        self.leave_within(owner, wait, wait * 2);
+    }
+
+    /// [`leave_later`](Self::leave_later), tried for `moot_after` (for a lock `owner` may have
+    /// taken itself: its lease).
+    pub(crate) fn leave_within(&self, owner: &str, wait: Duration, moot_after: Duration) {
+        let (keys, owner) = (self.keys.clone(), owner.to_string());
         self.inner
-            .reap("leave a lock queue", wait * 2, move |inner| {
+            .reap("leave a lock queue", moot_after, move |inner| {
                 let (keys, owner) = (keys.clone(), owner.clone());
                 async move { inner.leave_queue(&keys, &owner, wait).await }
             });

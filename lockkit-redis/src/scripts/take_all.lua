@@ -5,13 +5,16 @@
 -- ARGV[1] owner, ARGV[2] lease ms, ARGV[3] fencing counter TTL ms
 -- Returns {1, token, token, ...} (one per member, in order) when every member was taken,
 -- {0, i} when member i (1-based) was busy.
+-- A resent request (redis-rs resends after a dropped connection or a failover) whose first run
+-- took the set finds its own holds and takes them up again, with new tokens: it never answers
+-- busy to itself.
 local n = #KEYS / 2
 for i = 1, n do
   local held, err = lock_fields(KEYS[2 * i - 1])
   if not held then
     return err
   end
-  if held > 0 then
+  if held > 0 and redis.call('hexists', KEYS[2 * i - 1], ARGV[1]) == 0 then
     return {0, i}
   end
 end
@@ -20,8 +23,8 @@ local out = {1}
 for i = 1, n do
   local r = take_hash(KEYS[2 * i - 1], ARGV[1], ARGV[2], KEYS[2 * i], ARGV[3], t)
   if r.err then
-    -- A counter of another type (or a failing command): give back what was taken, so the set
-    -- stays all or none.
+    -- A counter of another type (or a failing command): give back what was taken (each was
+    -- free or ours), so the set stays all or none.
     for j = 1, i - 1 do
       redis.call('del', KEYS[2 * j - 1])
     end

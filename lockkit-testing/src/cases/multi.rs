@@ -267,6 +267,30 @@ pub async fn multi_budget_is_for_the_whole_set(locks: &Locks) {
     none_locked(locks, &refs, "after a budget that ran out").await;
 }
 
+/// The watchdog keeps every member of a set past three leases, however the set was taken (in
+/// one step or member by member), and a try of any member meanwhile is refused.
+pub async fn multi_watchdog_keeps_every_member(locks: &Locks) {
+    let names: Vec<String> = (0..3).map(|i| name(&format!("multi-dog-{i}"))).collect();
+    let g = locks
+        .multi(&names)
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(SHORT))
+        .await
+        .unwrap()
+        .expect("a free set");
+    tokio::time::sleep(SHORT * 3).await;
+    assert_eq!(g.state(), LockState::Held, "the set after three leases");
+    for n in &names {
+        assert!(
+            mutex(locks, n).try_lock().await.unwrap().is_none(),
+            "{n} was free while the set was held"
+        );
+    }
+    g.release().await.unwrap();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    none_locked(locks, &refs, "after release").await;
+}
+
 /// Multi-locks over crossing sets in two processes never deadlock: a child process takes
 /// `[b, a]` 15 times while this one takes `[a, b]` over and over, until the child, its rounds
 /// done, holds the set; that keeps this process out of both members until the child is killed
