@@ -22,11 +22,16 @@ use crate::{election, multi, mutex, node, ops, queue, rwlock, semaphore};
 #[derive(Debug)]
 pub struct ZkBackend {
     sessions: Arc<Sessions>,
+    /// Whether this handle's last one-step multi-lock take found its set busy (see `multi.rs`).
+    contended: std::sync::atomic::AtomicBool,
 }
 
 impl ZkBackend {
     pub(crate) fn new(sessions: Arc<Sessions>) -> Self {
-        ZkBackend { sessions }
+        ZkBackend {
+            sessions,
+            contended: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 }
 
@@ -98,7 +103,8 @@ impl Backend for ZkBackend {
         members: &[lockkit_core::Member<'_>],
         req: &Request,
     ) -> Result<Taken<Vec<GuardParts>>> {
-        multi::take_all(&self.sessions, members, req, |n| self.mutex_path(n)).await
+        let dir = |n: &str| self.mutex_path(n);
+        multi::take_all(&self.sessions, members, req, dir, &self.contended).await
     }
 
     fn rwlock(&self, name: &str) -> Result<Box<dyn RawRwLock>> {

@@ -1,13 +1,19 @@
 //! A multi-lock's mutexes in one step: one `multi` creates our node in every member's
 //! directory, all or none, and the directories are listed in the same round trip (ZooKeeper
 //! answers one session's requests in order). Where every node of ours is first, the set is
-//! held, in about one round trip where the core would otherwise take one per member.
+//! held, in one round trip where the core would otherwise take one per member.
 //!
-//! Where any is not first (a holder or a waiter was there before us), every node is deleted
-//! again and the set is busy: the core then queues member by member, in its global order (nodes
-//! kept in several queues at once, each behind someone, could deadlock with a set taken in
-//! order). Only mutexes.
+//! Once a take found its set busy, the handle's next take looks first: every member's directory
+//! listed in one round trip of reads, and the multi only when all are empty, so that under
+//! contention a busy set costs one read instead of two writes (a multi of creates and one of
+//! deletes). Measured both ways (benches/multi.rs), each is the faster where it is used.
+//!
+//! A look that finds anyone, or a node of ours that is not first, makes the set busy, the nodes
+//! deleted again at once: the core then queues
+//! member by member, in its global order (nodes kept in several queues at once, each behind
+//! someone, could deadlock with a set taken in order). Only mutexes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use lockkit_core::spi::{GuardParts, Request, Taken};
@@ -19,6 +25,7 @@ use crate::held;
 use crate::mutex::MARKERS;
 use crate::node::{self, MUTEX_MARKER};
 use crate::queue::{decide, delete_now, Cleanup, Node, Rule, Spec, Turn, Unclaimed, NODE_DATA};
+use crate::session::Session;
 use crate::sessions::Sessions;
 
 /// Takes every member of `members` at once, when one `multi` can (`dir`: a mutex's directory).
@@ -27,6 +34,7 @@ pub(crate) async fn take_all(
     members: &[Member<'_>],
     req: &Request,
     dir: impl Fn(&str) -> String,
+    contended: &AtomicBool,
 ) -> Result<Taken<Vec<GuardParts>>> {
     if members.len() < 2 {
         return Ok(Taken::NotHere);
@@ -41,6 +49,36 @@ pub(crate) async fn take_all(
     let session = sessions.for_lease(req.lease().duration()).await?;
     let client = session.client()?;
     let dirs: Vec<String> = names.iter().map(|n| dir(n)).collect();
+    if contended.load(Ordering::Relaxed) && !all_empty(&client, &dirs).await? {
+        return Ok(Taken::Busy);
+    }
+    let taken = take(&session, &client, &names, &dirs, req).await;
+    contended.store(matches!(taken, Ok(Taken::Busy)), Ordering::Relaxed);
+    taken
+}
+
+/// Whether every one of `dirs` is empty (or absent), in one round trip of reads.
+async fn all_empty(client: &zk::Client, dirs: &[String]) -> Result<bool> {
+    let looks: Vec<_> = dirs.iter().map(|d| client.list_children(d)).collect();
+    let mut empty = true;
+    for look in looks {
+        match look.await {
+            Ok(children) => empty &= children.is_empty(),
+            Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(map(e, "cannot list a multi-lock member")),
+        }
+    }
+    Ok(empty)
+}
+
+/// The multi of creates and its listings: the set, or busy.
+async fn take(
+    session: &Arc<Session>,
+    client: &zk::Client,
+    names: &[&str],
+    dirs: &[String],
+    req: &Request,
+) -> Result<Taken<Vec<GuardParts>>> {
     let prefixes: Vec<String> = dirs
         .iter()
         .map(|_| {
@@ -80,7 +118,7 @@ pub(crate) async fn take_all(
                     cleanup.disarm();
                     return Ok(Taken::NotHere);
                 }
-                for d in &dirs {
+                for d in dirs {
                     session.ensure_dir(&client, d).await?;
                 }
                 made_dirs = true;
@@ -107,7 +145,7 @@ pub(crate) async fn take_all(
         nodes.push((path, stat, prefix.clone()));
     }
     let mut first_everywhere = true;
-    for (((path, _, _), list), d) in nodes.iter().zip(listed).zip(&dirs) {
+    for (((path, _, _), list), d) in nodes.iter().zip(listed).zip(dirs) {
         let children = list
             .await
             .map_err(|e| map(e, "cannot list a multi-lock member"))?;
@@ -133,7 +171,7 @@ pub(crate) async fn take_all(
     // Some servers answer a multi's create with an empty stat (ZOOKEEPER-4026): then the token
     // is read from the node.
     let mut parts = Vec::with_capacity(nodes.len());
-    for ((path, stat, prefix), name) in nodes.into_iter().zip(&names) {
+    for ((path, stat, prefix), name) in nodes.into_iter().zip(names) {
         let stat = if stat.czxid > 0 {
             stat
         } else {

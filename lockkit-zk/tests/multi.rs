@@ -1,6 +1,7 @@
 //! Issue 29, part 3: a multi-lock of mutexes is taken by one `multi` of creates when our node
 //! is first in every member's directory (every member's token is that one transaction's zxid);
-//! a set with a busy member leaves no node of ours behind and then waits member by member.
+//! a set with a busy member leaves no node of ours behind and then waits member by member; after
+//! a busy set the handle looks before it writes, and a free set is still one `multi`.
 
 mod common;
 
@@ -51,5 +52,14 @@ async fn a_free_set_is_one_multi_and_a_busy_one_leaves_no_node() {
         .expect("the set once its busy member is released");
     assert!(g.token(&names[2]).unwrap().0 > tokens[2]);
     release.await.unwrap();
+    g.release().await.unwrap();
+
+    // After a busy take the handle looks before it writes; a free set is still one multi.
+    let g = set.try_lock().await.unwrap().expect("a free set");
+    let again: Vec<u64> = g.tokens().iter().map(|(_, t)| t.0).collect();
+    assert!(
+        again.windows(2).all(|w| w[0] == w[1]),
+        "one zxid: {again:?}"
+    );
     g.release().await.unwrap();
 }
