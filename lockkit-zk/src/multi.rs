@@ -87,7 +87,7 @@ async fn take(
         })
         .collect();
     // Armed before the multi is sent: one whose answer never comes may still be applied.
-    let mut cleanup: Cleanup = Unclaimed::armed(&session, client.clone());
+    let mut cleanup: Cleanup = Unclaimed::armed(session, client.clone());
     for (d, p) in dirs.iter().zip(&prefixes) {
         cleanup.push_prefix(d, p);
     }
@@ -119,7 +119,7 @@ async fn take(
                     return Ok(Taken::NotHere);
                 }
                 for d in dirs {
-                    session.ensure_dir(&client, d).await?;
+                    session.ensure_dir(client, d).await?;
                 }
                 made_dirs = true;
             }
@@ -161,7 +161,7 @@ async fn take(
     }
     if !first_everywhere {
         give_back(
-            &client,
+            client,
             cleanup,
             nodes.iter().map(|(path, ..)| path.as_str()),
         )
@@ -206,7 +206,7 @@ async fn take(
     Ok(Taken::All(
         parts
             .into_iter()
-            .map(|(node, name)| held::parts(&session, name, vec![node], req.lease(), None))
+            .map(|(node, name)| held::parts(session, name, vec![node], req.lease(), None))
             .collect(),
     ))
 }
