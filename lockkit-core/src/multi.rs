@@ -250,6 +250,11 @@ impl MultiLock {
         match self.take_all(opts, deadline).await? {
             Taken::All(set) => return Ok(Some(set)),
             Taken::Busy if opts.wait == Wait::None => return Ok(None),
+            // A step that used up the budget (a server that does not answer) ends the acquire:
+            // the members' own tries would each take the kernel's grace again.
+            _ if opts.wait != Wait::None && deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Ok(None)
+            }
             Taken::Busy | Taken::NotHere => {}
         }
         loop {

@@ -161,3 +161,50 @@ async fn fair_and_redisson_sets_go_member_by_member() {
         g.release().await.unwrap();
     }
 }
+
+/// A set begun while the server is frozen (SIGSTOP) ends within its budget plus the kernel's
+/// 100 ms (and a little for a loaded machine), and once the server wakes and runs the script
+/// after all, the members it took are given back: another handle gets the set at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_begun_in_a_freeze_keeps_its_budget_and_leaves_nothing() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let other = connect(&server.url(), &[]).await;
+    let names = names("frozen", 3);
+    let set = locks.multi(&names).unwrap();
+    set.try_lock()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.pause();
+    let budget = Duration::from_millis(600);
+    let started = std::time::Instant::now();
+    let r = set.lock_for(budget).await;
+    let took = started.elapsed();
+    server.resume();
+    assert!(
+        !matches!(r, Ok(Some(_))),
+        "a set granted by a frozen server"
+    );
+    assert!(
+        took < budget + Duration::from_millis(100 + 200),
+        "a wait of {budget:?} took {took:?} in a freeze"
+    );
+    let started = std::time::Instant::now();
+    let g = other
+        .multi(&names)
+        .unwrap()
+        .lock_for(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .expect("the set once the server is back");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the frozen take's members were given back only after {:?}",
+        started.elapsed()
+    );
+    g.release().await.unwrap();
+}

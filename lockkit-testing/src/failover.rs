@@ -393,10 +393,11 @@ pub async fn free_soon_after(mutex: &lockkit_core::Mutex, what: &str) -> LockGua
 }
 
 /// Releases a frozen server (SIGSTOP of `member`, past the command timeout) never answers, a
-/// release future dropped half-way, a semaphore wait and a multi-lock wait that time out in the
-/// freeze leave nothing on the live sessions: once the server is back, `c` gets the mutexes, the
-/// multi-lock's member it had taken and the permit at once. The multi-lock's wait ends within
-/// its budget plus the kernel's 100 ms for cleanup (and a little for a loaded machine). `a`
+/// release future dropped half-way, a semaphore wait and multi-lock waits that time out in the
+/// freeze (one waiting when it began, one begun in it) leave nothing on the live sessions: once
+/// the server is back, `c` gets the mutexes, the multi-locks' members and the permit at once.
+/// Each multi-lock's wait ends within its budget plus the kernel's 100 ms for cleanup (and a
+/// little for a loaded machine). `a`
 /// holds, `b` waits for the permit and the multi-lock; all three use names under `base`.
 pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
     (a, b, c): (&Locks, &Locks, &Locks),
@@ -440,6 +441,20 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
     };
     tokio::time::sleep(Duration::from_millis(300)).await; // its entry is in place
     let frozen = Outage::pause(member);
+    // A multi-lock of free members begun in the freeze: where the backend takes a set in one
+    // step, that step gets no answer (and may be applied when the server wakes).
+    let fresh = [
+        format!("{base}/frozen-set-a"),
+        format!("{base}/frozen-set-b"),
+    ];
+    let fresh_waiter = {
+        let m = c.multi(&fresh).unwrap();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = m.lock_for(budget).await;
+            (r.map(|g| g.is_some()), started.elapsed())
+        })
+    };
     let r = tokio::time::timeout(Duration::from_secs(10), released.release())
         .await
         .expect("a release returns within its bound");
@@ -466,9 +481,27 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
         took < budget + Duration::from_millis(100 + 200),
         "a multi-lock wait of {budget:?} took {took:?} in a freeze"
     );
+    let (r, took) = tokio::time::timeout(Duration::from_secs(10), fresh_waiter)
+        .await
+        .expect("the fresh multi-lock ends")
+        .unwrap();
+    assert!(
+        !matches!(r, Ok(true)),
+        "a multi-lock granted by a frozen server"
+    );
+    assert!(
+        took < budget + Duration::from_millis(100 + 200),
+        "a fresh multi-lock of {budget:?} took {took:?} in a freeze"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     frozen.end();
-    for n in [&released_name, &dropped_name, &multi_free] {
+    for n in [
+        &released_name,
+        &dropped_name,
+        &multi_free,
+        &fresh[0],
+        &fresh[1],
+    ] {
         let g = free_soon_after(&c.mutex(n).unwrap(), n).await;
         g.release().await.unwrap();
     }
