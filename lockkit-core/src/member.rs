@@ -30,4 +30,16 @@ impl Member<'_> {
             Member::Read(_) | Member::Write(_) => Primitive::RwLock,
         }
     }
+
+    /// The names of `members` when every one is a mutex, else `None`: what a backend's atomic
+    /// take of mutexes takes.
+    pub fn mutex_names<'a>(members: &[Member<'a>]) -> Option<Vec<&'a str>> {
+        members
+            .iter()
+            .map(|m| match m {
+                Member::Mutex(n) => Some(*n),
+                Member::Read(_) | Member::Write(_) => None,
+            })
+            .collect()
+    }
 }

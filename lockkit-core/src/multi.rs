@@ -301,6 +301,10 @@ impl MultiLock {
         opts: &AcquireOptions,
         deadline: Option<Instant>,
     ) -> Result<Taken<MultiGuard>> {
+        if self.members.len() < 2 {
+            // One member: its own acquire is one round trip already, and queues at once.
+            return Ok(Taken::NotHere);
+        }
         let members: Vec<Member<'_>> = self.members.iter().map(Handle::member).collect();
         let named: Vec<(Primitive, Arc<str>)> = members
             .iter()

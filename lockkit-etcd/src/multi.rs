@@ -26,16 +26,9 @@ pub(crate) async fn take_all(
     members: &[Member<'_>],
     req: &Request,
 ) -> Result<Taken<Vec<GuardParts>>> {
-    if members.len() < 2 || !req.lease().is_watchdog() {
+    let Some(names) = Member::mutex_names(members).filter(|_| req.lease().is_watchdog()) else {
         return Ok(Taken::NotHere);
-    }
-    let mut names = Vec::with_capacity(members.len());
-    for m in members {
-        let Member::Mutex(name) = m else {
-            return Ok(Taken::NotHere);
-        };
-        names.push(*name);
-    }
+    };
     let session = inner.session(req.lease().duration()).await?;
     let prefixes: Vec<Vec<u8>> = names.iter().map(|n| inner.prefix(Kind::Mutex, n)).collect();
     let mut watches: Vec<Arc<NameWatch>> = Vec::with_capacity(prefixes.len());

@@ -23,16 +23,16 @@ pub(crate) async fn take_all(
     req: &Request,
 ) -> Result<Taken<Vec<GuardParts>>> {
     let cluster = inner.settings.topology.is_cluster();
-    if inner.settings.redisson_compat || req.fair() || cluster || members.len() < 2 {
+    let Some(names) = Member::mutex_names(members) else {
+        return Ok(Taken::NotHere);
+    };
+    if inner.settings.redisson_compat || req.fair() || cluster {
         return Ok(Taken::NotHere);
     }
-    let mut mutexes = Vec::with_capacity(members.len());
-    for m in members {
-        let Member::Mutex(name) = m else {
-            return Ok(Taken::NotHere);
-        };
-        mutexes.push(RedisMutex::new(inner.clone(), name)?);
-    }
+    let mutexes = names
+        .iter()
+        .map(|n| RedisMutex::new(inner.clone(), n))
+        .collect::<Result<Vec<_>>>()?;
     let owner = inner.new_owner();
     let lease = req.lease().duration();
     let wait = inner.settings.waiter_timeout();

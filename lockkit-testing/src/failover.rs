@@ -392,6 +392,21 @@ pub async fn free_soon_after(mutex: &lockkit_core::Mutex, what: &str) -> LockGua
     g
 }
 
+/// A multi-lock wait on `names` through `locks`, spawned: whether it got the set, and how long
+/// it took.
+fn multi_wait(
+    locks: &Locks,
+    names: &[&str],
+    budget: Duration,
+) -> tokio::task::JoinHandle<(lockkit_core::Result<bool>, Duration)> {
+    let m = locks.multi(names).unwrap();
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let r = m.lock_for(budget).await;
+        (r.map(|g| g.is_some()), started.elapsed())
+    })
+}
+
 /// Releases a frozen server (SIGSTOP of `member`, past the command timeout) never answers, a
 /// release future dropped half-way, a semaphore wait and multi-lock waits that time out in the
 /// freeze (one waiting when it began, one begun in it) leave nothing on the live sessions: once
@@ -429,16 +444,7 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
     };
     // Takes `multi_free`, then waits for `released_name`, which `a` holds.
     let budget = Duration::from_millis(1200);
-    let multi_waiter = {
-        let m = b
-            .multi([multi_free.as_str(), released_name.as_str()])
-            .unwrap();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let r = m.lock_for(budget).await;
-            (r.map(|g| g.is_some()), started.elapsed())
-        })
-    };
+    let multi_waiter = multi_wait(b, &[&multi_free, &released_name], budget);
     tokio::time::sleep(Duration::from_millis(300)).await; // its entry is in place
     let frozen = Outage::pause(member);
     // A multi-lock of free members begun in the freeze: where the backend takes a set in one
@@ -447,14 +453,7 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
         format!("{base}/frozen-set-a"),
         format!("{base}/frozen-set-b"),
     ];
-    let fresh_waiter = {
-        let m = c.multi(&fresh).unwrap();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let r = m.lock_for(budget).await;
-            (r.map(|g| g.is_some()), started.elapsed())
-        })
-    };
+    let fresh_waiter = multi_wait(c, &[&fresh[0], &fresh[1]], budget);
     let r = tokio::time::timeout(Duration::from_secs(10), released.release())
         .await
         .expect("a release returns within its bound");
@@ -469,30 +468,23 @@ pub async fn releases_and_permit_waits_in_a_freeze_leave_nothing(
         !matches!(r, Ok(Some(_))),
         "a permit granted by a frozen server"
     );
-    let (r, took) = tokio::time::timeout(Duration::from_secs(10), multi_waiter)
-        .await
-        .expect("the multi-lock wait ends")
-        .unwrap();
-    assert!(
-        !matches!(r, Ok(true)),
-        "a multi-lock granted by a frozen server"
-    );
-    assert!(
-        took < budget + Duration::from_millis(100 + 200),
-        "a multi-lock wait of {budget:?} took {took:?} in a freeze"
-    );
-    let (r, took) = tokio::time::timeout(Duration::from_secs(10), fresh_waiter)
-        .await
-        .expect("the fresh multi-lock ends")
-        .unwrap();
-    assert!(
-        !matches!(r, Ok(true)),
-        "a multi-lock granted by a frozen server"
-    );
-    assert!(
-        took < budget + Duration::from_millis(100 + 200),
-        "a fresh multi-lock of {budget:?} took {took:?} in a freeze"
-    );
+    for (waiter, what) in [
+        (multi_waiter, "waiting"),
+        (fresh_waiter, "begun in the freeze"),
+    ] {
+        let (r, took) = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the multi-lock wait ends")
+            .unwrap();
+        assert!(
+            !matches!(r, Ok(true)),
+            "a multi-lock ({what}) granted by a frozen server"
+        );
+        assert!(
+            took < budget + Duration::from_millis(100 + 200),
+            "a multi-lock wait ({what}) of {budget:?} took {took:?} in a freeze"
+        );
+    }
     tokio::time::sleep(Duration::from_secs(4)).await;
     frozen.end();
     for n in [

@@ -36,16 +36,9 @@ pub(crate) async fn take_all(
     dir: impl Fn(&str) -> String,
     contended: &AtomicBool,
 ) -> Result<Taken<Vec<GuardParts>>> {
-    if members.len() < 2 {
+    let Some(names) = Member::mutex_names(members) else {
         return Ok(Taken::NotHere);
-    }
-    let mut names = Vec::with_capacity(members.len());
-    for m in members {
-        let Member::Mutex(name) = m else {
-            return Ok(Taken::NotHere);
-        };
-        names.push(*name);
-    }
+    };
     let session = sessions.for_lease(req.lease().duration()).await?;
     let client = session.client()?;
     let dirs: Vec<String> = names.iter().map(|n| dir(n)).collect();

@@ -49,7 +49,8 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// when a member was held (or, for a fair `req`, had waiters before it) and nothing was
     /// taken, [`Taken::NotHere`] when this set cannot be taken in one step here (a member kind,
     /// layout or option the step does not cover, keys that do not share a server) and nothing
-    /// was sent. `req`'s lease applies to each member. The core's
+    /// was sent. `req`'s lease applies to each member; `members` are two or more, in the
+    /// multi-lock's global order ([`Member::mutex_names`] picks out a set of mutexes). The core's
     /// [`MultiLock`](crate::MultiLock) asks this first and, unless every member was taken,
     /// takes the members one by one in its global order (on `Busy`, an acquire that may not
     /// wait is over at once). By default `NotHere`.
