@@ -247,14 +247,13 @@ impl MultiLock {
             Wait::None => Some(Instant::now()),
             Wait::Forever => None,
         };
+        let had_budget = deadline.is_some_and(|d| Instant::now() < d);
         match self.take_all(opts, deadline).await? {
             Taken::All(set) => return Ok(Some(set)),
             Taken::Busy if opts.wait == Wait::None => return Ok(None),
-            // A step that used up the budget (a server that does not answer) ends the acquire:
-            // the members' own tries would each take the kernel's grace again.
-            _ if opts.wait != Wait::None && deadline.is_some_and(|d| Instant::now() >= d) => {
-                return Ok(None)
-            }
+            // A step that used up what budget there was (a server that does not answer) ends
+            // the acquire: the members' own tries would each take the kernel's grace again.
+            _ if had_budget && deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
             Taken::Busy | Taken::NotHere => {}
         }
         loop {
@@ -292,10 +291,11 @@ impl MultiLock {
 
     /// Every member at once, in one atomic step of the backend's
     /// ([`Backend::take_all`](crate::spi::Backend::take_all)), when it has one for this set.
-    /// A set with a member lost already is given back within the budget (`deadline`) and counts
-    /// as busy. A step that failed in a way worth trying again (a connection lost, a lease gone)
-    /// is left to ordered acquisition, which rides such failures out member by member; its
-    /// backend cleans up whatever the step may have done.
+    /// A set with a member lost by the time it is put together is given back within the budget
+    /// (`deadline`) and counts as busy. A step that failed in a way worth trying again (a
+    /// connection lost, a lease gone) is left to ordered acquisition, which rides such failures
+    /// out member by member (a `try_lock` answers the error); its backend cleans up whatever
+    /// the step may have done.
     async fn take_all(
         &self,
         opts: &AcquireOptions,
@@ -318,7 +318,9 @@ impl MultiLock {
             })
             .await;
         let taken = match taken {
-            Err(e) if e.is_retryable() => return Ok(Taken::NotHere),
+            // A try that may not wait answers the error: a fallback would cost another round
+            // trip, and could find what the failed step took and not yet gave back.
+            Err(e) if e.is_retryable() && opts.wait != Wait::None => return Ok(Taken::NotHere),
             taken => taken?,
         };
         Ok(match taken {

@@ -76,14 +76,16 @@ pub(crate) async fn take_all(
     if let Err(e) = inner.replicas.acquired(epoch).await {
         // Given back before the error, as a single acquire's is; a release that fails leaves
         // the undo armed, and the drop hands it to the reaper.
-        let mut released = true;
-        for m in &unseen.mutexes {
-            released &= inner
-                .release_mutex(&m.keys, &unseen.owner, false)
-                .await
-                .is_ok();
-        }
+        let releases = unseen
+            .mutexes
+            .iter()
+            .map(|m| inner.release_mutex(&m.keys, &unseen.owner, false));
+        let released = futures::future::join_all(releases)
+            .await
+            .iter()
+            .all(Result::is_ok);
         let names: Vec<&str> = unseen.mutexes.iter().map(|m| &*m.name).collect();
+        // Rolled back, or (a release failed) being rolled back in the background.
         let e = crate::error::rolled_back(&names.join(", "), e);
         if released {
             unseen.disarm();

@@ -149,6 +149,20 @@ async fn a_resent_take_of_a_set_takes_its_own_holds_up_again() {
     assert_eq!(busy, vec![0, 1]);
     for k in &keys {
         assert_eq!(hold_count(&mut admin, k, "someone-else:1").await, 0);
+    }
+    // The second member changes hands before a third run of ours (its answer lost again):
+    // that run finds the set busy and gives back the holds the earlier runs took.
+    del(&mut admin, &keys[1].lock).await;
+    let theirs = raw_take_all(&mut admin, &keys[1..2], "someone-else:2").await;
+    assert_eq!(theirs[0], 1);
+    let third = raw_take_all(&mut admin, &keys, owner).await;
+    assert_eq!(third, vec![0, 2]);
+    for k in &keys {
+        assert_eq!(
+            hold_count(&mut admin, k, owner).await,
+            0,
+            "a hold of ours was left"
+        );
         del(&mut admin, &k.lock).await;
     }
 }

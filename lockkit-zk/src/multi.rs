@@ -50,13 +50,14 @@ pub(crate) async fn take_all(
     taken
 }
 
-/// Whether every one of `dirs` is empty (or absent), in one round trip of reads.
+/// Whether no one of `dirs` holds a lock node (or exists), in one round trip of reads.
 async fn all_empty(client: &zk::Client, dirs: &[String]) -> Result<bool> {
     let looks: Vec<_> = dirs.iter().map(|d| client.list_children(d)).collect();
     let mut empty = true;
     for look in looks {
         match look.await {
-            Ok(children) => empty &= children.is_empty(),
+            // Only lock nodes count, as in `decide` (which skips anything else in the dir).
+            Ok(children) => empty &= !children.iter().any(|c| node::parse(c, MARKERS).is_some()),
             Err(zk::Error::NoNode) => {}
             Err(e) => return Err(map(e, "cannot list a multi-lock member")),
         }

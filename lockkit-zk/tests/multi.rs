@@ -1,7 +1,7 @@
 //! Issue 29, part 3: a multi-lock of mutexes is taken by one `multi` of creates when our node
 //! is first in every member's directory (every member's token is that one transaction's zxid);
 //! a set with a busy member leaves no node of ours behind; after a busy set the handle looks
-//! before it writes, and a free set is still one `multi`.
+//! before it writes, and a free set (a node that is no lock's aside) is still one `multi`.
 
 mod common;
 
@@ -41,7 +41,13 @@ async fn a_free_set_is_one_multi_and_a_busy_one_leaves_no_node() {
     }
     busy.release().await.unwrap();
 
-    // After a busy take the handle looks before it writes; a free set is still one multi.
+    // After a busy take the handle looks before it writes; a free set is still one multi, and
+    // a node that is no lock's (here in the first member's directory) does not make it busy.
+    let client = locks.zk_client().unwrap();
+    let junk = format!("{}/not-a-lock", locks.mutex_path(&names[0]));
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    client.create(&junk, b"", &persistent).await.unwrap();
     let g = set.try_lock().await.unwrap().expect("a free set");
     let again: Vec<u64> = g.tokens().iter().map(|(_, t)| t.0).collect();
     assert!(
@@ -49,4 +55,5 @@ async fn a_free_set_is_one_multi_and_a_busy_one_leaves_no_node() {
         "one zxid: {again:?}"
     );
     g.release().await.unwrap();
+    client.delete(&junk, None).await.unwrap();
 }

@@ -48,8 +48,8 @@ pub trait Backend: Any + Send + Sync + fmt::Debug {
     /// waiting: [`Taken::All`] with one part per member in the order of `members`, [`Taken::Busy`]
     /// when a member was held (or, for a fair `req`, had waiters before it) and nothing was
     /// taken, [`Taken::NotHere`] when this set cannot be taken in one step here (a member kind,
-    /// layout or option the step does not cover, keys that do not share a server) and nothing
-    /// was sent. `req`'s lease applies to each member; `members` are two or more, in the
+    /// layout or option the step does not cover, keys that do not share a server, a session
+    /// found gone) and nothing was taken. `req`'s lease applies to each member; `members` are two or more, in the
     /// multi-lock's global order ([`Member::mutex_names`] picks out a set of mutexes). The core's
     /// [`MultiLock`](crate::MultiLock) asks this first and, unless every member was taken,
     /// takes the members one by one in its global order (on `Busy`, an acquire that may not
@@ -131,7 +131,7 @@ pub enum Taken<T> {
     All(T),
     /// A member was busy: nothing was taken.
     Busy,
-    /// The set cannot be taken in one step here: nothing was sent.
+    /// The set cannot be taken in one step here: nothing was taken.
     NotHere,
 }
 
