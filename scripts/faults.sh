@@ -6,13 +6,17 @@
 #
 #   scripts/faults.sh run BACKEND TOPOLOGY [options]   one run against servers that are up
 #       BACKEND: etcd | zk | redis     TOPOLOGY: single | cluster (etcd 3 nodes, ZK ensemble,
-#       Redis primary + 2 replicas + 3 Sentinels)
+#       Redis primary + 2 replicas + 3 Sentinels) | primary (Redis: the Sentinel group's primary,
+#       reached directly, so that network faults reach its clients)
 #       --seed N (1)  --duration D (40s)  --workers K (3)  --every D (5s)
 #       --lease D (2s: the workers' watchdog lease, and etcd lease_ttl / ZooKeeper session_timeout)
 #       --pause D (how long pause-holder / pause-server stop their target; twice the lease)
 #       --wait-replicas auto|N|0 (Redis: the wait_replicas option; unset: its default, auto)
 #       --strict  --out DIR
-#       --hold-ms MIN-MAX (50-250)  --faults KIND,... (all)  --label L (report label)
+#       --hold-ms MIN-MAX (50-250)  --label L (report label)
+#       --faults KIND,... (the process faults: kill-holder, pause-holder, kill-leader, stop-leader,
+#       pause-server, restart-server; the network faults, which put a proxy on every worker's
+#       links: partition-holder, slow-holder, half-open-holder, reset-clients)
 #       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #       --require-timeouts (fail unless an acquire timed out while a fault was in effect)
@@ -34,6 +38,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 SERVICES=scripts/services.sh
 BIN=${CARGO_TARGET_DIR:-target}/debug/lockkit-faults
+# The linearizability checker (Porcupine, lockkit-faults/porcupine), built beside the harness.
+PORCUPINE=${CARGO_TARGET_DIR:-target}/debug/lockkit-porcupine
 JOBS=${LOCKKIT_CARGO_JOBS:-2}
 
 die() {
@@ -114,11 +120,27 @@ leader_of() {
 
 build() {
     cargo build -p lockkit-faults -j "$JOBS" >&2
+    command -v go >/dev/null 2>&1 || die "the go toolchain is required to build the linearizability checker"
+    local out
+    out=$(realpath -m "$PORCUPINE")
+    (cd lockkit-faults/porcupine && go build -o "$out" .) >&2
 }
 
 # with_query URL K=V[&K=V...] -> URL with the options added to its query
 with_query() {
     case $1 in *\?*) echo "$1&$2" ;; *) echo "$1?$2" ;; esac
+}
+
+# sentinel_primary redis+sentinel://H:P,.../NAME -> redis://ADDR of NAME's primary, as its first
+# Sentinel reports it
+sentinel_primary() {
+    local rest=${1#*://} first name addr
+    first=${rest%%[,/]*}
+    name=${rest##*/}
+    addr=$(redis-cli -h "${first%:*}" -p "${first##*:}" --raw SENTINEL get-master-addr-by-name "$name" | paste -sd:) ||
+        die "no primary for $name from the Sentinel at $first"
+    [ -n "$addr" ] || die "no primary for $name from the Sentinel at $first"
+    echo "redis://$addr"
 }
 
 # url_for BACKEND TOPOLOGY LEASE WAIT_REPLICAS URL_OPTS -> URL and GROUP on stdout (two lines)
@@ -137,6 +159,11 @@ url_for() {
         etcd:cluster) url="$LOCKKIT_TEST_ETCD_CLUSTER_URL?lease_ttl=$lease" group=etcd-cluster ;;
         zk:cluster) url="$LOCKKIT_TEST_ZK_ENSEMBLE_URL?session_timeout=$lease" group=zk-ensemble ;;
         redis:cluster) url="$LOCKKIT_TEST_REDIS_SENTINEL_URL" group=redis-sentinel ;;
+        redis:primary)
+            # The Sentinel group's primary, reached directly: Sentinel hands clients the
+            # primary's address, which would route them around the network faults' proxies.
+            url=$(sentinel_primary "$LOCKKIT_TEST_REDIS_SENTINEL_URL") group=redis-sentinel
+            ;;
         *) die "unknown backend/topology '$backend $topology'" ;;
     esac
     if [ -n "$wait" ]; then
@@ -194,7 +221,8 @@ cmd_run() {
     echo "==> faults: $backend $label seed $seed ($url)" >&2
     "$BIN" run --url "$url" --topology "$label" --group "$group" --ctl "$0 ctl" \
         --seed "$seed" --duration "$duration" --workers "$workers" --lease "$lease" \
-        --every "$every" --out "$out" ${strict[@]+"${strict[@]}"} ${extra[@]+"${extra[@]}"}
+        --every "$every" --out "$out" --porcupine "$PORCUPINE" \
+        ${strict[@]+"${strict[@]}"} ${extra[@]+"${extra[@]}"}
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -246,12 +274,19 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 # that stays alive); one pause in 20 s, whose window (4 + 6 + 1 s) ends 6 s before the run;
 # then an election row per backend: the workers campaign and resign instead of acquiring and
 # releasing (a leadership is a hold, its term the token the register fences with), while the
-# leader (holder) is killed and paused and the server leader killed, paused and restarted.
+# leader (holder) is killed and paused and the server leader killed, paused and restarted;
+# then a network row per backend (every worker reaches the servers through its own proxies): the
+# holder partitioned for 4 s and healed in place, its links slowed by 0.2-2 s, its connections
+# half-open for 4 s and then reset, and every worker's connections reset at once. Every run's
+# history goes through the fast checker and the linearizability checker (Porcupine); the strict
+# rows fail on any violation either finds.
 # Cluster topologies when the cluster profile starts; single servers otherwise.
 cmd_suite() {
     suite_env
     build
     export LOCKKIT_FAULTS_BUILT=1
+    # The linearizability checker's own tests: it must find each injected bug.
+    (cd lockkit-faults/porcupine && go test ./...) >&2 || die "the linearizability checker's tests failed"
     trap '"$SERVICES" down >&2 || true' EXIT
     local run=(--seed 1 --duration 40s --every 5s)
     local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000 --require-pause)
@@ -260,7 +295,9 @@ cmd_suite() {
     local in_lease=(--seed 1 --duration 20s --every 12s --faults pause-server --wait-ms 1200
         --url-opts command_timeout=1s --lease 6s --pause 4s --strict --require-timeouts)
     local election=(--seed 1 --duration 30s --every 5s --primitive election)
-    local t
+    local network=(--seed 1 --duration 36s --every 6s --strict
+        --faults partition-holder,slow-holder,half-open-holder,reset-clients)
+    local t redis_t
     if cluster_up; then
         suite_one etcd cluster "${run[@]}" --strict
         suite_one zk cluster "${run[@]}" --strict
@@ -289,6 +326,12 @@ cmd_suite() {
     suite_one etcd $t "${election[@]}" --strict --label $t-election
     suite_one zk $t "${election[@]}" --strict --label $t-election
     suite_one redis $t "${election[@]}" --label $t-election
+    # Network faults reach Redis only without Sentinel in the path: its primary, directly.
+    redis_t=$t
+    [ "$t" = cluster ] && redis_t=primary
+    suite_one etcd $t "${network[@]}" --label $t-network
+    suite_one zk $t "${network[@]}" --label $t-network
+    suite_one redis $redis_t "${network[@]}" --label $redis_t-network
     if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
         printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
         return 1

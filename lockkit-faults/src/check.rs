@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::clock::Micros;
 use crate::handoff::{self, Handoffs};
-use crate::history::{self, Claim, Findings, Hold, Write};
+use crate::history::{Claim, Findings, History, Hold, Write};
 use crate::proto::{FaultRecord, HoldRecord, LogLine, Msg, RunInfo};
 
 /// A paused holder must see `lost()` within this long after SIGCONT.
@@ -61,6 +61,12 @@ pub struct FaultOutcome {
     pub lost_after_resume_ms: Option<f64>,
     /// For a paused holder: whether it still held the lock when it was stopped.
     pub paused_mid_hold: Option<bool>,
+    /// For a holder cut off by a partition or a half-open connection: whether it still held
+    /// the lock when the fault began.
+    pub cut_mid_hold: Option<bool>,
+    /// For a holder cut off mid-hold: from the cut to its `lost()` resolving (`None`: it
+    /// never did). Its lease clock bounds it by the lease.
+    pub lost_after_cut_ms: Option<f64>,
     /// Acquires that timed out (see [`Report::acquire_timeouts`]) and were under way while the
     /// fault was in effect.
     pub acquire_timeouts: usize,
@@ -108,9 +114,13 @@ pub struct Report {
     pub errors: BTreeMap<String, usize>,
     /// Release outcomes by kind.
     pub releases: BTreeMap<String, usize>,
-    /// The history checker's findings over the same holds and writes (see [`history`]): an
-    /// overlap there is one whose earlier holder was not told `lost()` before the later began.
+    /// The history checker's findings over the same holds and writes (see
+    /// [`crate::history`]): an overlap there is a hold granted while another holder still
+    /// believed it held (its last look read it live) and had not been told `lost()`.
     pub history: Findings,
+    /// The history those findings are about, for the linearizability check.
+    #[serde(skip)]
+    pub history_input: History,
 }
 
 fn ms(d: i64) -> f64 {
@@ -129,6 +139,10 @@ pub fn check(lines: &[LogLine]) -> Report {
     let mut releases = BTreeMap::new();
     let (mut accepted, mut rejected, mut stale) = (0, 0, 0);
     let mut writes: Vec<Write> = Vec::new();
+    // Acquires as the history checker takes them: granted (worker, token, called, returned),
+    // and (worker, called) for those whose outcome is unknown.
+    let mut grants: Vec<(u32, u64, Micros, Micros)> = Vec::new();
+    let mut unknown: Vec<(u32, Micros)> = Vec::new();
     let mut max_accepted: Option<u64> = None;
     for line in lines {
         match line {
@@ -157,12 +171,26 @@ pub fn check(lines: &[LogLine]) -> Report {
                         rejected += 1;
                     }
                 }
-                Msg::Acquired { worker, token, at } => acquires.push((*at, *worker, *token)),
+                Msg::Acquired {
+                    worker,
+                    token,
+                    sent,
+                    at,
+                } => {
+                    acquires.push((*at, *worker, *token));
+                    grants.push((*worker, *token, *sent, *at));
+                }
                 Msg::Hold(h) => {
                     *releases.entry(h.release.clone()).or_insert(0) += 1;
                     holds.push(h.clone());
                 }
-                Msg::Error { kind, sent, at, .. } => {
+                Msg::Error {
+                    kind,
+                    sent,
+                    at,
+                    worker,
+                } => {
+                    unknown.push((*worker, *sent));
                     if kind == "Timeout" {
                         timeouts.push((*sent, *at));
                     }
@@ -226,21 +254,24 @@ pub fn check(lines: &[LogLine]) -> Report {
                 .iter()
                 .find(|(at, _, _)| *at > f.start)
                 .map(|(at, _, _)| ms((at - f.start) as i64));
-            let (mut lost_after, mut mid_hold) = (None, None);
-            if f.kind == "pause-holder" {
-                let paused = holds.iter().find(|h| {
-                    Some(h.worker) == f.worker && h.start <= f.start && h.released_at >= f.start
-                });
-                mid_hold = paused.map(|h| h.end >= f.start);
-                lost_after = paused
-                    .and_then(|h| h.lost_at)
-                    .map(|l| ms(l as i64 - f.end as i64));
-            }
+            // The holder a holder fault hit, and whether it hit it mid-hold.
+            let hit = holds.iter().find(|h| {
+                Some(h.worker) == f.worker && h.start <= f.start && h.released_at >= f.start
+            });
+            let mid_hold = hit.map(|h| h.end >= f.start);
+            let lost_after = |from: Micros| {
+                hit.and_then(|h| h.lost_at)
+                    .map(|l| ms(l as i64 - from as i64))
+            };
+            let paused = f.kind == "pause-holder";
+            let cut = f.kind == "partition-holder" || f.kind == "half-open-holder";
             FaultOutcome {
                 fault: f.clone(),
                 recovery_ms: recovery,
-                lost_after_resume_ms: lost_after,
-                paused_mid_hold: mid_hold,
+                lost_after_resume_ms: lost_after(f.end).filter(|_| paused),
+                paused_mid_hold: mid_hold.filter(|_| paused),
+                cut_mid_hold: mid_hold.filter(|_| cut),
+                lost_after_cut_ms: lost_after(f.start).filter(|_| cut && mid_hold == Some(true)),
                 acquire_timeouts: timeouts
                     .iter()
                     .filter(|(sent, at)| *sent <= f.end && *at >= f.start)
@@ -254,6 +285,11 @@ pub fn check(lines: &[LogLine]) -> Report {
         .map(|run| handoff::check(run, &acquires, &holds, &faults))
         .unwrap_or_default();
 
+    let history_input = History {
+        permits: 1,
+        holds: history_holds(&holds, &grants, &unknown, &faults),
+        writes,
+    };
     Report {
         run,
         holds: holds.len(),
@@ -278,26 +314,68 @@ pub fn check(lines: &[LogLine]) -> Report {
         ),
         errors,
         releases,
-        history: history::check(&history_holds(&holds), &writes, 1, 0),
+        history: history_input.check(0),
+        history_input,
     }
 }
 
-/// The holds as the history checker takes them: each believed from its grant until its end
-/// (work done or `lost()`). The run log has no acquire call times, so each grant is taken as
-/// called when it returned.
-fn history_holds(holds: &[HoldRecord]) -> Vec<Hold> {
-    holds
+/// The holds as the history checker takes them, each believed from its grant until the last
+/// instant its holder read it live (or `lost()` resolved, if that was earlier):
+/// - a finished hold is freed by its release's return when the release answered (`ok`, or
+///   `LockLost`: it was gone before), and at an unknown time otherwise;
+/// - a hold whose worker was killed (no finished hold for its grant) ends at the kill, freed at
+///   an unknown time (its lease ends it);
+/// - an acquire that failed has an unknown outcome.
+fn history_holds(
+    holds: &[HoldRecord],
+    grants: &[(u32, u64, Micros, Micros)],
+    unknown: &[(u32, Micros)],
+    faults: &[FaultRecord],
+) -> Vec<Hold> {
+    let finished: std::collections::HashSet<(u32, u64)> =
+        holds.iter().map(|h| (h.worker, h.token)).collect();
+    let kill_after = |worker: u32, at: Micros| {
+        faults
+            .iter()
+            .filter(|f| f.kind == "kill-holder" && f.worker == Some(worker) && f.start >= at)
+            .map(|f| f.start)
+            .min()
+    };
+    let answered = |release: &str| release == "ok" || release == "LockLost";
+    let done = holds.iter().map(|h| Hold {
+        worker: h.worker,
+        claim: Claim::Exclusive,
+        token: Some(h.token),
+        invoked: h.sent,
+        granted: Some(h.start),
+        lost: h.lost_at,
+        released: Some(h.believed_until),
+        freed_by: answered(&h.release).then_some(h.released_at),
+    });
+    let killed = grants
         .iter()
-        .map(|h| Hold {
-            worker: h.worker,
+        .filter(|(w, t, _, _)| !finished.contains(&(*w, *t)))
+        .map(|&(worker, token, sent, at)| Hold {
+            worker,
             claim: Claim::Exclusive,
-            token: Some(h.token),
-            invoked: h.start,
-            granted: Some(h.start),
-            lost: h.lost_at,
-            released: Some(h.end),
-        })
-        .collect()
+            token: Some(token),
+            invoked: sent,
+            granted: Some(at),
+            lost: None,
+            released: kill_after(worker, at),
+            freed_by: None,
+        });
+    let failed = unknown.iter().map(|&(worker, sent)| Hold {
+        worker,
+        claim: Claim::Exclusive,
+        token: None,
+        invoked: sent,
+        granted: None,
+        lost: None,
+        released: None,
+        freed_by: None,
+    });
+    done.chain(killed).chain(failed).collect()
 }
 
 impl Report {
@@ -310,6 +388,15 @@ impl Report {
                 o.lost_after_resume_ms
                     .is_none_or(|l| l > RESUME_LOST_LIMIT_MS)
             })
+            .count()
+    }
+
+    /// Holders cut off mid-hold that did not see `lost()` within `limit_ms` of the cut.
+    pub fn slow_cut_signals(&self, limit_ms: f64) -> usize {
+        self.faults
+            .iter()
+            .filter(|o| o.cut_mid_hold == Some(true))
+            .filter(|o| o.lost_after_cut_ms.is_none_or(|l| l > limit_ms))
             .count()
     }
 
@@ -334,8 +421,10 @@ mod tests {
             msg: Msg::Hold(HoldRecord {
                 worker,
                 token,
+                sent: start,
                 start,
                 end,
+                believed_until: end,
                 lost_at: lost.then_some(end),
                 release: if lost { "LockLost" } else { "ok" }.into(),
                 released_at: end + 1,
@@ -348,7 +437,12 @@ mod tests {
     fn acquired(worker: u32, token: u64, at: Micros) -> LogLine {
         LogLine::Msg {
             at,
-            msg: Msg::Acquired { worker, token, at },
+            msg: Msg::Acquired {
+                worker,
+                token,
+                sent: at,
+                at,
+            },
             accepted: None,
         }
     }
@@ -430,6 +524,54 @@ mod tests {
         assert_eq!(r.faults[0].acquire_timeouts, 2);
         assert_eq!(r.acquire_timeout_ms.max, Some(4.7));
         assert_eq!(r.errors.get("Connection"), Some(&1));
+    }
+
+    #[test]
+    fn the_history_ends_a_hold_at_its_last_live_look_or_at_the_kill_of_its_holder() {
+        // Worker 1 was paused right after its last look at 150 and told lost() at 5000, long
+        // after worker 2's grant at 2500: to the history it believed only up to 150.
+        let paused = LogLine::Msg {
+            at: 5000,
+            msg: Msg::Hold(HoldRecord {
+                believed_until: 150,
+                ..match hold(1, 10, 100, 5000, true) {
+                    LogLine::Msg {
+                        msg: Msg::Hold(h), ..
+                    } => h,
+                    _ => unreachable!(),
+                }
+            }),
+            accepted: None,
+        };
+        let kill = |worker, at| {
+            LogLine::Fault(FaultRecord {
+                kind: "kill-holder".into(),
+                target: format!("worker {worker}"),
+                worker: Some(worker),
+                start: at,
+                end: at,
+            })
+        };
+        let mut lines = vec![
+            acquired(1, 10, 100),
+            acquired(2, 11, 2500),
+            paused,
+            hold(2, 11, 2500, 2600, false),
+            // Worker 3 got the lock and was killed before it reported the hold.
+            acquired(3, 12, 3000),
+            kill(3, 3100),
+            acquired(4, 13, 6000),
+            hold(4, 13, 6000, 6100, false),
+        ];
+        let r = check(&lines);
+        assert!(r.history.ok(), "{:?}", r.history);
+        assert_eq!(r.unsignalled_overlaps, 0);
+        assert_eq!(r.history_input.holds.len(), 4);
+        // Without the kill, worker 3 believed to the end: worker 4's grant overlaps it.
+        lines.retain(|l| !matches!(l, LogLine::Fault(_)));
+        let r = check(&lines);
+        assert_eq!(r.history.overlaps.len(), 1, "{:?}", r.history);
+        assert_eq!(r.history.overlaps[0].held, vec![(3, Some(12))]);
     }
 
     #[test]

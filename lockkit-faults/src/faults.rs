@@ -24,18 +24,45 @@ pub enum FaultKind {
     PauseServer,
     /// Stop a server and start it again at once.
     RestartServer,
+    /// Cut the holder off from every server for twice its lease (nothing passes either way, its
+    /// sockets stay open), then heal in place: what was held is delivered late, in order.
+    PartitionHolder,
+    /// Delay everything on the holder's links by 200 ms to 2 s (random jitter, order kept) for
+    /// twice its lease: round trips longer than a renewal interval, some longer than the lease.
+    SlowHolder,
+    /// The holder's connections go half-open for twice its lease (the servers stop answering,
+    /// no FIN or RST comes), then are reset: the client must notice a dead peer by itself.
+    HalfOpenHolder,
+    /// Reset every worker's connections at once.
+    ResetClients,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order before shuffling.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::KillHolder,
         FaultKind::PauseHolder,
         FaultKind::KillLeader,
         FaultKind::StopLeader,
         FaultKind::PauseServer,
         FaultKind::RestartServer,
+        FaultKind::PartitionHolder,
+        FaultKind::SlowHolder,
+        FaultKind::HalfOpenHolder,
+        FaultKind::ResetClients,
     ];
+
+    /// Whether the fault acts on the workers' network links (they then reach the servers
+    /// through proxies, see [`crate::links`]).
+    pub fn is_network(self) -> bool {
+        matches!(
+            self,
+            FaultKind::PartitionHolder
+                | FaultKind::SlowHolder
+                | FaultKind::HalfOpenHolder
+                | FaultKind::ResetClients
+        )
+    }
 
     /// The kind's name on the command line and in the log.
     pub fn as_str(self) -> &'static str {
@@ -46,6 +73,10 @@ impl FaultKind {
             FaultKind::StopLeader => "stop-leader",
             FaultKind::PauseServer => "pause-server",
             FaultKind::RestartServer => "restart-server",
+            FaultKind::PartitionHolder => "partition-holder",
+            FaultKind::SlowHolder => "slow-holder",
+            FaultKind::HalfOpenHolder => "half-open-holder",
+            FaultKind::ResetClients => "reset-clients",
         }
     }
 }

@@ -167,8 +167,10 @@ mod tests {
         HoldRecord {
             worker,
             token,
+            sent: start,
             start,
             end: released_at,
+            believed_until: released_at,
             lost_at: None,
             release: "ok".into(),
             released_at,

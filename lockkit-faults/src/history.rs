@@ -22,6 +22,7 @@ use crate::clock::Micros;
 
 /// What one hold claims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "n", rename_all = "lowercase")]
 #[cfg_attr(
     not(test),
     expect(
@@ -55,6 +56,9 @@ pub struct Hold {
     pub lost: Option<Micros>,
     /// When the release was called, if it was.
     pub released: Option<Micros>,
+    /// By when the lock was surely given up: a release that answered (`None`: at a time nobody
+    /// saw, when its lease ended). The linearizability check bounds the hold's end with it.
+    pub freed_by: Option<Micros>,
 }
 
 impl Hold {
@@ -89,6 +93,25 @@ pub struct Violation {
     pub held: Vec<(u32, Option<u64>)>,
     /// When it began.
     pub at: Micros,
+}
+
+/// One lock's history: what [`check`] takes, and what `history.json` holds for the
+/// linearizability check (`lockkit-faults/porcupine`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct History {
+    /// The lock's capacity in permits (1 for a mutex, an RW lock or an election).
+    pub permits: u32,
+    /// Every acquire.
+    pub holds: Vec<Hold>,
+    /// Every write to the fenced register.
+    pub writes: Vec<Write>,
+}
+
+impl History {
+    /// Checks the history (see [`check`]).
+    pub fn check(&self, margin: Micros) -> Findings {
+        check(&self.holds, &self.writes, self.permits, margin)
+    }
 }
 
 /// What the checker found; [`Findings::ok`] says whether the history is clean.
@@ -239,6 +262,7 @@ mod tests {
             granted: Some(granted),
             lost: None,
             released: Some(released),
+            freed_by: Some(released + 1),
         }
     }
 
@@ -345,6 +369,30 @@ mod tests {
         let f = check(&over, &[], 3, 0);
         assert_eq!(f.overlaps.len(), 1, "{f:?}");
         assert_eq!(f.overlaps[0].later.0, 4);
+    }
+
+    #[test]
+    fn the_history_json_is_what_the_linearizability_checker_reads() {
+        let (holds, writes) = mutex_history();
+        let mut holds = holds[..1].to_vec();
+        holds.push(Hold {
+            claim: Claim::Permits(2),
+            token: None,
+            granted: None,
+            released: None,
+            freed_by: None,
+            ..holds[0].clone()
+        });
+        let h = History {
+            permits: 1,
+            holds,
+            writes: writes[..1].to_vec(),
+        };
+        // The same shape as the fixtures of lockkit-faults/porcupine/main_test.go.
+        assert_eq!(
+            serde_json::to_string(&h).unwrap(),
+            r#"{"permits":1,"holds":[{"worker":1,"claim":{"kind":"exclusive"},"token":1,"invoked":5,"granted":10,"lost":null,"released":20,"freed_by":21},{"worker":1,"claim":{"kind":"permits","n":2},"token":null,"invoked":5,"granted":null,"lost":null,"released":null,"freed_by":null}],"writes":[{"worker":0,"token":1,"invoked":12,"completed":[14,true]}]}"#
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@ mod faults;
 mod handoff;
 mod history;
 mod leftovers;
+mod linearizability;
+mod links;
 mod probe;
 mod proto;
 mod register;
@@ -95,6 +97,10 @@ enum Cmd {
     Check {
         /// The run's log.jsonl.
         log: PathBuf,
+        /// Also run the linearizability checker (writes history.json, and porcupine.html for a
+        /// history that is not linearizable, beside the log).
+        #[arg(long)]
+        porcupine: Option<PathBuf>,
     },
 }
 
@@ -156,7 +162,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Cmd::Check { log } => {
+        Cmd::Check { log, porcupine } => {
             let lines = match read_log(&log) {
                 Ok(lines) => lines,
                 Err(e) => {
@@ -169,6 +175,20 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 "{}",
                 serde_json::to_string_pretty(&report).unwrap_or_default()
             );
+            if let Some(program) = porcupine {
+                let dir = log.parent().unwrap_or(std::path::Path::new("."));
+                let l = linearizability::check(
+                    &program,
+                    &report.history_input,
+                    dir,
+                    std::time::Duration::from_secs(60),
+                )
+                .await;
+                println!("{}", serde_json::to_string(&l).unwrap_or_default());
+                if l.error.is_some() {
+                    return ExitCode::FAILURE;
+                }
+            }
             ExitCode::SUCCESS
         }
         Cmd::Run { args, targets } => match run::run(args.clone()).await {
@@ -250,7 +270,29 @@ fn failures(o: &run::Outcome, t: Targets) -> Vec<String> {
     if t.require_timeouts && timeouts_in_faults(r) == 0 {
         failures.push("no acquire timed out while a fault was in effect".into());
     }
+    if let Some(l) = &o.linearizability {
+        if let Some(e) = &l.error {
+            failures.push(format!("the linearizability check did not run: {e}"));
+        }
+    }
     if t.strict {
+        let h = &r.history;
+        if !h.ok() {
+            failures.push(format!(
+                "history: {} overlaps, {} token regressions, {} stale writes accepted",
+                h.overlaps.len(),
+                h.token_regressions.len(),
+                h.stale_writes_accepted.len()
+            ));
+        }
+        if let Some(l) = o.linearizability.as_ref().filter(|l| l.illegal()) {
+            failures.push(format!(
+                "not linearizable (see {})",
+                l.html
+                    .as_ref()
+                    .map_or("history.json".into(), |p| p.display().to_string())
+            ));
+        }
         if r.unsignalled_overlaps > 0 {
             failures.push(format!("{} unsignalled overlaps", r.unsignalled_overlaps));
         }
@@ -261,6 +303,13 @@ fn failures(o: &run::Outcome, t: Targets) -> Vec<String> {
             .count();
         if t.require_pause && paused_mid_hold == 0 {
             failures.push("no pause-holder fault landed in the middle of a hold".into());
+        }
+        let lease_ms = r.run.as_ref().map_or(0, |run| run.lease_ms) as f64;
+        let cut = r.slow_cut_signals(lease_ms + 1000.0);
+        if cut > 0 {
+            failures.push(format!(
+                "{cut} cut-off holders not told within the lease + 1 s"
+            ));
         }
         let slow = r.slow_pause_signals();
         if slow > 0 {
@@ -303,7 +352,8 @@ fn print_result(args: &run::RunArgs, o: &run::Outcome) {
          blocked_handoffs={} (longest free gap outside faults {} ms, bound {:.0}; final probe {}) \
          leftovers={} (live sessions; clean after {} ms; after close {}) \
          acquire_timeouts={} (in faults {}; took ms p50/max {}) errors={:?} releases={:?} \
-         history({} overlaps={} regressions={} stale_accepted={}) verdict={}",
+         history({} overlaps={} regressions={} stale_accepted={} unknown_acquires={}) \
+         linearizable={} verdict={}",
         args.url,
         args.topology,
         args.seed,
@@ -345,6 +395,8 @@ fn print_result(args: &run::RunArgs, o: &run::Outcome) {
         r.history.overlaps.len(),
         r.history.token_regressions.len(),
         r.history.stale_writes_accepted.len(),
+        r.history.unknown_acquires,
+        o.linearizability.as_ref().map_or("-", |l| l.word()),
         if o.failures.is_empty() {
             "pass".to_string()
         } else {
@@ -358,16 +410,30 @@ fn print_result(args: &run::RunArgs, o: &run::Outcome) {
             f.fault.target,
             f.recovery_ms.map_or("-".into(), |v| format!("{v:.0}")),
             f.acquire_timeouts,
-            match (f.paused_mid_hold, f.lost_after_resume_ms) {
-                (Some(true), Some(l)) => format!(", lost() {l:.0} ms after resume"),
-                (Some(true), None) => ", lost() NEVER resolved".into(),
-                (Some(false), _) => ", paused after its hold ended".into(),
+            match (
+                f.paused_mid_hold,
+                f.lost_after_resume_ms,
+                f.cut_mid_hold,
+                f.lost_after_cut_ms
+            ) {
+                (Some(true), Some(l), _, _) => format!(", lost() {l:.0} ms after resume"),
+                (Some(true), None, _, _) => ", lost() NEVER resolved".into(),
+                (Some(false), ..) => ", paused after its hold ended".into(),
+                (_, _, Some(true), Some(l)) => format!(", lost() {l:.0} ms after the cut"),
+                (_, _, Some(true), None) => ", lost() NEVER resolved".into(),
+                (_, _, Some(false), _) => ", cut off after its hold ended".into(),
                 _ => String::new(),
             }
         );
     }
     for ov in r.overlaps.iter().filter(|o| !o.signalled) {
         println!("  unsignalled overlap: {ov:?}");
+    }
+    for v in &r.history.overlaps {
+        println!("  history overlap: {v:?}");
+    }
+    for (earlier, later) in &r.history.token_regressions {
+        println!("  history token regression: {earlier} then {later}");
     }
     for b in &r.handoffs.blocked {
         println!("  blocked hand-off: {b:?}");
@@ -392,6 +458,7 @@ mod tests {
             leftovers_after_close: leftovers::Leftovers::default(),
             stragglers: Vec::new(),
             failed_workers: Vec::new(),
+            linearizability: None,
             failures: Vec::new(),
         }
     }
@@ -413,8 +480,10 @@ mod tests {
         let hold = msg(Msg::Hold(proto::HoldRecord {
             worker: 1,
             token: 1,
+            sent: 0,
             start: 0,
             end: 10,
+            believed_until: 10,
             lost_at: None,
             release: "ok".into(),
             released_at: 20,

@@ -21,6 +21,8 @@ pub enum Msg {
         worker: u32,
         /// The guard's fencing token.
         token: u64,
+        /// When the acquire was called.
+        sent: Micros,
         /// When the acquire returned.
         at: Micros,
     },
@@ -75,10 +77,16 @@ pub struct HoldRecord {
     pub worker: u32,
     /// Fencing token.
     pub token: u64,
+    /// The acquire was called.
+    pub sent: Micros,
     /// The acquire returned.
     pub start: Micros,
     /// The worker stopped using the lock: its work was done, or `lost()` resolved first.
     pub end: Micros,
+    /// The last instant the guard's `state()` read live (`Held` or `Suspect`), at most `end`:
+    /// how long a holder that looks before it acts believed it held. A holder paused past its
+    /// lease deadline believed only up to its last look before the pause.
+    pub believed_until: Micros,
     /// When `lost()` resolved, if it did before the release finished.
     pub lost_at: Option<Micros>,
     /// The release outcome: `ok`, or the error kind (`LockLost`, `Connection`, ...).

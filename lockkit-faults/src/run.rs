@@ -13,6 +13,8 @@ use crate::check::{check, Report};
 use crate::clock::{micros, now, Micros};
 use crate::faults::{pick, schedule, signal, Ctl, FaultKind};
 use crate::leftovers::{scan, scan_live, Leftovers, Phase};
+use crate::linearizability::{self, Linearizability};
+use crate::links::Links;
 use crate::probe::{self, Probe};
 use crate::proto::{FaultRecord, LogLine, RunInfo};
 use crate::register::Register;
@@ -48,7 +50,9 @@ pub struct RunArgs {
     /// Seed of the fault schedule and hold times.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Fault kinds, comma separated.
+    /// Fault kinds, comma separated: the process faults by default; the network faults
+    /// (`partition-holder`, `slow-holder`, `half-open-holder`, `reset-clients`) put a proxy on
+    /// every worker's links to the servers.
     #[arg(
         long,
         value_delimiter = ',',
@@ -74,6 +78,13 @@ pub struct RunArgs {
     /// a token).
     #[arg(long, value_enum, default_value_t)]
     pub primitive: Primitive,
+    /// The linearizability checker (`lockkit-faults/porcupine`, built by `scripts/faults.sh`):
+    /// when given, the run's history is checked against a lock model with fencing tokens.
+    #[arg(long)]
+    pub porcupine: Option<PathBuf>,
+    /// How long the linearizability search may take before it answers `Unknown`.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub porcupine_timeout: Duration,
 }
 
 impl RunArgs {
@@ -102,6 +113,8 @@ pub struct Outcome {
     pub stragglers: Vec<u32>,
     /// Workers that exited with a failure (see worker-N.log).
     pub failed_workers: Vec<u32>,
+    /// The linearizability check's verdict, when `--porcupine` was given.
+    pub linearizability: Option<Linearizability>,
     /// Why the run failed (empty: it passed), as the verdict found.
     pub failures: Vec<String>,
 }
@@ -118,6 +131,8 @@ impl Outcome {
 
 struct Workers {
     args: RunArgs,
+    /// The workers' proxies, when a network fault is scheduled.
+    links: Option<Links>,
     name: String,
     register: String,
     until: Micros,
@@ -126,14 +141,18 @@ struct Workers {
 }
 
 impl Workers {
-    fn spawn(&mut self) -> std::io::Result<()> {
+    async fn spawn(&mut self) -> std::io::Result<()> {
         let id = self.next_id;
         self.next_id += 1;
+        let url = match &mut self.links {
+            Some(links) => links.open(id).await?,
+            None => self.args.url.clone(),
+        };
         let log = std::fs::File::create(self.args.out.join(format!("worker-{id}.log")))?;
         let child = Command::new(std::env::current_exe()?)
             .arg("worker")
             .args(["--id", &id.to_string()])
-            .args(["--url", &self.args.url])
+            .args(["--url", &url])
             .args(["--name", &self.name])
             .args(["--register", &self.register])
             .args(["--lease-ms", &self.args.lease.as_millis().to_string()])
@@ -183,8 +202,14 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         start,
     }));
     let until = start + micros(args.duration);
+    let links = if args.faults.iter().any(|k| k.is_network()) {
+        Some(Links::new(&args.url)?)
+    } else {
+        None
+    };
     let mut workers = Workers {
         args: args.clone(),
+        links,
         name: name.clone(),
         register: addr.to_string(),
         until,
@@ -192,7 +217,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         next_id: 1,
     };
     for _ in 0..args.workers {
-        workers.spawn()?;
+        workers.spawn().await?;
     }
 
     let mut rng = StdRng::seed_from_u64(args.seed);
@@ -291,6 +316,21 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
     tokio::time::sleep(args.grace).await;
     let leftovers_after_close = scan(&args.url, args.primitive, &name, Phase::AfterClose).await;
     let report = check(&reg.lines());
+    let linearizability = match &args.porcupine {
+        Some(program) => Some(
+            linearizability::check(
+                program,
+                &report.history_input,
+                &args.out,
+                args.porcupine_timeout,
+            )
+            .await,
+        ),
+        None => {
+            linearizability::write_history(&report.history_input, &args.out)?;
+            None
+        }
+    };
     let outcome = Outcome {
         blocked_handoffs: report.handoffs.blocked.len() + usize::from(final_probe.blocked()),
         report,
@@ -299,6 +339,7 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         leftovers_after_close,
         stragglers,
         failed_workers,
+        linearizability,
         failures: Vec::new(),
     };
     Ok(outcome)
@@ -354,7 +395,10 @@ async fn inject(
             if let Some(mut child) = workers.children.remove(&worker) {
                 let _ = child.wait().await;
             }
-            workers.spawn()?;
+            if let Some(links) = &mut workers.links {
+                links.close(worker);
+            }
+            workers.spawn().await?;
             record(format!("worker {worker}"), Some(worker), start)
         }
         FaultKind::PauseHolder => {
@@ -390,6 +434,39 @@ async fn inject(
             tokio::time::sleep(pause).await;
             ctl.act("resume", &leader).await?;
             record(leader, None, start)
+        }
+        FaultKind::PartitionHolder | FaultKind::SlowHolder | FaultKind::HalfOpenHolder => {
+            let links = workers
+                .links
+                .as_ref()
+                .ok_or_else(|| std::io::Error::other("network faults need the workers' links"))?;
+            let Some((worker, _)) = fresh_holder(reg).await else {
+                return Ok(None);
+            };
+            let start = now();
+            match kind {
+                FaultKind::SlowHolder => links.slow(
+                    worker,
+                    Duration::from_millis(200),
+                    Duration::from_millis(1800),
+                ),
+                _ => links.partition(worker),
+            }
+            tokio::time::sleep(pause).await;
+            if kind == FaultKind::HalfOpenHolder {
+                links.reset(worker);
+            }
+            links.heal(worker);
+            record(format!("worker {worker}"), Some(worker), start)
+        }
+        FaultKind::ResetClients => {
+            let links = workers
+                .links
+                .as_ref()
+                .ok_or_else(|| std::io::Error::other("network faults need the workers' links"))?;
+            let start = now();
+            links.reset_all();
+            record("every worker".into(), None, start)
         }
         FaultKind::RestartServer => {
             let members = ctl.members().await?;

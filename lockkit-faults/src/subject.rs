@@ -71,6 +71,14 @@ impl Held {
         }
     }
 
+    /// Whether the state reads live (`Held` or `Suspect`): the lock may still be ours.
+    pub fn is_live(&self) -> bool {
+        match self {
+            Held::Lock(g) => g.state().is_live(),
+            Held::Lead(l) => l.state().is_live(),
+        }
+    }
+
     /// The lost signal.
     pub fn lost(&self) -> lockkit::Lost {
         match self {

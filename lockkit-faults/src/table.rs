@@ -30,9 +30,10 @@ pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
         "| backend | topology | holds | faults | overlapping holds | unsignalled overlaps | \
          stale writes accepted | stale writes rejected | token regressions | \
          lost-signal latency p50 / max (ms) | paused holder: lost() after resume, max (ms) | \
-         recovery p50 / max (ms) | blocked hand-offs (final probe, ms) | leftovers |"
+         recovery p50 / max (ms) | blocked hand-offs (final probe, ms) | leftovers | \
+         history | linearizable |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for path in reports {
         let text = std::fs::read_to_string(path)?;
         let o: Value = serde_json::from_str(&text).map_err(std::io::Error::other)?;
@@ -54,8 +55,22 @@ pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
                 n.to_string()
             }
         };
+        let h = &r["history"];
+        let count = |k: &str| h[k].as_array().map_or(0, Vec::len);
+        let history = match (
+            count("overlaps"),
+            count("token_regressions"),
+            count("stale_writes_accepted"),
+        ) {
+            (0, 0, 0) => "clean".to_string(),
+            (o, t, s) => format!("{o} overlaps, {t} regressions, {s} stale"),
+        };
+        let linearizable = o["linearizability"]["result"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+            .unwrap_or("-");
         println!(
-            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {backend} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r["run"]["topology"].as_str().unwrap_or("?"),
             r["holds"],
             r["faults"].as_array().map_or(0, Vec::len),
@@ -69,6 +84,8 @@ pub fn print(reports: &[PathBuf]) -> std::io::Result<()> {
             stats(&r["recovery_ms"]),
             handoffs(&o),
             leftovers,
+            history,
+            linearizable,
         );
     }
     Ok(())

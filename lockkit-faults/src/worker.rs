@@ -116,7 +116,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
             }
             Ok(Ok(Some(guard))) => {
                 let hold = Duration::from_millis(rng.gen_range(args.hold_ms.0..=args.hold_ms.1));
-                one_hold(&mut reg, args.id, guard, hold).await?;
+                one_hold(&mut reg, args.id, sent, guard, hold).await?;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=30))).await;
             }
         }
@@ -162,11 +162,17 @@ async fn report_error(
     .map(|_| ())
 }
 
-/// One hold: report the acquire, work until `hold` passed or `lost()` resolved, write the
-/// interval to the register with the token, release, report the hold.
+/// How often a holder looks at its guard's state while it works: the resolution of
+/// [`HoldRecord::believed_until`].
+const LOOK_EVERY: Duration = Duration::from_millis(5);
+
+/// One hold: report the acquire, work until `hold` passed or `lost()` resolved (looking at the
+/// guard's state as a careful holder would), write the interval to the register with the token,
+/// release, report the hold.
 async fn one_hold(
     reg: &mut Client,
     worker: u32,
+    sent: Micros,
     guard: Held,
     hold: Duration,
 ) -> std::io::Result<()> {
@@ -190,14 +196,11 @@ async fn one_hold(
     reg.send(&Msg::Acquired {
         worker,
         token,
+        sent,
         at: start,
     })
     .await?;
-    tokio::select! {
-        biased;
-        _ = guard.lost() => {}
-        _ = tokio::time::sleep(hold) => {}
-    }
+    let believed_until = work(&guard, start, hold).await;
     let end = match lost_at.load(Ordering::SeqCst) {
         0 => now(),
         t => t,
@@ -224,9 +227,11 @@ async fn one_hold(
     };
     reg.send(&Msg::Hold(HoldRecord {
         worker,
+        sent,
         token,
         start,
         end,
+        believed_until: believed_until.min(end),
         lost_at,
         release,
         released_at,
@@ -234,4 +239,36 @@ async fn one_hold(
     }))
     .await?;
     Ok(())
+}
+
+/// Works for `hold`, or until the guard is lost, looking at its state every [`LOOK_EVERY`];
+/// returns the last instant it read live (`granted`, when the acquire returned the guard, if no
+/// later look did). A look is what a careful holder does before each step of its work, so that
+/// instant bounds how long this holder believed it held: a process paused past its lease
+/// deadline reads `Lost` at its first look after it resumes.
+async fn work(guard: &Held, granted: Micros, hold: Duration) -> Micros {
+    let mut believed = granted;
+    let done = tokio::time::sleep(hold);
+    tokio::pin!(done);
+    let mut looks = tokio::time::interval(LOOK_EVERY);
+    looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let at = now();
+        if !guard.is_live() {
+            return believed;
+        }
+        believed = at;
+        tokio::select! {
+            biased;
+            _ = guard.lost() => return believed,
+            _ = &mut done => break,
+            _ = looks.tick() => {}
+        }
+    }
+    // The last look, right before the holder stops using the lock.
+    let at = now();
+    if guard.is_live() {
+        believed = at;
+    }
+    believed
 }
