@@ -20,13 +20,18 @@
 #       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #       --require-timeouts (fail unless an acquire timed out while a fault was in effect)
-#       --primitive mutex|election (what the workers contend for; a leadership's term is its token)
-#   scripts/faults.sh suite                            the bounded CI suite (scripts/test.d/80-faults.sh):
-#       starts its own cluster servers (own state dir and ports; single servers if the cluster
-#       profile cannot start), runs every backend with fixed seeds, stops the servers, and fails
-#       if a target is missed
+#       --primitive mutex|election|rwlock|semaphore|multi (what the workers contend for; a
+#       leadership's term is its token; rwlock: two reads in three, a write otherwise; semaphore:
+#       one or two of 3 permits; multi: sets of two of the mutexes NAME-a, NAME-b, NAME-c)
+#   scripts/faults.sh suite [--long | --seeds N --scale K]
+#       the bounded CI suite (scripts/test.d/80-faults.sh): starts its own cluster servers (own
+#       state dir and ports; single servers if the cluster profile cannot start), runs every
+#       backend with fixed seeds, stops the servers, and fails if a target is missed. --seeds N
+#       runs every row with seeds 1..N, --scale K makes every run K times longer; --long is
+#       --seeds 3 --scale 2 (about two hours)
 #   scripts/faults.sh ctl VERB GROUP [MEMBER]         server control used by the harness
-#       VERB: members | leader | kill | stop | start | pause | resume; GROUP: redis | zk | etcd (single)
+#       VERB: members | leader | kill | stop | start | pause | resume | isolate | heal; GROUP: redis |
+#       zk | etcd (single)
 #       or etcd-cluster | zk-ensemble | redis-sentinel
 #
 # `run` reads the servers' URLs from `scripts/services.sh env [--cluster]` in
@@ -68,7 +73,7 @@ cmd_ctl() {
                 *) leader_of "$group" ;;
             esac
             ;;
-        stop | start | pause | resume)
+        stop | start | pause | resume | isolate | heal)
             [ -n "$member" ] || die "ctl $verb: which member?"
             "$SERVICES" "$verb" "$member" >&2
             ;;
@@ -135,6 +140,8 @@ with_query() {
 # Sentinel reports it
 sentinel_primary() {
     local rest=${1#*://} first name addr
+    rest=${rest%%\?*}
+    case $rest in *@*) die "sentinel_primary: credentials in the Sentinel URL are not supported" ;; esac
     first=${rest%%[,/]*}
     name=${rest##*/}
     addr=$(redis-cli -h "${first%:*}" -p "${first##*:}" --raw SENTINEL get-master-addr-by-name "$name" | paste -sd:) ||
@@ -162,7 +169,9 @@ url_for() {
         redis:primary)
             # The Sentinel group's primary, reached directly: Sentinel hands clients the
             # primary's address, which would route them around the network faults' proxies.
-            url=$(sentinel_primary "$LOCKKIT_TEST_REDIS_SENTINEL_URL") group=redis-sentinel
+            # (`|| die`: a command substitution does not inherit `set -e`.)
+            url=$(sentinel_primary "$LOCKKIT_TEST_REDIS_SENTINEL_URL") || die "no Sentinel primary"
+            group=redis-sentinel
             ;;
         *) die "unknown backend/topology '$backend $topology'" ;;
     esac
@@ -216,6 +225,8 @@ cmd_run() {
     target=$(url_for "$backend" "$topology" "$lease" "$wait" "$opts")
     url=$(sed -n 1p <<<"$target")
     group=$(sed -n 2p <<<"$target")
+    [ -n "$url" ] && [ -n "$group" ] || die "run: no URL for $backend $topology"
+
     out=${out:-target/faults/$backend-$label-seed$seed}
     [ "${LOCKKIT_FAULTS_BUILT:-0}" = 1 ] || build
     echo "==> faults: $backend $label seed $seed ($url)" >&2
@@ -252,17 +263,21 @@ cluster_up() {
 }
 
 SUITE_FAILED=()
+# A bound on one run (its work plus teardown), so a hung server start cannot stall CI; scaled
+# with the runs' durations.
+SUITE_TIMEOUT=150
 
 suite_one() { # BACKEND TOPOLOGY [run options]
     local rc=0
-    # A bound on one run (36 s of work plus teardown), so a hung server start cannot stall CI.
-    timeout --kill-after=10 150 "$0" run "$@" || rc=$?
+    timeout --kill-after=10 "$SUITE_TIMEOUT" "$0" run "$@" || rc=$?
     [ "$rc" -eq 0 ] || SUITE_FAILED+=("$*")
 }
 
-# Every run: 3 workers, 2 s watchdog lease, seed 1, a fault every 5 s (each kind once: SIGKILL
-# and SIGSTOP of the holder, SIGKILL and graceful stop of the leader, SIGSTOP of the leader,
-# restart of a member),
+# The rows, with their seed and their durations times SCALE (the CI suite: seed 1, scale 1).
+#
+# Every run: 3 workers, 2 s watchdog lease, a fault every 5 s (each kind once: SIGKILL and
+# SIGSTOP of the holder, SIGKILL and graceful stop of the leader, SIGSTOP of the leader, restart
+# of a member),
 # then a run of long holds (5-6 s) so that a paused holder is still holding when it resumes,
 # then a run in which acquires time out: the leader is paused for 4 s (twice the lease), four
 # times the 1 s command timeout and over three times the 1.2 s wait budget. Its faults come
@@ -275,63 +290,103 @@ suite_one() { # BACKEND TOPOLOGY [run options]
 # then an election row per backend: the workers campaign and resign instead of acquiring and
 # releasing (a leadership is a hold, its term the token the register fences with), while the
 # leader (holder) is killed and paused and the server leader killed, paused and restarted;
+# then RW lock, semaphore and multi-lock rows per backend (the first faults of the same
+# schedule: readers two times in three, one or two of a semaphore's 3 permits, sets of two of
+# three mutexes);
 # then a network row per backend (every worker reaches the servers through its own proxies): the
 # holder partitioned for 4 s and healed in place, its links slowed by 0.2-2 s, its connections
-# half-open for 4 s and then reset, and every worker's connections reset at once. Every run's
-# history goes through the fast checker and the linearizability checker (Porcupine); the strict
-# rows fail on any violation either finds.
-# Cluster topologies when the cluster profile starts; single servers otherwise.
-cmd_suite() {
-    suite_env
-    build
-    export LOCKKIT_FAULTS_BUILT=1
-    # The linearizability checker's own tests: it must find each injected bug.
-    (cd lockkit-faults/porcupine && go test ./...) >&2 || die "the linearizability checker's tests failed"
-    trap '"$SERVICES" down >&2 || true' EXIT
-    local run=(--seed 1 --duration 40s --every 5s)
-    local long=(--seed 1 --duration 20s --every 7s --faults pause-holder --hold-ms 5000-6000 --require-pause)
-    local timeouts=(--seed 1 --duration 22s --every 12s --faults pause-server --wait-ms 1200
+# half-open for 4 s (answers held, requests delivered) and then reset, every worker's
+# connections reset at once, and in a cluster the etcd or ZooKeeper leader, then a follower, cut
+# off from the rest of its group for 4 s. Every run's history goes through the fast checker and
+# the linearizability checker (Porcupine); the strict rows fail on any violation either finds.
+suite_rows() { # TOPOLOGY SEED SCALE
+    local t=$1 seed=$2 k=$3 redis_t p
+    d() { echo "$(($1 * k))s"; }
+    local run=(--seed "$seed" --duration "$(d 40)" --every 5s)
+    local long=(--seed "$seed" --duration "$(d 20)" --every 7s --faults pause-holder --hold-ms 5000-6000
+        --require-pause)
+    local timeouts=(--seed "$seed" --duration "$(d 22)" --every 12s --faults pause-server --wait-ms 1200
         --url-opts command_timeout=1s --strict --require-timeouts)
-    local in_lease=(--seed 1 --duration 20s --every 12s --faults pause-server --wait-ms 1200
+    local in_lease=(--seed "$seed" --duration "$(d 20)" --every 12s --faults pause-server --wait-ms 1200
         --url-opts command_timeout=1s --lease 6s --pause 4s --strict --require-timeouts)
-    local election=(--seed 1 --duration 30s --every 5s --primitive election)
-    local network=(--seed 1 --duration 36s --every 6s --strict
-        --faults partition-holder,slow-holder,half-open-holder,reset-clients)
-    local t redis_t
-    if cluster_up; then
+    local election=(--seed "$seed" --duration "$(d 30)" --every 5s --primitive election)
+    local shared=(--seed "$seed" --duration "$(d 25)" --every 5s)
+    local links=partition-holder,slow-holder,half-open-holder,reset-clients
+    local network=(--seed "$seed" --duration "$(d 36)" --every 6s --strict --faults $links)
+    local members=(--seed "$seed" --duration "$(d 48)" --every 6s --strict
+        --faults $links,isolate-leader,isolate-follower)
+    if [ "$t" = cluster ]; then
         suite_one etcd cluster "${run[@]}" --strict
         suite_one zk cluster "${run[@]}" --strict
         suite_one etcd cluster "${long[@]}" --strict --label cluster-longhold
         suite_one zk cluster "${long[@]}" --strict --label cluster-longhold
         suite_one redis cluster "${run[@]}"
         suite_one redis cluster "${run[@]}" --wait-replicas 0
-        t=cluster
     else
-        echo "faults: the cluster profile did not start; single servers only" >&2
-        "$SERVICES" down --cluster >&2 || true
-        "$SERVICES" up >/dev/null || die "could not start the single servers"
         suite_one etcd single "${run[@]}" --strict
         suite_one zk single "${run[@]}" --strict
         suite_one etcd single "${long[@]}" --strict --label single-longhold
         suite_one zk single "${long[@]}" --strict --label single-longhold
         suite_one redis single "${run[@]}"
-        t=single
     fi
-    suite_one etcd $t "${timeouts[@]}" --label $t-timeouts
-    suite_one zk $t "${timeouts[@]}" --label $t-timeouts
-    suite_one redis $t "${timeouts[@]}" --label $t-timeouts
-    suite_one etcd $t "${in_lease[@]}" --label $t-timeouts-lease6s
-    suite_one zk $t "${in_lease[@]}" --label $t-timeouts-lease6s
-    suite_one redis $t "${in_lease[@]}" --label $t-timeouts-lease6s
-    suite_one etcd $t "${election[@]}" --strict --label $t-election
-    suite_one zk $t "${election[@]}" --strict --label $t-election
-    suite_one redis $t "${election[@]}" --label $t-election
-    # Network faults reach Redis only without Sentinel in the path: its primary, directly.
+    suite_one etcd "$t" "${timeouts[@]}" --label "$t-timeouts"
+    suite_one zk "$t" "${timeouts[@]}" --label "$t-timeouts"
+    suite_one redis "$t" "${timeouts[@]}" --label "$t-timeouts"
+    suite_one etcd "$t" "${in_lease[@]}" --label "$t-timeouts-lease6s"
+    suite_one zk "$t" "${in_lease[@]}" --label "$t-timeouts-lease6s"
+    suite_one redis "$t" "${in_lease[@]}" --label "$t-timeouts-lease6s"
+    suite_one etcd "$t" "${election[@]}" --strict --label "$t-election"
+    suite_one zk "$t" "${election[@]}" --strict --label "$t-election"
+    suite_one redis "$t" "${election[@]}" --label "$t-election"
+    for p in rwlock semaphore multi; do
+        suite_one etcd "$t" "${shared[@]}" --primitive $p --strict --label "$t-$p"
+        suite_one zk "$t" "${shared[@]}" --primitive $p --strict --label "$t-$p"
+        suite_one redis "$t" "${shared[@]}" --primitive $p --label "$t-$p"
+    done
+    # Network faults reach Redis only without Sentinel in the path: its primary, directly. A
+    # single server has no group to cut a member off from.
     redis_t=$t
     [ "$t" = cluster ] && redis_t=primary
-    suite_one etcd $t "${network[@]}" --label $t-network
-    suite_one zk $t "${network[@]}" --label $t-network
-    suite_one redis $redis_t "${network[@]}" --label $redis_t-network
+    if [ "$t" = cluster ]; then
+        suite_one etcd cluster "${members[@]}" --label cluster-network
+        suite_one zk cluster "${members[@]}" --label cluster-network
+    else
+        suite_one etcd single "${network[@]}" --label single-network
+        suite_one zk single "${network[@]}" --label single-network
+    fi
+    suite_one redis "$redis_t" "${network[@]}" --label "$redis_t-network"
+}
+
+# Cluster topologies when the cluster profile starts; single servers otherwise.
+cmd_suite() {
+    local seeds=1 scale=1 seed t
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --seeds) seeds=$2 && shift ;;
+            --scale) scale=$2 && shift ;;
+            --long) seeds=3 scale=2 ;;
+            *) die "suite: unknown option '$1'" ;;
+        esac
+        shift
+    done
+    SUITE_TIMEOUT=$((150 * scale))
+    suite_env
+    build
+    export LOCKKIT_FAULTS_BUILT=1
+    # The linearizability checker's own tests: it must find each injected bug.
+    (cd lockkit-faults/porcupine && go test ./...) >&2 || die "the linearizability checker's tests failed"
+    trap '"$SERVICES" down >&2 || true' EXIT
+    if cluster_up; then
+        t=cluster
+    else
+        echo "faults: the cluster profile did not start; single servers only" >&2
+        "$SERVICES" down --cluster >&2 || true
+        "$SERVICES" up >/dev/null || die "could not start the single servers"
+        t=single
+    fi
+    for ((seed = 1; seed <= seeds; seed++)); do
+        suite_rows "$t" "$seed" "$scale"
+    done
     if [ ${#SUITE_FAILED[@]} -gt 0 ]; then
         printf 'faults: FAILED: %s\n' "${SUITE_FAILED[@]}" >&2
         return 1

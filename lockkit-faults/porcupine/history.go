@@ -8,8 +8,9 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// History is what lockkit-faults writes to a run's history.json: one lock's holds and the
-// fenced register's writes, every time in microseconds on one monotonic clock.
+// History is what lockkit-faults writes to a run's history.json: the holds of the run's lock (or
+// of a multi-lock's members, each a lock of its own) and the fenced register's writes, every time
+// in microseconds on one monotonic clock.
 type History struct {
 	// Permits is the lock's capacity in permits (1 for a mutex, an RW lock, an election).
 	Permits int     `json:"permits"`
@@ -26,6 +27,8 @@ type Claim struct {
 
 // Hold is one acquire and what became of it, as its worker saw it.
 type Hold struct {
+	// Lock is empty for the run's one lock, a member's name for a multi-lock's members.
+	Lock   string `json:"lock"`
 	Worker int    `json:"worker"`
 	Claim  Claim  `json:"claim"`
 	Token  *int64 `json:"token"`
@@ -45,9 +48,11 @@ type Hold struct {
 
 // Write is one write to the fenced register.
 type Write struct {
-	Worker  int   `json:"worker"`
-	Token   int64 `json:"token"`
-	Invoked int64 `json:"invoked"`
+	// Lock is the lock whose token the write carries; the register fences each lock on its own.
+	Lock    string `json:"lock"`
+	Worker  int    `json:"worker"`
+	Token   int64  `json:"token"`
+	Invoked int64  `json:"invoked"`
 	// Completed is [when, accepted]; nil: no answer.
 	Completed *[2]json.RawMessage `json:"completed"`
 }
@@ -128,7 +133,7 @@ func (h History) Operations() ([]porcupine.Operation, error) {
 		}
 		ops = append(ops, porcupine.Operation{
 			ClientId: c,
-			Input:    acquireIn{Hold: id, Claim: hold.Claim},
+			Input:    acquireIn{Lock: hold.Lock, Hold: id, Claim: hold.Claim},
 			Call:     hold.Invoked,
 			Output:   token,
 			Return:   *hold.Granted,
@@ -144,7 +149,7 @@ func (h History) Operations() ([]porcupine.Operation, error) {
 		}
 		ops = append(ops, porcupine.Operation{
 			ClientId: c,
-			Input:    endIn{Hold: id},
+			Input:    endIn{Lock: hold.Lock, Hold: id},
 			Call:     call,
 			Return:   ret,
 		})
@@ -163,7 +168,7 @@ func (h History) Operations() ([]porcupine.Operation, error) {
 		}
 		ops = append(ops, porcupine.Operation{
 			ClientId: client(w.Worker),
-			Input:    writeIn{Token: w.Token},
+			Input:    writeIn{Lock: w.Lock, Token: w.Token},
 			Call:     at,
 			Output:   accepted,
 			Return:   at,

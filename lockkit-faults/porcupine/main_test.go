@@ -84,6 +84,17 @@ func TestATokenRegressionIsIllegal(t *testing.T) {
 	}
 }
 
+func TestATokenRegressionBetweenAcquiresUnderWayAtOnceIsIllegal(t *testing.T) {
+	// Worker 3 called acquire at 20, before worker 2's grant returned at 25, so the two were
+	// under way at once; but the lock went to worker 2 first (worker 3 got it only at 45), so
+	// worker 3's token must be the larger.
+	h := edit(t, correct, `"token":3,"invoked":30,"granted":45`, `"token":1,"invoked":20,"granted":45`)
+	h = edit(t, h, `"token":1,"invoked":5,"granted":10`, `"token":0,"invoked":5,"granted":10`)
+	if r := check(t, h); r != porcupine.Illegal {
+		t.Fatalf("got %s", r)
+	}
+}
+
 func TestAHoldThatNeverEndedBlocksEveryLaterGrant(t *testing.T) {
 	h := edit(t, correct, `"lost":null,"released":40,"freed_by":41`, `"lost":null,"released":null,"freed_by":null`)
 	if r := check(t, h); r != porcupine.Illegal {
@@ -158,6 +169,34 @@ func TestAnIllegalHistoryLeavesAVisualisation(t *testing.T) {
 	}
 	if st, err := os.Stat(html); err != nil || st.Size() == 0 {
 		t.Fatalf("no visualisation: %v", err)
+	}
+}
+
+func TestEachLockIsCheckedOnItsOwn(t *testing.T) {
+	// Two locks with the same tokens at the same times: neither overlaps nor regresses the other.
+	on := func(lock string) string {
+		h := strings.ReplaceAll(correct, `{"worker":`, `{"lock":"`+lock+`","worker":`)
+		h = strings.TrimPrefix(h, `{"permits":1,"holds":[`)
+		return h
+	}
+	a, b := on("a"), on("b")
+	holdsA, writesA, _ := strings.Cut(a, `],
+ "writes":[`)
+	holdsB, writesB, _ := strings.Cut(b, `],
+ "writes":[`)
+	both := `{"permits":1,"holds":[` + holdsA + `,` + holdsB + `],"writes":[` +
+		strings.TrimSuffix(writesA, `]}`) + `,` + writesB
+	if r := check(t, both); r != porcupine.Ok {
+		t.Fatalf("two locks: got %s", r)
+	}
+	// An overlap on one of them is still found.
+	bad := strings.Replace(both, `"lock":"b","worker":2,"claim":{"kind":"exclusive"},"token":2,"invoked":8,"granted":25,"lost":null,"released":40`,
+		`"lock":"b","worker":2,"claim":{"kind":"exclusive"},"token":2,"invoked":8,"granted":25,"lost":null,"released":47`, 1)
+	if bad == both {
+		t.Fatal("the edit did not apply")
+	}
+	if r := check(t, bad); r != porcupine.Illegal {
+		t.Fatalf("an overlap on lock b: got %s", r)
 	}
 }
 

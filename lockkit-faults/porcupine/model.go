@@ -12,18 +12,51 @@ import (
 // acquireIn is an acquire that returned a guard: its output is the guard's fencing token (-1:
 // the primitive has none).
 type acquireIn struct {
+	Lock  string
 	Hold  int
 	Claim Claim
 }
 
 // endIn is the lock giving a hold up.
 type endIn struct {
+	Lock string
 	Hold int
 }
 
 // writeIn is a write to the fenced register: its output is whether the register accepted it.
 type writeIn struct {
+	Lock  string
 	Token int64
+}
+
+// lockOf is the lock an operation is on.
+func lockOf(input interface{}) string {
+	switch in := input.(type) {
+	case acquireIn:
+		return in.Lock
+	case endIn:
+		return in.Lock
+	case writeIn:
+		return in.Lock
+	}
+	return ""
+}
+
+// byLock checks each lock on its own (a multi-lock's members are locks of their own).
+func byLock(history []porcupine.Operation) [][]porcupine.Operation {
+	index := map[string]int{}
+	var parts [][]porcupine.Operation
+	for _, op := range history {
+		lock := lockOf(op.Input)
+		i, ok := index[lock]
+		if !ok {
+			i = len(parts)
+			index[lock] = i
+			parts = append(parts, nil)
+		}
+		parts[i] = append(parts[i], op)
+	}
+	return parts
 }
 
 // held is one hold the lock has granted and not given up.
@@ -85,12 +118,14 @@ func (s lockState) admits(c Claim, permits int) bool {
 }
 
 // LockModel is a lock of `permits` permits whose grants carry strictly increasing fencing
-// tokens, and a register that accepts a write only above every token it accepted before.
+// tokens, and a register that accepts a write only above every token it accepted before; a
+// history of several locks is checked lock by lock.
 // Exclusive claims hold alone, shared claims only with each other, permit claims up to the
 // capacity.
 func LockModel(permits int) porcupine.Model {
 	return porcupine.Model{
-		Init: func() interface{} { return lockState{Last: -1, Register: -1} },
+		Partition: byLock,
+		Init:      func() interface{} { return lockState{Last: -1, Register: -1} },
 		Step: func(state, input, output interface{}) (bool, interface{}) {
 			s := state.(lockState)
 			switch in := input.(type) {
@@ -145,7 +180,7 @@ func LockModel(permits int) porcupine.Model {
 		DescribeOperation: func(input, output interface{}) string {
 			switch in := input.(type) {
 			case acquireIn:
-				return fmt.Sprintf("acquire #%d %s -> token %d", in.Hold, claimText(in.Claim), output)
+				return fmt.Sprintf("acquire %s#%d %s -> token %d", in.Lock, in.Hold, claimText(in.Claim), output)
 			case endIn:
 				return fmt.Sprintf("end #%d", in.Hold)
 			case writeIn:

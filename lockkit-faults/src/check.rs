@@ -139,11 +139,12 @@ pub fn check(lines: &[LogLine]) -> Report {
     let mut releases = BTreeMap::new();
     let (mut accepted, mut rejected, mut stale) = (0, 0, 0);
     let mut writes: Vec<Write> = Vec::new();
-    // Acquires as the history checker takes them: granted (worker, token, called, returned),
-    // and (worker, called) for those whose outcome is unknown.
-    let mut grants: Vec<(u32, u64, Micros, Micros)> = Vec::new();
+    // Acquires as the history checker takes them: granted (worker, claim, token, called,
+    // returned), and (worker, called) for those whose outcome is unknown.
+    let mut grants: Vec<Grant> = Vec::new();
     let mut unknown: Vec<(u32, Micros)> = Vec::new();
-    let mut max_accepted: Option<u64> = None;
+    // The highest token accepted, per lock.
+    let mut max_accepted: BTreeMap<String, u64> = BTreeMap::new();
     for line in lines {
         match line {
             LogLine::Run(r) => run = Some(r.clone()),
@@ -153,9 +154,15 @@ pub fn check(lines: &[LogLine]) -> Report {
                 accepted: a,
                 at,
             } => match msg {
-                Msg::Write { worker, token, .. } => {
+                Msg::Write {
+                    lock,
+                    worker,
+                    token,
+                    ..
+                } => {
                     // The register decides on receipt: invoked and completed at once.
                     writes.push(Write {
+                        lock: lock.clone(),
                         worker: *worker,
                         token: *token,
                         invoked: *at,
@@ -163,22 +170,38 @@ pub fn check(lines: &[LogLine]) -> Report {
                     });
                     if *a == Some(true) {
                         accepted += 1;
-                        if max_accepted.is_some_and(|m| *token <= m) {
-                            stale += 1;
+                        match max_accepted.get_mut(lock) {
+                            Some(max) => {
+                                if *token <= *max {
+                                    stale += 1;
+                                }
+                                *max = (*max).max(*token);
+                            }
+                            None => {
+                                max_accepted.insert(lock.clone(), *token);
+                            }
                         }
-                        max_accepted = Some(max_accepted.map_or(*token, |m| m.max(*token)));
                     } else {
                         rejected += 1;
                     }
                 }
                 Msg::Acquired {
+                    lock,
                     worker,
+                    claim,
                     token,
                     sent,
                     at,
                 } => {
                     acquires.push((*at, *worker, *token));
-                    grants.push((*worker, *token, *sent, *at));
+                    grants.push(Grant {
+                        lock: lock.clone(),
+                        worker: *worker,
+                        claim: *claim,
+                        token: *token,
+                        sent: *sent,
+                        at: *at,
+                    });
                 }
                 Msg::Hold(h) => {
                     *releases.entry(h.release.clone()).or_insert(0) += 1;
@@ -204,18 +227,44 @@ pub fn check(lines: &[LogLine]) -> Report {
     acquires.sort();
     holds.sort_by_key(|h| h.start);
 
+    // Exclusive grants follow one another, so their tokens must increase in the order they
+    // returned; concurrent grants (readers, permits) are ordered by the history checker only.
+    // Each lock on its own (a multi-lock's members are locks of their own).
+    let mut exclusive: Vec<(&str, Micros, u64)> = grants
+        .iter()
+        .filter(|g| g.claim == Claim::Exclusive)
+        .map(|g| (g.lock.as_str(), g.at, g.token))
+        .collect();
+    exclusive.sort();
     let mut token_regressions = 0;
-    let mut max_token: Option<u64> = None;
-    for &(_, _, token) in &acquires {
-        if max_token.is_some_and(|m| token <= m) {
-            token_regressions += 1;
+    let mut max_token: BTreeMap<&str, u64> = BTreeMap::new();
+    for &(lock, _, token) in &exclusive {
+        match max_token.get_mut(lock) {
+            Some(max) => {
+                if token <= *max {
+                    token_regressions += 1;
+                }
+                *max = (*max).max(token);
+            }
+            None => {
+                max_token.insert(lock, token);
+            }
         }
-        max_token = Some(max_token.map_or(token, |m| m.max(token)));
     }
 
+    // Pairs of exclusive holds of one lock (the history checker weighs readers and permits
+    // too).
+    let mut sole: Vec<&HoldRecord> = holds
+        .iter()
+        .filter(|h| h.claim == Claim::Exclusive)
+        .collect();
+    sole.sort_by(|a, b| (&a.lock, a.start).cmp(&(&b.lock, b.start)));
     let mut overlaps = Vec::new();
-    for (i, a) in holds.iter().enumerate() {
-        for b in holds[i + 1..].iter().take_while(|b| b.start < a.end) {
+    for (i, a) in sole.iter().enumerate() {
+        for b in sole[i + 1..]
+            .iter()
+            .take_while(|b| b.lock == a.lock && b.start < a.end)
+        {
             overlaps.push(Overlap {
                 earlier: (a.worker, a.token),
                 later: (b.worker, b.token),
@@ -286,8 +335,8 @@ pub fn check(lines: &[LogLine]) -> Report {
         .unwrap_or_default();
 
     let history_input = History {
-        permits: 1,
-        holds: history_holds(&holds, &grants, &unknown, &faults),
+        permits: run.as_ref().map_or(1, |r| r.permits),
+        holds: history_holds(&holds, &writes, &grants, &unknown, &faults),
         writes,
     };
     Report {
@@ -321,51 +370,73 @@ pub fn check(lines: &[LogLine]) -> Report {
 
 /// The holds as the history checker takes them, each believed from its grant until the last
 /// instant its holder read it live (or `lost()` resolved, if that was earlier):
-/// - a finished hold is freed by its release's return when the release answered (`ok`, or
-///   `LockLost`: it was gone before), and at an unknown time otherwise;
-/// - a hold whose worker was killed (no finished hold for its grant) ends at the kill, freed at
-///   an unknown time (its lease ends it);
+/// - a finished hold is freed by its release's return when the release answered `ok`, and at an
+///   unknown time otherwise;
+/// - a hold whose worker was killed (no finished hold for its grant) ends at the kill, or when
+///   it sent its write if that came first, freed at an unknown time (its lease ends it); one
+///   whose worker the harness lost track of otherwise (a worker that failed, a straggler) never
+///   ends, which the checkers report, on top of the run's failure for that worker;
 /// - an acquire that failed has an unknown outcome.
 fn history_holds(
     holds: &[HoldRecord],
-    grants: &[(u32, u64, Micros, Micros)],
+    writes: &[Write],
+    grants: &[Grant],
     unknown: &[(u32, Micros)],
     faults: &[FaultRecord],
 ) -> Vec<Hold> {
-    let finished: std::collections::HashSet<(u32, u64)> =
-        holds.iter().map(|h| (h.worker, h.token)).collect();
-    let kill_after = |worker: u32, at: Micros| {
+    let finished: std::collections::HashSet<(&str, u32, u64)> = holds
+        .iter()
+        .map(|h| (h.lock.as_str(), h.worker, h.token))
+        .collect();
+    // A killed worker is never started again (its successor has a new id), so its one kill
+    // ends whatever it held. The kill's time is read just before the signal, which may be a
+    // moment before the worker read the time of its grant; and a holder that had finished its
+    // work before the kill stopped believing when it sent its write.
+    let killed_at = |worker: u32, at: Micros| {
         faults
             .iter()
-            .filter(|f| f.kind == "kill-holder" && f.worker == Some(worker) && f.start >= at)
-            .map(|f| f.start)
-            .min()
+            .find(|f| f.kind == "kill-holder" && f.worker == Some(worker))
+            .map(|f| f.start.max(at))
     };
-    let answered = |release: &str| release == "ok" || release == "LockLost";
+    let wrote_at = |lock: &str, worker: u32, token: u64| {
+        writes
+            .iter()
+            .find(|w| w.lock == lock && w.worker == worker && w.token == token)
+            .map(|w| w.invoked)
+    };
     let done = holds.iter().map(|h| Hold {
+        lock: h.lock.clone(),
         worker: h.worker,
-        claim: Claim::Exclusive,
-        token: Some(h.token),
+        claim: h.claim,
+        token: fenced(h.claim, h.token),
         invoked: h.sent,
         granted: Some(h.start),
         lost: h.lost_at,
         released: Some(h.believed_until),
-        freed_by: answered(&h.release).then_some(h.released_at),
+        freed_by: (h.release == "ok").then_some(h.released_at),
     });
     let killed = grants
         .iter()
-        .filter(|(w, t, _, _)| !finished.contains(&(*w, *t)))
-        .map(|&(worker, token, sent, at)| Hold {
-            worker,
-            claim: Claim::Exclusive,
-            token: Some(token),
-            invoked: sent,
-            granted: Some(at),
+        .filter(|g| !finished.contains(&(g.lock.as_str(), g.worker, g.token)))
+        .map(|g| Hold {
+            lock: g.lock.clone(),
+            worker: g.worker,
+            claim: g.claim,
+            token: fenced(g.claim, g.token),
+            invoked: g.sent,
+            granted: Some(g.at),
             lost: None,
-            released: kill_after(worker, at),
+            released: match (
+                killed_at(g.worker, g.at),
+                wrote_at(&g.lock, g.worker, g.token),
+            ) {
+                (Some(k), Some(w)) => Some(k.min(w.max(g.at))),
+                (k, _) => k,
+            },
             freed_by: None,
         });
     let failed = unknown.iter().map(|&(worker, sent)| Hold {
+        lock: String::new(),
         worker,
         claim: Claim::Exclusive,
         token: None,
@@ -376,6 +447,22 @@ fn history_holds(
         freed_by: None,
     });
     done.chain(killed).chain(failed).collect()
+}
+
+/// The token a hold is fenced with: every grant's but a reader's (lockkit promises increasing
+/// tokens for locks, write locks, permits and terms; readers share theirs).
+fn fenced(claim: Claim, token: u64) -> Option<u64> {
+    (claim != Claim::Shared).then_some(token)
+}
+
+/// One acquire that returned a guard, as the run log has it.
+struct Grant {
+    lock: String,
+    worker: u32,
+    claim: Claim,
+    token: u64,
+    sent: Micros,
+    at: Micros,
 }
 
 impl Report {
@@ -419,7 +506,9 @@ mod tests {
         LogLine::Msg {
             at: end,
             msg: Msg::Hold(HoldRecord {
+                lock: String::new(),
                 worker,
+                claim: Claim::Exclusive,
                 token,
                 sent: start,
                 start,
@@ -438,7 +527,9 @@ mod tests {
         LogLine::Msg {
             at,
             msg: Msg::Acquired {
+                lock: String::new(),
                 worker,
+                claim: Claim::Exclusive,
                 token,
                 sent: at,
                 at,
@@ -451,6 +542,7 @@ mod tests {
         LogLine::Msg {
             at: 0,
             msg: Msg::Write {
+                lock: String::new(),
                 worker: 1,
                 token,
                 start: 0,
@@ -572,6 +664,64 @@ mod tests {
         let r = check(&lines);
         assert_eq!(r.history.overlaps.len(), 1, "{:?}", r.history);
         assert_eq!(r.history.overlaps[0].held, vec![(3, Some(12))]);
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_over_a_reader_is_a_history_overlap() {
+        let with = |claim: Claim, line: LogLine| match line {
+            LogLine::Msg {
+                at,
+                msg: Msg::Hold(h),
+                accepted,
+            } => LogLine::Msg {
+                at,
+                msg: Msg::Hold(HoldRecord { claim, ..h }),
+                accepted,
+            },
+            LogLine::Msg {
+                at,
+                msg:
+                    Msg::Acquired {
+                        lock,
+                        worker,
+                        token,
+                        sent,
+                        ..
+                    },
+                accepted,
+            } => LogLine::Msg {
+                at,
+                msg: Msg::Acquired {
+                    lock,
+                    worker,
+                    claim,
+                    token,
+                    sent,
+                    at,
+                },
+                accepted,
+            },
+            other => other,
+        };
+        let r = Claim::Shared;
+        let mut lines = vec![
+            with(r, acquired(1, 5, 100)),
+            with(r, acquired(2, 4, 150)),
+            with(r, hold(1, 5, 100, 300, false)),
+            with(r, hold(2, 4, 150, 400, false)),
+            acquired(3, 6, 500),
+            hold(3, 6, 500, 600, false),
+        ];
+        let report = check(&lines);
+        assert!(report.history.ok(), "{:?}", report.history);
+        // Readers are not pairs of exclusive holds, and their tokens are not fenced.
+        assert_eq!((report.overlaps.len(), report.token_regressions), (0, 0));
+        // A writer granted while reader 2 still held.
+        lines.push(acquired(4, 7, 350));
+        lines.push(hold(4, 7, 350, 450, false));
+        let report = check(&lines);
+        assert_eq!(report.history.overlaps.len(), 1, "{:?}", report.history);
+        assert_eq!(report.history.overlaps[0].held, vec![(2, None)]);
     }
 
     #[test]

@@ -30,16 +30,24 @@ pub enum FaultKind {
     /// Delay everything on the holder's links by 200 ms to 2 s (random jitter, order kept) for
     /// twice its lease: round trips longer than a renewal interval, some longer than the lease.
     SlowHolder,
-    /// The holder's connections go half-open for twice its lease (the servers stop answering,
-    /// no FIN or RST comes), then are reset: the client must notice a dead peer by itself.
+    /// The holder's connections go half-open for twice its lease (its requests still reach the
+    /// servers and are applied, their answers never come back, no FIN or RST comes), then are
+    /// reset: the client must notice a dead peer by itself, and what it sent meanwhile took
+    /// effect unseen.
     HalfOpenHolder,
     /// Reset every worker's connections at once.
     ResetClients,
+    /// Cut the servers' leader off from the rest of its group for twice the lease (nftables;
+    /// clients still reach it), then heal: the leader is the minority, the others elect anew.
+    IsolateLeader,
+    /// Cut a follower off from the rest of its group for twice the lease, then heal: the
+    /// majority keeps its leader, the clients of the follower are in the minority.
+    IsolateFollower,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order before shuffling.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillHolder,
         FaultKind::PauseHolder,
         FaultKind::KillLeader,
@@ -50,6 +58,8 @@ impl FaultKind {
         FaultKind::SlowHolder,
         FaultKind::HalfOpenHolder,
         FaultKind::ResetClients,
+        FaultKind::IsolateLeader,
+        FaultKind::IsolateFollower,
     ];
 
     /// Whether the fault acts on the workers' network links (they then reach the servers
@@ -77,6 +87,8 @@ impl FaultKind {
             FaultKind::SlowHolder => "slow-holder",
             FaultKind::HalfOpenHolder => "half-open-holder",
             FaultKind::ResetClients => "reset-clients",
+            FaultKind::IsolateLeader => "isolate-leader",
+            FaultKind::IsolateFollower => "isolate-follower",
         }
     }
 }
@@ -111,7 +123,7 @@ pub fn signal(pid: u32, sig: Signal) -> std::io::Result<()> {
 
 /// Server control through an external command: `CTL VERB BACKEND [MEMBER]` with VERB one of
 /// `members`, `leader` (print member names, one a line), `kill`, `stop`, `start`, `pause`,
-/// `resume`.
+/// `resume`, `isolate`, `heal`.
 #[derive(Clone, Debug)]
 pub struct Ctl {
     program: Vec<String>,
@@ -173,7 +185,7 @@ impl Ctl {
             .ok_or_else(|| std::io::Error::other("no leader"))
     }
 
-    /// Runs `kill`, `stop`, `start`, `pause` or `resume` on one member.
+    /// Runs `kill`, `stop`, `start`, `pause`, `resume`, `isolate` or `heal` on one member.
     pub async fn act(&self, verb: &str, member: &str) -> std::io::Result<()> {
         self.call(verb, Some(member)).await.map(|_| ())
     }

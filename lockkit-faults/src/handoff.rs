@@ -154,6 +154,8 @@ mod tests {
             topology: "single".into(),
             seed: 1,
             workers: 2,
+            primitive: "mutex".into(),
+            permits: 1,
             lease_ms: 2000,
             wait_ms: 1000,
             command_timeout_ms: 1000,
@@ -165,7 +167,9 @@ mod tests {
 
     fn hold(worker: u32, token: u64, start: Micros, released_at: Micros) -> HoldRecord {
         HoldRecord {
+            lock: String::new(),
             worker,
+            claim: crate::history::Claim::Exclusive,
             token,
             sent: start,
             start,

@@ -9,29 +9,25 @@
 //!   and every overlap found is an unsignalled one. `margin` forgives overlaps that short (the
 //!   documented slack of a backend's lost signal, zero by default).
 //! - **Fencing**: a fenced grant that began after another fenced grant returned has a larger
-//!   token (tokens increase in real-time order; concurrent grants are not ordered).
+//!   token (tokens increase in real-time order; concurrent grants are not ordered), and
+//!   exclusive grants, which the lock makes one at a time, carry increasing tokens in the order
+//!   they returned, even when their acquires were under way at once.
 //! - **Stale writes**: a write the register accepted has a larger token than every accepted
 //!   write that completed before it was invoked.
 //! - **Unknown outcomes**: an acquire that never returned (its worker crashed, or it failed in a
 //!   way that may have taken the lock) is counted, not checked here: it may or may not have
 //!   happened, which only a linearizability check that forks the model can settle.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::clock::Micros;
 
 /// What one hold claims.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "n", rename_all = "lowercase")]
-#[cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the harness runs mutex and election rows; RW and semaphore rows come next"
-    )
-)]
 pub enum Claim {
     /// Alone: a mutex, an RW writer, a leader, a multi-lock member.
+    #[default]
     Exclusive,
     /// With other shared holds only: an RW reader.
     Shared,
@@ -42,6 +38,9 @@ pub enum Claim {
 /// One acquire and what became of it, as its worker saw it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Hold {
+    /// The lock: empty for the run's one lock, a member's name for a multi-lock's members
+    /// (each member is a lock of its own, checked on its own).
+    pub lock: String,
     /// Worker id.
     pub worker: u32,
     /// What it claims.
@@ -56,8 +55,9 @@ pub struct Hold {
     pub lost: Option<Micros>,
     /// When the release was called, if it was.
     pub released: Option<Micros>,
-    /// By when the lock was surely given up: a release that answered (`None`: at a time nobody
-    /// saw, when its lease ended). The linearizability check bounds the hold's end with it.
+    /// By when the server had given the lock up: a release that answered `ok` (`None`: at a
+    /// time nobody saw, when its lease ended). The linearizability check bounds the hold's end
+    /// with it, which narrows its search; no verdict depends on it.
     pub freed_by: Option<Micros>,
 }
 
@@ -74,6 +74,9 @@ impl Hold {
 /// One write to the fenced register.
 #[derive(Clone, Debug, Serialize)]
 pub struct Write {
+    /// The lock whose token it carried (see [`Hold::lock`]); the register fences each lock
+    /// on its own.
+    pub lock: String,
     /// Worker id.
     pub worker: u32,
     /// The token it carried.
@@ -87,6 +90,8 @@ pub struct Write {
 /// Two holds that were believed at once beyond what the lock allows.
 #[derive(Clone, Debug, Serialize)]
 pub struct Violation {
+    /// The lock (see [`Hold::lock`]).
+    pub lock: String,
     /// The hold that began while the others were held: (worker, token).
     pub later: (u32, Option<u64>),
     /// Those others.
@@ -95,7 +100,7 @@ pub struct Violation {
     pub at: Micros,
 }
 
-/// One lock's history: what [`check`] takes, and what `history.json` holds for the
+/// The run's history (one lock, or a multi-lock's members): what [`check`] takes, and what `history.json` holds for the
 /// linearizability check (`lockkit-faults/porcupine`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct History {
@@ -140,38 +145,59 @@ impl Findings {
     }
 }
 
-/// Checks one lock's history: `permits` is its capacity in permits (1 for a mutex, an RW lock
-/// or an election), `margin` the overlap forgiven (see the module docs).
+/// Checks a history, each lock on its own: `permits` is a lock's capacity in permits (1 for a
+/// mutex, an RW lock or an election), `margin` the overlap forgiven (see the module docs).
 pub fn check(holds: &[Hold], writes: &[Write], permits: u32, margin: Micros) -> Findings {
-    Findings {
-        overlaps: overlaps(holds, permits, margin),
-        token_regressions: increasing(
+    let locks: std::collections::BTreeSet<&str> = holds
+        .iter()
+        .map(|h| h.lock.as_str())
+        .chain(writes.iter().map(|w| w.lock.as_str()))
+        .collect();
+    let mut found = Findings {
+        unknown_acquires: holds.iter().filter(|h| h.granted.is_none()).count(),
+        unknown_writes: writes.iter().filter(|w| w.completed.is_none()).count(),
+        ..Findings::default()
+    };
+    for lock in locks {
+        let holds: Vec<&Hold> = holds.iter().filter(|h| h.lock == lock).collect();
+        found.overlaps.extend(overlaps(&holds, permits, margin));
+        let mut regressions: std::collections::BTreeSet<(u64, u64)> = increasing(
             holds
                 .iter()
                 .filter_map(|h| Some((h.invoked, h.granted?, h.token?))),
-        ),
-        stale_writes_accepted: increasing(writes.iter().filter_map(|w| match w.completed {
-            Some((at, true)) => Some((w.invoked, at, w.token)),
-            _ => None,
-        })),
-        unknown_acquires: holds.iter().filter(|h| h.granted.is_none()).count(),
-        unknown_writes: writes.iter().filter(|w| w.completed.is_none()).count(),
+        )
+        .into_iter()
+        .collect();
+        regressions.extend(in_grant_order(&holds));
+        found.token_regressions.extend(regressions);
+        found.stale_writes_accepted.extend(increasing(
+            writes
+                .iter()
+                .filter(|w| w.lock == lock)
+                .filter_map(|w| match w.completed {
+                    Some((at, true)) => Some((w.invoked, at, w.token)),
+                    _ => None,
+                }),
+        ));
     }
+    found
 }
 
 /// A sweep over the holds' starts and ends: at every start, what is held must leave room.
-fn overlaps(holds: &[Hold], permits: u32, margin: Micros) -> Vec<Violation> {
+fn overlaps(holds: &[&Hold], permits: u32, margin: Micros) -> Vec<Violation> {
     // (time, is_start, index); at one instant ends come before starts.
+    // A hold that ended the instant it began (its holder was paused before its first look) is
+    // checked at its start and then holds nothing.
     let mut events = Vec::with_capacity(holds.len() * 2);
+    let mut instant = vec![false; holds.len()];
     for (i, h) in holds.iter().enumerate() {
         let Some(start) = h.granted else { continue };
         let end = h.end().map(|e| e.saturating_sub(margin).max(start));
-        if end == Some(start) {
-            continue;
-        }
         events.push((start, true, i));
-        if let Some(e) = end {
-            events.push((e, false, i));
+        match end {
+            Some(e) if e == start => instant[i] = true,
+            Some(e) => events.push((e, false, i)),
+            None => {}
         }
     }
     events.sort_by_key(|&(t, start, i)| (t, start, i));
@@ -200,6 +226,7 @@ fn overlaps(holds: &[Hold], permits: u32, margin: Micros) -> Vec<Violation> {
                 conflicting
             };
             found.push(Violation {
+                lock: h.lock.clone(),
                 later: (h.worker, h.token),
                 held: held
                     .iter()
@@ -208,7 +235,9 @@ fn overlaps(holds: &[Hold], permits: u32, margin: Micros) -> Vec<Violation> {
                 at: t,
             });
         }
-        active.push(i);
+        if !instant[i] {
+            active.push(i);
+        }
     }
     found
 }
@@ -224,6 +253,28 @@ fn weight(c: Claim) -> u32 {
         Claim::Permits(n) => n,
         _ => 1,
     }
+}
+
+/// Exclusive holds exclude each other, so the lock granted them in the order their grants
+/// returned (an overlap is reported on its own): their tokens must increase in that order,
+/// even for acquires that were under way at once. Returns the pairs that do not, as (the
+/// largest earlier token, the later token).
+fn in_grant_order(holds: &[&Hold]) -> Vec<(u64, u64)> {
+    let mut sole: Vec<(Micros, u64)> = holds
+        .iter()
+        .filter(|h| h.claim == Claim::Exclusive)
+        .filter_map(|h| Some((h.granted?, h.token?)))
+        .collect();
+    sole.sort_unstable();
+    let mut max = None::<u64>;
+    let mut bad = Vec::new();
+    for (_, token) in sole {
+        if let Some(m) = max.filter(|m| token <= *m) {
+            bad.push((m, token));
+        }
+        max = max.max(Some(token));
+    }
+    bad
 }
 
 /// Operations `(invoked, completed, value)`: every one must carry a larger value than every
@@ -255,6 +306,7 @@ mod tests {
 
     fn hold(worker: u32, claim: Claim, token: u64, granted: Micros, released: Micros) -> Hold {
         Hold {
+            lock: String::new(),
             worker,
             claim,
             token: Some(token),
@@ -268,6 +320,7 @@ mod tests {
 
     fn write(token: u64, invoked: Micros, accepted: bool) -> Write {
         Write {
+            lock: String::new(),
             worker: 0,
             token,
             invoked,
@@ -313,23 +366,46 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_that_ended_as_it_began_is_still_checked_at_its_start() {
+        let (mut holds, writes) = mutex_history();
+        // Worker 3 was granted at 40 while worker 2 still believed until 45, and stopped
+        // believing at once (paused before its first look).
+        holds[1].released = Some(45);
+        holds[2].released = Some(40);
+        let f = check(&holds, &writes, 1, 0);
+        assert_eq!(f.overlaps.len(), 1, "{f:?}");
+        assert_eq!(f.overlaps[0].later, (3, Some(3)));
+        // And it holds nothing afterwards.
+        holds[1].released = Some(40);
+        holds.push(hold(4, X, 4, 40, 50));
+        assert!(check(&holds, &writes, 1, 0).ok());
+    }
+
+    #[test]
     fn a_token_regression_is_found_but_concurrent_grants_are_not_ordered() {
         let (mut holds, writes) = mutex_history();
         holds[2].token = Some(2);
         let f = check(&holds, &writes, 1, 0);
         assert_eq!(f.token_regressions, vec![(2, 2)], "{f:?}");
         // Two acquires under way at once may return in either token order.
-        let concurrent = vec![
-            Hold {
-                invoked: 0,
-                ..hold(1, X, 5, 10, 12)
-            },
-            Hold {
-                invoked: 0,
-                ..hold(2, X, 4, 13, 15)
-            },
-        ];
-        assert!(check(&concurrent, &[], 1, 0).token_regressions.is_empty());
+        let concurrent = |claim| {
+            vec![
+                Hold {
+                    invoked: 0,
+                    ..hold(1, claim, 5, 10, 12)
+                },
+                Hold {
+                    invoked: 0,
+                    ..hold(2, claim, 4, 13, 15)
+                },
+            ]
+        };
+        let permits = concurrent(Claim::Permits(1));
+        assert!(check(&permits, &[], 3, 0).token_regressions.is_empty());
+        // Exclusive grants come one at a time: the later grant's lower token is a regression
+        // even though both acquires were under way at once.
+        let f = check(&concurrent(X), &[], 1, 0);
+        assert_eq!(f.token_regressions, vec![(5, 4)], "{f:?}");
     }
 
     #[test]
@@ -391,8 +467,34 @@ mod tests {
         // The same shape as the fixtures of lockkit-faults/porcupine/main_test.go.
         assert_eq!(
             serde_json::to_string(&h).unwrap(),
-            r#"{"permits":1,"holds":[{"worker":1,"claim":{"kind":"exclusive"},"token":1,"invoked":5,"granted":10,"lost":null,"released":20,"freed_by":21},{"worker":1,"claim":{"kind":"permits","n":2},"token":null,"invoked":5,"granted":null,"lost":null,"released":null,"freed_by":null}],"writes":[{"worker":0,"token":1,"invoked":12,"completed":[14,true]}]}"#
+            r#"{"permits":1,"holds":[{"lock":"","worker":1,"claim":{"kind":"exclusive"},"token":1,"invoked":5,"granted":10,"lost":null,"released":20,"freed_by":21},{"lock":"","worker":1,"claim":{"kind":"permits","n":2},"token":null,"invoked":5,"granted":null,"lost":null,"released":null,"freed_by":null}],"writes":[{"lock":"","worker":0,"token":1,"invoked":12,"completed":[14,true]}]}"#
         );
+    }
+
+    #[test]
+    fn each_lock_of_a_history_is_checked_on_its_own() {
+        let (holds, writes) = mutex_history();
+        // The same holds and writes on a second lock, at the same times: no overlap across
+        // locks, no regression across their tokens.
+        let mut all_holds = Vec::new();
+        let mut all_writes = Vec::new();
+        for lock in ["a", "b"] {
+            all_holds.extend(holds.iter().map(|h| Hold {
+                lock: lock.into(),
+                ..h.clone()
+            }));
+            all_writes.extend(writes.iter().map(|w| Write {
+                lock: lock.into(),
+                ..w.clone()
+            }));
+        }
+        assert!(check(&all_holds, &all_writes, 1, 0).ok());
+        // One lock's overlap is still found, and named.
+        let mut bad = all_holds.clone();
+        bad[4].released = Some(45);
+        let f = check(&bad, &all_writes, 1, 0);
+        assert_eq!(f.overlaps.len(), 1, "{f:?}");
+        assert_eq!(f.overlaps[0].lock, "b");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::subject::Primitive;
+use crate::subject::{multi_members, Primitive};
 
 /// Leftovers one scan found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -20,7 +20,8 @@ pub struct Leftovers {
     pub locks: Vec<String>,
     /// etcd leases still alive (must be 0).
     pub leases: Vec<String>,
-    /// Keys kept by design, with an expiry: the Redis fencing counter (`fence_ttl`).
+    /// Keys kept by design: the Redis fencing counter (`fence_ttl`, with an expiry) and a
+    /// semaphore's size (Redis key, ZooKeeper node, etcd key; persistent).
     pub kept: Vec<String>,
     /// Redis unlock latches still present; they expire by design within seconds.
     pub latches: usize,
@@ -87,7 +88,24 @@ pub async fn scan_live(url: &str, primitive: Primitive, name: &str, grace: Durat
 /// Scans the servers of `url` for what the lock or election `name` (default prefix `lockkit`)
 /// left behind.
 pub async fn scan(url: &str, primitive: Primitive, name: &str, phase: Phase) -> Leftovers {
-    let election = primitive == Primitive::Election;
+    if primitive != Primitive::Multi {
+        return scan_one(url, primitive, name, phase).await;
+    }
+    // A multi-lock row's members are mutexes; live etcd leases are counted once.
+    let mut all = Leftovers::default();
+    for (i, member) in multi_members(name).iter().enumerate() {
+        let phase = if i == 0 { phase } else { Phase::LiveSessions };
+        let found = scan_one(url, Primitive::Mutex, member, phase).await;
+        all.locks.extend(found.locks);
+        all.leases.extend(found.leases);
+        all.kept.extend(found.kept);
+        all.latches += found.latches;
+        all.error = all.error.or(found.error);
+    }
+    all
+}
+
+async fn scan_one(url: &str, primitive: Primitive, name: &str, phase: Phase) -> Leftovers {
     let Some(t) = parse(url) else {
         return failed(format!("cannot parse {url}"));
     };
@@ -98,8 +116,8 @@ pub async fn scan(url: &str, primitive: Primitive, name: &str, phase: Phase) -> 
                 Ok(primary) => redis_scan(&format!("redis://{primary}"), name).await,
                 Err(e) => Err(e),
             },
-            "zk" => zk_scan(&t, name, election).await,
-            "etcd" => etcd_scan(&t, name, election, phase).await,
+            "zk" => zk_scan(&t, name, primitive).await,
+            "etcd" => etcd_scan(&t, name, primitive, phase).await,
             other => Err(format!("leftover scan not implemented for {other}://")),
         }
     })
@@ -178,14 +196,20 @@ async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
             if ttl == -2 {
                 continue;
             }
-            // An election's keys are a mutex's with `elect-` before their kind.
+            // An election's, RW lock's and semaphore's keys are a mutex's with `elect-`, `rw-`
+            // or `sem-` before their kind.
             let kind = key.strip_prefix("lockkit:").unwrap_or(&key);
-            let kind = kind.strip_prefix("elect-").unwrap_or(kind);
+            let kind = ["elect-", "rw-", "sem-"]
+                .iter()
+                .find_map(|p| kind.strip_prefix(p))
+                .unwrap_or(kind);
             if kind.starts_with("unlock:") && ttl >= 0 {
                 out.latches += 1;
             } else if kind.starts_with("fence:") && ttl >= 0 {
                 out.kept
                     .push(format!("{key} (expires in {} s)", ttl / 1000));
+            } else if kind.starts_with("size:") {
+                out.kept.push(format!("{key} (the semaphore's size)"));
             } else {
                 out.locks.push(format!("{key} (pttl {ttl})"));
             }
@@ -197,7 +221,7 @@ async fn redis_scan(url: &str, name: &str) -> Result<Leftovers, String> {
     }
 }
 
-async fn zk_scan(t: &Target, name: &str, election: bool) -> Result<Leftovers, String> {
+async fn zk_scan(t: &Target, name: &str, primitive: Primitive) -> Result<Leftovers, String> {
     let mut connect = t.hosts.join(",");
     if !t.path.is_empty() {
         connect = format!("{connect}/{}", t.path.trim_start_matches('/'));
@@ -205,13 +229,22 @@ async fn zk_scan(t: &Target, name: &str, election: bool) -> Result<Leftovers, St
     let client = zookeeper_client::Client::connect(&connect)
         .await
         .map_err(err)?;
-    let kind = if election { "election" } else { "mutex" };
-    let dir = format!("/lockkit/{kind}/{name}");
+    // A semaphore keeps its holders' nodes in `leases/` and `locks/` (Curator's layout) beside
+    // its persistent `size` node.
+    let dir = format!("/lockkit/{}/{name}", primitive.as_str());
+    let dirs = match primitive {
+        Primitive::Semaphore => vec![format!("{dir}/leases"), format!("{dir}/locks")],
+        _ => vec![dir],
+    };
     let mut out = Leftovers::default();
-    match client.list_children(&dir).await {
-        Ok(children) => out.locks = children.into_iter().map(|c| format!("{dir}/{c}")).collect(),
-        Err(zookeeper_client::Error::NoNode) => {}
-        Err(e) => return Err(err(e)),
+    for dir in dirs {
+        match client.list_children(&dir).await {
+            Ok(children) => out
+                .locks
+                .extend(children.into_iter().map(|c| format!("{dir}/{c}"))),
+            Err(zookeeper_client::Error::NoNode) => {}
+            Err(e) => return Err(err(e)),
+        }
     }
     Ok(out)
 }
@@ -219,29 +252,33 @@ async fn zk_scan(t: &Target, name: &str, election: bool) -> Result<Leftovers, St
 async fn etcd_scan(
     t: &Target,
     name: &str,
-    election: bool,
+    primitive: Primitive,
     phase: Phase,
 ) -> Result<Leftovers, String> {
     use etcd_client::{Client, GetOptions};
     let endpoints: Vec<String> = t.hosts.iter().map(|h| format!("http://{h}")).collect();
     let mut client = Client::connect(endpoints, None).await.map_err(err)?;
-    let prefix = if election {
-        format!("lockkit/%election/{name}/")
-    } else {
-        format!("lockkit/{name}/")
+    let prefix = match primitive {
+        Primitive::Mutex => format!("lockkit/{name}/"),
+        Primitive::Election => format!("lockkit/%election/{name}/"),
+        Primitive::Rwlock => format!("lockkit/%rw/{name}/"),
+        Primitive::Semaphore => format!("lockkit/%sem/{name}/"),
+        Primitive::Multi => return Err("a multi-lock is scanned member by member".into()),
     };
     let resp = client
         .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
         .await
         .map_err(err)?;
-    let mut out = Leftovers {
-        locks: resp
-            .kvs()
-            .iter()
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-            .collect(),
-        ..Leftovers::default()
-    };
+    let mut out = Leftovers::default();
+    for kv in resp.kvs() {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        // A semaphore's size, kept without a lease by design.
+        if key.ends_with("/%size") {
+            out.kept.push(key);
+        } else {
+            out.locks.push(key);
+        }
+    }
     if phase == Phase::LiveSessions {
         return Ok(out);
     }

@@ -34,11 +34,6 @@ pub struct Linearizability {
 }
 
 impl Linearizability {
-    /// No linearization exists.
-    pub fn illegal(&self) -> bool {
-        self.result == "Illegal"
-    }
-
     fn failed(error: String) -> Self {
         Linearizability {
             error: Some(error),

@@ -2,10 +2,10 @@
 //! ([`lockkit_testing::proxy::Proxy`]) per server endpoint of the URL, so that a network fault
 //! hits one worker (the holder) or every worker, and never the coordinator's probe and scans.
 //!
-//! Clients that learn server addresses from the servers route around the proxies: Redis
-//! Sentinel hands out the primary's address, so on Sentinel only the connections to the
-//! Sentinels pass through them. etcd and ZooKeeper clients keep to the endpoints they were
-//! given (lockkit's etcd client does not sync its endpoint list).
+//! Clients that learn server addresses from the servers would route around the proxies: Redis
+//! Sentinel hands out the primary's address and Redis Cluster its nodes', so [`Links::new`]
+//! refuses those URLs. etcd and ZooKeeper clients keep to the endpoints they were given
+//! (lockkit's etcd client does not sync its endpoint list).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -24,8 +24,16 @@ pub struct Links {
 }
 
 impl Links {
-    /// Links to the servers of `url`.
+    /// Links to the servers of `url`; a Sentinel or Cluster URL is refused (see the module
+    /// docs).
     pub fn new(url: &str) -> std::io::Result<Links> {
+        if url.starts_with("redis+sentinel://") || url.starts_with("redis+cluster://") {
+            return Err(std::io::Error::other(format!(
+                "network faults cannot reach the data connections of {url}: Redis hands out \
+                 its servers' addresses, which route around the proxies (fault the primary \
+                 directly: scripts/faults.sh run redis primary)"
+            )));
+        }
         let (head, endpoints, tail) = split(url)?;
         Ok(Links {
             head,
@@ -55,6 +63,12 @@ impl Links {
     /// [`heal`](Self::heal)).
     pub fn partition(&self, worker: u32) {
         self.each(worker, Proxy::partition);
+    }
+
+    /// Drops nothing but delivers nothing back: the servers' answers on `worker`'s links are
+    /// held while its requests still reach them (a half-open connection whose peer still acts).
+    pub fn hold_answers(&self, worker: u32) {
+        self.each(worker, |p| p.update(|t| t.hold_down = true));
     }
 
     /// Adds `latency` plus up to `jitter` each way on `worker`'s links.
@@ -126,6 +140,8 @@ mod tests {
         assert_eq!((head.as_str(), tail.as_str()), ("redis://u:p@", "/2"));
         assert_eq!(eps, ["127.0.0.1:6379"]);
         assert!(split("zk://").is_err());
+        assert!(Links::new("redis+sentinel://127.0.0.1:1/m").is_err());
+        assert!(Links::new("redis+cluster://127.0.0.1:1").is_err());
         assert!(split("mem://x").is_err());
     }
 

@@ -185,7 +185,7 @@ async fn async_main(cmd: Cmd) -> ExitCode {
                 )
                 .await;
                 println!("{}", serde_json::to_string(&l).unwrap_or_default());
-                if l.error.is_some() {
+                if l.error.is_some() || l.result != "Ok" {
                     return ExitCode::FAILURE;
                 }
             }
@@ -285,13 +285,24 @@ fn failures(o: &run::Outcome, t: Targets) -> Vec<String> {
                 h.stale_writes_accepted.len()
             ));
         }
-        if let Some(l) = o.linearizability.as_ref().filter(|l| l.illegal()) {
-            failures.push(format!(
-                "not linearizable (see {})",
-                l.html
-                    .as_ref()
-                    .map_or("history.json".into(), |p| p.display().to_string())
-            ));
+        if let Some(l) = o.linearizability.as_ref().filter(|l| l.error.is_none()) {
+            let html = l
+                .html
+                .as_ref()
+                .map_or("history.json".into(), |p| p.display().to_string());
+            match l.result.as_str() {
+                "Ok" => {}
+                "Illegal" => failures.push(format!("not linearizable (see {html})")),
+                other => failures.push(format!(
+                    "the linearizability check did not settle: {other} (see {html})"
+                )),
+            }
+        }
+        let cut_faults = r.faults.iter().filter(|f| f.cut_mid_hold.is_some());
+        if cut_faults.clone().count() > 0
+            && !cut_faults.clone().any(|f| f.cut_mid_hold == Some(true))
+        {
+            failures.push("no partition or half-open fault landed in the middle of a hold".into());
         }
         if r.unsignalled_overlaps > 0 {
             failures.push(format!("{} unsignalled overlaps", r.unsignalled_overlaps));
@@ -478,7 +489,9 @@ mod tests {
             end: 5000,
         });
         let hold = msg(Msg::Hold(proto::HoldRecord {
+            lock: String::new(),
             worker: 1,
+            claim: history::Claim::Exclusive,
             token: 1,
             sent: 0,
             start: 0,

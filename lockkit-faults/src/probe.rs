@@ -36,8 +36,8 @@ impl Probe {
     }
 }
 
-/// Connects to `url`, acquires (campaigns in) `name` with a wait budget of `lease` + 1 s,
-/// releases (resigns), closes.
+/// Connects to `url`, acquires the whole of `name` (campaigns in it, write-locks it, takes every
+/// permit or every member) with a wait budget of `lease` + 1 s, releases (resigns), closes.
 pub async fn run(url: &str, primitive: Primitive, name: &str, lease: Duration) -> Probe {
     let bound = lease + Duration::from_secs(1);
     let mut probe = Probe {
@@ -57,7 +57,7 @@ pub async fn run(url: &str, primitive: Primitive, name: &str, lease: Duration) -
     let opts = AcquireOptions::new().wait(bound).watchdog_lease(lease);
     let sent = Instant::now();
     // The acquire's own budget is the bound; the timeout only stops a hung call.
-    match tokio::time::timeout(bound * 2, lock.take(&opts)).await {
+    match tokio::time::timeout(bound * 2, lock.take(&lock.whole(), &opts)).await {
         Ok(Ok(Some(guard))) => {
             probe.ms = Some(sent.elapsed().as_secs_f64() * 1000.0);
             if let Err(e) = guard.release().await {

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Micros;
+use crate::history::Claim;
 
 /// One request from a worker to the register (one JSON line; the register answers one line).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -17,8 +18,14 @@ pub enum Msg {
     },
     /// An acquire returned a guard.
     Acquired {
+        /// The lock: empty for the run's one lock, a member's name for a multi-lock's.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        lock: String,
         /// Worker id.
         worker: u32,
+        /// What it holds.
+        #[serde(default)]
+        claim: Claim,
         /// The guard's fencing token.
         token: u64,
         /// When the acquire was called.
@@ -26,8 +33,12 @@ pub enum Msg {
         /// When the acquire returned.
         at: Micros,
     },
-    /// The fenced write: accepted only if `token` is greater than every token accepted before.
+    /// The fenced write: accepted only if `token` is greater than every token accepted before
+    /// for the same lock.
     Write {
+        /// The lock whose token it carries: empty for the run's one lock, a member's name for a multi-lock's.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        lock: String,
         /// Worker id.
         worker: u32,
         /// The writer's fencing token.
@@ -73,8 +84,14 @@ pub enum Msg {
 /// One hold from acquire to release, as its worker saw it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct HoldRecord {
+    /// The lock: empty for the run's one lock, a member's name for a multi-lock's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lock: String,
     /// Worker id.
     pub worker: u32,
+    /// What it held.
+    #[serde(default)]
+    pub claim: Claim,
     /// Fencing token.
     pub token: u64,
     /// The acquire was called.
@@ -93,7 +110,8 @@ pub struct HoldRecord {
     pub release: String,
     /// When the release call returned.
     pub released_at: Micros,
-    /// Whether the register accepted this hold's write.
+    /// Whether the register accepted this hold's write (`false` too when it wrote none: only
+    /// exclusive holds write).
     pub write_accepted: bool,
 }
 
@@ -154,6 +172,12 @@ pub struct RunInfo {
     pub seed: u64,
     /// Number of concurrent workers.
     pub workers: u32,
+    /// What they contend for (`mutex`, `election`, `rwlock`, `semaphore`).
+    #[serde(default)]
+    pub primitive: String,
+    /// The lock's capacity in permits (a semaphore's size; 1 otherwise).
+    #[serde(default = "one")]
+    pub permits: u32,
     /// Lease in milliseconds.
     pub lease_ms: u64,
     /// Each worker acquire's wait budget in milliseconds.
@@ -166,4 +190,8 @@ pub struct RunInfo {
     pub name: String,
     /// When the run started.
     pub start: Micros,
+}
+
+fn one() -> u32 {
+    1
 }

@@ -1,6 +1,6 @@
 //! The fenced register: a tiny store in the coordinator process, on 127.0.0.1, that accepts a
-//! write only if its token is greater than every token it accepted before, and logs every
-//! request with its decision.
+//! write only if its token is greater than every token it accepted before for the same lock (a
+//! multi-lock's members are locks of their own), and logs every request with its decision.
 //!
 //! Why a TCP server in the coordinator and not a file under a lock: one owner decides, so the
 //! log order is the decision order with no second lock to reason about; and a worker stopped
@@ -30,7 +30,8 @@ pub struct Register {
 }
 
 struct State {
-    last: Option<u64>,
+    /// The highest token accepted, per lock.
+    last: HashMap<String, u64>,
     log: BufWriter<File>,
     lines: Vec<LogLine>,
     holding: HashMap<u32, Micros>,
@@ -43,7 +44,7 @@ impl Register {
     pub fn create(path: &Path) -> std::io::Result<Self> {
         Ok(Register {
             inner: Arc::new(Mutex::new(State {
-                last: None,
+                last: HashMap::new(),
                 log: BufWriter::new(File::create(path)?),
                 lines: Vec::new(),
                 holding: HashMap::new(),
@@ -80,15 +81,13 @@ impl Register {
             Msg::Acquired { worker, at, .. } => {
                 s.holding.insert(*worker, *at);
             }
-            Msg::Write { token, .. } => {
-                let ok = s.last.is_none_or(|last| *token > last);
+            Msg::Write { lock, token, .. } => {
+                let last = s.last.get(lock).copied();
+                let ok = last.is_none_or(|last| *token > last);
                 if ok {
-                    s.last = Some(*token);
+                    s.last.insert(lock.clone(), *token);
                 } else {
-                    reply = Reply {
-                        ok: false,
-                        last: s.last,
-                    };
+                    reply = Reply { ok: false, last };
                 }
                 accepted = Some(ok);
             }
@@ -191,6 +190,7 @@ mod tests {
         let path = std::env::temp_dir().join(format!("lockkit-faults-reg-{}", std::process::id()));
         let reg = Register::create(&path).unwrap();
         let write = |token| Msg::Write {
+            lock: String::new(),
             worker: 1,
             token,
             start: 0,

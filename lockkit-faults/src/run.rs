@@ -52,7 +52,8 @@ pub struct RunArgs {
     pub seed: u64,
     /// Fault kinds, comma separated: the process faults by default; the network faults
     /// (`partition-holder`, `slow-holder`, `half-open-holder`, `reset-clients`) put a proxy on
-    /// every worker's links to the servers.
+    /// every worker's links to the servers; `isolate-leader` and `isolate-follower` partition a
+    /// server member from its group (etcd and ZooKeeper clusters).
     #[arg(
         long,
         value_delimiter = ',',
@@ -194,6 +195,8 @@ pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
         topology: args.topology.clone(),
         seed: args.seed,
         workers: args.workers,
+        primitive: args.primitive.as_str().to_string(),
+        permits: args.primitive.permits(),
         lease_ms: args.lease.as_millis() as u64,
         wait_ms: args.wait_ms,
         command_timeout_ms: command_timeout(&args.url)?.as_millis() as u64,
@@ -450,6 +453,7 @@ async fn inject(
                     Duration::from_millis(200),
                     Duration::from_millis(1800),
                 ),
+                FaultKind::HalfOpenHolder => links.hold_answers(worker),
                 _ => links.partition(worker),
             }
             tokio::time::sleep(pause).await;
@@ -467,6 +471,25 @@ async fn inject(
             let start = now();
             links.reset_all();
             record("every worker".into(), None, start)
+        }
+        FaultKind::IsolateLeader | FaultKind::IsolateFollower => {
+            let leader = ctl.leader().await?;
+            let member = if kind == FaultKind::IsolateLeader {
+                leader
+            } else {
+                let followers: Vec<String> = ctl
+                    .members()
+                    .await?
+                    .into_iter()
+                    .filter(|m| *m != leader)
+                    .collect();
+                pick(&followers, rng).ok_or_else(|| std::io::Error::other("no followers"))?
+            };
+            ctl.act("isolate", &member).await?;
+            let start = now();
+            tokio::time::sleep(pause).await;
+            ctl.act("heal", &member).await?;
+            record(member, None, start)
         }
         FaultKind::RestartServer => {
             let members = ctl.members().await?;

@@ -12,6 +12,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use crate::clock::{now, until, Micros};
+use crate::history::Claim;
 use crate::proto::{HoldRecord, Msg, Reply};
 use crate::subject::{Held, Primitive, Subject};
 
@@ -96,10 +97,14 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
         .wait(args.wait)
         .watchdog_lease(args.lease);
     while now() < args.until {
+        let want = lock.pick(&mut rng);
+        let claim = want.claim;
         let sent = now();
-        let acquired =
-            tokio::time::timeout(until(args.until) + Duration::from_secs(1), lock.take(&opts))
-                .await;
+        let acquired = tokio::time::timeout(
+            until(args.until) + Duration::from_secs(1),
+            lock.take(&want, &opts),
+        )
+        .await;
         match acquired {
             Err(_) => break,
             Ok(Ok(None)) => {
@@ -116,7 +121,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
             }
             Ok(Ok(Some(guard))) => {
                 let hold = Duration::from_millis(rng.gen_range(args.hold_ms.0..=args.hold_ms.1));
-                one_hold(&mut reg, args.id, sent, guard, hold).await?;
+                one_hold(&mut reg, args.id, claim, sent, guard, hold).await?;
                 tokio::time::sleep(Duration::from_millis(rng.gen_range(0..=30))).await;
             }
         }
@@ -167,17 +172,20 @@ async fn report_error(
 const LOOK_EVERY: Duration = Duration::from_millis(5);
 
 /// One hold: report the acquire, work until `hold` passed or `lost()` resolved (looking at the
-/// guard's state as a careful holder would), write the interval to the register with the token,
-/// release, report the hold.
+/// guard's state as a careful holder would), write the interval to the register with the token
+/// (an exclusive hold: readers and permits share the lock, so they do not write to a register
+/// that admits one writer at a time), release, report the hold.
 async fn one_hold(
     reg: &mut Client,
     worker: u32,
+    claim: Claim,
     sent: Micros,
     guard: Held,
     hold: Duration,
 ) -> std::io::Result<()> {
     let start = now();
-    let token = guard.token();
+    // One lock and its token, or each member of a multi-lock with its own.
+    let tokens = guard.tokens();
     // Record the instant lost() resolves, whenever that is before the release finishes.
     let lost_at = Arc::new(AtomicU64::new(0));
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
@@ -193,27 +201,41 @@ async fn one_hold(
             }
         })
     };
-    reg.send(&Msg::Acquired {
-        worker,
-        token,
-        sent,
-        at: start,
-    })
-    .await?;
+    for (lock, token) in &tokens {
+        reg.send(&Msg::Acquired {
+            lock: lock.clone(),
+            worker,
+            claim,
+            token: *token,
+            sent,
+            at: start,
+        })
+        .await?;
+    }
     let believed_until = work(&guard, start, hold).await;
     let end = match lost_at.load(Ordering::SeqCst) {
         0 => now(),
         t => t,
     };
-    // The write goes out even when lost() resolved: the point is to see the register reject it.
-    let write = reg
-        .send(&Msg::Write {
-            worker,
-            token,
-            start,
-            end,
-        })
-        .await?;
+    // The writes go out even when lost() resolved: the point is to see the register reject
+    // them.
+    let mut accepted = Vec::with_capacity(tokens.len());
+    for (lock, token) in &tokens {
+        accepted.push(match claim {
+            Claim::Exclusive => {
+                reg.send(&Msg::Write {
+                    lock: lock.clone(),
+                    worker,
+                    token: *token,
+                    start,
+                    end,
+                })
+                .await?
+                .ok
+            }
+            Claim::Shared | Claim::Permits(_) => false,
+        });
+    }
     let release = match guard.release().await {
         Ok(()) => "ok".to_string(),
         Err(e) => format!("{:?}", e.kind()),
@@ -225,19 +247,23 @@ async fn one_hold(
         0 => None,
         t => Some(t),
     };
-    reg.send(&Msg::Hold(HoldRecord {
-        worker,
-        sent,
-        token,
-        start,
-        end,
-        believed_until: believed_until.min(end),
-        lost_at,
-        release,
-        released_at,
-        write_accepted: write.ok,
-    }))
-    .await?;
+    for ((lock, token), write_accepted) in tokens.into_iter().zip(accepted) {
+        reg.send(&Msg::Hold(HoldRecord {
+            lock,
+            worker,
+            claim,
+            sent,
+            token,
+            start,
+            end,
+            believed_until: believed_until.min(end),
+            lost_at,
+            release: release.clone(),
+            released_at,
+            write_accepted,
+        }))
+        .await?;
+    }
     Ok(())
 }
 
