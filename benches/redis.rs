@@ -185,9 +185,13 @@ async fn contended_setnx(
     retry: Option<Duration>,
     hold: Duration,
 ) -> Contended {
+    // Connected before the clock starts, as every other variant's clients are.
+    let mut conns = Vec::with_capacity(count);
+    for _ in 0..count {
+        conns.push(raw_conn(url).await);
+    }
     let mut run = Run::start(total, hold);
-    for c in 0..count {
-        let mut conn = raw_conn(url).await;
+    for (c, mut conn) in conns.into_iter().enumerate() {
         // A clone is the same multiplexed connection, for the release.
         let mut release_conn = conn.clone();
         let (arena, key, release_key) = (run.arena(), key.to_string(), key.to_string());

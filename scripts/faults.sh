@@ -230,10 +230,25 @@ cmd_run() {
     out=${out:-target/faults/$backend-$label-seed$seed}
     [ "${LOCKKIT_FAULTS_BUILT:-0}" = 1 ] || build
     echo "==> faults: $backend $label seed $seed ($url)" >&2
+    # A member a run cut off from its group and could not heal (it was stopped mid-fault) is
+    # healed before and after every run that cuts members off.
+    local isolates=0 rc=0
+    case " ${extra[*]-} " in *isolate-*) isolates=1 ;; esac
+    [ "$isolates" = 0 ] || heal_group "$group"
     "$BIN" run --url "$url" --topology "$label" --group "$group" --ctl "$0 ctl" \
         --seed "$seed" --duration "$duration" --workers "$workers" --lease "$lease" \
         --every "$every" --out "$out" --porcupine "$PORCUPINE" \
-        ${strict[@]+"${strict[@]}"} ${extra[@]+"${extra[@]}"}
+        ${strict[@]+"${strict[@]}"} ${extra[@]+"${extra[@]}"} || rc=$?
+    [ "$isolates" = 0 ] || heal_group "$group"
+    return "$rc"
+}
+
+# heal_group GROUP: undoes `isolate` on every member of GROUP (nothing for one not isolated).
+heal_group() {
+    local m
+    for m in $(cmd_ctl members "$1"); do
+        "$SERVICES" heal "$m" >/dev/null 2>&1 || true
+    done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -263,9 +278,10 @@ cluster_up() {
 }
 
 SUITE_FAILED=()
-# A bound on one run (its work plus teardown), so a hung server start cannot stall CI; scaled
-# with the runs' durations.
-SUITE_TIMEOUT=150
+# A bound on one run, so a hung server start cannot stall CI: its work (at most 48 s, times the
+# scale) plus what does not scale (a fault running past the end, the workers' exit, the probe,
+# two leftover scans, up to 90 s for the linearizability check).
+SUITE_TIMEOUT=240
 
 suite_one() { # BACKEND TOPOLOGY [run options]
     local rc=0
@@ -369,7 +385,9 @@ cmd_suite() {
         esac
         shift
     done
-    SUITE_TIMEOUT=$((150 * scale))
+    case $seeds$scale in *[!0-9]*) die "suite: --seeds and --scale take positive integers" ;; esac
+    [ "$seeds" -ge 1 ] && [ "$scale" -ge 1 ] || die "suite: --seeds and --scale take positive integers"
+    SUITE_TIMEOUT=$((150 + 90 * scale))
     suite_env
     build
     export LOCKKIT_FAULTS_BUILT=1

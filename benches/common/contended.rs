@@ -17,6 +17,9 @@ pub struct Contended {
     label: &'static str,
     secs: f64,
     tally: Tally,
+    /// Each round's busiest client's share: rounds have clients of their own, so shares are
+    /// kept per round, never merged by client index.
+    busiest: Vec<f64>,
     overlaps: usize,
     /// Acquires or releases that returned an error (tried again).
     errors: usize,
@@ -33,10 +36,16 @@ impl Contended {
         us(self.tally.waits().quantile(q))
     }
 
+    /// The busiest client's share of its round's acquisitions, averaged over the rounds.
+    pub fn busiest_share(&self) -> f64 {
+        self.busiest.iter().sum::<f64>() / self.busiest.len().max(1) as f64
+    }
+
     /// Adds another round of the same variant.
     fn absorb(&mut self, other: Contended) {
         self.secs += other.secs;
         self.tally.add(&other.tally);
+        self.busiest.extend(other.busiest);
         self.overlaps += other.overlaps;
         self.errors += other.errors;
     }
@@ -49,7 +58,7 @@ impl Contended {
             self.rate(),
             self.wait(0.5) / 1000.0,
             self.wait(0.99) / 1000.0,
-            100.0 * self.tally.busiest_share(),
+            100.0 * self.busiest_share(),
             self.overlaps
         );
         if errors {
@@ -73,6 +82,9 @@ pub struct Arena {
     /// The work done under the lock.
     hold: Duration,
     taken: AtomicUsize,
+    /// When the last counted acquisition was granted: the run's clock stops there, not when
+    /// the last client has made its one uncounted acquisition more.
+    done: std::sync::OnceLock<Instant>,
     inside: AtomicUsize,
     overlaps: AtomicUsize,
     errors: AtomicUsize,
@@ -84,7 +96,11 @@ impl Arena {
         if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
-        self.taken.fetch_add(1, Ordering::SeqCst) < self.total
+        let nth = self.taken.fetch_add(1, Ordering::SeqCst);
+        if nth + 1 == self.total {
+            let _ = self.done.set(Instant::now());
+        }
+        nth < self.total
     }
 
     fn leave(&self) {
@@ -99,9 +115,9 @@ impl Arena {
     }
 
     /// One client's loop: `acquire`, timed, then the work under the lock, then `release`, until
-    /// the run has its acquisitions. An acquire that gives `None` (it failed) is tried again, on
-    /// a new clock. Returns the client's waits, all but that of the acquisition that found the
-    /// run complete.
+    /// the run has its acquisitions. An acquire that gives `None` (it failed) is tried again on
+    /// the same clock, as a peer's retries are. Returns the client's waits, all but that of the
+    /// acquisition that found the run complete.
     ///
     /// Give it `async move` closures that own what they use (clones of a handle where both need
     /// it): with closures that borrow the task's locals, rustc cannot prove the spawned task
@@ -114,8 +130,10 @@ impl Arena {
         let mut waits = Vec::new();
         loop {
             let t = Instant::now();
-            let Some(held) = acquire().await else {
-                continue;
+            let held = loop {
+                if let Some(held) = acquire().await {
+                    break held;
+                }
             };
             let wait = t.elapsed();
             let more = self.enter();
@@ -144,6 +162,7 @@ impl Run {
             total,
             hold,
             taken: AtomicUsize::new(0),
+            done: std::sync::OnceLock::new(),
             inside: AtomicUsize::new(0),
             overlaps: AtomicUsize::new(0),
             errors: AtomicUsize::new(0),
@@ -174,11 +193,13 @@ impl Run {
                 tally.record(client, wait);
             }
         }
-        let secs = self.started.elapsed().as_secs_f64();
+        let done = self.arena.done.get().copied().unwrap_or_else(Instant::now);
+        let secs = done.duration_since(self.started).as_secs_f64();
         drop(clients);
         Contended {
             label,
             secs,
+            busiest: vec![tally.busiest_share()],
             tally,
             overlaps: self.arena.overlaps.load(Ordering::SeqCst),
             errors: self.arena.errors.load(Ordering::SeqCst),

@@ -329,9 +329,27 @@ pub fn check(lines: &[LogLine]) -> Report {
         })
         .collect();
     let recovery = Stats::of(outcomes.iter().filter_map(|o| o.recovery_ms).collect());
+    // Each lock on its own: a multi-lock member that stays stuck while sets of the others keep
+    // changing hands is a blocked hand-off too.
     let handoffs = run
         .as_ref()
-        .map(|run| handoff::check(run, &acquires, &holds, &faults))
+        .map(|run| {
+            let locks: std::collections::BTreeSet<&str> =
+                grants.iter().map(|g| g.lock.as_str()).collect();
+            let mut all = Handoffs::default();
+            for lock in locks {
+                let mut of_lock: Vec<(Micros, u32, u64)> = grants
+                    .iter()
+                    .filter(|g| g.lock == lock)
+                    .map(|g| (g.at, g.worker, g.token))
+                    .collect();
+                of_lock.sort();
+                let holds: Vec<HoldRecord> =
+                    holds.iter().filter(|h| h.lock == lock).cloned().collect();
+                all.merge(handoff::check(run, &of_lock, &holds, &faults));
+            }
+            all
+        })
         .unwrap_or_default();
 
     let history_input = History {

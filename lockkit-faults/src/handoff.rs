@@ -49,7 +49,19 @@ pub struct Handoffs {
     pub blocked: Vec<BlockedHandoff>,
 }
 
-/// Finds the blocked hand-offs among `grants` (time, worker, token; sorted by time).
+impl Handoffs {
+    /// Adds another lock's free gaps (a multi-lock's members are checked one by one).
+    pub fn merge(&mut self, other: Handoffs) {
+        self.bound_ms = self.bound_ms.max(other.bound_ms);
+        self.longest_free_ms = match (self.longest_free_ms, other.longest_free_ms) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.blocked.extend(other.blocked);
+    }
+}
+
+/// Finds the blocked hand-offs of one lock among its `grants` (time, worker, token; sorted by time).
 pub fn check(
     run: &RunInfo,
     grants: &[(Micros, u32, u64)],
@@ -72,14 +84,14 @@ pub fn check(
             ((h.worker, h.token), at)
         })
         .collect();
-    // A grant without a hold record is a holder that was killed: it held until its kill.
+    // A grant without a hold record is a holder that was killed: it held until its kill (a
+    // killed worker is never started again; its kill's time may come a moment before the time
+    // it read for its grant).
     let killed_at = |worker: u32, granted: Micros| {
         faults
             .iter()
-            .filter(|f| f.kind == "kill-holder" && f.worker == Some(worker) && f.start >= granted)
-            .map(|f| f.start)
-            .min()
-            .unwrap_or(end_of_run)
+            .find(|f| f.kind == "kill-holder" && f.worker == Some(worker))
+            .map_or(end_of_run, |f| f.start.max(granted))
     };
 
     let mut out = Handoffs {

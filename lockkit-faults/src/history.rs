@@ -18,6 +18,8 @@
 //!   way that may have taken the lock) is counted, not checked here: it may or may not have
 //!   happened, which only a linearizability check that forks the model can settle.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Micros;
@@ -161,15 +163,24 @@ pub fn check(holds: &[Hold], writes: &[Write], permits: u32, margin: Micros) -> 
     for lock in locks {
         let holds: Vec<&Hold> = holds.iter().filter(|h| h.lock == lock).collect();
         found.overlaps.extend(overlaps(&holds, permits, margin));
-        let mut regressions: std::collections::BTreeSet<(u64, u64)> = increasing(
+        // One regression a later token, found by either rule.
+        let mut regressions: std::collections::BTreeMap<u64, u64> = BTreeMap::new();
+        for (earlier, later) in increasing(
             holds
                 .iter()
                 .filter_map(|h| Some((h.invoked, h.granted?, h.token?))),
         )
         .into_iter()
-        .collect();
-        regressions.extend(in_grant_order(&holds));
-        found.token_regressions.extend(regressions);
+        .chain(in_grant_order(&holds))
+        {
+            let e = regressions.entry(later).or_insert(earlier);
+            *e = (*e).max(earlier);
+        }
+        found.token_regressions.extend(
+            regressions
+                .into_iter()
+                .map(|(later, earlier)| (earlier, later)),
+        );
         found.stale_writes_accepted.extend(increasing(
             writes
                 .iter()

@@ -21,7 +21,8 @@ pub struct Leftovers {
     /// etcd leases still alive (must be 0).
     pub leases: Vec<String>,
     /// Keys kept by design: the Redis fencing counter (`fence_ttl`, with an expiry) and a
-    /// semaphore's size (Redis key, ZooKeeper node, etcd key; persistent).
+    /// semaphore's size (Redis key, etcd key; persistent. ZooKeeper's size node is not looked
+    /// at: only the holders' directories are).
     pub kept: Vec<String>,
     /// Redis unlock latches still present; they expire by design within seconds.
     pub latches: usize,

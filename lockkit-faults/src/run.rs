@@ -75,8 +75,8 @@ pub struct RunArgs {
     /// Range of a hold's length in milliseconds (`MIN-MAX`).
     #[arg(long, default_value = "50-250", value_parser = parse_range)]
     pub hold_ms: (u64, u64),
-    /// What the workers contend for: a mutex, or an election (a leadership is a hold, its term
-    /// a token).
+    /// What the workers contend for: a mutex, an election (a leadership is a hold, its term a
+    /// token), an RW lock, a semaphore or multi-locks.
     #[arg(long, value_enum, default_value_t)]
     pub primitive: Primitive,
     /// The linearizability checker (`lockkit-faults/porcupine`, built by `scripts/faults.sh`):
@@ -180,6 +180,17 @@ impl Workers {
 
 /// Runs the whole experiment and checks it.
 pub async fn run(args: RunArgs) -> std::io::Result<Outcome> {
+    let isolates = args
+        .faults
+        .iter()
+        .any(|k| matches!(k, FaultKind::IsolateLeader | FaultKind::IsolateFollower));
+    if isolates && !matches!(args.group.as_str(), "etcd-cluster" | "zk-ensemble") {
+        return Err(std::io::Error::other(format!(
+            "isolate-leader and isolate-follower need a group of members that replicate to each \
+             other (etcd-cluster, zk-ensemble), not {}",
+            args.group
+        )));
+    }
     std::fs::create_dir_all(&args.out)?;
     let reg = Register::create(&args.out.join("log.jsonl"))?;
     let addr = reg.serve().await?;

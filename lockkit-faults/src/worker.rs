@@ -37,7 +37,7 @@ pub struct WorkerArgs {
     pub seed: u64,
     /// Range of a hold's length, in milliseconds.
     pub hold_ms: (u64, u64),
-    /// A mutex or an election.
+    /// What it contends for.
     pub primitive: Primitive,
 }
 

@@ -255,10 +255,6 @@ async fn client(
             .await?
             .ok_or_else(|| lockkit::Error::contract("an acquire that waits forever gave up"))?;
         let wait = t0.elapsed();
-        tally
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .record(c, wait);
         let d = &detectors[slot];
         d.enter(kind, i64::from(permits));
         if hold.is_zero() {
@@ -268,6 +264,11 @@ async fn client(
         }
         d.exit(kind);
         guard.release().await?;
+        // Recorded after the release: the shared tally's lock stays out of the hold.
+        tally
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(c, wait);
         pb.inc(1);
     }
     Ok(())
