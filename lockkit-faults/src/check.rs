@@ -534,6 +534,7 @@ mod tests {
                 believed_until: end,
                 lost_at: lost.then_some(end),
                 release: if lost { "LockLost" } else { "ok" }.into(),
+                release_sent: end,
                 released_at: end + 1,
                 write_accepted: true,
             }),

@@ -189,6 +189,7 @@ mod tests {
             believed_until: released_at,
             lost_at: None,
             release: "ok".into(),
+            release_sent: released_at,
             released_at,
             write_accepted: true,
         }

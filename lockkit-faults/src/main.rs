@@ -499,6 +499,7 @@ mod tests {
             believed_until: 10,
             lost_at: None,
             release: "ok".into(),
+            release_sent: 15,
             released_at: 20,
             write_accepted: true,
         }));

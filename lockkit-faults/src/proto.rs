@@ -108,6 +108,9 @@ pub struct HoldRecord {
     pub lost_at: Option<Micros>,
     /// The release outcome: `ok`, or the error kind (`LockLost`, `Connection`, ...).
     pub release: String,
+    /// When the release was called.
+    #[serde(default)]
+    pub release_sent: Micros,
     /// When the release call returned.
     pub released_at: Micros,
     /// Whether the register accepted this hold's write (`false` too when it wrote none: only

@@ -236,6 +236,7 @@ async fn one_hold(
             Claim::Shared | Claim::Permits(_) => false,
         });
     }
+    let release_sent = now();
     let release = match guard.release().await {
         Ok(()) => "ok".to_string(),
         Err(e) => format!("{:?}", e.kind()),
@@ -259,6 +260,7 @@ async fn one_hold(
             believed_until: believed_until.min(end),
             lost_at,
             release: release.clone(),
+            release_sent,
             released_at,
             write_accepted,
         }))
