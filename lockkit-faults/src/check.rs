@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::clock::Micros;
 use crate::handoff::{self, Handoffs};
 use crate::history::{Claim, Findings, History, Hold, Write};
-use crate::proto::{FaultRecord, HoldRecord, LogLine, Msg, RunInfo};
+use crate::proto::{self, FaultRecord, HoldRecord, LogLine, Msg, RunInfo};
 
 /// A paused holder must see `lost()` within this long after SIGCONT.
 pub const RESUME_LOST_LIMIT_MS: f64 = 1000.0;
@@ -406,16 +406,8 @@ fn history_holds(
         .iter()
         .map(|h| (h.lock.as_str(), h.worker, h.token))
         .collect();
-    // A killed worker is never started again (its successor has a new id), so its one kill
-    // ends whatever it held. The kill's time is read just before the signal, which may be a
-    // moment before the worker read the time of its grant; and a holder that had finished its
-    // work before the kill stopped believing when it sent its write.
-    let killed_at = |worker: u32, at: Micros| {
-        faults
-            .iter()
-            .find(|f| f.kind == "kill-holder" && f.worker == Some(worker))
-            .map(|f| f.start.max(at))
-    };
+    // A holder that had finished its work before its kill stopped believing when it sent its
+    // write.
     let wrote_at = |lock: &str, worker: u32, token: u64| {
         writes
             .iter()
@@ -445,7 +437,7 @@ fn history_holds(
             granted: Some(g.at),
             lost: None,
             released: match (
-                killed_at(g.worker, g.at),
+                proto::killed_at(faults, g.worker, g.at),
                 wrote_at(&g.lock, g.worker, g.token),
             ) {
                 (Some(k), Some(w)) => Some(k.min(w.max(g.at))),

@@ -84,14 +84,9 @@ pub fn check(
             ((h.worker, h.token), at)
         })
         .collect();
-    // A grant without a hold record is a holder that was killed: it held until its kill (a
-    // killed worker is never started again; its kill's time may come a moment before the time
-    // it read for its grant).
+    // A grant without a hold record is a holder that was killed: it held until its kill.
     let killed_at = |worker: u32, granted: Micros| {
-        faults
-            .iter()
-            .find(|f| f.kind == "kill-holder" && f.worker == Some(worker))
-            .map_or(end_of_run, |f| f.start.max(granted))
+        crate::proto::killed_at(faults, worker, granted).unwrap_or(end_of_run)
     };
 
     let mut out = Handoffs {

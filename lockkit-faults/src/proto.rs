@@ -144,6 +144,17 @@ pub struct FaultRecord {
     pub end: Micros,
 }
 
+/// When `worker`'s hold granted at `granted` ended because the worker was killed, if it was. A
+/// killed worker is never started again (its successor has a new id), so its one kill ends
+/// whatever it held; the kill's time is read just before the signal, which may be a moment
+/// before the worker read the time of its grant.
+pub fn killed_at(faults: &[FaultRecord], worker: u32, granted: Micros) -> Option<Micros> {
+    faults
+        .iter()
+        .find(|f| f.kind == "kill-holder" && f.worker == Some(worker))
+        .map(|f| f.start.max(granted))
+}
+
 /// One line of the run log.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

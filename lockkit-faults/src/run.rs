@@ -142,6 +142,13 @@ struct Workers {
 }
 
 impl Workers {
+    /// The workers' proxies (there are some whenever a network fault is scheduled).
+    fn links(&self) -> std::io::Result<&Links> {
+        self.links
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("network faults need the workers' links"))
+    }
+
     async fn spawn(&mut self) -> std::io::Result<()> {
         let id = self.next_id;
         self.next_id += 1;
@@ -450,10 +457,7 @@ async fn inject(
             record(leader, None, start)
         }
         FaultKind::PartitionHolder | FaultKind::SlowHolder | FaultKind::HalfOpenHolder => {
-            let links = workers
-                .links
-                .as_ref()
-                .ok_or_else(|| std::io::Error::other("network faults need the workers' links"))?;
+            let links = workers.links()?;
             let Some((worker, _)) = fresh_holder(reg).await else {
                 return Ok(None);
             };
@@ -475,10 +479,7 @@ async fn inject(
             record(format!("worker {worker}"), Some(worker), start)
         }
         FaultKind::ResetClients => {
-            let links = workers
-                .links
-                .as_ref()
-                .ok_or_else(|| std::io::Error::other("network faults need the workers' links"))?;
+            let links = workers.links()?;
             let start = now();
             links.reset_all();
             record("every worker".into(), None, start)
