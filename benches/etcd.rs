@@ -14,13 +14,17 @@
 //! `1,8,64,256`). The Go side is `interop/go-etcd` in `bench` mode (built with `go build`; set
 //! `LOCKKIT_BENCH_NO_GO=1` to skip it). The etcd URL comes from `LOCKKIT_TEST_ETCD_URL`
 //! (default `etcd://127.0.0.1:12379`). Sizes: `LOCKKIT_BENCH_CYCLES` (default 300) and
-//! `LOCKKIT_BENCH_ACQUISITIONS` (default 400 for lockkit and Go alike).
+//! `LOCKKIT_BENCH_ACQUISITIONS` (default 400 for lockkit and Go alike). When the server is the
+//! one `scripts/services.sh` started (`LOCKKIT_SERVICES_STATE`), each contended row also gives
+//! the server's CPU per acquisition over its clock (from `/proc`, in hundredths of a second: use
+//! enough acquisitions), and each gives its clients' process's: on this 2-core machine, shared
+//! by the server and the clients, their sum is what bounds a side's rate.
 
 mod common;
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lockkit_etcd::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use lockkit_measure::{Latencies, Tally};
@@ -38,6 +42,10 @@ struct Contended {
     p50_ms: f64,
     p99_ms: f64,
     busiest: f64,
+    /// The etcd server's CPU per acquisition, in microseconds, when it could be read.
+    server_us: Option<f64>,
+    /// The clients' CPU per acquisition (their process's), in microseconds.
+    client_us: Option<f64>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -52,6 +60,10 @@ fn main() {
     let cycles = env_usize("LOCKKIT_BENCH_CYCLES", 300);
     let acquisitions = env_usize("LOCKKIT_BENCH_ACQUISITIONS", 400);
     let sweep = common::client_counts();
+    let port = lockkit::ServerUrl::parse_for(&url, &lockkit::etcd::INFO)
+        .ok()
+        .and_then(|u| u.hosts.first().map(|h| h.port));
+    let server = port.and_then(|p| common::server_pid("etcd", p));
     let run = format!(
         "lkbench-{:x}",
         std::process::id() as u64 * 7919 + now_nanos() % 100_000
@@ -77,11 +89,11 @@ fn main() {
     let go_bin = if no_go { None } else { build_go() };
     let mut rows = Vec::new();
     for (i, &clients) in sweep.iter().enumerate() {
-        let lk = multi.block_on(lockkit_contended(&url, &run, clients, acquisitions));
+        let lk = multi.block_on(lockkit_contended(&url, &run, clients, acquisitions, server));
         // The Go side measures its uncontended cycle on the first count only.
         let go = go_bin.as_ref().map(|bin| {
             let cycles = if i == 0 { cycles } else { 1 };
-            go_side(bin, &url, &run, clients, cycles, acquisitions)
+            go_side(bin, &url, &run, (clients, cycles, acquisitions), server)
         });
         rows.push((clients, lk, go));
     }
@@ -105,8 +117,13 @@ fn main() {
         );
     }
     let row = |who: &str, clients: usize, c: Contended| {
+        let cpu = |who: &str, us: Option<f64>| {
+            us.map(|us| format!("   {who} CPU {us:5.0} us/acq"))
+                .unwrap_or_default()
+        };
+        let server = cpu("server", c.server_us) + &cpu("clients", c.client_us);
         println!(
-            "contended {clients:4} {who:8}  {:7.1} acq/s   wait p50 {:7.2} ms   p99 {:7.2} ms   busiest {:4.1} %",
+            "contended {clients:4} {who:8}  {:7.1} acq/s   wait p50 {:7.2} ms   p99 {:7.2} ms   busiest {:4.1} %{server}",
             c.per_sec,
             c.p50_ms,
             c.p99_ms,
@@ -170,7 +187,13 @@ async fn lockkit_uncontended(url: &str, run: &str, cycles: usize) -> f64 {
     lat.quantile(0.5).as_secs_f64() * 1e6
 }
 
-async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) -> Contended {
+async fn lockkit_contended(
+    url: &str,
+    run: &str,
+    n: usize,
+    acquisitions: usize,
+    server: Option<u32>,
+) -> Contended {
     let name = format!("{run}/contended{n}");
     let mut clients = Vec::new();
     for _ in 0..n {
@@ -182,6 +205,8 @@ async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) 
     }
     let left = Arc::new(std::sync::atomic::AtomicI64::new(acquisitions as i64));
     let tally = Arc::new(Mutex::new(Tally::new(n)));
+    let cpu = server.and_then(lockkit_measure::process_cpu);
+    let own = lockkit_measure::process_cpu(0);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (i, (_, m)) in clients.iter().enumerate() {
@@ -200,6 +225,13 @@ async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) 
         t.await.unwrap();
     }
     let run = tally.lock().unwrap().summary(start.elapsed());
+    let cpu_end = server.and_then(lockkit_measure::process_cpu);
+    let per_acq = |a: Option<Duration>, b: Option<Duration>| {
+        a.zip(b)
+            .map(|(a, b)| common::us(b - a) / acquisitions as f64)
+    };
+    let server_us = per_acq(cpu, cpu_end);
+    let client_us = per_acq(own, lockkit_measure::process_cpu(0));
     for (locks, _) in clients {
         locks.close().await.unwrap();
     }
@@ -208,6 +240,8 @@ async fn lockkit_contended(url: &str, run: &str, n: usize, acquisitions: usize) 
         p50_ms: run.p50.as_secs_f64() * 1e3,
         p99_ms: run.p99.as_secs_f64() * 1e3,
         busiest: run.busiest_share,
+        server_us,
+        client_us,
     }
 }
 
@@ -230,17 +264,18 @@ fn build_go() -> Option<std::path::PathBuf> {
     }
 }
 
-/// Runs the Go peer in bench mode with `clients` contending clients.
+/// Runs the Go peer in bench mode with `clients` contending clients (and `cycles` uncontended
+/// ones first); it reads the `server`'s CPU over its contended clock.
 fn go_side(
     bin: &std::path::Path,
     url: &str,
     run: &str,
-    clients: usize,
-    cycles: usize,
-    acquisitions: usize,
+    (clients, cycles, acquisitions): (usize, usize, usize),
+    server: Option<u32>,
 ) -> Side {
     let out = Command::new(bin)
         .args(["bench", "-endpoints", &endpoints(url).join(",")])
+        .args(["-server-pid", &server.unwrap_or(0).to_string()])
         .args(["-prefix", &format!("{run}/go{clients}")])
         .args(["-clients", &clients.to_string()])
         .args(["-acquisitions", &acquisitions.to_string()])
@@ -262,6 +297,8 @@ fn go_side(
             p50_ms: num("wait_p50_ms"),
             p99_ms: num("wait_p99_ms"),
             busiest: num("busiest_share"),
+            server_us: Some(num("server_cpu_us")).filter(|us| *us >= 0.0),
+            client_us: Some(num("client_cpu_us")),
         },
     }
 }

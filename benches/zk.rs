@@ -15,6 +15,12 @@
 //!   C consecutive acquisitions were served to C different clients (1.0 = perfect FIFO), against
 //!   Curator's `bench-contended` with as many clients, and the lockkit/Curator ratio per count.
 //!
+//! A contended run's clock stops at its last counted grant, on both sides. When the server is the
+//! one `scripts/services.sh` started (`LOCKKIT_SERVICES_STATE`), each contended row also gives
+//! the server's CPU per acquisition (from `/proc`), and each its clients' process's (Curator's
+//! includes the JVM's own threads): on this 2-core machine, shared by the server and the
+//! clients, their sum is what bounds a side's rate.
+//!
 //! Each measurement runs twice, alternating lockkit and Curator, and the mean is reported.
 //! `LOCKKIT_BENCH_SECS` (default 4) sets the uncontended run length. The Curator side is built
 //! with Maven on first use; without java/mvn it is skipped.
@@ -22,8 +28,9 @@
 mod common;
 
 use std::process::Command;
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lockkit_core::{LockConfig, Locks};
 use lockkit_measure::Tally;
@@ -87,6 +94,10 @@ struct Contended {
     p99: f64,
     busiest: f64,
     fifo: f64,
+    /// The server's CPU per acquisition, microseconds (NaN when it could not be read).
+    server_us: f64,
+    /// The clients' process's CPU per acquisition, microseconds.
+    client_us: f64,
 }
 
 impl Contended {
@@ -97,11 +108,25 @@ impl Contended {
             p99: (a.p99 + b.p99) / 2.0,
             busiest: (a.busiest + b.busiest) / 2.0,
             fifo: (a.fifo + b.fifo) / 2.0,
+            server_us: (a.server_us + b.server_us) / 2.0,
+            client_us: (a.client_us + b.client_us) / 2.0,
         }
     }
 }
 
-async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) -> Contended {
+/// CPU per grant in microseconds, from readings at the start and the end (NaN without both).
+fn per_grant(start: Option<Duration>, end: Option<Duration>, grants: usize) -> f64 {
+    start
+        .zip(end)
+        .map_or(f64::NAN, |(a, b)| common::us(b - a) / grants as f64)
+}
+
+async fn lockkit_contended(
+    url: &str,
+    (total, count): (usize, usize),
+    round: usize,
+    server: Option<u32>,
+) -> Contended {
     let mut clients: Vec<Locks> = Vec::new();
     for _ in 0..count {
         clients.push(lockkit_zk::connect(&LockConfig::new(url)).await.unwrap());
@@ -110,17 +135,29 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
     let remaining = Arc::new(std::sync::atomic::AtomicIsize::new(total as isize));
     let order = Arc::new(Mutex::new(Vec::with_capacity(total)));
     let tally = Arc::new(Mutex::new(Tally::new(count)));
+    // When the last counted acquisition was granted: the clock stops there, not when every
+    // client has made its one uncounted acquisition more.
+    let done = Arc::new(OnceLock::new());
+    let cpu = (
+        server.and_then(lockkit_measure::process_cpu),
+        lockkit_measure::process_cpu(0),
+    );
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (id, locks) in clients.iter().enumerate() {
         let lock = locks.mutex(&name).unwrap();
         let (remaining, order, tally) = (remaining.clone(), order.clone(), tally.clone());
+        let done = done.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let t0 = Instant::now();
                 let g = lock.lock().await.unwrap();
                 let waited = t0.elapsed();
-                let more = remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) > 0;
+                let nth = remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                if nth == 1 {
+                    let _ = done.set(Instant::now());
+                }
+                let more = nth > 0;
                 if more {
                     tally.lock().unwrap().record(id, waited);
                     order.lock().unwrap().push(id);
@@ -135,7 +172,13 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
     for t in tasks {
         t.await.unwrap();
     }
-    let run = tally.lock().unwrap().summary(start.elapsed());
+    // CPU counts until the last client stopped, and so do the grants (each client's one
+    // uncounted acquisition too).
+    let grants = total + count;
+    let server_us = per_grant(cpu.0, server.and_then(lockkit_measure::process_cpu), grants);
+    let client_us = per_grant(cpu.1, lockkit_measure::process_cpu(0), grants);
+    let end = done.get().copied().unwrap_or_else(Instant::now);
+    let run = tally.lock().unwrap().summary(end - start);
     let order = order.lock().unwrap().clone();
     let (mut rounds, mut fair) = (0, 0);
     for chunk in order.chunks_exact(count) {
@@ -152,6 +195,8 @@ async fn lockkit_contended(url: &str, total: usize, count: usize, round: usize) 
         p99: run.p99.as_secs_f64() * 1e3,
         busiest: run.busiest_share,
         fifo: fair as f64 / rounds.max(1) as f64,
+        server_us,
+        client_us,
     }
 }
 
@@ -262,11 +307,20 @@ fn main() {
         );
     }
 
+    // The server's PID, for its CPU per acquisition, when it is the one scripts/services.sh
+    // started.
+    let port = hosts
+        .split(',')
+        .next()
+        .and_then(|h| h.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok());
+    let server = port.and_then(|p| common::server_pid("zk", p));
     for count in common::client_counts() {
         let mut lk_c = Vec::new();
         let mut cu_c = Vec::new();
         for round in 0..2 {
-            lk_c.push(rt.block_on(lockkit_contended(&url, total, count, round)));
+            let size = (total, count);
+            lk_c.push(rt.block_on(lockkit_contended(&url, size, round, server)));
             let path = format!("/lockkit-bench-{run}/curator-c{count}-{round}");
             if let Some(out) = curator(&[
                 "bench-contended",
@@ -274,21 +328,31 @@ fn main() {
                 &path,
                 &count.to_string(),
                 &total.to_string(),
+                &server.unwrap_or(0).to_string(),
             ]) {
+                let server_us = Some(field(&out, "server_cpu_us"))
+                    .filter(|us| *us >= 0.0)
+                    .unwrap_or(f64::NAN);
                 cu_c.push(Contended {
                     ops: field(&out, "ops_per_sec"),
                     p50: field(&out, "p50_ms"),
                     p99: field(&out, "p99_ms"),
                     busiest: field(&out, "busiest_share"),
                     fifo: field(&out, "fifo_rounds"),
+                    server_us,
+                    client_us: field(&out, "client_cpu_us"),
                 });
             }
         }
         let lk = Contended::mean(lk_c[0], lk_c[1]);
         println!("\ncontended, {count} clients (sessions), {total} acquisitions:");
         let show = |who: &str, c: &Contended| {
+            let mut cpu = format!("  clients CPU {:5.0} us/acq", c.client_us);
+            if !c.server_us.is_nan() {
+                cpu = format!("  server CPU {:5.0} us/acq{cpu}", c.server_us);
+            }
             println!(
-                "  {who:<26} {:8.1} acq/s  p50 wait {:6.2} ms  p99 wait {:6.2} ms  busiest {:5.1}%  FIFO rounds {:5.1}%",
+                "  {who:<26} {:8.1} acq/s  p50 wait {:6.2} ms  p99 wait {:6.2} ms  busiest {:5.1}%  FIFO rounds {:5.1}%{cpu}",
                 c.ops, c.p50, c.p99, c.busiest * 100.0, c.fifo * 100.0
             )
         };

@@ -3,8 +3,9 @@
 
 use std::fmt::Write;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use lockkit::Locks;
@@ -23,6 +24,46 @@ pub struct Contended {
     overlaps: usize,
     /// Acquires or releases that returned an error (tried again).
     errors: usize,
+    /// The server's CPU time over the run and the acquisitions granted in it, when the bench
+    /// can read the server's CPU ([`probe_server_cpu`]).
+    server: Option<(Duration, usize)>,
+    /// The same for this process's CPU (the clients'), where `/proc` tells it.
+    clients: Option<(Duration, usize)>,
+}
+
+/// CPU time per grant, in microseconds.
+fn per_grant(cpu: Option<(Duration, usize)>) -> Option<f64> {
+    cpu.map(|(cpu, grants)| us(cpu) / grants.max(1) as f64)
+}
+
+/// Two rounds' CPU and grants added up (`None` unless both were read).
+fn add(a: Option<(Duration, usize)>, b: Option<(Duration, usize)>) -> Option<(Duration, usize)> {
+    match (a, b) {
+        (Some((a, n)), Some((b, m))) => Some((a + b, n + m)),
+        _ => None,
+    }
+}
+
+/// Reads the server's CPU time so far (user + system, every thread of it).
+pub type CpuProbe = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Duration> + Send>> + Send + Sync>;
+
+static SERVER_CPU: OnceLock<CpuProbe> = OnceLock::new();
+
+/// Makes every later run read the server's CPU at its start and its end and print the server's
+/// CPU per acquisition beside its throughput: what bounds a lock's rate when the server is the
+/// busy side. For a bench whose contestants all use one server; set once.
+pub fn probe_server_cpu(probe: CpuProbe) {
+    assert!(
+        SERVER_CPU.set(probe).is_ok(),
+        "one server CPU probe a bench"
+    );
+}
+
+async fn server_cpu() -> Option<Duration> {
+    match SERVER_CPU.get() {
+        Some(probe) => Some(probe().await),
+        None => None,
+    }
 }
 
 impl Contended {
@@ -34,6 +75,18 @@ impl Contended {
     /// The `q` quantile of the clients' waits, in microseconds.
     pub fn wait(&self, q: f64) -> f64 {
         us(self.tally.waits().quantile(q))
+    }
+
+    /// The server's CPU per acquisition, in microseconds (every acquisition granted while the
+    /// clock ran, the ones a client made after the run had its count included).
+    pub fn server_us(&self) -> Option<f64> {
+        per_grant(self.server)
+    }
+
+    /// The clients' CPU (this process's) per acquisition, in microseconds, counted as
+    /// [`Contended::server_us`] is.
+    pub fn clients_us(&self) -> Option<f64> {
+        per_grant(self.clients)
     }
 
     /// The busiest client's share of its round's acquisitions, averaged over the rounds.
@@ -48,6 +101,8 @@ impl Contended {
         self.busiest.extend(other.busiest);
         self.overlaps += other.overlaps;
         self.errors += other.errors;
+        self.server = add(self.server, other.server);
+        self.clients = add(self.clients, other.clients);
     }
 
     /// Prints the table row, with the errors column if `errors`.
@@ -63,6 +118,9 @@ impl Contended {
         );
         if errors {
             write!(row, " {:>7}", self.errors).unwrap();
+        }
+        for cpu in [self.server_us(), self.clients_us()].into_iter().flatten() {
+            write!(row, " {cpu:>10.1}").unwrap();
         }
         println!("{row}");
     }
@@ -84,7 +142,7 @@ pub struct Arena {
     taken: AtomicUsize,
     /// When the last counted acquisition was granted: the run's clock stops there, not when
     /// the last client has made its one uncounted acquisition more.
-    done: std::sync::OnceLock<Instant>,
+    done: OnceLock<Instant>,
     inside: AtomicUsize,
     overlaps: AtomicUsize,
     errors: AtomicUsize,
@@ -152,24 +210,29 @@ impl Arena {
 pub struct Run {
     arena: Arc<Arena>,
     started: Instant,
+    /// The server's and this process's CPU time when the clock started, where they are read.
+    cpu: (Option<Duration>, Option<Duration>),
     tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
 }
 
 impl Run {
-    /// Starts the clock of a run of `total` acquisitions with `hold` of work under the lock.
-    pub fn start(total: usize, hold: Duration) -> Self {
+    /// Starts the clock of a run of `total` acquisitions with `hold` of work under the lock
+    /// (and reads the server's CPU, if the bench can).
+    pub async fn start(total: usize, hold: Duration) -> Self {
         let arena = Arena {
             total,
             hold,
             taken: AtomicUsize::new(0),
-            done: std::sync::OnceLock::new(),
+            done: OnceLock::new(),
             inside: AtomicUsize::new(0),
             overlaps: AtomicUsize::new(0),
             errors: AtomicUsize::new(0),
         };
+        let cpu = (server_cpu().await, lockkit_measure::process_cpu(0));
         Run {
             arena: Arc::new(arena),
             started: Instant::now(),
+            cpu,
             tasks: Vec::new(),
         }
     }
@@ -193,6 +256,11 @@ impl Run {
                 tally.record(client, wait);
             }
         }
+        // CPU is counted until the last client stopped, and so are the acquisitions.
+        let grants = self.arena.taken.load(Ordering::SeqCst);
+        let used = |start: Option<Duration>, end: Option<Duration>| Some((end? - start?, grants));
+        let server = used(self.cpu.0, server_cpu().await);
+        let client_cpu = used(self.cpu.1, lockkit_measure::process_cpu(0));
         let done = self.arena.done.get().copied().unwrap_or_else(Instant::now);
         let secs = done.duration_since(self.started).as_secs_f64();
         drop(clients);
@@ -203,6 +271,8 @@ impl Run {
             tally,
             overlaps: self.arena.overlaps.load(Ordering::SeqCst),
             errors: self.arena.errors.load(Ordering::SeqCst),
+            server,
+            clients: client_cpu,
         }
     }
 }
@@ -234,6 +304,12 @@ pub async fn alternate<F: Future<Output = Contended>, R>(
     );
     if errors {
         write!(heading, " {:>7}", "errors").unwrap();
+    }
+    if SERVER_CPU.get().is_some() {
+        write!(heading, " {:>10}", "srv µs/acq").unwrap();
+    }
+    if lockkit_measure::process_cpu(0).is_some() {
+        write!(heading, " {:>10}", "cli µs/acq").unwrap();
     }
     println!("{heading}");
     let mut rows: Vec<Contended> = Vec::new();

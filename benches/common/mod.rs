@@ -30,6 +30,32 @@ pub fn run_on_workers(bench: impl Future<Output = ()> + Send + 'static) {
     rt.block_on(rt.spawn(bench)).unwrap();
 }
 
+/// The PID of the server `name` (`etcd`, `zk`) that `scripts/services.sh` started in
+/// `LOCKKIT_SERVICES_STATE`, if it serves `port` (its command line, or the `zoo.cfg` it names,
+/// says so), for reading the server's CPU; `None` otherwise (the bench then leaves that out).
+pub fn server_pid(name: &str, port: u16) -> Option<u32> {
+    let dir = std::env::var("LOCKKIT_SERVICES_STATE").ok()?;
+    let pid: u32 = std::fs::read_to_string(format!("{dir}/{name}.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+    let serves = |text: &str| {
+        text.ends_with(&format!(":{port}"))
+            || text
+                .lines()
+                .any(|l| l.trim() == format!("clientPort={port}"))
+    };
+    let args: Vec<&str> = cmdline.split('\0').collect();
+    let ours = args.iter().any(|a| serves(a))
+        || args
+            .iter()
+            .filter(|a| a.ends_with(".cfg"))
+            .any(|cfg| std::fs::read_to_string(cfg).is_ok_and(|t| serves(&t)));
+    ours.then_some(pid)
+}
+
 /// The counts of contending clients to sweep, from `LOCKKIT_BENCH_CLIENTS` (a comma-separated
 /// list, default `8`; the sweep is `1,8,64,256`).
 pub fn client_counts() -> Vec<usize> {

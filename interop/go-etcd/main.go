@@ -4,9 +4,11 @@
 //	go-etcd-peer interop -endpoints 127.0.0.1:2379 -prefix lockkit/NAME -log FILE -iters 20 -hold 20ms
 //	    locks the prefix ITERS times, appending "enter go <token>" / "exit go <token>" lines to FILE
 //	    while holding it (the overlap detector reads that file).
-//	go-etcd-peer bench -endpoints 127.0.0.1:2379 -prefix P -clients 8 -acquisitions 400 -cycles 300
+//	go-etcd-peer bench -endpoints 127.0.0.1:2379 -prefix P -clients 8 -acquisitions 400 -cycles 300 [-server-pid PID]
 //	    prints one JSON line: the uncontended lock+unlock cycle p50 and the 8-client contention
-//	    throughput, p50/p99 wait and the busiest client's share.
+//	    throughput, p50/p99 wait and the busiest client's share; with -server-pid, also the
+//	    server's CPU per contended acquisition (from /proc/PID/stat, over the contended clock),
+//	    and always this process's own.
 //	go-etcd-peer election-bench -endpoints 127.0.0.1:2379 -prefix P -rounds 30 -ttl 2
 //	    concurrency.Election: prints one line "handover_p50_ms=… observe_p50_ms=… failover_ms=…"
 //	    (resign → the waiting candidate's Campaign returns; resign → an Observe on a third
@@ -26,9 +28,11 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,13 +57,14 @@ func main() {
 	cycles := fs.Int("cycles", 300, "bench: uncontended cycles")
 	rounds := fs.Int("rounds", 30, "election-bench: resign hand-overs")
 	value := fs.String("value", "go-candidate", "elect: the value to campaign with")
+	serverPid := fs.Int("server-pid", 0, "bench: the etcd server's PID, to report its CPU per acquisition")
 	_ = fs.Parse(os.Args[2:])
 	eps := strings.Split(*endpoints, ",")
 	switch mode {
 	case "interop":
 		interop(eps, *prefix, *logFile, *iters, *hold, *ttl)
 	case "bench":
-		bench(eps, *prefix, *clients, *acquisitions, *cycles, *ttl)
+		bench(eps, *prefix, *clients, *acquisitions, *cycles, *ttl, *serverPid)
 	case "election-bench":
 		electionBench(eps, *prefix, *rounds, *ttl)
 	case "elect":
@@ -119,6 +124,44 @@ type benchResult struct {
 	WaitP50Ms        float64 `json:"wait_p50_ms"`
 	WaitP99Ms        float64 `json:"wait_p99_ms"`
 	BusiestShare     float64 `json:"busiest_share"`
+	// The server's CPU per contended acquisition, microseconds; -1 without -server-pid.
+	ServerCPUUs float64 `json:"server_cpu_us"`
+	// This process's CPU (the clients') per contended acquisition, microseconds.
+	ClientCPUUs float64 `json:"client_cpu_us"`
+}
+
+// selfCPU is the CPU time (user + system) this process has used.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is the CPU time (user + system) process pid has used, from /proc/pid/stat (in
+// hundredths of a second), or -1 when it cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	// The command name may hold spaces: count the fields from the last ')' (state is field 3,
+	// utime 14 and stime 15).
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	k, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return -1
+	}
+	return time.Duration(u+k) * 10 * time.Millisecond
 }
 
 func pct(xs []time.Duration, p float64) time.Duration {
@@ -130,7 +173,7 @@ func pct(xs []time.Duration, p float64) time.Duration {
 	return xs[i]
 }
 
-func bench(eps []string, prefix string, clients, acquisitions, cycles, ttl int) {
+func bench(eps []string, prefix string, clients, acquisitions, cycles, ttl, serverPid int) {
 	var res benchResult
 	// Uncontended: one client, lock + unlock.
 	{
@@ -160,6 +203,7 @@ func bench(eps []string, prefix string, clients, acquisitions, cycles, ttl int) 
 		for i := range sessions {
 			clis[i], sessions[i] = newSession(eps, ttl)
 		}
+		cpu0, self0 := procCPU(serverPid), selfCPU()
 		start := time.Now()
 		for c := 0; c < clients; c++ {
 			wg.Add(1)
@@ -181,6 +225,11 @@ func bench(eps []string, prefix string, clients, acquisitions, cycles, ttl int) 
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
+		res.ClientCPUUs = float64((selfCPU() - self0).Microseconds()) / float64(acquisitions)
+		res.ServerCPUUs = -1
+		if cpu1 := procCPU(serverPid); cpu0 >= 0 && cpu1 >= 0 {
+			res.ServerCPUUs = float64((cpu1 - cpu0).Microseconds()) / float64(acquisitions)
+		}
 		res.ContendedPerSec = float64(acquisitions) / elapsed.Seconds()
 		res.WaitP50Ms = float64(pct(waits, 0.5).Microseconds()) / 1000
 		res.WaitP99Ms = float64(pct(waits, 0.99).Microseconds()) / 1000

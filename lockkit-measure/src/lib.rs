@@ -3,6 +3,8 @@
 //! - [`Latencies`]: durations in an HDR histogram (nanoseconds, three significant digits, so
 //!   every percentile is within 0.1 % of the recorded value, in memory that does not grow with
 //!   the number of samples).
+//! - [`process_cpu`]: the CPU time a process (this one, or a server) has used, so a bench can
+//!   print what each contestant costs the machine beside what it costs the clock.
 //! - [`Tally`]: one contended run, the latencies of every acquisition plus how many each client
 //!   made, summed up as a [`Summary`] (throughput, p50/p99/max wait, the busiest client's share).
 //!
@@ -20,8 +22,10 @@
 //! assert!((s.p50.as_secs_f64() - 0.002).abs() < 0.000_01);
 //! ```
 
+mod cpu;
 mod latencies;
 mod tally;
 
+pub use cpu::process_cpu;
 pub use latencies::Latencies;
 pub use tally::{Summary, Tally};

@@ -48,7 +48,9 @@ import org.apache.curator.retry.ExponentialBackoffRetry;
  *                                       leads (DIR/leading), lockkit's candidates included
  *   selector CONNECT PATH ITERATIONS DIR  LeaderSelector: the same, leading in takeLeadership
  *   bench-uncontended CONNECT PATH SECONDS
- *   bench-contended   CONNECT PATH CLIENTS TOTAL
+ *   bench-contended   CONNECT PATH CLIENTS TOTAL [SERVER_PID]   the clock stops at the last
+ *                                       counted grant; with SERVER_PID also the server's CPU per
+ *                                       acquisition (from /proc), and always this process's
  *   election-bench    CONNECT PATH ROUNDS SESSION_MS   LeaderLatch hand-over on close, how soon
  *                                       a CuratorCache observer sees it, and failover after a
  *                                       SIGKILLed leader process (latch-lead)
@@ -72,7 +74,8 @@ public final class Main {
             case "latch" -> latch(args);
             case "selector" -> selector(args);
             case "bench-uncontended" -> benchUncontended(args[1], args[2], Double.parseDouble(args[3]));
-            case "bench-contended" -> benchContended(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            case "bench-contended" -> benchContended(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]),
+                    args.length > 5 ? Integer.parseInt(args[5]) : 0);
             case "election-bench" -> electionBench(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
             case "latch-lead" -> latchLead(args[1], args[2], Integer.parseInt(args[3]));
             default -> throw new IllegalArgumentException("unknown mode " + args[0]);
@@ -383,10 +386,33 @@ public final class Main {
         }
     }
 
-    static void benchContended(String connect, String path, int clients, int total) throws Exception {
+    /** The CPU time (user + system) process {@code pid} has used, in nanoseconds, from
+     *  /proc/PID/stat (hundredths of a second), or -1 when it cannot be read. */
+    static long procCpuNanos(int pid) {
+        if (pid <= 0) return -1;
+        try {
+            String stat = Files.readString(Path.of("/proc/" + pid + "/stat"));
+            // The command name may hold spaces: count from the last ')' (utime is field 14).
+            String[] f = stat.substring(stat.lastIndexOf(')') + 1).trim().split("\\s+");
+            return (Long.parseLong(f[11]) + Long.parseLong(f[12])) * 10_000_000L;
+        } catch (IOException | RuntimeException e) {
+            return -1;
+        }
+    }
+
+    /** This process's CPU time, in nanoseconds (every thread: the clients', the JIT's, the GC's). */
+    static long selfCpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getProcessCpuTime();
+    }
+
+    static void benchContended(String connect, String path, int clients, int total, int serverPid) throws Exception {
         List<CuratorFramework> cs = new ArrayList<>();
         for (int i = 0; i < clients; i++) cs.add(client(connect));
         AtomicLong remaining = new AtomicLong(total);
+        // When the last counted acquisition was granted: the clock stops there, not when every
+        // client has made its one uncounted acquisition more.
+        AtomicLong done = new AtomicLong();
         long[] counts = new long[clients];
         List<Long> waits = Collections.synchronizedList(new ArrayList<>());
         List<Integer> order = Collections.synchronizedList(new ArrayList<>());
@@ -402,7 +428,9 @@ public final class Main {
                         long t0 = System.nanoTime();
                         m.acquire();
                         long waited = System.nanoTime() - t0;
-                        boolean more = remaining.getAndDecrement() > 0;
+                        long nth = remaining.getAndDecrement();
+                        if (nth == 1) done.set(System.nanoTime());
+                        boolean more = nth > 0;
                         if (more) {
                             waits.add(waited);
                             order.add(id);
@@ -418,10 +446,17 @@ public final class Main {
             t.start();
             threads.add(t);
         }
+        long server0 = procCpuNanos(serverPid), self0 = selfCpuNanos();
         long start = System.nanoTime();
         go.countDown();
         for (Thread t : threads) t.join();
-        double secs = (System.nanoTime() - start) / 1e9;
+        double secs = (done.get() - start) / 1e9;
+        // CPU counts until the last client stopped, and so do the grants: each client's one
+        // uncounted acquisition too.
+        long server1 = procCpuNanos(serverPid), self1 = selfCpuNanos();
+        double grants = total + clients;
+        double serverUs = server0 < 0 || server1 < 0 ? -1 : (server1 - server0) / 1e3 / grants;
+        double clientUs = (self1 - self0) / 1e3 / grants;
         List<Long> sorted = new ArrayList<>(waits);
         Collections.sort(sorted);
         long busiest = 0;
@@ -432,12 +467,14 @@ public final class Main {
             rounds++;
             if (order.subList(i, i + clients).stream().distinct().count() == clients) fair++;
         }
-        System.out.printf("contended ops_per_sec=%.1f p50_ms=%.2f p99_ms=%.2f busiest_share=%.3f fifo_rounds=%.3f%n",
+        System.out.printf("contended ops_per_sec=%.1f p50_ms=%.2f p99_ms=%.2f busiest_share=%.3f fifo_rounds=%.3f server_cpu_us=%.1f client_cpu_us=%.1f%n",
                 total / secs,
                 sorted.get(sorted.size() / 2) / 1e6,
                 sorted.get((int) (sorted.size() * 0.99)) / 1e6,
                 (double) busiest / total,
-                rounds == 0 ? 0.0 : (double) fair / rounds);
+                rounds == 0 ? 0.0 : (double) fair / rounds,
+                serverUs,
+                clientUs);
         for (CuratorFramework c : cs) c.close();
     }
 
