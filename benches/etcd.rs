@@ -227,8 +227,8 @@ async fn lockkit_contended(
     let run = tally.lock().unwrap().summary(start.elapsed());
     let cpu_end = server.and_then(lockkit_measure::process_cpu);
     let per_acq = |a: Option<Duration>, b: Option<Duration>| {
-        a.zip(b)
-            .map(|(a, b)| common::us(b - a) / acquisitions as f64)
+        let used = b?.checked_sub(a?)?;
+        Some(common::us(used) / acquisitions as f64)
     };
     let server_us = per_acq(cpu, cpu_end);
     let client_us = per_acq(own, lockkit_measure::process_cpu(0));

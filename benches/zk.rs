@@ -116,9 +116,12 @@ impl Contended {
 
 /// CPU per grant in microseconds, from readings at the start and the end (NaN without both).
 fn per_grant(start: Option<Duration>, end: Option<Duration>, grants: usize) -> f64 {
-    start
-        .zip(end)
-        .map_or(f64::NAN, |(a, b)| common::us(b - a) / grants as f64)
+    match (start, end) {
+        (Some(a), Some(b)) => b
+            .checked_sub(a)
+            .map_or(f64::NAN, |d| common::us(d) / grants as f64),
+        _ => f64::NAN,
+    }
 }
 
 async fn lockkit_contended(
@@ -203,7 +206,19 @@ async fn lockkit_contended(
 /// The Curator side: builds interop/curator on first use. `None` when java or mvn is missing.
 fn curator(args: &[&str]) -> Option<String> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/curator");
-    if !dir.join("target/dependency").exists() {
+    let modified = |p: &str| {
+        std::fs::metadata(dir.join(p))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    let stale = match (
+        modified("src/main/java/lockkit/interop/Main.java"),
+        modified("target/classes/lockkit/interop/Main.class"),
+    ) {
+        (Some(source), Some(class)) => source > class,
+        _ => true,
+    };
+    if stale || !dir.join("target/dependency").exists() {
         let built = Command::new("mvn")
             .args([
                 "-q",

@@ -258,7 +258,10 @@ impl Run {
         }
         // CPU is counted until the last client stopped, and so are the acquisitions.
         let grants = self.arena.taken.load(Ordering::SeqCst);
-        let used = |start: Option<Duration>, end: Option<Duration>| Some((end? - start?, grants));
+        // A server restarted meanwhile reads less than at the start: no figure then.
+        let used = |start: Option<Duration>, end: Option<Duration>| {
+            Some((end?.checked_sub(start?)?, grants))
+        };
         let server = used(self.cpu.0, server_cpu().await);
         let client_cpu = used(self.cpu.1, lockkit_measure::process_cpu(0));
         let done = self.arena.done.get().copied().unwrap_or_else(Instant::now);
