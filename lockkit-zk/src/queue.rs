@@ -556,15 +556,31 @@ mod tests {
         assert_eq!(find_by_prefix(&children, "_c_ccc-lock-"), None);
     }
 
-    #[test]
-    fn turns() {
-        let m = Spec {
+    /// The specs of a read lock, a write lock and a mutex on one directory.
+    fn specs() -> [Spec<'static>; 3] {
+        let read = Spec {
             dir: "/d",
-            marker: MUTEX_MARKER,
-            markers: &[MUTEX_MARKER],
-            rule: Rule::Exclusive,
+            marker: READ_MARKER,
+            markers: &[READ_MARKER, WRITE_MARKER],
+            rule: Rule::Shared,
             data: NODE_DATA,
         };
+        let write = Spec {
+            marker: WRITE_MARKER,
+            rule: Rule::Exclusive,
+            ..read
+        };
+        let mutex = Spec {
+            marker: MUTEX_MARKER,
+            markers: &[MUTEX_MARKER],
+            ..write
+        };
+        [read, write, mutex]
+    }
+
+    #[test]
+    fn turns() {
+        let [r, w, m] = specs();
         let c = v(&[
             "_c_a-lock-0000000003",
             "_c_b-lock-0000000001",
@@ -576,20 +592,6 @@ mod tests {
             Turn::WaitFor("_c_c-lock-0000000002".into())
         );
         assert_eq!(decide(&m, &c, "_c_z-lock-0000000009"), Turn::Gone);
-        let rw = [READ_MARKER, WRITE_MARKER];
-        let r = Spec {
-            dir: "/d",
-            marker: READ_MARKER,
-            markers: &[READ_MARKER, WRITE_MARKER],
-            rule: Rule::Shared,
-            data: NODE_DATA,
-        };
-        let w = Spec {
-            marker: WRITE_MARKER,
-            rule: Rule::Exclusive,
-            ..r
-        };
-        let _ = rw;
         let c = v(&[
             "_c_a-__READ__0000000001",
             "_c_b-__WRIT__0000000002",
@@ -632,23 +634,7 @@ mod tests {
             };
             last.map_or(Turn::Ours, |p| Turn::WaitFor(p.name.clone()))
         }
-        let read = Spec {
-            dir: "/d",
-            marker: READ_MARKER,
-            markers: &[READ_MARKER, WRITE_MARKER],
-            rule: Rule::Shared,
-            data: NODE_DATA,
-        };
-        let write = Spec {
-            marker: WRITE_MARKER,
-            rule: Rule::Exclusive,
-            ..read
-        };
-        let mutex = Spec {
-            marker: MUTEX_MARKER,
-            markers: &[MUTEX_MARKER],
-            ..write
-        };
+        let [read, write, mutex] = specs();
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let mut next = |n: u64| {
             x ^= x << 13;
