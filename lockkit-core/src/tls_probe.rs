@@ -4,6 +4,8 @@
 //! Some clients report a refused handshake only as "no hosts" or "connection closed", which
 //! looks retryable. A certificate the server rejects, or one we do not trust, never gets better
 //! by retrying: a backend that sees such a failure asks [`tls_refusal`] and returns `Auth`.
+//! A client that does pass the TLS library's error along (inside its own error's chain) is read
+//! with [`refusal_in`] instead: the same rule, without a second handshake.
 
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -105,7 +107,46 @@ fn handshake(
             Err(e) => break e,
         }
     };
-    match err.get_ref()?.downcast_ref::<rustls::Error>()? {
+    refusal(err.get_ref()?.downcast_ref::<rustls::Error>()?)
+}
+
+/// The refusal carried somewhere in `e`'s chain of sources, as a message naming the option to
+/// fix; `None` when the chain holds no TLS certificate refusal.
+///
+/// Client libraries wrap the TLS error in their own: this looks through `source()`, through the
+/// `io::Error` a TLS stream reports with (whose `source()` skips the error it carries), and
+/// through a shared `Arc<dyn Error>`.
+pub fn refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(why) = inner(e).and_then(refusal_in) {
+            return Some(why);
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return refusal(tls);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// What `e` carries without naming it as its source: the payload of an `io::Error`, or the
+/// error behind an `Arc`.
+type Dyn = dyn std::error::Error + 'static;
+
+fn inner(e: &Dyn) -> Option<&Dyn> {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    if let Some(shared) = e.downcast_ref::<Shared>() {
+        return Some(&**shared);
+    }
+    let payload = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    Some(payload)
+}
+
+/// Whether a TLS error is a refusal (of a certificate, or a fatal alert from the server), which
+/// retrying cannot fix, and what to check.
+fn refusal(e: &rustls::Error) -> Option<String> {
+    match e {
         rustls::Error::InvalidCertificate(why) => Some(format!(
             "the server's certificate is not trusted ({why:?}); check tls_ca"
         )),
@@ -117,10 +158,58 @@ fn handshake(
             | A::CertificateRequired
             | A::UnknownCA
             | A::AccessDenied
+            | A::DecryptError
             | A::HandshakeFailure),
         ) => Some(format!(
             "the server refused our client certificate ({alert:?}); check tls_cert and tls_key"
         )),
+        rustls::Error::AlertReceived(A::CloseNotify | A::UserCanceled) => None,
+        rustls::Error::AlertReceived(alert) => Some(format!(
+            "the server refused the TLS handshake ({alert:?}); check the server's TLS settings"
+        )),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_found_through_io_and_shared_wrappers() {
+        let tls = rustls::Error::AlertReceived(A::UnknownCA);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let why = refusal_in(&io).expect("inside an io::Error");
+        assert!(
+            why.contains("UnknownCA") && why.contains("tls_cert"),
+            "{why}"
+        );
+
+        let shared: Arc<dyn std::error::Error + Send + Sync> = Arc::new(io);
+        assert!(refusal_in(&shared).is_some(), "behind an Arc");
+
+        /// A client's own error that names the shared one as its source.
+        #[derive(Debug)]
+        struct Wrapper(Arc<dyn std::error::Error + Send + Sync>);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("transport error")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        assert!(refusal_in(&Wrapper(shared)).is_some(), "as a source");
+    }
+
+    #[test]
+    fn other_tls_and_io_errors_are_not_refusals() {
+        let corrupt = rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, corrupt);
+        assert_eq!(refusal_in(&io), None);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(refusal_in(&reset), None);
     }
 }

@@ -242,20 +242,17 @@ impl Pool {
 
 /// Whether TLS refused the connection over a certificate: the server's is not trusted (`tls_ca`)
 /// or the server rejected ours (`tls_cert`, `tls_key`). Retrying cannot fix that. The rustls error
-/// reaches us only as text inside tonic's and hyper's errors, so this reads the error chain.
+/// sits in the chain of tonic's error; etcd-client's own error names no source, so this starts
+/// below it.
 fn is_tls_refusal(e: &etcd_client::Error) -> bool {
-    const SIGNS: [&str; 8] = [
-        "invalid peer certificate",
-        "alert: BadCertificate",
-        "alert: CertificateExpired",
-        "alert: CertificateRevoked",
-        "alert: CertificateUnknown",
-        "alert: CertificateRequired",
-        "alert: UnknownCA",
-        "alert: AccessDenied",
-    ];
-    let chain = format!("{e:?}");
-    SIGNS.iter().any(|s| chain.contains(s))
+    use etcd_client::Error as E;
+    let inner: &(dyn std::error::Error + 'static) = match e {
+        E::TransportError(t) => t,
+        E::GRpcStatus(s) => s,
+        E::IoError(io) => io,
+        _ => return false,
+    };
+    lockkit_core::tls_probe::refusal_in(inner).is_some()
 }
 
 /// Maps an etcd-client error to lockkit's kinds, using the gRPC status code (and etcd's

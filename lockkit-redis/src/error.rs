@@ -55,29 +55,7 @@ pub(crate) fn io_kind(e: &RedisError) -> Option<std::io::ErrorKind> {
 fn is_handshake_refusal(e: &redis::RedisError) -> bool {
     #[cfg(feature = "tls")]
     {
-        use std::error::Error as _;
-        // rustls reports through an io::Error (whose `source()` skips the rustls error itself)
-        // that redis-rs keeps behind an `Arc<dyn Error>`: unwrap both by hand.
-        type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-        fn is_rustls(s: &(dyn std::error::Error + 'static)) -> bool {
-            if s.is::<rustls::Error>() {
-                return true;
-            }
-            if let Some(shared) = s.downcast_ref::<Shared>() {
-                return is_rustls(&**shared);
-            }
-            s.downcast_ref::<std::io::Error>()
-                .and_then(std::io::Error::get_ref)
-                .is_some_and(|inner| is_rustls(inner))
-        }
-        let mut src: Option<&(dyn std::error::Error + 'static)> = e.source();
-        while let Some(s) = src {
-            if is_rustls(s) {
-                return true;
-            }
-            src = s.source();
-        }
-        false
+        lockkit_core::tls_probe::refusal_in(e).is_some()
     }
     #[cfg(not(feature = "tls"))]
     {
