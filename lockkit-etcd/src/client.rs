@@ -290,8 +290,20 @@ pub(crate) fn map_err(e: etcd_client::Error, what: &str) -> Error {
         .with_source(e)
 }
 
-/// Whether `e` is etcd saying that a lease does not exist (expired or revoked).
+/// Whether `e` is etcd saying that a lease does not exist (expired or revoked): the server's
+/// `NotFound` status (which our calls get for nothing but a lease), or etcd-client's own error
+/// for a keepalive answered with no time left.
 pub(crate) fn is_lease_not_found(e: &Error) -> bool {
-    let shown = format!("{e} {e:?}");
-    shown.contains("lease not found")
+    use etcd_client::Error as E;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        match err.downcast_ref::<E>() {
+            // tonic::Code is a fieldless enum with the gRPC numbering: 5 is NotFound.
+            Some(E::GRpcStatus(s)) => return s.code() as i32 == 5,
+            Some(E::LeaseKeepAliveError(why)) => return why == "lease not found",
+            Some(_) => return false,
+            None => next = err.source(),
+        }
+    }
+    false
 }
