@@ -1,6 +1,7 @@
 //! Network faults between one holder and its server, through a [`Proxy`]: a half-open
 //! connection, a link slower than the lease, a partition that heals in place, a reset of
-//! every connection at once, and a multi-acquire whose answers are held. [`network_suite!`]
+//! every connection at once (under a holder, and under a waiter), and a multi-acquire whose
+//! answers are held. [`network_suite!`]
 //! expands them into one `#[tokio::test]` each for a backend, given the base config (one
 //! server, `None` skips) and the backend's connect:
 //!
@@ -28,7 +29,9 @@ use tokio::time::Instant;
 use crate::cases::assert_kind;
 use crate::proxy::Proxy;
 use crate::support::unique_name;
-use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, LockGuard, LockState, Locks, Result};
+use lockkit_core::{
+    AcquireOptions, ErrorKind, LockConfig, LockGuard, LockState, Locks, Primitive, Result,
+};
 
 /// The watchdog lease of every hold in these cases.
 pub const LEASE: Duration = Duration::from_secs(2);
@@ -227,6 +230,69 @@ where
     kept(&t, g).await;
 }
 
+/// A waiter whose every connection is reset while it waits (RST to both ends) keeps its place:
+/// the client reconnects, the waiter bears the failed requests meanwhile, a contender that
+/// queued after the reset does not get the lock first, and the waiter takes it when the holder
+/// releases.
+pub async fn a_reset_waiter_keeps_its_place<C, F>(cfg: &LockConfig, connect: C)
+where
+    C: Fn(LockConfig) -> F,
+    F: Future<Output = Result<Locks>>,
+{
+    let t = Cut::new(cfg, connect).await;
+    let held = t.hold(&t.other, Duration::ZERO).await;
+    let wait = AcquireOptions::new()
+        .watchdog_lease(LEASE)
+        .wait(Duration::from_secs(20));
+    let acquire = |locks: &Locks| {
+        let (mutex, opts) = (locks.mutex(&t.name).unwrap(), wait);
+        tokio::spawn(async move { mutex.acquire(&opts).await })
+    };
+    let waiter = acquire(&t.holder);
+    waiters_reach(&t, 1).await;
+    t.proxy.reset();
+    t.proxy.partition();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    t.proxy.heal();
+    let later = acquire(&t.other);
+    waiters_reach(&t, 2).await;
+    let first = held.token();
+    held.release().await.unwrap();
+    let g = waiter
+        .await
+        .unwrap()
+        .expect("the reset waiter's acquire succeeds")
+        .expect("the reset waiter gets the lock in time");
+    assert!(!later.is_finished(), "the later contender went first");
+    assert!(g.token() > first, "the token rises");
+    g.release().await.unwrap();
+    later
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the later contender follows")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Waits (at most 10 s) until `n` acquirers are queued on the lock, as the server says.
+async fn waiters_reach(t: &Cut, n: usize) {
+    let started = Instant::now();
+    loop {
+        let info = t.other.inspect(&t.name, Primitive::Mutex).await.unwrap();
+        if info.waiters.len() >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} waiters queued, {n} expected",
+            info.waiters.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A multi-acquire whose answers the server sends but the link holds (one way, longer than the
 /// command timeout) fails or times out, and leaves nothing behind once the link heals: whatever
 /// the server granted is given back in the background, long before the 30 s lease would have
@@ -289,6 +355,7 @@ macro_rules! network_suite {
             slow_link_past_the_lease_is_lost_before_anyone_else_holds,
             short_partition_keeps_the_lock,
             reset_connections_keep_the_lock,
+            a_reset_waiter_keeps_its_place,
             multi_acquire_whose_answer_is_held_leaves_nothing
         );
     };

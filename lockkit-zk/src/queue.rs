@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{drive, Armed, Exit, Queue, Request, Standing, Undo, Woken};
-use lockkit_core::{async_trait, Error, ErrorKind, Result, Retry};
+use lockkit_core::{async_trait, Error, ErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -320,13 +320,21 @@ pub(crate) struct Claim {
     children: Vec<String>,
     /// The node we wait for.
     ahead: Option<String>,
-    watch_retry: Retry,
+    /// Whether the last wait or look failed only because the connection dropped: our node
+    /// lives on with the session, so the driver bears the failure for a while.
+    connection_lost: bool,
 }
 
 impl Claim {
     /// Our node, once created.
     pub(crate) fn node(&self) -> Option<&Node> {
         self.node.as_ref()
+    }
+
+    /// Notes how a wait's or a look's request ended: a failure the driver may bear, or not.
+    fn note_step<T>(&mut self, r: std::result::Result<T, zk::Error>, what: &str) -> Result<T> {
+        self.connection_lost = matches!(&r, Err(e) if is_transient(e));
+        r.map_err(|e| map(e, what))
     }
 
     /// The cleanup that more nodes of this claim join.
@@ -406,7 +414,7 @@ impl Queue for ZkQueue<'_> {
             node: None,
             children: Vec::new(),
             ahead: None,
-            watch_retry: TRANSIENT.start(),
+            connection_lost: false,
         })
     }
 
@@ -426,31 +434,35 @@ impl Queue for ZkQueue<'_> {
         self.settle(c).await
     }
 
-    /// Watches the node ahead of ours until it changes or goes, or until the deadline.
+    /// Watches the node ahead of ours until it changes or goes, or until the deadline. A
+    /// dropped connection is the driver's to bear (see [`Queue::tolerance`]).
     async fn wait(&self, c: &mut Claim, req: &Request) -> Result<Woken> {
         let Some(other) = c.ahead.take() else {
             return Ok(Woken::Look);
         };
         let path = format!("{}/{other}", self.spec.dir);
-        match c.client.get_and_watch_data(&path).await {
-            Ok((_, _, watcher)) => watch_fired(self.session, watcher, req).await?,
-            Err(zk::Error::NoNode) => {}
-            Err(e) if is_transient(&e) => {
-                let pause = Instant::now() + c.watch_retry.next_pause();
-                tokio::time::sleep_until(req.bound(pause)).await;
-            }
-            Err(e) => return Err(map(e, "cannot watch the node ahead")),
-        }
+        let (_, _, watcher) = match c.client.get_and_watch_data(&path).await {
+            Err(zk::Error::NoNode) => return Ok(Woken::Look),
+            other => c.note_step(other, "cannot watch the node ahead")?,
+        };
+        watch_fired(self.session, watcher, req).await?;
         Ok(Woken::Look)
     }
 
     async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
-        let (client, dir) = (&c.client, self.spec.dir);
-        c.children = retry(self.session.cfg.command_timeout, "list", || {
-            client.list_children(dir)
-        })
-        .await?;
+        let listed = c.client.list_children(self.spec.dir).await;
+        c.children = c.note_step(listed, "list")?;
         self.settle(c).await
+    }
+
+    /// While only the connection is down (the client reconnects within the session, and our
+    /// node lives on), one command timeout from the first failure; nothing else is borne.
+    fn tolerance(&self, c: &Claim) -> Duration {
+        if c.connection_lost {
+            self.session.cfg.command_timeout
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Our node belongs to the guard now: the cleanup is disarmed.

@@ -241,4 +241,9 @@ impl Queue for SemQueue<'_> {
     fn abandon(&self, c: SemClaim) {
         self.entry.abandon(c.entry);
     }
+
+    /// The entry node's: a dropped connection while the entry waits or looks is borne.
+    fn tolerance(&self, c: &SemClaim) -> std::time::Duration {
+        self.entry.tolerance(&c.entry)
+    }
 }
