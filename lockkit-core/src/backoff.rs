@@ -4,9 +4,11 @@
 //! part of the other half), so that after a failover the clients of one server do not retry in
 //! lockstep.
 
+use std::future::Future;
 use std::time::Duration;
 
 use rand::Rng;
+use tokio::time::Instant;
 
 /// A retry schedule: the first pause, the growth factor and the longest pause.
 ///
@@ -97,6 +99,66 @@ impl Backoff {
     }
 }
 
+/// How long [`Backoff::retry`] keeps trying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Budget {
+    /// No pause that would end at or after this instant.
+    Until(Instant),
+    /// At most this many tries after the first.
+    Retries(u32),
+}
+
+impl Backoff {
+    /// Runs `op` until it succeeds, fails with an error that `transient` does not accept, or
+    /// the budget is spent, pausing on this schedule between tries; returns the last answer.
+    /// The one loop for a request that is simply sent again (a backend's protocol decides
+    /// which requests may be, and `transient` which failures say so).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use lockkit_core::{Backoff, Budget};
+    /// let mut tries = 0;
+    /// let r: Result<(), &str> = Backoff::REQUEST
+    ///     .retry(Budget::Retries(2), |_| true, || {
+    ///         tries += 1;
+    ///         async { Err("connection reset") }
+    ///     })
+    ///     .await;
+    /// assert_eq!((r, tries), (Err("connection reset"), 3));
+    /// # }
+    /// ```
+    pub async fn retry<T, E, F, Fut>(
+        &self,
+        budget: Budget,
+        transient: impl Fn(&E) -> bool,
+        mut op: F,
+    ) -> std::result::Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+    {
+        let mut pauses = self.start();
+        loop {
+            let e = match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if !transient(&e) {
+                return Err(e);
+            }
+            let pause = pauses.next_pause();
+            let more = match budget {
+                Budget::Until(end) => Instant::now() + pause < end,
+                Budget::Retries(n) => pauses.attempts() <= n,
+            };
+            if !more {
+                return Err(e);
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
 const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -160,6 +222,61 @@ mod tests {
         assert_eq!(r.attempts(), 6);
         r.reset();
         assert!(r.next_pause() <= ms(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_stops_at_success_a_lasting_error_or_the_budget() {
+        use std::cell::Cell;
+        let tries = Cell::new(0);
+        let flaky = || {
+            tries.set(tries.get() + 1);
+            let n = tries.get();
+            async move {
+                match n {
+                    1 | 2 => Err("dropped"),
+                    _ => Ok(n),
+                }
+            }
+        };
+        let r = Backoff::REQUEST
+            .retry(Budget::Retries(5), |_| true, flaky)
+            .await;
+        assert_eq!(r, Ok(3));
+
+        tries.set(0);
+        let r = Backoff::REQUEST
+            .retry(Budget::Retries(5), |e| *e != "dropped", flaky)
+            .await;
+        assert_eq!(
+            (r, tries.get()),
+            (Err("dropped"), 1),
+            "a lasting error ends it"
+        );
+
+        tries.set(0);
+        let r = Backoff::REQUEST
+            .retry(Budget::Retries(1), |_| true, flaky)
+            .await;
+        assert_eq!(
+            (r, tries.get()),
+            (Err("dropped"), 2),
+            "one retry, then the error"
+        );
+
+        // No pause ends past the deadline: the tries stop before it.
+        let start = Instant::now();
+        let end = start + Duration::from_millis(500);
+        tries.set(0);
+        let never = || {
+            tries.set(tries.get() + 1);
+            async { Err::<(), _>("down") }
+        };
+        let r = Backoff::REQUEST
+            .retry(Budget::Until(end), |_| true, never)
+            .await;
+        assert_eq!(r, Err("down"));
+        assert!(Instant::now() < end, "slept past the deadline");
+        assert!(tries.get() >= 3, "{} tries in 500 ms", tries.get());
     }
 
     #[test]

@@ -45,7 +45,7 @@ mod watchdog;
 pub mod tls_probe;
 
 pub use backend_info::{route, BackendInfo, ConnectFn, SchemeInfo};
-pub use backoff::{Backoff, Retry};
+pub use backoff::{Backoff, Budget, Retry};
 pub use capabilities::{Capabilities, Support};
 pub use config::LockConfig;
 pub use election::Election;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{Armed, Attempt, Reaper, Request, StateCell, Undo};
-use lockkit_core::{Backoff, Error, Result};
+use lockkit_core::{Backoff, Budget, Error, Result};
 use redis::{FromRedisValue, ScriptInvocation};
 
 use crate::beats::Beats;
@@ -184,17 +184,15 @@ impl Inner {
         inv: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<i64> {
-        let mut retry = Backoff::REQUEST.start();
-        loop {
-            match self.invoke::<i64>(inv, what).await {
-                Ok(r) => return Ok(r),
-                Err(e) if e.is_retryable() && retry.attempts() < RELEASE_RETRIES => {
-                    tracing::debug!(backend = "redis", error = %e, attempt = retry.attempts() + 1, "lockkit: retrying {what}");
-                    retry.wait().await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let again = |e: &Error| {
+            tracing::debug!(backend = "redis", error = %e, "lockkit: {what} failed");
+            e.is_retryable()
+        };
+        Backoff::REQUEST
+            .retry(Budget::Retries(RELEASE_RETRIES), again, || {
+                self.invoke::<i64>(inv, what)
+            })
+            .await
     }
 
     /// Owner-checked extension of watched ownership `id` (`script`: renew or renew_set).

@@ -27,7 +27,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use lockkit_core::{Backoff, Error, ErrorKind, Result};
+use lockkit_core::{Backoff, Budget, Error, ErrorKind, Result};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 use tokio::sync::{watch, Notify};
@@ -333,7 +333,7 @@ pub(crate) async fn connect<P: PushSink>(
     master: &str,
     pushes: P,
 ) -> Result<(Arc<Switchable>, Arc<Switchable>, JoinHandle<()>)> {
-    let mut resolver = Resolver {
+    let resolver = Resolver {
         sentinels: sentinels.to_vec(),
         auth: settings.sentinel_auth.clone(),
         master: master.to_string(),
@@ -341,22 +341,20 @@ pub(crate) async fn connect<P: PushSink>(
         last: None,
     };
     let deadline = tokio::time::Instant::now() + settings.connect_timeout;
-    let mut retry = Backoff::REQUEST.start();
-    let (addr, conn, pubsub) = loop {
-        let attempt = async {
-            let addr = resolver.primary().await?;
+    let again = |e: &Error| {
+        tracing::debug!(backend = "redis", error = %e, "lockkit: no Redis primary yet");
+        e.is_retryable()
+    };
+    // Each try borrows the resolver in turn (it remembers which Sentinel answered).
+    let asking = tokio::sync::Mutex::new(resolver);
+    let (addr, conn, pubsub) = Backoff::REQUEST
+        .retry(Budget::Until(deadline), again, || async {
+            let addr = asking.lock().await.primary().await?;
             let (conn, pubsub) = open(settings, &addr, &pushes).await?;
             Ok::<_, Error>((addr, conn, pubsub))
-        };
-        match attempt.await {
-            Ok(r) => break r,
-            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
-                tracing::debug!(backend = "redis", error = %e, "lockkit: no Redis primary yet");
-                retry.wait().await;
-            }
-            Err(e) => return Err(e),
-        }
-    };
+        })
+        .await?;
+    let resolver = asking.into_inner();
     let follow = Arc::new(Notify::new());
     let conn = Switchable::new(conn.0, conn.1, follow.clone());
     let pubsub = Switchable::new(pubsub.0, pubsub.1, follow.clone());

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::{Backoff, Error, Result};
+use lockkit_core::{Backoff, Budget, Error, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
@@ -13,26 +13,15 @@ use crate::error::{is_transient, map};
 pub(crate) const TRANSIENT: Backoff = Backoff::REQUEST;
 
 /// Retries `op` while the connection is down (the session lives on), up to `limit`.
-pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
+pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
 {
-    let until = Instant::now() + limit;
-    let mut retry = TRANSIENT.start();
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if is_transient(&e) => {
-                let pause = retry.next_pause();
-                if Instant::now() + pause >= until {
-                    return Err(map(e, what));
-                }
-                tokio::time::sleep(pause).await;
-            }
-            Err(e) => return Err(map(e, what)),
-        }
-    }
+    TRANSIENT
+        .retry(Budget::Until(Instant::now() + limit), is_transient, op)
+        .await
+        .map_err(|e| map(e, what))
 }
 
 /// Deletes `path`; `Ok(false)` when it was already gone.
