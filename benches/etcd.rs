@@ -24,7 +24,7 @@ mod common;
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lockkit_etcd::etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use lockkit_measure::{Latencies, Tally};
@@ -60,10 +60,7 @@ fn main() {
     let cycles = env_usize("LOCKKIT_BENCH_CYCLES", 300);
     let acquisitions = env_usize("LOCKKIT_BENCH_ACQUISITIONS", 400);
     let sweep = common::client_counts();
-    let port = lockkit::ServerUrl::parse_for(&url, &lockkit::etcd::INFO)
-        .ok()
-        .and_then(|u| u.hosts.first().map(|h| h.port));
-    let server = port.and_then(|p| common::server_pid("etcd", p));
+    let server = common::server_pid("etcd", &url, &lockkit::etcd::INFO);
     let run = format!(
         "lkbench-{:x}",
         std::process::id() as u64 * 7919 + now_nanos() % 100_000
@@ -205,8 +202,7 @@ async fn lockkit_contended(
     }
     let left = Arc::new(std::sync::atomic::AtomicI64::new(acquisitions as i64));
     let tally = Arc::new(Mutex::new(Tally::new(n)));
-    let cpu = server.and_then(lockkit_measure::process_cpu);
-    let own = lockkit_measure::process_cpu(0);
+    let cpu = lockkit_measure::CpuSpan::start(server);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (i, (_, m)) in clients.iter().enumerate() {
@@ -225,13 +221,9 @@ async fn lockkit_contended(
         t.await.unwrap();
     }
     let run = tally.lock().unwrap().summary(start.elapsed());
-    let cpu_end = server.and_then(lockkit_measure::process_cpu);
-    let per_acq = |a: Option<Duration>, b: Option<Duration>| {
-        let used = b?.checked_sub(a?)?;
-        Some(common::us(used) / acquisitions as f64)
-    };
-    let server_us = per_acq(cpu, cpu_end);
-    let client_us = per_acq(own, lockkit_measure::process_cpu(0));
+    let per_acq = |c: lockkit_measure::CpuCost| c.per_op_us();
+    let (server_us, client_us) = cpu.end(acquisitions);
+    let (server_us, client_us) = (server_us.map(per_acq), client_us.map(per_acq));
     for (locks, _) in clients {
         locks.close().await.unwrap();
     }

@@ -19,8 +19,9 @@
 //!   `acquire` (its retries as it ships them: up to 200 ms apart, at random).
 //!   `LOCKKIT_BENCH_CONTENDED_ROUNDS` (9) rounds of all five (odd rounds in reverse order); the
 //!   median per-round throughput ratios of lockkit to the best peer and to `rslock` are
-//!   reported, and beside each row the server's CPU per acquisition (`INFO cpu` read at the
-//!   start and the end of its run): what the contestant costs the server. At every count with
+//!   reported, and beside each row the server's CPU per acquisition (read from `/proc` at the
+//!   start and the end of its run, when the server is the one `scripts/services.sh` started):
+//!   what the contestant costs the server. At every count with
 //!   nothing done under the lock (a releasing client can barge
 //!   straight back in: a retry loop's best case), and at the first count with 1 ms of waiting
 //!   under it (`LOCKKIT_BENCH_WORK_TOTAL`, 500, acquisitions per round).
@@ -49,25 +50,6 @@ async fn raw_conn(url: &str) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
-}
-
-/// The server's CPU time so far (`INFO cpu`: user + system, every thread of it).
-async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> Duration {
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(conn)
-        .await
-        .unwrap();
-    let secs: f64 = info
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            ["used_cpu_sys", "used_cpu_user"]
-                .contains(&k)
-                .then(|| v.trim().parse::<f64>().unwrap())
-        })
-        .sum();
-    Duration::from_secs_f64(secs)
 }
 
 /// One raw-floor cycle: `SET NX PX`, then the compare-and-delete script.
@@ -176,7 +158,7 @@ async fn contended_lockkit(
     for _ in 0..count {
         clients.push(lockkit::connect(url).await.unwrap());
     }
-    let mut run = Run::start(total, hold).await;
+    let mut run = Run::start(total, hold);
     for locks in &clients {
         let (lock, arena) = (locks.mutex(name).unwrap(), run.arena());
         run.spawn(async move {
@@ -211,7 +193,7 @@ async fn contended_setnx(
     for _ in 0..count {
         conns.push(raw_conn(url).await);
     }
-    let mut run = Run::start(total, hold).await;
+    let mut run = Run::start(total, hold);
     for (c, mut conn) in conns.into_iter().enumerate() {
         // A clone is the same multiplexed connection, for the release.
         let mut release_conn = conn.clone();
@@ -391,11 +373,9 @@ fn main() {
 
         // The server's CPU per acquisition in every contended run: what each contestant costs
         // the one server they share, and so what bounds its rate.
-        let probe = raw.clone();
-        contended::probe_server_cpu(Box::new(move || {
-            let mut conn = probe.clone();
-            Box::pin(async move { redis_cpu(&mut conn).await })
-        }));
+        if let Some(pid) = common::server_pid("redis", &url, &lockkit::redis::INFO) {
+            contended::measure_server(pid);
+        }
 
         // Contended: with nothing done under the lock (the releasing client can barge straight
         // back in: the best case for a retry loop), and with 1 ms of work under it.

@@ -179,7 +179,7 @@ async fn contended_lockkit(
     for _ in 0..count {
         clients.push(lockkit_client(url).await);
     }
-    let mut run = Run::start(total, hold).await;
+    let mut run = Run::start(total, hold);
     for locks in &clients {
         let (lock, arena) = (locks.mutex(name).unwrap(), run.arena());
         let (acquires, releases) = (arena.clone(), arena.clone());

@@ -30,7 +30,7 @@ mod common;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lockkit_core::{LockConfig, Locks};
 use lockkit_measure::Tally;
@@ -114,16 +114,6 @@ impl Contended {
     }
 }
 
-/// CPU per grant in microseconds, from readings at the start and the end (NaN without both).
-fn per_grant(start: Option<Duration>, end: Option<Duration>, grants: usize) -> f64 {
-    match (start, end) {
-        (Some(a), Some(b)) => b
-            .checked_sub(a)
-            .map_or(f64::NAN, |d| common::us(d) / grants as f64),
-        _ => f64::NAN,
-    }
-}
-
 async fn lockkit_contended(
     url: &str,
     (total, count): (usize, usize),
@@ -141,10 +131,7 @@ async fn lockkit_contended(
     // When the last counted acquisition was granted: the clock stops there, not when every
     // client has made its one uncounted acquisition more.
     let done = Arc::new(OnceLock::new());
-    let cpu = (
-        server.and_then(lockkit_measure::process_cpu),
-        lockkit_measure::process_cpu(0),
-    );
+    let cpu = lockkit_measure::CpuSpan::start(server);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (id, locks) in clients.iter().enumerate() {
@@ -178,8 +165,9 @@ async fn lockkit_contended(
     // CPU counts until the last client stopped, and so do the grants (each client's one
     // uncounted acquisition too).
     let grants = total + count;
-    let server_us = per_grant(cpu.0, server.and_then(lockkit_measure::process_cpu), grants);
-    let client_us = per_grant(cpu.1, lockkit_measure::process_cpu(0), grants);
+    let per_grant = |c: Option<lockkit_measure::CpuCost>| c.map_or(f64::NAN, |c| c.per_op_us());
+    let (server_us, client_us) = cpu.end(grants);
+    let (server_us, client_us) = (per_grant(server_us), per_grant(client_us));
     let end = done.get().copied().unwrap_or_else(Instant::now);
     let run = tally.lock().unwrap().summary(end - start);
     let order = order.lock().unwrap().clone();
@@ -324,12 +312,7 @@ fn main() {
 
     // The server's PID, for its CPU per acquisition, when it is the one scripts/services.sh
     // started.
-    let port = hosts
-        .split(',')
-        .next()
-        .and_then(|h| h.rsplit_once(':'))
-        .and_then(|(_, p)| p.parse().ok());
-    let server = port.and_then(|p| common::server_pid("zk", p));
+    let server = common::server_pid("zk", &url, &lockkit::zk::INFO);
     for count in common::client_counts() {
         let mut lk_c = Vec::new();
         let mut cu_c = Vec::new();

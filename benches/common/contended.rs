@@ -3,13 +3,12 @@
 
 use std::fmt::Write;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use lockkit::Locks;
-use lockkit_measure::Tally;
+use lockkit_measure::{CpuCost, CpuSpan, Tally};
 
 use super::us;
 
@@ -25,45 +24,25 @@ pub struct Contended {
     /// Acquires or releases that returned an error (tried again).
     errors: usize,
     /// The server's CPU time over the run and the acquisitions granted in it, when the bench
-    /// can read the server's CPU ([`probe_server_cpu`]).
-    server: Option<(Duration, usize)>,
+    /// can read the server's CPU ([`measure_server`]).
+    server: Option<CpuCost>,
     /// The same for this process's CPU (the clients'), where `/proc` tells it.
-    clients: Option<(Duration, usize)>,
-}
-
-/// CPU time per grant, in microseconds.
-fn per_grant(cpu: Option<(Duration, usize)>) -> Option<f64> {
-    cpu.map(|(cpu, grants)| us(cpu) / grants.max(1) as f64)
+    clients: Option<CpuCost>,
 }
 
 /// Two rounds' CPU and grants added up (`None` unless both were read).
-fn add(a: Option<(Duration, usize)>, b: Option<(Duration, usize)>) -> Option<(Duration, usize)> {
-    match (a, b) {
-        (Some((a, n)), Some((b, m))) => Some((a + b, n + m)),
-        _ => None,
-    }
+fn add(a: Option<CpuCost>, b: Option<CpuCost>) -> Option<CpuCost> {
+    Some(a? + b?)
 }
 
-/// Reads the server's CPU time so far (user + system, every thread of it).
-pub type CpuProbe = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Duration> + Send>> + Send + Sync>;
+/// The server process whose CPU every run reads.
+static SERVER: OnceLock<u32> = OnceLock::new();
 
-static SERVER_CPU: OnceLock<CpuProbe> = OnceLock::new();
-
-/// Makes every later run read the server's CPU at its start and its end and print the server's
-/// CPU per acquisition beside its throughput: what bounds a lock's rate when the server is the
-/// busy side. For a bench whose contestants all use one server; set once.
-pub fn probe_server_cpu(probe: CpuProbe) {
-    assert!(
-        SERVER_CPU.set(probe).is_ok(),
-        "one server CPU probe a bench"
-    );
-}
-
-async fn server_cpu() -> Option<Duration> {
-    match SERVER_CPU.get() {
-        Some(probe) => Some(probe().await),
-        None => None,
-    }
+/// Makes every later run read the CPU of server `pid` at its start and its end and print the
+/// server's CPU per acquisition beside its throughput: what bounds a lock's rate when the
+/// server is the busy side. For a bench whose contestants all use one server; set once.
+pub fn measure_server(pid: u32) {
+    assert!(SERVER.set(pid).is_ok(), "one server a bench");
 }
 
 impl Contended {
@@ -80,13 +59,13 @@ impl Contended {
     /// The server's CPU per acquisition, in microseconds (every acquisition granted while the
     /// clock ran, the ones a client made after the run had its count included).
     pub fn server_us(&self) -> Option<f64> {
-        per_grant(self.server)
+        self.server.as_ref().map(CpuCost::per_op_us)
     }
 
     /// The clients' CPU (this process's) per acquisition, in microseconds, counted as
     /// [`Contended::server_us`] is.
     pub fn clients_us(&self) -> Option<f64> {
-        per_grant(self.clients)
+        self.clients.as_ref().map(CpuCost::per_op_us)
     }
 
     /// The busiest client's share of its round's acquisitions, averaged over the rounds.
@@ -210,15 +189,15 @@ impl Arena {
 pub struct Run {
     arena: Arc<Arena>,
     started: Instant,
-    /// The server's and this process's CPU time when the clock started, where they are read.
-    cpu: (Option<Duration>, Option<Duration>),
+    /// The server's and this process's CPU time since the clock started, where they are read.
+    cpu: CpuSpan,
     tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
 }
 
 impl Run {
     /// Starts the clock of a run of `total` acquisitions with `hold` of work under the lock
     /// (and reads the server's CPU, if the bench can).
-    pub async fn start(total: usize, hold: Duration) -> Self {
+    pub fn start(total: usize, hold: Duration) -> Self {
         let arena = Arena {
             total,
             hold,
@@ -228,7 +207,7 @@ impl Run {
             overlaps: AtomicUsize::new(0),
             errors: AtomicUsize::new(0),
         };
-        let cpu = (server_cpu().await, lockkit_measure::process_cpu(0));
+        let cpu = CpuSpan::start(SERVER.get().copied());
         Run {
             arena: Arc::new(arena),
             started: Instant::now(),
@@ -258,12 +237,7 @@ impl Run {
         }
         // CPU is counted until the last client stopped, and so are the acquisitions.
         let grants = self.arena.taken.load(Ordering::SeqCst);
-        // A server restarted meanwhile reads less than at the start: no figure then.
-        let used = |start: Option<Duration>, end: Option<Duration>| {
-            Some((end?.checked_sub(start?)?, grants))
-        };
-        let server = used(self.cpu.0, server_cpu().await);
-        let client_cpu = used(self.cpu.1, lockkit_measure::process_cpu(0));
+        let (server, client_cpu) = self.cpu.end(grants);
         let done = self.arena.done.get().copied().unwrap_or_else(Instant::now);
         let secs = done.duration_since(self.started).as_secs_f64();
         drop(clients);
@@ -308,7 +282,7 @@ pub async fn alternate<F: Future<Output = Contended>, R>(
     if errors {
         write!(heading, " {:>7}", "errors").unwrap();
     }
-    if SERVER_CPU.get().is_some() {
+    if SERVER.get().is_some() {
         write!(heading, " {:>10}", "srv µs/acq").unwrap();
     }
     if lockkit_measure::process_cpu(0).is_some() {

@@ -30,10 +30,16 @@ pub fn run_on_workers(bench: impl Future<Output = ()> + Send + 'static) {
     rt.block_on(rt.spawn(bench)).unwrap();
 }
 
-/// The PID of the server `name` (`etcd`, `zk`) that `scripts/services.sh` started in
-/// `LOCKKIT_SERVICES_STATE`, if it serves `port` (its command line, or the `zoo.cfg` it names,
-/// says so), for reading the server's CPU; `None` otherwise (the bench then leaves that out).
-pub fn server_pid(name: &str, port: u16) -> Option<u32> {
+/// The PID of the server `name` (`redis`, `etcd`, `zk`) that `scripts/services.sh` started in
+/// `LOCKKIT_SERVICES_STATE`, if it serves the first host of `url` (its command line, or the
+/// `zoo.cfg` it names, says so), for reading the server's CPU; `None` otherwise (the bench then
+/// leaves that out).
+pub fn server_pid(name: &str, url: &str, backend: &lockkit::BackendInfo) -> Option<u32> {
+    let port = lockkit::ServerUrl::parse_for(url, backend)
+        .ok()?
+        .hosts
+        .first()?
+        .port;
     let dir = std::env::var("LOCKKIT_SERVICES_STATE").ok()?;
     let pid: u32 = std::fs::read_to_string(format!("{dir}/{name}.pid"))
         .ok()?

@@ -29,7 +29,7 @@ pub async fn contended(
     for _ in 0..count {
         managers.push(client(masters, &format!("{key}-warm"), lease).await);
     }
-    let mut run = Run::start(total, hold).await;
+    let mut run = Run::start(total, hold);
     for rl in managers {
         // A clone is the same client.
         let (arena, key, unlocker) = (run.arena(), key.to_string(), rl.clone());

@@ -4,7 +4,8 @@
 //!   every percentile is within 0.1 % of the recorded value, in memory that does not grow with
 //!   the number of samples).
 //! - [`process_cpu`]: the CPU time a process (this one, or a server) has used, so a bench can
-//!   print what each contestant costs the machine beside what it costs the clock.
+//!   print what each contestant costs the machine beside what it costs the clock; [`CpuSpan`]
+//!   reads it over one run, for a server and this process, as [`CpuCost`]s per operation.
 //! - [`Tally`]: one contended run, the latencies of every acquisition plus how many each client
 //!   made, summed up as a [`Summary`] (throughput, p50/p99/max wait, the busiest client's share).
 //!
@@ -26,6 +27,6 @@ mod cpu;
 mod latencies;
 mod tally;
 
-pub use cpu::process_cpu;
+pub use cpu::{process_cpu, CpuCost, CpuSpan};
 pub use latencies::Latencies;
 pub use tally::{Summary, Tally};
