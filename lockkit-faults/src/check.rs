@@ -140,9 +140,9 @@ pub fn check(lines: &[LogLine]) -> Report {
     let (mut accepted, mut rejected, mut stale) = (0, 0, 0);
     let mut writes: Vec<Write> = Vec::new();
     // Acquires as the history checker takes them: granted (worker, claim, token, called,
-    // returned), and (worker, called) for those whose outcome is unknown.
+    // returned), and (worker, claim, called) for those whose outcome is unknown.
     let mut grants: Vec<Grant> = Vec::new();
-    let mut unknown: Vec<(u32, Micros)> = Vec::new();
+    let mut unknown: Vec<(u32, Claim, Micros)> = Vec::new();
     // The highest token accepted, per lock.
     let mut max_accepted: BTreeMap<String, u64> = BTreeMap::new();
     for line in lines {
@@ -209,11 +209,16 @@ pub fn check(lines: &[LogLine]) -> Report {
                 }
                 Msg::Error {
                     kind,
+                    claim,
                     sent,
                     at,
                     worker,
                 } => {
-                    unknown.push((*worker, *sent));
+                    // A failed connect is no acquire: only a failed acquire may have taken
+                    // the lock.
+                    if let Some(claim) = claim {
+                        unknown.push((*worker, *claim, *sent));
+                    }
                     if kind == "Timeout" {
                         timeouts.push((*sent, *at));
                     }
@@ -399,7 +404,7 @@ fn history_holds(
     holds: &[HoldRecord],
     writes: &[Write],
     grants: &[Grant],
-    unknown: &[(u32, Micros)],
+    unknown: &[(u32, Claim, Micros)],
     faults: &[FaultRecord],
 ) -> Vec<Hold> {
     let finished: std::collections::HashSet<(&str, u32, u64)> = holds
@@ -445,10 +450,10 @@ fn history_holds(
             },
             freed_by: None,
         });
-    let failed = unknown.iter().map(|&(worker, sent)| Hold {
+    let failed = unknown.iter().map(|&(worker, claim, sent)| Hold {
         lock: String::new(),
         worker,
-        claim: Claim::Exclusive,
+        claim,
         token: None,
         invoked: sent,
         granted: None,
@@ -605,6 +610,7 @@ mod tests {
             }),
             msg(Msg::Error {
                 worker: 2,
+                claim: Some(Claim::Exclusive),
                 sent: 2000,
                 at: 3000,
                 kind: "Timeout".into(),
@@ -612,6 +618,7 @@ mod tests {
             // Not a timeout, and a timeout after the pause.
             msg(Msg::Error {
                 worker: 2,
+                claim: Some(Claim::Exclusive),
                 sent: 3000,
                 at: 3100,
                 kind: "Connection".into(),
@@ -627,6 +634,25 @@ mod tests {
         assert_eq!(r.faults[0].acquire_timeouts, 2);
         assert_eq!(r.acquire_timeout_ms.max, Some(4.7));
         assert_eq!(r.errors.get("Connection"), Some(&1));
+    }
+
+    #[test]
+    fn a_failed_acquire_keeps_its_claim_and_a_failed_connect_is_no_acquire() {
+        let error = |claim| LogLine::Msg {
+            at: 0,
+            msg: Msg::Error {
+                worker: 1,
+                claim,
+                sent: 10,
+                at: 20,
+                kind: "Connection".into(),
+            },
+            accepted: None,
+        };
+        let r = check(&[error(None), error(Some(Claim::Shared))]);
+        let unknown: Vec<Claim> = r.history_input.holds.iter().map(|h| h.claim).collect();
+        assert_eq!(unknown, [Claim::Shared]);
+        assert_eq!(r.errors.get("Connection"), Some(&2), "both are errors");
     }
 
     #[test]

@@ -72,6 +72,9 @@ pub enum Msg {
     Error {
         /// Worker id.
         worker: u32,
+        /// What the failed acquire claimed; `None` for a connect, which is no acquire.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        claim: Option<Claim>,
         /// When the call was made.
         sent: Micros,
         /// When it failed.

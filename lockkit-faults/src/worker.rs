@@ -78,7 +78,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
         match lockkit::connect(&args.url).await {
             Ok(locks) => break locks,
             Err(e) => {
-                report_error(&mut reg, args.id, sent, &e).await?;
+                report_error(&mut reg, args.id, None, sent, &e).await?;
                 if now() >= args.until {
                     return Ok(());
                 }
@@ -116,7 +116,7 @@ pub async fn run(args: WorkerArgs) -> std::io::Result<()> {
                 .await?;
             }
             Ok(Err(e)) => {
-                report_error(&mut reg, args.id, sent, &e).await?;
+                report_error(&mut reg, args.id, Some(claim), sent, &e).await?;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Ok(Ok(Some(guard))) => {
@@ -154,11 +154,13 @@ async fn locks_close(locks: &Locks) {
 async fn report_error(
     reg: &mut Client,
     worker: u32,
+    claim: Option<Claim>,
     sent: Micros,
     e: &lockkit::Error,
 ) -> std::io::Result<()> {
     reg.send(&Msg::Error {
         worker,
+        claim,
         sent,
         at: now(),
         kind: format!("{:?}", e.kind()),
