@@ -1,11 +1,11 @@
-//! Why a TLS connection was refused, found by one handshake of our own with each host (feature
-//! `tls-probe`, for backends whose client library hides the reason).
+//! Why a TLS connection was refused, by one rule (feature `tls-probe`): read from the TLS error
+//! a client passes along ([`refusal_in`]), or found by one handshake of our own with each host
+//! where the client hides it ([`tls_refusal`]).
 //!
-//! Some clients report a refused handshake only as "no hosts" or "connection closed", which
-//! looks retryable. A certificate the server rejects, or one we do not trust, never gets better
-//! by retrying: a backend that sees such a failure asks [`tls_refusal`] and returns `Auth`.
-//! A client that does pass the TLS library's error along (inside its own error's chain) is read
-//! with [`refusal_in`] instead: the same rule, without a second handshake.
+//! A certificate the server rejects, one we do not trust, or a handshake the two sides cannot
+//! agree on never gets better by retrying: a backend that sees such a failure returns `Auth`.
+//! Some clients report it only as "no hosts" or "connection closed", which looks retryable;
+//! those ask [`tls_refusal`].
 
 use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -107,28 +107,31 @@ fn handshake(
             Err(e) => break e,
         }
     };
-    refusal(err.get_ref()?.downcast_ref::<rustls::Error>()?)
+    refusal_in(&err)
 }
 
 /// The refusal carried somewhere in `e`'s chain of sources, as a message naming the option to
-/// fix; `None` when the chain holds no TLS certificate refusal.
+/// fix; `None` when the chain holds no TLS refusal.
 ///
 /// Client libraries wrap the TLS error in their own: this looks through `source()`, through the
 /// `io::Error` a TLS stream reports with (whose `source()` skips the error it carries), and
-/// through a shared `Arc<dyn Error>`.
+/// through a shared `Arc<dyn Error>`; at most [`DEPTH`] errors deep.
 pub fn refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(why) = inner(e).and_then(refusal_in) {
-            return Some(why);
-        }
+    for _ in 0..DEPTH {
+        let e = next?;
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return refusal(tls);
         }
-        next = e.source();
+        // A wrapper's own source() leads to the same error its payload does: one way down.
+        next = inner(e).or_else(|| e.source());
     }
     None
 }
+
+/// How deep [`refusal_in`] looks: further than any client's chain, and an end to a chain whose
+/// error names itself as its source.
+const DEPTH: usize = 16;
 
 /// What `e` carries without naming it as its source: the payload of an `io::Error`, or the
 /// error behind an `Arc`.
@@ -143,8 +146,10 @@ fn inner(e: &Dyn) -> Option<&Dyn> {
     Some(payload)
 }
 
-/// Whether a TLS error is a refusal (of a certificate, or a fatal alert from the server), which
-/// retrying cannot fix, and what to check.
+/// Whether a TLS error is a refusal, which retrying cannot fix, and what to check: a
+/// certificate either side rejects, a fatal alert from the server (but for a transient
+/// `InternalError`), a handshake the two sides cannot agree on. A message that is not TLS (a
+/// plain server on the port) is not one.
 fn refusal(e: &rustls::Error) -> Option<String> {
     match e {
         rustls::Error::InvalidCertificate(why) => Some(format!(
@@ -163,9 +168,17 @@ fn refusal(e: &rustls::Error) -> Option<String> {
         ) => Some(format!(
             "the server refused our client certificate ({alert:?}); check tls_cert and tls_key"
         )),
-        rustls::Error::AlertReceived(A::CloseNotify | A::UserCanceled) => None,
+        rustls::Error::AlertReceived(A::CloseNotify | A::UserCanceled | A::InternalError) => None,
         rustls::Error::AlertReceived(alert) => Some(format!(
             "the server refused the TLS handshake ({alert:?}); check the server's TLS settings"
+        )),
+        rustls::Error::NoCertificatesPresented | rustls::Error::InvalidCertRevocationList(_) => {
+            Some(format!(
+                "the certificates do not serve ({e}); check tls_ca, tls_cert and tls_key"
+            ))
+        }
+        rustls::Error::PeerIncompatible(_) | rustls::Error::PeerMisbehaved(_) => Some(format!(
+            "the server's TLS cannot be agreed with ({e}); check the server's TLS settings"
         )),
         _ => None,
     }

@@ -240,10 +240,10 @@ impl Pool {
     }
 }
 
-/// Whether TLS refused the connection over a certificate: the server's is not trusted (`tls_ca`)
-/// or the server rejected ours (`tls_cert`, `tls_key`). Retrying cannot fix that. The rustls error
-/// sits in the chain of tonic's error; etcd-client's own error names no source, so this starts
-/// below it.
+/// Whether TLS refused the connection (by the core's rule, `tls_probe::refusal_in`): the
+/// server's certificate is not trusted (`tls_ca`), the server rejected ours (`tls_cert`,
+/// `tls_key`), or the two sides cannot agree. Retrying cannot fix that. The rustls error sits in
+/// the chain of tonic's error; etcd-client's own error names no source, so this starts below it.
 fn is_tls_refusal(e: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     let inner: &(dyn std::error::Error + 'static) = match e {
@@ -291,15 +291,23 @@ pub(crate) fn map_err(e: etcd_client::Error, what: &str) -> Error {
 }
 
 /// Whether `e` is etcd saying that a lease does not exist (expired or revoked): the server's
-/// `NotFound` status (which our calls get for nothing but a lease), or etcd-client's own error
-/// for a keepalive answered with no time left.
+/// `NotFound` status (which our calls get for nothing but a lease); the same error passed on by
+/// `etcd grpc-proxy`, which loses its code (`Unknown`) but keeps etcd's message; or
+/// etcd-client's own error for a keepalive answered with no time left.
 pub(crate) fn is_lease_not_found(e: &Error) -> bool {
     use etcd_client::Error as E;
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = next {
         match err.downcast_ref::<E>() {
-            // tonic::Code is a fieldless enum with the gRPC numbering: 5 is NotFound.
-            Some(E::GRpcStatus(s)) => return s.code() as i32 == 5,
+            // tonic::Code is a fieldless enum with the gRPC numbering: 5 is NotFound, 2
+            // Unknown.
+            Some(E::GRpcStatus(s)) => {
+                return match s.code() as i32 {
+                    5 => true,
+                    2 => s.message() == "etcdserver: requested lease not found",
+                    _ => false,
+                }
+            }
             Some(E::LeaseKeepAliveError(why)) => return why == "lease not found",
             Some(_) => return false,
             None => next = err.source(),

@@ -211,3 +211,30 @@ async fn watches_through_a_grpc_proxy_reach_their_holders_and_waiters() {
     locks.close().await.unwrap();
     direct.close().await.unwrap();
 }
+
+/// The proxy passes etcd's "lease not found" on without its code (as `Unknown`): a session
+/// lease revoked behind the client's back is still told apart from a broken connection, and the
+/// next acquire through the proxy takes a new lease instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_revoked_behind_the_proxy_is_replaced() {
+    let Some(url) = url() else { return };
+    let proxy = grpc_proxy(&url).await;
+    let locks = connect(&proxy.url, "").await;
+    let mut raw = common::raw(&url).await;
+    let n = name("grpc-proxy-lease");
+    let mutex = locks.mutex(&n).unwrap();
+    let g = mutex.lock().await.unwrap();
+    let lease = common::keys(&mut raw, &n).await[0].2;
+    g.release().await.unwrap();
+    // Revoked, and the next acquire sent at once, before a keepalive can notice.
+    raw.lease_revoke(lease).await.unwrap();
+    let g = mutex
+        .lock_for(SOON)
+        .await
+        .expect("an acquire on a revoked lease takes a new one")
+        .expect("the lock is free");
+    let now = common::keys(&mut raw, &n).await[0].2;
+    assert_ne!(now, lease, "the acquire kept the dead lease");
+    g.release().await.unwrap();
+    locks.close().await.unwrap();
+}

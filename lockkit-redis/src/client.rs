@@ -185,8 +185,11 @@ impl Inner {
         what: &str,
     ) -> Result<i64> {
         let again = |e: &Error| {
-            tracing::debug!(backend = "redis", error = %e, "lockkit: {what} failed");
-            e.is_retryable()
+            let again = e.is_retryable();
+            if again {
+                tracing::debug!(backend = "redis", error = %e, "lockkit: {what} failed, retryable");
+            }
+            again
         };
         Backoff::REQUEST
             .retry(Budget::Retries(RELEASE_RETRIES), again, || {

@@ -11,7 +11,7 @@ pub(crate) fn map(e: RedisError, what: &str) -> Error {
     {
         (ErrorKind::Auth, false)
     } else if is_handshake_refusal(&e) {
-        // An untrusted, expired or missing certificate: reconnecting cannot fix it.
+        // A refused handshake (a certificate, a fatal alert): reconnecting cannot fix it.
         (ErrorKind::Auth, false)
     } else if code.as_deref() == Some("WRONGTYPE") {
         (ErrorKind::WrongType, false)
@@ -50,7 +50,7 @@ pub(crate) fn io_kind(e: &RedisError) -> Option<std::io::ErrorKind> {
     io.map(std::io::Error::kind)
 }
 
-/// Whether `e` is a TLS handshake refusal (an untrusted or expired certificate on either side):
+/// Whether `e` is a TLS handshake refusal (by the core's rule, `tls_probe::refusal_in`):
 /// a problem of configuration or credentials that a reconnect will not fix.
 fn is_handshake_refusal(e: &redis::RedisError) -> bool {
     #[cfg(feature = "tls")]

@@ -342,16 +342,34 @@ pub(crate) async fn connect<P: PushSink>(
     };
     let deadline = tokio::time::Instant::now() + settings.connect_timeout;
     let again = |e: &Error| {
-        tracing::debug!(backend = "redis", error = %e, "lockkit: no Redis primary yet");
-        e.is_retryable()
+        let again = e.is_retryable();
+        if again {
+            tracing::debug!(backend = "redis", error = %e, "lockkit: no Redis primary yet");
+        }
+        again
     };
-    // Each try borrows the resolver in turn (it remembers which Sentinel answered).
+    // Each try borrows the resolver in turn (it remembers which Sentinel answered), and ends
+    // at the deadline at the latest (a Sentinel and a primary may each take the whole connect
+    // timeout to answer).
     let asking = tokio::sync::Mutex::new(resolver);
     let (addr, conn, pubsub) = Backoff::REQUEST
         .retry(Budget::Until(deadline), again, || async {
-            let addr = asking.lock().await.primary().await?;
-            let (conn, pubsub) = open(settings, &addr, &pushes).await?;
-            Ok::<_, Error>((addr, conn, pubsub))
+            let attempt = async {
+                let addr = asking.lock().await.primary().await?;
+                let (conn, pubsub) = open(settings, &addr, &pushes).await?;
+                Ok::<_, Error>((addr, conn, pubsub))
+            };
+            tokio::time::timeout_at(deadline, attempt)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "redis: no primary for {master:?} from the Sentinels within the \
+                             connect timeout"
+                        ),
+                    ))
+                })
         })
         .await?;
     let resolver = asking.into_inner();

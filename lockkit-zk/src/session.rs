@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lockkit_core::spi::{Attempt, Guards, LeaseClock, Pooled, Reaper, StateCell};
-use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
+use lockkit_core::{Backoff, Budget, Error, ErrorKind, LostReason, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -229,28 +229,21 @@ impl Session {
         let (parent, _) = path.rsplit_once('/').unwrap_or(("", path));
         // Every directory we create carries our ACL: with `acl=creator`, a world-writable
         // parent would let another identity pre-create a lock directory and shut us out.
-        let ours = zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
-        let mut retry = Backoff::WATCH.start();
+        let ours = &zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
         let until = Instant::now() + self.cfg.command_timeout;
-        loop {
-            let mut result = Ok(());
+        let make = || async move {
             if !parent.is_empty() {
-                result = client.mkdir(parent, &ours).await;
+                client.mkdir(parent, ours).await?;
             }
-            if result.is_ok() {
-                result = match client.create(path, &[], &ours).await {
-                    Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-                    Err(e) => Err(e),
-                };
+            match client.create(path, &[], ours).await {
+                Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
+                Err(e) => Err(e),
             }
-            match result {
-                Ok(()) => return Ok(()),
-                Err(e) if crate::error::is_transient(&e) && Instant::now() < until => {
-                    retry.wait().await;
-                }
-                Err(e) => return Err(crate::error::map(e, &format!("cannot create {path}"))),
-            }
-        }
+        };
+        Backoff::WATCH
+            .retry(Budget::Until(until), crate::error::is_transient, make)
+            .await
+            .map_err(|e| crate::error::map(e, &format!("cannot create {path}")))
     }
 }
 

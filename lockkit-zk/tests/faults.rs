@@ -414,3 +414,51 @@ async fn election_observer_follows_across_its_session_loss() {
     assert!(b.resign().await.unwrap());
     lockkit_testing::observe_until(&mut changes, None).await;
 }
+
+/// A waiter whose look (the listing after its watch fired) is in flight when its connection
+/// drops fails that request with a connection loss: the acquire driver bears it (the session,
+/// and so the waiter's node, lives on) and looks again once the client reconnected, and the
+/// waiter gets the lock it was next for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_cut_off_in_flight_is_borne() {
+    let Some(url) = url() else { return };
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
+    let pre = prefix();
+    let via_proxy = format!(
+        "zk://{}?session_timeout=10s&command_timeout=5s&prefix={pre}",
+        proxy.addr()
+    );
+    let waiter_locks = backend(&via_proxy).await.into_locks();
+    let other = backend(&with_params(&url, &format!("prefix={pre}")))
+        .await
+        .into_locks();
+    let held = other.mutex("look").unwrap().lock().await.unwrap();
+    let mutex = waiter_locks.mutex("look").unwrap();
+    let waiter = tokio::spawn(async move { mutex.lock_for(Duration::from_secs(30)).await });
+    let started = Instant::now();
+    while other
+        .inspect("look", lockkit_core::Primitive::Mutex)
+        .await
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every message through the proxy takes 300 ms: the release's event reaches the waiter
+    // 300 ms after it, and the waiter's listing is answered 600 ms after that. The reset
+    // falls in between.
+    proxy.latency(Duration::from_millis(300), Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    proxy.reset();
+    proxy.latency(Duration::ZERO, Duration::ZERO);
+    let g = waiter
+        .await
+        .unwrap()
+        .expect("the cut-off look is borne")
+        .expect("the waiter gets the lock");
+    g.release().await.unwrap();
+}
