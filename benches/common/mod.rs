@@ -33,7 +33,8 @@ pub fn run_on_workers(bench: impl Future<Output = ()> + Send + 'static) {
 /// The PID of the server `name` (`redis`, `etcd`, `zk`) that `scripts/services.sh` started in
 /// `LOCKKIT_SERVICES_STATE`, if it serves the first host of `url` (its command line, or the
 /// `zoo.cfg` it names, says so), for reading the server's CPU; `None` otherwise (the bench then
-/// leaves that out).
+/// leaves that out). Redis is told by its process title (`redis-server 127.0.0.1:PORT`), which a
+/// server with `set-proc-title no` does not show.
 pub fn server_pid(name: &str, url: &str, backend: &lockkit::BackendInfo) -> Option<u32> {
     let port = lockkit::ServerUrl::parse_for(url, backend)
         .ok()?

@@ -348,28 +348,15 @@ pub(crate) async fn connect<P: PushSink>(
         }
         again
     };
-    // Each try borrows the resolver in turn (it remembers which Sentinel answered), and ends
-    // at the deadline at the latest (a Sentinel and a primary may each take the whole connect
-    // timeout to answer).
+    // Each try borrows the resolver in turn (it remembers which Sentinel answered). A try is
+    // not cut at the deadline: it asks one Sentinel after another, each within the connect
+    // timeout, so that a Sentinel that never answers leaves the others their turn.
     let asking = tokio::sync::Mutex::new(resolver);
     let (addr, conn, pubsub) = Backoff::REQUEST
         .retry(Budget::Until(deadline), again, || async {
-            let attempt = async {
-                let addr = asking.lock().await.primary().await?;
-                let (conn, pubsub) = open(settings, &addr, &pushes).await?;
-                Ok::<_, Error>((addr, conn, pubsub))
-            };
-            tokio::time::timeout_at(deadline, attempt)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "redis: no primary for {master:?} from the Sentinels within the \
-                             connect timeout"
-                        ),
-                    ))
-                })
+            let addr = asking.lock().await.primary().await?;
+            let (conn, pubsub) = open(settings, &addr, &pushes).await?;
+            Ok::<_, Error>((addr, conn, pubsub))
         })
         .await?;
     let resolver = asking.into_inner();

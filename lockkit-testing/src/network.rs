@@ -13,7 +13,8 @@
 //! ```
 //!
 //! In each case the holder reaches the server through its own proxy and a second handle reaches
-//! it directly. Every lock is held with a watchdog lease of [`LEASE`] and every handle has a 1 s
+//! it directly. Every lock is held with a watchdog lease of [`LEASE`] (a waiter whose place is what
+//! a case checks, five of them) and every handle has a 1 s
 //! command and connect timeout. What is checked is what the backends promise: the holder is told
 //! `lost()` before anyone else can hold the lock, within the lease of the fault; requests held in
 //! a partition and delivered late change nothing; a fault shorter than the lease, or a reset
@@ -249,22 +250,25 @@ where
         let (mutex, opts) = (locks.mutex(&t.name).unwrap(), wait);
         tokio::spawn(async move { mutex.acquire(&opts).await })
     };
-    let waiter = acquire(&t.holder);
+    let mut waiter = acquire(&t.holder);
     waiters_reach(&t, 1).await;
     t.proxy.reset();
-    let later = acquire(&t.other);
+    let mut later = acquire(&t.other);
     waiters_reach(&t, 2).await;
     let first = held.token();
     held.release().await.unwrap();
-    let g = waiter
-        .await
-        .unwrap()
-        .expect("the reset waiter's acquire succeeds")
-        .expect("the reset waiter gets the lock in time");
-    if later.is_finished() {
-        let r = later.await.unwrap().map(|g| g.map(|g| g.token()));
-        panic!("the later contender's acquire ended while the waiter held: {r:?}");
-    }
+    // Whichever acquire ends first: the waiter's, unless the later contender jumped the queue.
+    let g = tokio::select! {
+        biased;
+        w = &mut waiter => w
+            .unwrap()
+            .expect("the reset waiter's acquire succeeds")
+            .expect("the reset waiter gets the lock in time"),
+        l = &mut later => {
+            let r = l.unwrap().map(|g| g.map(|g| g.token()));
+            panic!("the later contender's acquire ended before the waiter's: {r:?}");
+        }
+    };
     assert!(g.token() > first, "the token rises");
     g.release().await.unwrap();
     later

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lockkit_core::spi::{Attempt, Guards, LeaseClock, Pooled, Reaper, StateCell};
-use lockkit_core::{Backoff, Budget, Error, ErrorKind, LostReason, Result};
+use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -230,7 +230,6 @@ impl Session {
         // Every directory we create carries our ACL: with `acl=creator`, a world-writable
         // parent would let another identity pre-create a lock directory and shut us out.
         let ours = &zk::CreateMode::Container.with_acls(zk::Acls::new(&self.acls));
-        let until = Instant::now() + self.cfg.command_timeout;
         let make = || async move {
             if !parent.is_empty() {
                 client.mkdir(parent, ours).await?;
@@ -240,10 +239,12 @@ impl Session {
                 Err(e) => Err(e),
             }
         };
-        Backoff::WATCH
-            .retry(Budget::Until(until), crate::error::is_transient, make)
-            .await
-            .map_err(|e| crate::error::map(e, &format!("cannot create {path}")))
+        crate::ops::retry(
+            self.cfg.command_timeout,
+            &format!("cannot create {path}"),
+            make,
+        )
+        .await
     }
 }
 

@@ -422,6 +422,11 @@ async fn election_observer_follows_across_its_session_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_look_cut_off_in_flight_is_borne() {
     let Some(url) = url() else { return };
+    assert!(
+        lockkit_testing::spans::capture(),
+        "lockkit's events are seen"
+    );
+    let borne = || lockkit_testing::spans::events_mentioning("waiting through a failed request");
     let proxy = Proxy::start(server_addr(&url)).await.unwrap();
     let pre = prefix();
     let via_proxy = format!(
@@ -446,19 +451,24 @@ async fn a_look_cut_off_in_flight_is_borne() {
         assert!(started.elapsed() < Duration::from_secs(10), "never queued");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Every message through the proxy takes 300 ms: the release's event reaches the waiter
-    // 300 ms after it, and the waiter's listing is answered 600 ms after that. The reset
-    // falls in between.
-    proxy.latency(Duration::from_millis(300), Duration::ZERO);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The waiter has listed and set its watch by now. From here on its requests are held on
+    // the way to the server, while the server's messages still reach it: the release's event
+    // arrives, and the listing it sends stays in the proxy until the reset drops it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = borne();
+    proxy.update(|t| t.hold_up = true);
     held.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.reset();
-    proxy.latency(Duration::ZERO, Duration::ZERO);
+    proxy.heal();
     let g = waiter
         .await
         .unwrap()
         .expect("the cut-off look is borne")
         .expect("the waiter gets the lock");
+    assert!(
+        borne() > before,
+        "no failed request was borne: the fault missed the look"
+    );
     g.release().await.unwrap();
 }
