@@ -112,7 +112,8 @@ impl Backoff {
     /// Runs `op` until it succeeds, fails with an error that `transient` does not accept, or
     /// the budget is spent, pausing on this schedule between tries; returns the last answer.
     /// The one loop for a request that is simply sent again (a backend's protocol decides
-    /// which requests may be, and `transient` which failures say so).
+    /// which requests may be, and `transient` which failures say so); each retry is traced at
+    /// debug level with the failure it follows.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -134,6 +135,7 @@ impl Backoff {
         mut op: F,
     ) -> std::result::Result<T, E>
     where
+        E: std::fmt::Display,
         F: FnMut() -> Fut,
         Fut: Future<Output = std::result::Result<T, E>>,
     {
@@ -154,6 +156,7 @@ impl Backoff {
             if !more {
                 return Err(e);
             }
+            tracing::debug!(error = %e, ?pause, "lockkit: a transient failure, trying again");
             tokio::time::sleep(pause).await;
         }
     }

@@ -133,10 +133,10 @@ pub fn refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 /// error names itself as its source.
 const DEPTH: usize = 16;
 
-/// What `e` carries without naming it as its source: the payload of an `io::Error`, or the
-/// error behind an `Arc`.
 type Dyn = dyn std::error::Error + 'static;
 
+/// What `e` carries without naming it as its source: the payload of an `io::Error`, or the
+/// error behind an `Arc`.
 fn inner(e: &Dyn) -> Option<&Dyn> {
     type Shared = Arc<dyn std::error::Error + Send + Sync>;
     if let Some(shared) = e.downcast_ref::<Shared>() {

@@ -184,17 +184,12 @@ impl Inner {
         inv: &ScriptInvocation<'_>,
         what: &str,
     ) -> Result<i64> {
-        let again = |e: &Error| {
-            let again = e.is_retryable();
-            if again {
-                tracing::debug!(backend = "redis", error = %e, "lockkit: {what} failed, retryable");
-            }
-            again
-        };
         Backoff::REQUEST
-            .retry(Budget::Retries(RELEASE_RETRIES), again, || {
-                self.invoke::<i64>(inv, what)
-            })
+            .retry(
+                Budget::Retries(RELEASE_RETRIES),
+                Error::is_retryable,
+                || self.invoke::<i64>(inv, what),
+            )
             .await
     }
 

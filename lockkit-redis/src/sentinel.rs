@@ -341,19 +341,12 @@ pub(crate) async fn connect<P: PushSink>(
         last: None,
     };
     let deadline = tokio::time::Instant::now() + settings.connect_timeout;
-    let again = |e: &Error| {
-        let again = e.is_retryable();
-        if again {
-            tracing::debug!(backend = "redis", error = %e, "lockkit: no Redis primary yet");
-        }
-        again
-    };
     // Each try borrows the resolver in turn (it remembers which Sentinel answered). A try is
     // not cut at the deadline: it asks one Sentinel after another, each within the connect
     // timeout, so that a Sentinel that never answers leaves the others their turn.
     let asking = tokio::sync::Mutex::new(resolver);
     let (addr, conn, pubsub) = Backoff::REQUEST
-        .retry(Budget::Until(deadline), again, || async {
+        .retry(Budget::Until(deadline), Error::is_retryable, || async {
             let addr = asking.lock().await.primary().await?;
             let (conn, pubsub) = open(settings, &addr, &pushes).await?;
             Ok::<_, Error>((addr, conn, pubsub))
