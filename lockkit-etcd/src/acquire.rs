@@ -102,6 +102,9 @@ struct Claim {
     confirmed: bool,
     /// Paces new watches of `before` that etcd keeps breaking.
     rewatch: Option<lockkit_core::Retry>,
+    /// Whether the last wait failed (a connection reset mid-read): the driver's next look
+    /// reads the server, so that it bears the failure only while the server does not answer.
+    failed: bool,
 }
 
 #[async_trait]
@@ -143,6 +146,7 @@ impl Queue for EtcdQueue<'_> {
             watching: None,
             confirmed: false,
             rewatch: None,
+            failed: false,
         })
     }
 
@@ -166,35 +170,11 @@ impl Queue for EtcdQueue<'_> {
         }
     }
 
-    /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline. A fixed
-    /// lease starts when the lock is taken: before its first wait, our key moves onto the
-    /// handle's session lease.
+    /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
-        let (nw, need) = (self.want.nw, self.want.need);
-        if !r.lease().is_watchdog() && !c.parked {
-            let s = self.inner.session(self.inner.lease).await?;
-            if !c.park(self.inner, s).await? {
-                c.seen = Standing::Gone;
-                return Ok(Woken::Look);
-            }
-        }
-        let notify = c
-            .waiter
-            .get_or_insert_with(|| nw.add_waiter(c.rev, need))
-            .clone();
-        self.check_watch()?;
-        c.settled = false;
-        if nw.is_narrow() {
-            return self.wait_narrow(c, r, &notify).await;
-        }
-        c.seen = nw.standing(c.rev, need);
-        if matches!(c.seen, Standing::Owner | Standing::Gone) {
-            return Ok(Woken::Look);
-        }
-        // The watch wakes a waiter only when it became owner or lost its key.
-        r.within(notify.notified()).await;
-        c.seen = nw.standing(c.rev, need);
-        Ok(Woken::Look)
+        let woken = self.wait_for_change(c, r).await;
+        c.failed = woken.is_err();
+        woken
     }
 
     /// The watch shows our turn as of the last event it delivered, and the server may be past
@@ -208,6 +188,16 @@ impl Queue for EtcdQueue<'_> {
             return Ok(Turn::Gone);
         }
         self.inner.check_open()?;
+        if c.failed {
+            // The wait failed midway: only the server knows where we stand.
+            let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
+            c.failed = false;
+            return Ok(match on_server {
+                Standing::Owner => Turn::Owner,
+                Standing::Gone => Turn::Gone,
+                _ => Turn::Waiting,
+            });
+        }
         if c.settled && c.seen == Standing::Owner {
             // A linearizable read showed our turn.
             return Ok(Turn::Owner);
@@ -283,12 +273,57 @@ impl Queue for EtcdQueue<'_> {
         );
     }
 
+    /// A queued key keeps its place for as long as the lease it is on lives: a failed request
+    /// (a connection reset, an endpoint gone) is borne until that lease's clock runs out, when
+    /// the server may have deleted the key. Before the key is created, nothing is borne.
+    fn tolerance(&self, c: &Claim) -> Duration {
+        let clock = match &c.lease {
+            KeyLease::Session(s) => s.clock(),
+            KeyLease::Fixed(_) => &c.clock,
+        };
+        if c.rev == 0 || clock.has_passed(tokio::time::Instant::now()) {
+            Duration::ZERO
+        } else {
+            Duration::MAX
+        }
+    }
+
     fn lock_name(&self) -> &str {
         self.want.name
     }
 }
 
 impl EtcdQueue<'_> {
+    /// Waits until the name's watch wakes us, or the deadline. A fixed lease starts when the
+    /// lock is taken: before its first wait, our key moves onto the handle's session lease.
+    async fn wait_for_change(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
+        let (nw, need) = (self.want.nw, self.want.need);
+        if !r.lease().is_watchdog() && !c.parked {
+            let s = self.inner.session(self.inner.lease).await?;
+            if !c.park(self.inner, s).await? {
+                c.seen = Standing::Gone;
+                return Ok(Woken::Look);
+            }
+        }
+        let notify = c
+            .waiter
+            .get_or_insert_with(|| nw.add_waiter(c.rev, need))
+            .clone();
+        self.check_watch()?;
+        c.settled = false;
+        if nw.is_narrow() {
+            return self.wait_narrow(c, r, &notify).await;
+        }
+        c.seen = nw.standing(c.rev, need);
+        if matches!(c.seen, Standing::Owner | Standing::Gone) {
+            return Ok(Woken::Look);
+        }
+        // The watch wakes a waiter only when it became owner or lost its key.
+        r.within(notify.notified()).await;
+        c.seen = nw.standing(c.rev, need);
+        Ok(Woken::Look)
+    }
+
     /// An error when the name's watch has stopped (only a closed handle stops its watches).
     fn check_watch(&self) -> Result<()> {
         if self.want.nw.is_stopped() {

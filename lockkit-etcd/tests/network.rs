@@ -7,3 +7,71 @@ fn config() -> Option<lockkit_core::LockConfig> {
 }
 
 lockkit_testing::network_suite!(config, lockkit_etcd::connect);
+
+mod common;
+
+use std::time::Duration;
+
+use lockkit_testing::proxy::Proxy;
+use tokio::time::Instant;
+
+/// A waiter whose read of the queue (the one its watch's event sends it to) is in flight when
+/// its connections are reset fails that request: the acquire driver bears it (the waiter's key
+/// lives on with its lease), reads again once the client reconnected, and the waiter gets the
+/// lock it was next for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_cut_off_in_flight_is_borne() {
+    let Some(url) = common::url() else { return };
+    assert!(
+        lockkit_testing::spans::capture(),
+        "lockkit's events are seen"
+    );
+    let borne = || lockkit_testing::spans::events_mentioning("waiting through a failed request");
+    let authority = url.trim_start_matches("etcd://");
+    let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
+    let proxy = Proxy::start(authority).await.unwrap();
+    let waiter_locks = common::connect(
+        &format!("etcd://{}", proxy.addr()),
+        "lease_ttl=10s&command_timeout=5s",
+    )
+    .await
+    .locks()
+    .clone();
+    let other = common::connect(&url, "").await.locks().clone();
+    let name = common::name("cut-read");
+    let held = other.mutex(&name).unwrap().lock().await.unwrap();
+    let mutex = waiter_locks.mutex(&name).unwrap();
+    let waiter = tokio::spawn(async move { mutex.lock_for(Duration::from_secs(30)).await });
+    let started = Instant::now();
+    while other
+        .inspect(&name, lockkit_core::Primitive::Mutex)
+        .await
+        .unwrap()
+        .waiters
+        .is_empty()
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The waiter has read the queue and watches the holder's key by now. From here on its
+    // requests are held on the way to the server, while the server's messages still reach it:
+    // the release's event arrives, and the read it sends stays in the proxy until the reset
+    // drops it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = borne();
+    proxy.update(|t| t.hold_up = true);
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.reset();
+    proxy.heal();
+    let g = waiter
+        .await
+        .unwrap()
+        .expect("the cut-off read is borne")
+        .expect("the waiter gets the lock");
+    assert!(
+        borne() > before,
+        "no failed request was borne: the fault missed the read"
+    );
+    g.release().await.unwrap();
+}

@@ -291,7 +291,7 @@ async fn waiters_reach(t: &Cut, n: usize) {
         }
         assert!(
             started.elapsed() < Duration::from_secs(10),
-            "{} waiters queued, {n} expected",
+            "{} waiters queued, {n} expected: {info:?}",
             info.waiters.len()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
