@@ -105,7 +105,9 @@ pub trait Queue: Send + Sync {
     /// How long a queued claim keeps its place through transient failures (a failover, a
     /// restart), counted from the first failure: errors that are
     /// [retryable](crate::Error::is_retryable) are borne that long, then the error is the
-    /// answer. Zero (the default) for a backend whose client retries on its own.
+    /// answer. Asked after each failure, so the answer may change as the claim learns (what
+    /// failed, whether its session still lives); `Duration::MAX` bears for as long as the
+    /// answer stays so. Zero (the default) for a backend whose client retries on its own.
     fn tolerance(&self, claim: &Self::Claim) -> Duration {
         let _ = claim;
         Duration::ZERO

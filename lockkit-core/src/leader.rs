@@ -4,12 +4,15 @@
 
 use std::any::Any;
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::error::Result;
+use crate::backoff::Backoff;
+use crate::error::{ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::telemetry::{self, Identity};
 
@@ -166,8 +169,125 @@ impl LeaderFeed {
 
     /// A future that resolves once nobody listens any more (a backend's observer task ends
     /// then); it does not borrow the feed.
-    pub fn on_close(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub fn on_close(&self) -> impl Future<Output = ()> + Send + 'static {
         let tx = self.tx.clone();
         async move { tx.closed().await }
+    }
+
+    /// Runs an election observer on this feed: `look` after `look`, until nobody listens,
+    /// `stop` resolves (the handle closed), or a look fails with
+    /// [`Closed`](ErrorKind::Closed). A look that fails otherwise is sent as an error (so the
+    /// next state is sent whatever it is), and the next one comes after a pause on
+    /// [`Backoff::WATCH`]; the pauses grow while looks keep failing. The one observer loop:
+    /// a backend supplies only its look.
+    pub async fn follow<L: Look>(mut self, mut look: L, stop: impl Future<Output = ()> + Send) {
+        let gone = self.on_close();
+        tokio::pin!(gone, stop);
+        let mut retry = Backoff::WATCH.start();
+        loop {
+            let step = tokio::select! {
+                step = look.look(&mut self) => step,
+                () = &mut gone => return,
+                () = &mut stop => return,
+            };
+            if self.is_closed() {
+                return;
+            }
+            match step {
+                Ok(()) => retry.reset(),
+                Err(e) if e.kind() == ErrorKind::Closed => return,
+                Err(e) => {
+                    if !self.fail(e) {
+                        return;
+                    }
+                    tokio::select! {
+                        () = retry.wait() => {}
+                        () = &mut gone => return,
+                        () = &mut stop => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One look of a backend's election observer, run by [`LeaderFeed::follow`].
+#[async_trait]
+pub trait Look: Send {
+    /// Sends the leader as it stands now ([`LeaderFeed::send`]; an unchanged one is not sent
+    /// again), then returns once it may have changed (a watch fired, an announcement came, a
+    /// lease ran out, a poll's period passed). An error says the look failed: the observer
+    /// is told, and looks again after a pause.
+    async fn look(&mut self, feed: &mut LeaderFeed) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::error::Error;
+
+    /// Answers from a script, one answer per look, then waits for ever.
+    struct Scripted(std::collections::VecDeque<Result<Option<Leader>>>);
+
+    #[async_trait]
+    impl Look for Scripted {
+        async fn look(&mut self, feed: &mut LeaderFeed) -> Result<()> {
+            match self.0.pop_front() {
+                Some(Ok(leader)) => {
+                    feed.send(leader);
+                    Ok(())
+                }
+                Some(Err(e)) => Err(e),
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn leader(term: u64) -> Option<Leader> {
+        Some(Leader::new("a", FencingToken(term)))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn follow_tells_failures_resends_after_them_and_ends_when_stopped() {
+        let away = || Err(Error::new(ErrorKind::Connection, "away"));
+        let script =
+            Scripted(vec![Ok(leader(1)), Ok(leader(1)), away(), away(), Ok(leader(1))].into());
+        let (feed, mut changes) = LeaderFeed::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(feed.follow(script, async move {
+            let _ = stop_rx.await;
+        }));
+        let started = tokio::time::Instant::now();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(changes.next().await.unwrap().map(|l| l.map(|l| l.term().0)));
+        }
+        assert!(matches!(seen[0], Ok(Some(1))), "{seen:?}");
+        assert!(seen[1].is_err() && seen[2].is_err(), "{seen:?}");
+        // After a failure the unchanged leader is sent again.
+        assert!(matches!(seen[3], Ok(Some(1))), "{seen:?}");
+        assert!(
+            started.elapsed() >= Duration::from_millis(25),
+            "failed looks are paced"
+        );
+        stop_tx.send(()).unwrap();
+        task.await.unwrap();
+        assert!(changes.next().await.is_none(), "the feed is gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn follow_ends_when_nobody_listens_or_a_look_finds_the_handle_closed() {
+        let (feed, changes) = LeaderFeed::channel();
+        drop(changes);
+        let script = Scripted(vec![].into());
+        feed.follow(script, std::future::pending()).await;
+
+        let (feed, mut changes) = LeaderFeed::channel();
+        let closed = Err(Error::new(ErrorKind::Closed, "closed"));
+        feed.follow(Scripted(vec![closed].into()), std::future::pending())
+            .await;
+        assert!(changes.next().await.is_none(), "closed is not sent");
     }
 }

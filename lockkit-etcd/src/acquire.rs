@@ -102,9 +102,11 @@ struct Claim {
     confirmed: bool,
     /// Paces new watches of `before` that etcd keeps breaking.
     rewatch: Option<lockkit_core::Retry>,
-    /// Whether the last wait failed (a connection reset mid-read): the driver's next look
-    /// reads the server, so that it bears the failure only while the server does not answer.
-    failed: bool,
+    /// What kind of error the last wait or look failed with (a connection reset mid-read),
+    /// until a look succeeds: the driver's next look reads the server, so that a failure is
+    /// borne only while the server does not answer, and [`Queue::tolerance`] knows what it
+    /// bears.
+    failed: Option<ErrorKind>,
 }
 
 #[async_trait]
@@ -146,7 +148,7 @@ impl Queue for EtcdQueue<'_> {
             watching: None,
             confirmed: false,
             rewatch: None,
-            failed: false,
+            failed: None,
         })
     }
 
@@ -173,7 +175,7 @@ impl Queue for EtcdQueue<'_> {
     /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let woken = self.wait_for_change(c, r).await;
-        c.failed = woken.is_err();
+        c.failed = woken.as_ref().err().map(Error::kind);
         woken
     }
 
@@ -183,49 +185,21 @@ impl Queue for EtcdQueue<'_> {
     /// ran out before it said so; giving up then would send us to the back of the queue, and
     /// waiters that all lag would leapfrog each other for ever. So a turn, and a wait that ran
     /// out, are settled by a linearizable read (Go's `Mutex.Lock` reads its key again too).
+    ///
+    /// A fixed lease that waited parked on the session is granted once the turn is ours, here
+    /// rather than in `hold`, so that a failure meanwhile is borne like any failed look.
     async fn standing(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
-        if c.seen == Standing::Gone {
-            return Ok(Turn::Gone);
-        }
-        self.inner.check_open()?;
-        if c.failed {
-            // The wait failed midway: only the server knows where we stand.
-            let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
-            c.failed = false;
-            return Ok(match on_server {
-                Standing::Owner => Turn::Owner,
-                Standing::Gone => Turn::Gone,
-                _ => Turn::Waiting,
-            });
-        }
-        if c.settled && c.seen == Standing::Owner {
-            // A linearizable read showed our turn.
-            return Ok(Turn::Owner);
-        }
-        if c.seen != Standing::Owner && !r.expired() {
-            // Woken early, and the watch shows no turn: nothing to settle yet.
-            return Ok(Turn::Waiting);
-        }
-        let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
-        Ok(match on_server {
-            Standing::Owner => Turn::Owner,
-            Standing::Gone => Turn::Gone,
-            // The mirror said our turn came, the server says it did not: never trust that
-            // mirror again for this key; a fresh key settles it.
-            _ if c.seen == Standing::Owner && !c.settled && !r.expired() => Turn::Gone,
-            _ => Turn::Waiting,
-        })
+        let turn = match self.look(c, r).await {
+            Ok(Turn::Owner) if c.parked => self.unpark(c, r).await,
+            turn => turn,
+        };
+        c.failed = turn.as_ref().err().map(Error::kind);
+        turn
     }
 
     async fn hold(&self, c: &mut Claim, r: &Request) -> Result<Option<GuardParts>> {
+        debug_assert!(!c.parked, "a parked key is granted its lease by `standing`");
         c.unregister(self.want.nw);
-        // A fixed lease that waited is granted now that we hold: its clock starts here.
-        if c.parked {
-            match c.unpark(self.inner, r.lease().duration()).await? {
-                Some(clock) => c.clock = clock,
-                None => return Ok(None),
-            }
-        }
         let state = StateCell::new(c.clock.clone());
         if let KeyLease::Session(s) = &c.lease {
             s.track(&state);
@@ -273,18 +247,27 @@ impl Queue for EtcdQueue<'_> {
         );
     }
 
-    /// A queued key keeps its place for as long as the lease it is on lives: a failed request
-    /// (a connection reset, an endpoint gone) is borne until that lease's clock runs out, when
-    /// the server may have deleted the key. Before the key is created, nothing is borne.
+    /// A queued key keeps its place for as long as the lease it is on lives, and a key on the
+    /// session lease is borne for as long as the session does: a request that did not reach
+    /// the server or went unanswered (a connection reset, an endpoint gone) is borne until the
+    /// session is known dead or its clock runs out, as Go's `Mutex.Lock` rides a reset out
+    /// until its context ends. Any other retryable failure (a server that answers but refuses,
+    /// such as a full database), and any failure of a key still on a fixed lease of its own,
+    /// is borne one command timeout. Before the key is created, nothing is.
     fn tolerance(&self, c: &Claim) -> Duration {
-        let clock = match &c.lease {
-            KeyLease::Session(s) => s.clock(),
-            KeyLease::Fixed(_) => &c.clock,
-        };
-        if c.rev == 0 || clock.has_passed(tokio::time::Instant::now()) {
-            Duration::ZERO
-        } else {
-            Duration::MAX
+        if c.rev == 0 {
+            return Duration::ZERO;
+        }
+        let unanswered = matches!(c.failed, Some(ErrorKind::Connection | ErrorKind::Timeout));
+        match &c.lease {
+            KeyLease::Session(s) if unanswered => {
+                if s.is_alive() {
+                    Duration::MAX
+                } else {
+                    Duration::ZERO
+                }
+            }
+            _ => self.inner.pool.timeout(),
         }
     }
 
@@ -294,6 +277,68 @@ impl Queue for EtcdQueue<'_> {
 }
 
 impl EtcdQueue<'_> {
+    /// Where the claim stands, settling what the watch showed with a linearizable read where
+    /// it must (see [`Queue::standing`]).
+    async fn look(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+        if c.seen == Standing::Gone {
+            return Ok(Turn::Gone);
+        }
+        self.inner.check_open()?;
+        if c.failed.is_some() {
+            // The last wait or look failed midway: only the server knows where we stand.
+            if self.want.nw.is_narrow() {
+                // A mutex's read also learns the key now ranked before ours, for the next wait.
+                self.read_turn(c).await?;
+                return Ok(match c.seen {
+                    Standing::Owner => Turn::Owner,
+                    Standing::Gone => Turn::Gone,
+                    _ => Turn::Waiting,
+                });
+            }
+            return Ok(
+                match turn_on_server(self.inner, &self.want, &c.key, c.rev).await? {
+                    Standing::Owner => {
+                        // Settled: a look after a later failure needs no read to know it.
+                        c.seen = Standing::Owner;
+                        c.settled = true;
+                        Turn::Owner
+                    }
+                    Standing::Gone => Turn::Gone,
+                    _ => Turn::Waiting,
+                },
+            );
+        }
+        if c.settled && c.seen == Standing::Owner {
+            // A linearizable read showed our turn.
+            return Ok(Turn::Owner);
+        }
+        if c.seen != Standing::Owner && !r.expired() {
+            // Woken early, and the watch shows no turn: nothing to settle yet.
+            return Ok(Turn::Waiting);
+        }
+        let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
+        Ok(match on_server {
+            Standing::Owner => Turn::Owner,
+            Standing::Gone => Turn::Gone,
+            // The mirror said our turn came, the server says it did not: never trust that
+            // mirror again for this key; a fresh key settles it.
+            _ if c.seen == Standing::Owner && !c.settled && !r.expired() => Turn::Gone,
+            _ => Turn::Waiting,
+        })
+    }
+
+    /// Grants a parked claim's fixed lease now that the turn is ours, and moves our key onto
+    /// it: the guard's clock starts here. Gone when the key is.
+    async fn unpark(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+        Ok(match c.unpark(self.inner, r.lease().duration()).await? {
+            Some(clock) => {
+                c.clock = clock;
+                Turn::Owner
+            }
+            None => Turn::Gone,
+        })
+    }
+
     /// Waits until the name's watch wakes us, or the deadline. A fixed lease starts when the
     /// lock is taken: before its first wait, our key moves onto the handle's session lease.
     async fn wait_for_change(&self, c: &mut Claim, r: &Request) -> Result<Woken> {

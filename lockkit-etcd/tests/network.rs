@@ -26,7 +26,6 @@ async fn a_read_cut_off_in_flight_is_borne() {
         lockkit_testing::spans::capture(),
         "lockkit's events are seen"
     );
-    let borne = || lockkit_testing::spans::events_mentioning("waiting through a failed request");
     let authority = url.trim_start_matches("etcd://");
     let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
     let proxy = Proxy::start(authority).await.unwrap();
@@ -39,6 +38,9 @@ async fn a_read_cut_off_in_flight_is_borne() {
     .clone();
     let other = common::connect(&url, "").await.locks().clone();
     let name = common::name("cut-read");
+    let borne = || {
+        lockkit_testing::spans::events_of_lock_mentioning(&name, "waiting through a failed request")
+    };
     let held = other.mutex(&name).unwrap().lock().await.unwrap();
     let mutex = waiter_locks.mutex(&name).unwrap();
     let waiter = tokio::spawn(async move { mutex.lock_for(Duration::from_secs(30)).await });
@@ -53,6 +55,14 @@ async fn a_read_cut_off_in_flight_is_borne() {
         assert!(started.elapsed() < Duration::from_secs(10), "never queued");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // The waiter's key: the lock it gets must be this one's, its place kept.
+    let queued = common::keys(&mut common::raw(&url).await, &name).await;
+    assert_eq!(
+        queued.len(),
+        2,
+        "the holder's key and the waiter's: {queued:?}"
+    );
+    let place = queued[1].1 as u64;
     // The waiter has read the queue and watches the holder's key by now. From here on its
     // requests are held on the way to the server, while the server's messages still reach it:
     // the release's event arrives, and the read it sends stays in the proxy until the reset
@@ -72,6 +82,11 @@ async fn a_read_cut_off_in_flight_is_borne() {
     assert!(
         borne() > before,
         "no failed request was borne: the fault missed the read"
+    );
+    assert_eq!(
+        g.token().0,
+        place,
+        "the waiter kept its key, and so its place"
     );
     g.release().await.unwrap();
 }

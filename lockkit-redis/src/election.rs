@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, LeaderFeed, RawElection, RawMutex, Request};
-use lockkit_core::{async_trait, Backoff, FencingToken, Leader, LeaderChanges, Result};
+use lockkit_core::spi::{GuardParts, LeaderFeed, Look, RawElection, RawMutex, Request};
+use lockkit_core::{async_trait, FencingToken, Leader, LeaderChanges, Result};
 use tokio::time::Instant;
 
 use crate::client::Inner;
@@ -51,7 +51,11 @@ impl RawElection for RedisElection {
         let name = format!("observer:{}", inner.new_owner());
         let sub = inner.subs.follow(&keys.channel, &name).await?;
         let (feed, changes) = LeaderFeed::channel();
-        tokio::spawn(follow(inner, keys, sub, feed));
+        let mut closed = inner.closed.subscribe();
+        let stop = async move {
+            let _ = closed.wait_for(|c| *c).await;
+        };
+        tokio::spawn(feed.follow(Announced { inner, keys, sub }, stop));
         Ok(changes)
     }
 
@@ -80,48 +84,31 @@ async fn read(inner: &Inner, keys: &LockKeys) -> Result<(Option<Leader>, Option<
     ))
 }
 
-/// Feeds `feed` until nobody listens or the handle is closed: reads the leader, sends it, and
-/// waits for an announcement, a reconnect (the subscription wakes it) or the end of the lock's
-/// lease, whichever comes first. A failed read is sent as an error and retried.
-async fn follow(inner: Arc<Inner>, keys: Arc<LockKeys>, sub: Subscription, mut feed: LeaderFeed) {
-    let closed = feed.on_close();
-    tokio::pin!(closed);
-    let mut stopped = inner.closed.subscribe();
-    let mut retry = Backoff::WATCH.start();
-    loop {
-        let ends = match read(&inner, &keys).await {
-            Ok((leader, ends)) => {
-                retry.reset();
-                if !feed.send(leader) {
-                    return;
-                }
-                ends
-            }
-            Err(e) => {
-                if !feed.fail(e) {
-                    return;
-                }
+/// An observer's look: the leader as the server has it, then a wait for an announcement, a
+/// reconnect (the subscription wakes it) or the end of the lock's lease, whichever comes first.
+struct Announced {
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    sub: Subscription,
+}
+
+#[async_trait]
+impl Look for Announced {
+    async fn look(&mut self, feed: &mut LeaderFeed) -> Result<()> {
+        let (leader, ends) = read(&self.inner, &self.keys).await?;
+        feed.send(leader);
+        match ends {
+            // Just past the lease's end: a lock that expired is free by then.
+            Some(left) => {
+                let lapse = tokio::time::sleep_until(Instant::now() + left + LAPSE_MARGIN);
                 tokio::select! {
-                    () = retry.wait() => {}
-                    () = &mut closed => return,
-                    _ = stopped.wait_for(|c| *c) => return,
+                    () = self.sub.notified() => {}
+                    () = lapse => {}
                 }
-                continue;
             }
-        };
-        // Just past the lease's end: a lock that expired is free by then.
-        let lapse = async {
-            match ends {
-                Some(left) => tokio::time::sleep_until(Instant::now() + left + LAPSE_MARGIN).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = sub.notified() => {}
-            () = lapse => {}
-            () = &mut closed => return,
-            _ = stopped.wait_for(|c| *c) => return,
+            None => self.sub.notified().await,
         }
+        Ok(())
     }
 }
 

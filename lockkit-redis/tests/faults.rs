@@ -653,14 +653,7 @@ async fn a_queued_waiter_paces_retries_through_an_outage_on_the_backoff() {
             .await
     });
     let failures = || {
-        lockkit_testing::spans::events_of_lock(&name)
-            .iter()
-            .filter(|e| {
-                e.fields
-                    .get("message")
-                    .is_some_and(|m| m.contains("waiting through a failed request"))
-            })
-            .count()
+        lockkit_testing::spans::events_of_lock_mentioning(&name, "waiting through a failed request")
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     let before = failures();

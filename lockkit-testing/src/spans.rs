@@ -138,6 +138,15 @@ pub fn events_of_lock(lock: &str) -> Vec<EventRecord> {
         .collect()
 }
 
+/// How many lockkit events so far about lock `lock` (their `lock` field) have a message
+/// containing `text`: what one test's lock went through, whatever runs beside it.
+pub fn events_of_lock_mentioning(lock: &str, text: &str) -> usize {
+    events_of_lock(lock)
+        .iter()
+        .filter(|e| e.fields.get("message").is_some_and(|m| m.contains(text)))
+        .count()
+}
+
 /// How many lockkit events so far have a field (the message, an error) containing `text`.
 pub fn events_mentioning(text: &str) -> usize {
     store()

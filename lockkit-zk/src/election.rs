@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lockkit_core::spi::{GuardParts, LeaderFeed, RawElection, Request};
-use lockkit_core::{Backoff, ErrorKind, FencingToken, Leader, LeaderChanges, Result};
+use lockkit_core::spi::{GuardParts, LeaderFeed, Look, RawElection, Request};
+use lockkit_core::{FencingToken, Leader, LeaderChanges, Result};
 use zookeeper_client as zk;
 
 use crate::error::map;
@@ -62,6 +62,7 @@ impl RawElection for ZkElection {
     async fn campaign(&self, value: &[u8], req: &Request) -> Result<Option<GuardParts>> {
         let session = self.sessions.for_lease(req.lease().duration()).await?;
         let spec = Spec {
+            name: &self.name,
             dir: &self.dir,
             marker: self.marker,
             markers: markers(self.marker),
@@ -106,12 +107,13 @@ impl RawElection for ZkElection {
         let session = self.sessions.default().clone();
         synced(&session.client()?, &self.dir).await?;
         let (feed, changes) = LeaderFeed::channel();
-        tokio::spawn(follow(
+        let watches = Watches {
             session,
-            self.dir.clone(),
-            markers(self.marker),
-            feed,
-        ));
+            dir: self.dir.clone(),
+            markers: markers(self.marker),
+        };
+        // A closed handle ends the observer through its next look (`Closed`).
+        tokio::spawn(feed.follow(watches, std::future::pending()));
         Ok(changes)
     }
 
@@ -136,37 +138,18 @@ fn leader_of(data: Vec<u8>, stat: &zk::Stat) -> Leader {
     Leader::new(data, FencingToken(u64::try_from(stat.czxid).unwrap_or(0)))
 }
 
-/// Follows `dir`'s leader for `feed` with watches only: the directory's children (a candidate
-/// comes or goes) and the leader node's data (a proclamation). Every change is sent; after a
-/// failure or a new session the state is read again and sent if it changed. Ends when nobody
-/// listens or the handle is closed.
-async fn follow(
+/// Follows `dir`'s leader with watches only: the directory's children (a candidate comes or
+/// goes) and the leader node's data (a proclamation).
+struct Watches {
     session: Arc<Session>,
     dir: String,
     markers: &'static [&'static str],
-    mut feed: LeaderFeed,
-) {
-    let mut retry_pause = Backoff::WATCH.start();
-    let closed = feed.on_close();
-    tokio::pin!(closed);
-    loop {
-        let step = tokio::select! {
-            step = look(&session, &dir, markers, &mut feed) => step,
-            () = &mut closed => return,
-        };
-        match step {
-            Ok(()) => retry_pause.reset(),
-            Err(e) if e.kind() == ErrorKind::Closed => return,
-            Err(e) => {
-                if !feed.fail(e) {
-                    return;
-                }
-                tokio::select! {
-                    () = retry_pause.wait() => {}
-                    () = &mut closed => return,
-                }
-            }
-        }
+}
+
+#[async_trait]
+impl Look for Watches {
+    async fn look(&mut self, feed: &mut LeaderFeed) -> Result<()> {
+        look(&self.session, &self.dir, self.markers, feed).await
     }
 }
 

@@ -145,6 +145,7 @@ async fn take(
             .map_err(|e| map(e, "cannot list a multi-lock member"))?;
         let ours = path.rsplit('/').next().unwrap_or_default();
         let spec = Spec {
+            name: "",
             dir: d,
             marker: MUTEX_MARKER,
             markers: MARKERS,

@@ -24,6 +24,7 @@ pub(crate) struct ZkMutex {
 impl ZkMutex {
     fn spec(&self) -> Spec<'_> {
         Spec {
+            name: &self.name,
             dir: &self.dir,
             marker: MUTEX_MARKER,
             markers: MARKERS,

@@ -30,6 +30,8 @@ pub(crate) const NODE_DATA: &[u8] = b"lockkit";
 /// our node holds (an election candidate's value).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Spec<'a> {
+    /// The lock's name, for the driver's trace events.
+    pub name: &'a str,
     pub dir: &'a str,
     pub marker: &'static str,
     pub markers: &'static [&'static str],
@@ -465,6 +467,10 @@ impl Queue for ZkQueue<'_> {
         }
     }
 
+    fn lock_name(&self) -> &str {
+        self.spec.name
+    }
+
     /// Our node belongs to the guard now: the cleanup is disarmed.
     async fn hold(&self, c: &mut Claim, _req: &Request) -> Result<Option<Node>> {
         let node = c.node.take();
@@ -571,6 +577,7 @@ mod tests {
     /// The specs of a read lock, a write lock and a mutex on one directory.
     fn specs() -> [Spec<'static>; 3] {
         let read = Spec {
+            name: "d",
             dir: "/d",
             marker: READ_MARKER,
             markers: &[READ_MARKER, WRITE_MARKER],

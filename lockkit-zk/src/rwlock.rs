@@ -34,6 +34,7 @@ impl ZkRwLock {
         rule: Rule,
     ) -> Result<Option<Node>> {
         let spec = Spec {
+            name: &self.name,
             dir: &self.dir,
             marker,
             markers: MARKERS,

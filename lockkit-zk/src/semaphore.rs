@@ -95,6 +95,7 @@ impl ZkSemaphore {
             entry: ZkQueue {
                 session,
                 spec: Spec {
+                    name: &self.name,
                     dir: &locks_dir,
                     marker: MUTEX_MARKER,
                     markers: crate::mutex::MARKERS,
@@ -245,5 +246,9 @@ impl Queue for SemQueue<'_> {
     /// The entry node's: a dropped connection while the entry waits or looks is borne.
     fn tolerance(&self, c: &SemClaim) -> std::time::Duration {
         self.entry.tolerance(&c.entry)
+    }
+
+    fn lock_name(&self) -> &str {
+        self.entry.lock_name()
     }
 }

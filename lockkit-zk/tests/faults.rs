@@ -426,7 +426,12 @@ async fn a_look_cut_off_in_flight_is_borne() {
         lockkit_testing::spans::capture(),
         "lockkit's events are seen"
     );
-    let borne = || lockkit_testing::spans::events_mentioning("waiting through a failed request");
+    let borne = || {
+        lockkit_testing::spans::events_of_lock_mentioning(
+            "look",
+            "waiting through a failed request",
+        )
+    };
     let proxy = Proxy::start(server_addr(&url)).await.unwrap();
     let pre = prefix();
     let via_proxy = format!(

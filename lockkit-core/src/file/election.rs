@@ -20,7 +20,7 @@ use super::sidecar::Record;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fencing::FencingToken;
 use crate::leader::{Leader, LeaderChanges};
-use crate::spi::{GuardParts, LeaderFeed, RawElection, Request};
+use crate::spi::{GuardParts, LeaderFeed, Look, RawElection, Request};
 
 /// How often an observer looks at the election.
 pub(crate) const OBSERVE_EVERY: Duration = Duration::from_millis(50);
@@ -73,11 +73,12 @@ impl RawElection for FileElection {
 
     async fn observe(&self) -> Result<LeaderChanges> {
         let (feed, changes) = LeaderFeed::channel();
-        tokio::spawn(follow(
-            self.paths.clone(),
-            self.inner.closed.subscribe(),
-            feed,
-        ));
+        let mut closed = self.inner.closed.subscribe();
+        // Also when the backend is dropped (its sender goes).
+        let stop = async move {
+            let _ = closed.wait_for(|c| *c).await;
+        };
+        tokio::spawn(feed.follow(Poll(self.paths.clone()), stop));
         Ok(changes)
     }
 
@@ -106,33 +107,16 @@ fn leader_of(p: &LockPaths) -> io::Result<Option<Leader>> {
     })
 }
 
-/// Sends the leader to `feed` whenever a look finds it changed, until nobody listens or the
-/// handle is closed.
-async fn follow(
-    paths: LockPaths,
-    mut closed: tokio::sync::watch::Receiver<bool>,
-    mut feed: LeaderFeed,
-) {
-    let gone = feed.on_close();
-    tokio::pin!(gone);
-    let mut retry = crate::Backoff::WATCH.start();
-    loop {
-        let (sent, pause) = match leader_of(&paths) {
-            Ok(leader) => {
-                retry.reset();
-                (feed.send(leader), OBSERVE_EVERY)
-            }
-            Err(e) => (feed.fail(io_error(e)), retry.next_pause()),
-        };
-        if !sent {
-            return;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
-            () = &mut gone => return,
-            // Also when the backend is dropped (its sender goes).
-            _ = closed.wait_for(|c| *c) => return,
-        }
+/// An observer's look at the files: the leader as they show it, then a pause of
+/// [`OBSERVE_EVERY`].
+struct Poll(LockPaths);
+
+#[async_trait]
+impl Look for Poll {
+    async fn look(&mut self, feed: &mut LeaderFeed) -> Result<()> {
+        feed.send(leader_of(&self.0).map_err(io_error)?);
+        tokio::time::sleep(OBSERVE_EVERY).await;
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ mod request;
 mod size;
 
 pub use crate::armed::{Armed, Undo};
-pub use crate::leader::LeaderFeed;
+pub use crate::leader::{LeaderFeed, Look};
 pub use backend::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Taken};
 pub use held::{GuardParts, Held};
 pub use request::Request;
