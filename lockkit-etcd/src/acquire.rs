@@ -32,7 +32,8 @@ use crate::held::{EtcdHeld, HeldShared};
 use crate::inner::Inner;
 use crate::key_watch::{BeforeWatch, Phase};
 use crate::ops::{
-    delete_if_ours, delete_key, move_to_lease, reap_keys, set_value_if_ours, InFlight, KeyLease,
+    delete_if_ours, delete_key, move_to_lease, reap_keys, reap_lease, set_value_if_ours, InFlight,
+    KeyLease,
 };
 use crate::sem_size::{is_size_key, size_key, stored_size};
 use crate::session::{grant_exact, Session};
@@ -102,11 +103,43 @@ struct Claim {
     confirmed: bool,
     /// Paces new watches of `before` that etcd keeps breaking.
     rewatch: Option<lockkit_core::Retry>,
-    /// What kind of error the last wait or look failed with (a connection reset mid-read),
-    /// until a look succeeds: the driver's next look reads the server, so that a failure is
-    /// borne only while the server does not answer, and [`Queue::tolerance`] knows what it
-    /// bears.
-    failed: Option<ErrorKind>,
+    /// The failures of this claim's waits and looks since the last success: the driver's next
+    /// look reads the server, so that a failure is borne only while the server does not
+    /// answer, and [`Queue::tolerance`] knows what it bears.
+    failed: Option<Failing>,
+    /// The fixed lease granted for the hold whose move may not have landed (its answer was
+    /// lost): the next try moves the key onto this one, and a claim that does not hold revokes
+    /// it.
+    granted: Option<(i64, tokio::time::Instant)>,
+}
+
+/// A claim's failed steps since its last success.
+struct Failing {
+    /// When the first failed.
+    since: tokio::time::Instant,
+    /// When the server first refused (answered with a retryable error) since the last step
+    /// that went unanswered; `None` while the last failure went unanswered.
+    refused: Option<tokio::time::Instant>,
+}
+
+impl Failing {
+    /// Records the outcome of a step in `failed`.
+    fn note<T>(failed: &mut Option<Failing>, outcome: &Result<T>) {
+        let Err(e) = outcome else {
+            *failed = None;
+            return;
+        };
+        let now = tokio::time::Instant::now();
+        let f = failed.get_or_insert(Failing {
+            since: now,
+            refused: None,
+        });
+        if matches!(e.kind(), ErrorKind::Connection | ErrorKind::Timeout) {
+            f.refused = None;
+        } else {
+            f.refused.get_or_insert(now);
+        }
+    }
 }
 
 #[async_trait]
@@ -149,6 +182,7 @@ impl Queue for EtcdQueue<'_> {
             confirmed: false,
             rewatch: None,
             failed: None,
+            granted: None,
         })
     }
 
@@ -175,7 +209,7 @@ impl Queue for EtcdQueue<'_> {
     /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let woken = self.wait_for_change(c, r).await;
-        c.failed = woken.as_ref().err().map(Error::kind);
+        Failing::note(&mut c.failed, &woken);
         woken
     }
 
@@ -193,7 +227,7 @@ impl Queue for EtcdQueue<'_> {
             Ok(Turn::Owner) if c.parked => self.unpark(c, r).await,
             turn => turn,
         };
-        c.failed = turn.as_ref().err().map(Error::kind);
+        Failing::note(&mut c.failed, &turn);
         turn
     }
 
@@ -231,13 +265,21 @@ impl Queue for EtcdQueue<'_> {
             let _ = create.await;
             c.inflight = None;
         }
-        delete_key(self.inner, &c.key, &c.lease).await
+        delete_key(self.inner, &c.key, &c.lease).await?;
+        if let Some((id, _)) = c.granted.take() {
+            let _ = self.inner.pool.revoke_lease(id).await;
+        }
+        Ok(())
     }
 
     /// Hands the key, and a create still in flight, to the reaper.
     fn abandon(&self, mut c: Claim) {
         c.unregister(self.want.nw);
         self.want.nw.forget(c.rev);
+        if let Some((id, _)) = c.granted.take() {
+            // Our key may be on it: the key's delete below goes by name whatever its lease.
+            reap_lease(self.inner, id);
+        }
         reap_keys(
             self.inner,
             vec![std::mem::take(&mut c.key)],
@@ -247,27 +289,24 @@ impl Queue for EtcdQueue<'_> {
         );
     }
 
-    /// A queued key keeps its place for as long as the lease it is on lives, and a key on the
-    /// session lease is borne for as long as the session does: a request that did not reach
-    /// the server or went unanswered (a connection reset, an endpoint gone) is borne until the
-    /// session is known dead or its clock runs out, as Go's `Mutex.Lock` rides a reset out
-    /// until its context ends. Any other retryable failure (a server that answers but refuses,
-    /// such as a full database), and any failure of a key still on a fixed lease of its own,
-    /// is borne one command timeout. Before the key is created, nothing is.
+    /// A queued key on the session lease keeps its place for as long as the session lives: a
+    /// request that did not reach the server or went unanswered (a connection reset, an
+    /// endpoint gone) is borne until the session is known dead or its clock runs out, as Go's
+    /// `Mutex.Lock` rides a reset out until its context ends. Refusals (a server that answers
+    /// but refuses, such as a full database) are borne one command timeout from the first
+    /// one, and so is any failure of a key still on a fixed lease of its own. Before the key
+    /// is created, nothing is.
     fn tolerance(&self, c: &Claim) -> Duration {
-        if c.rev == 0 {
+        let Some(f) = c.failed.as_ref().filter(|_| c.rev != 0) else {
             return Duration::ZERO;
-        }
-        let unanswered = matches!(c.failed, Some(ErrorKind::Connection | ErrorKind::Timeout));
-        match &c.lease {
-            KeyLease::Session(s) if unanswered => {
-                if s.is_alive() {
-                    Duration::MAX
-                } else {
-                    Duration::ZERO
-                }
+        };
+        match (&c.lease, f.refused) {
+            (KeyLease::Session(s), None) if s.is_alive() => Duration::MAX,
+            (KeyLease::Session(_), None) => Duration::ZERO,
+            // Counted, as the driver counts, from the first failure of the streak.
+            (_, refused) => {
+                refused.unwrap_or(f.since).duration_since(f.since) + self.inner.pool.timeout()
             }
-            _ => self.inner.pool.timeout(),
         }
     }
 
@@ -297,12 +336,7 @@ impl EtcdQueue<'_> {
             }
             return Ok(
                 match turn_on_server(self.inner, &self.want, &c.key, c.rev).await? {
-                    Standing::Owner => {
-                        // Settled: a look after a later failure needs no read to know it.
-                        c.seen = Standing::Owner;
-                        c.settled = true;
-                        Turn::Owner
-                    }
+                    Standing::Owner => Turn::Owner,
                     Standing::Gone => Turn::Gone,
                     _ => Turn::Waiting,
                 },
@@ -846,20 +880,24 @@ impl Claim {
     }
 
     /// Grants the fixed lease of `d` now that we hold, and moves our key onto it: its clock
-    /// starts here. `None` when the key is gone.
+    /// starts at the grant. `None` when the key is gone. A move whose answer was lost may have
+    /// landed: the lease is kept for the next try (moving onto it again changes nothing), never
+    /// revoked under the key.
     async fn unpark(&mut self, inner: &Inner, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
-        let (id, sent) = grant_exact(&inner.pool, d).await?;
-        match move_to_lease(inner, &self.key, self.rev, id).await {
-            Ok(true) => {
-                self.lease = KeyLease::Fixed(id);
-                self.parked = false;
-                Ok(Some(LeaseClock::starting(sent, d)))
-            }
-            other => {
-                let _ = inner.pool.revoke_lease(id).await;
-                other.map(|_| None)
-            }
+        let (id, sent) = match self.granted {
+            Some(granted) => granted,
+            None => *self.granted.insert(grant_exact(&inner.pool, d).await?),
+        };
+        let moved = move_to_lease(inner, &self.key, self.rev, id).await?;
+        self.granted = None;
+        if !moved {
+            // Our key is gone, from this lease too.
+            let _ = inner.pool.revoke_lease(id).await;
+            return Ok(None);
         }
+        self.lease = KeyLease::Fixed(id);
+        self.parked = false;
+        Ok(Some(LeaseClock::starting(sent, d)))
     }
 
     /// Ends our registration with the name's watch (and a narrow watch's watch of the key

@@ -76,6 +76,18 @@ pub(crate) async fn reap_step(inner: &Inner, lease: i64, work: Result<()>) -> At
     .await
 }
 
+/// Hands the revoke of lease `id` to the handle's reaper: tried until it is revoked or gone.
+pub(crate) fn reap_lease(inner: &Arc<Inner>, id: i64) {
+    let inner = inner.clone();
+    inner.reaper.clone().retry("revoke a lease", move || {
+        let inner = inner.clone();
+        async move {
+            let work = inner.pool.revoke_lease(id).await;
+            reap_step(&inner, id, work).await
+        }
+    });
+}
+
 /// Hands the delete of our keys (one acquisition's, or a multi-lock's taken in one
 /// transaction) to the handle's reaper, after `inflight` (the create still running) has
 /// finished: tried until every key is deleted or their lease is gone. The slots stay reserved

@@ -12,15 +12,30 @@ mod common;
 
 use std::time::Duration;
 
+use lockkit_core::AcquireOptions;
 use lockkit_testing::proxy::Proxy;
 use tokio::time::Instant;
 
 /// A waiter whose read of the queue (the one its watch's event sends it to) is in flight when
 /// its connections are reset fails that request: the acquire driver bears it (the waiter's key
 /// lives on with its lease), reads again once the client reconnected, and the waiter gets the
-/// lock it was next for.
+/// lock it was next for, with the key it queued with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_cut_off_in_flight_is_borne() {
+    read_cut_off(AcquireOptions::new().wait(Duration::from_secs(30))).await;
+}
+
+/// The same for a waiter with a fixed lease, whose key waits on the session lease and is moved
+/// onto a lease of its own once the read after the reset finds its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_waiter_bears_a_read_cut_off_in_flight() {
+    let opts = AcquireOptions::new()
+        .fixed_lease(Duration::from_secs(20))
+        .wait(Duration::from_secs(30));
+    read_cut_off(opts).await;
+}
+
+async fn read_cut_off(opts: AcquireOptions) {
     let Some(url) = common::url() else { return };
     assert!(
         lockkit_testing::spans::capture(),
@@ -43,7 +58,7 @@ async fn a_read_cut_off_in_flight_is_borne() {
     };
     let held = other.mutex(&name).unwrap().lock().await.unwrap();
     let mutex = waiter_locks.mutex(&name).unwrap();
-    let waiter = tokio::spawn(async move { mutex.lock_for(Duration::from_secs(30)).await });
+    let waiter = tokio::spawn(async move { mutex.acquire(&opts).await });
     let started = Instant::now();
     while other
         .inspect(&name, lockkit_core::Primitive::Mutex)
