@@ -13,8 +13,8 @@ mod common;
 use std::time::Duration;
 
 use lockkit_core::AcquireOptions;
+use lockkit_testing::network;
 use lockkit_testing::proxy::Proxy;
-use tokio::time::Instant;
 
 /// A waiter whose read of the queue (the one its watch's event sends it to) is in flight when
 /// its connections are reset fails that request: the acquire driver bears it (the waiter's key
@@ -53,23 +53,10 @@ async fn read_cut_off(opts: AcquireOptions) {
     .clone();
     let other = common::connect(&url, "").await.locks().clone();
     let name = common::name("cut-read");
-    let borne = || {
-        lockkit_testing::spans::events_of_lock_mentioning(&name, "waiting through a failed request")
-    };
     let held = other.mutex(&name).unwrap().lock().await.unwrap();
     let mutex = waiter_locks.mutex(&name).unwrap();
     let waiter = tokio::spawn(async move { mutex.acquire(&opts).await });
-    let started = Instant::now();
-    while other
-        .inspect(&name, lockkit_core::Primitive::Mutex)
-        .await
-        .unwrap()
-        .waiters
-        .is_empty()
-    {
-        assert!(started.elapsed() < Duration::from_secs(10), "never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    network::waiters_reach(&other, &name, 1).await;
     // The waiter's key: the lock it gets must be this one's, its place kept.
     let queued = common::keys(&mut common::raw(&url).await, &name).await;
     assert_eq!(
@@ -78,26 +65,7 @@ async fn read_cut_off(opts: AcquireOptions) {
         "the holder's key and the waiter's: {queued:?}"
     );
     let place = queued[1].1 as u64;
-    // The waiter has read the queue and watches the holder's key by now. From here on its
-    // requests are held on the way to the server, while the server's messages still reach it:
-    // the release's event arrives, and the read it sends stays in the proxy until the reset
-    // drops it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = borne();
-    proxy.update(|t| t.hold_up = true);
-    held.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.reset();
-    proxy.heal();
-    let g = waiter
-        .await
-        .unwrap()
-        .expect("the cut-off read is borne")
-        .expect("the waiter gets the lock");
-    assert!(
-        borne() > before,
-        "no failed request was borne: the fault missed the read"
-    );
+    let g = network::cut_off_a_look(&proxy, &name, held, waiter).await;
     assert_eq!(
         g.token().0,
         place,

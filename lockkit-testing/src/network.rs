@@ -251,10 +251,10 @@ where
         tokio::spawn(async move { mutex.acquire(&opts).await })
     };
     let mut waiter = acquire(&t.holder);
-    waiters_reach(&t, 1).await;
+    waiters_reach(&t.other, &t.name, 1).await;
     t.proxy.reset();
     let mut later = acquire(&t.other);
-    waiters_reach(&t, 2).await;
+    waiters_reach(&t.other, &t.name, 2).await;
     let first = held.token();
     held.release().await.unwrap();
     // Whichever acquire ends first: the waiter's, unless the later contender jumped the queue.
@@ -281,11 +281,12 @@ where
         .unwrap();
 }
 
-/// Waits (at most 10 s) until `n` acquirers are queued on the lock, as the server says.
-async fn waiters_reach(t: &Cut, n: usize) {
+/// Waits (at most 10 s) until `n` acquirers are queued on mutex `name`, as `locks` reads it
+/// from the server.
+pub async fn waiters_reach(locks: &Locks, name: &str, n: usize) {
     let started = Instant::now();
     loop {
-        let info = t.other.inspect(&t.name, Primitive::Mutex).await.unwrap();
+        let info = locks.inspect(name, Primitive::Mutex).await.unwrap();
         if info.waiters.len() >= n {
             return;
         }
@@ -296,6 +297,39 @@ async fn waiters_reach(t: &Cut, n: usize) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Cuts a queued waiter's look off in flight, and returns the guard it then gets: once the
+/// waiter (queued on mutex `name` behind `held`, reaching its server through `proxy`) has set
+/// its watch, its requests are held on the way to the server while the server's messages
+/// still reach it; `held` is released, so the release's event arrives and the look it sends
+/// stays in the proxy until a reset drops it. Asserts that the acquire driver bore a failed
+/// request of `name` (else the fault missed the look).
+pub async fn cut_off_a_look(
+    proxy: &Proxy,
+    name: &str,
+    held: LockGuard,
+    waiter: tokio::task::JoinHandle<Result<Option<LockGuard>>>,
+) -> LockGuard {
+    let borne =
+        || crate::spans::events_of_lock_mentioning(name, "waiting through a failed request");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = borne();
+    proxy.update(|t| t.hold_up = true);
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.reset();
+    proxy.heal();
+    let g = waiter
+        .await
+        .unwrap()
+        .expect("the cut-off look is borne")
+        .expect("the waiter gets the lock");
+    assert!(
+        borne() > before,
+        "no failed request was borne: the fault missed the look"
+    );
+    g
 }
 
 /// A multi-acquire whose answers the server sends but the link holds (one way, longer than the

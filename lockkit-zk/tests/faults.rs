@@ -426,12 +426,6 @@ async fn a_look_cut_off_in_flight_is_borne() {
         lockkit_testing::spans::capture(),
         "lockkit's events are seen"
     );
-    let borne = || {
-        lockkit_testing::spans::events_of_lock_mentioning(
-            "look",
-            "waiting through a failed request",
-        )
-    };
     let proxy = Proxy::start(server_addr(&url)).await.unwrap();
     let pre = prefix();
     let via_proxy = format!(
@@ -445,35 +439,7 @@ async fn a_look_cut_off_in_flight_is_borne() {
     let held = other.mutex("look").unwrap().lock().await.unwrap();
     let mutex = waiter_locks.mutex("look").unwrap();
     let waiter = tokio::spawn(async move { mutex.lock_for(Duration::from_secs(30)).await });
-    let started = Instant::now();
-    while other
-        .inspect("look", lockkit_core::Primitive::Mutex)
-        .await
-        .unwrap()
-        .waiters
-        .is_empty()
-    {
-        assert!(started.elapsed() < Duration::from_secs(10), "never queued");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The waiter has listed and set its watch by now. From here on its requests are held on
-    // the way to the server, while the server's messages still reach it: the release's event
-    // arrives, and the listing it sends stays in the proxy until the reset drops it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = borne();
-    proxy.update(|t| t.hold_up = true);
-    held.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.reset();
-    proxy.heal();
-    let g = waiter
-        .await
-        .unwrap()
-        .expect("the cut-off look is borne")
-        .expect("the waiter gets the lock");
-    assert!(
-        borne() > before,
-        "no failed request was borne: the fault missed the look"
-    );
+    lockkit_testing::network::waiters_reach(&other, "look", 1).await;
+    let g = lockkit_testing::network::cut_off_a_look(&proxy, "look", held, waiter).await;
     g.release().await.unwrap();
 }
