@@ -123,21 +123,21 @@ struct Failing {
 }
 
 impl Failing {
-    /// Records the outcome of a step in `failed`.
-    fn note<T>(failed: &mut Option<Failing>, outcome: &Result<T>) {
+    /// Records the outcome of a step in `failed`; `at` is when the step began, as the driver
+    /// counts it (a look from when it was sent, a wait from when it returned).
+    fn note<T>(failed: &mut Option<Failing>, outcome: &Result<T>, at: tokio::time::Instant) {
         let Err(e) = outcome else {
             *failed = None;
             return;
         };
-        let now = tokio::time::Instant::now();
         let f = failed.get_or_insert(Failing {
-            since: now,
+            since: at,
             refused: None,
         });
         if matches!(e.kind(), ErrorKind::Connection | ErrorKind::Timeout) {
             f.refused = None;
         } else {
-            f.refused.get_or_insert(now);
+            f.refused.get_or_insert(at);
         }
     }
 }
@@ -209,7 +209,7 @@ impl Queue for EtcdQueue<'_> {
     /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let woken = self.wait_for_change(c, r).await;
-        Failing::note(&mut c.failed, &woken);
+        Failing::note(&mut c.failed, &woken, tokio::time::Instant::now());
         woken
     }
 
@@ -223,11 +223,12 @@ impl Queue for EtcdQueue<'_> {
     /// A fixed lease that waited parked on the session is granted once the turn is ours, here
     /// rather than in `hold`, so that a failure meanwhile is borne like any failed look.
     async fn standing(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+        let sent = tokio::time::Instant::now();
         let turn = match self.look(c, r).await {
             Ok(Turn::Owner) if c.parked => self.unpark(c, r).await,
             turn => turn,
         };
-        Failing::note(&mut c.failed, &turn);
+        Failing::note(&mut c.failed, &turn, sent);
         turn
     }
 
@@ -294,19 +295,19 @@ impl Queue for EtcdQueue<'_> {
     /// endpoint gone) is borne until the session is known dead or its clock runs out, as Go's
     /// `Mutex.Lock` rides a reset out until its context ends. Refusals (a server that answers
     /// but refuses, such as a full database) are borne one command timeout from the first
-    /// one, and so is any failure of a key still on a fixed lease of its own. Before the key
-    /// is created, nothing is.
+    /// one; any failure of a key still on a fixed lease of its own, one command timeout from
+    /// the first failure. Before the key is created, or once its session is dead, nothing is.
     fn tolerance(&self, c: &Claim) -> Duration {
         let Some(f) = c.failed.as_ref().filter(|_| c.rev != 0) else {
             return Duration::ZERO;
         };
+        let timeout = self.inner.pool.timeout();
         match (&c.lease, f.refused) {
-            (KeyLease::Session(s), None) if s.is_alive() => Duration::MAX,
-            (KeyLease::Session(_), None) => Duration::ZERO,
+            (KeyLease::Session(s), _) if !s.is_alive() => Duration::ZERO,
+            (KeyLease::Session(_), None) => Duration::MAX,
             // Counted, as the driver counts, from the first failure of the streak.
-            (_, refused) => {
-                refused.unwrap_or(f.since).duration_since(f.since) + self.inner.pool.timeout()
-            }
+            (KeyLease::Session(_), Some(refused)) => refused.duration_since(f.since) + timeout,
+            (KeyLease::Fixed(_), _) => timeout,
         }
     }
 
@@ -881,23 +882,46 @@ impl Claim {
 
     /// Grants the fixed lease of `d` now that we hold, and moves our key onto it: its clock
     /// starts at the grant. `None` when the key is gone. A move whose answer was lost may have
-    /// landed: the lease is kept for the next try (moving onto it again changes nothing), never
-    /// revoked under the key.
+    /// landed: the lease is kept for the next try (moving onto it again changes nothing)
+    /// rather than revoked under the key.
+    ///
+    /// A kept lease that ran out (the move never landed, or the key would be gone with it), or
+    /// that has less than half its length left (the hold would start half spent), is given up
+    /// for a new one. The latter is revoked first, so that a move onto it delivered late can
+    /// never land after the move onto the new one; if our key was on it, the key goes with it
+    /// and the next look starts over.
     async fn unpark(&mut self, inner: &Inner, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
-        let (id, sent) = match self.granted {
-            Some(granted) => granted,
-            None => *self.granted.insert(grant_exact(&inner.pool, d).await?),
-        };
-        let moved = move_to_lease(inner, &self.key, self.rev, id).await?;
-        self.granted = None;
-        if !moved {
-            // Our key is gone, from this lease too.
-            let _ = inner.pool.revoke_lease(id).await;
-            return Ok(None);
+        if let Some((id, sent)) = self.granted {
+            if LeaseClock::starting(sent, d).remaining() < Some(d / 2) {
+                inner.pool.revoke_lease(id).await?;
+                self.granted = None;
+            }
         }
-        self.lease = KeyLease::Fixed(id);
-        self.parked = false;
-        Ok(Some(LeaseClock::starting(sent, d)))
+        loop {
+            let kept = self.granted.is_some();
+            let (id, sent) = match self.granted {
+                Some(granted) => granted,
+                None => *self.granted.insert(grant_exact(&inner.pool, d).await?),
+            };
+            let moved = match move_to_lease(inner, &self.key, self.rev, id).await {
+                Ok(moved) => moved,
+                // Expired: nothing of ours is on it, and nothing can land on it any more.
+                Err(e) if kept && is_lease_not_found(&e) => {
+                    self.granted = None;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            self.granted = None;
+            if !moved {
+                // Our key is gone, from this lease too.
+                let _ = inner.pool.revoke_lease(id).await;
+                return Ok(None);
+            }
+            self.lease = KeyLease::Fixed(id);
+            self.parked = false;
+            return Ok(Some(LeaseClock::starting(sent, d)));
+        }
     }
 
     /// Ends our registration with the name's watch (and a narrow watch's watch of the key
