@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::armed::{Armed, Undo};
 use crate::backoff::Backoff;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::spi::Request;
 
 /// Where a claim stands in its queue.
@@ -103,19 +103,73 @@ pub trait Queue: Send + Sync {
     fn abandon(&self, claim: Self::Claim);
 
     /// How long a queued claim keeps its place through transient failures (a failover, a
-    /// restart), counted from the first failure: errors that are
-    /// [retryable](crate::Error::is_retryable) are borne that long, then the error is the
-    /// answer. Asked after each failure, so the answer may change as the claim learns (what
-    /// failed, whether its session still lives); `Duration::MAX` bears for as long as the
-    /// answer stays so. Zero (the default) for a backend whose client retries on its own.
-    fn tolerance(&self, claim: &Self::Claim) -> Duration {
-        let _ = claim;
+    /// restart), counted from the first failure of the run ([`Failures::since`]): errors that
+    /// are [retryable](crate::Error::is_retryable) are borne that long, then the error is the
+    /// answer. Asked after each failure with the run so far, so the answer may change as the
+    /// claim learns (what failed, whether the server answered, whether its session still
+    /// lives); `Duration::MAX` bears for as long as the answer stays so. Zero (the default) for
+    /// a backend whose client retries on its own.
+    fn tolerance(&self, claim: &Self::Claim, failures: &Failures<'_>) -> Duration {
+        let _ = (claim, failures);
         Duration::ZERO
     }
 
     /// The lock's name, for the driver's trace events.
     fn lock_name(&self) -> &str {
         ""
+    }
+}
+
+/// A queued claim's run of failed steps since its last step that succeeded, as the driver
+/// counts it: what [`Queue::tolerance`] weighs.
+#[derive(Clone, Copy, Debug)]
+pub struct Failures<'e> {
+    last: &'e Error,
+    since: Instant,
+    refused_since: Option<Instant>,
+}
+
+impl Failures<'_> {
+    /// The error of the step that just failed.
+    pub fn last(&self) -> &Error {
+        self.last
+    }
+
+    /// When the run began: a failed look counts from when it was sent, a failed wait from
+    /// when it returned.
+    pub fn since(&self) -> Instant {
+        self.since
+    }
+
+    /// When the server first refused (answered with an error other than a
+    /// [`Connection`](ErrorKind::Connection) or [`Timeout`](ErrorKind::Timeout) one) since the
+    /// last step that went unanswered; `None` while the last failure went unanswered.
+    pub fn refused_since(&self) -> Option<Instant> {
+        self.refused_since
+    }
+}
+
+/// The run of failures the driver tracks: [`Failures`] without the last error.
+#[derive(Clone, Copy)]
+struct Streak {
+    since: Instant,
+    refused_since: Option<Instant>,
+}
+
+impl Streak {
+    /// The run after a step sent at `at` failed with `e` (`streak`: the run before it).
+    fn after(streak: Option<Streak>, e: &Error, at: Instant) -> Streak {
+        let since = streak.map_or(at, |s| s.since);
+        let unanswered = matches!(e.kind(), ErrorKind::Connection | ErrorKind::Timeout);
+        let refused_since = match streak.and_then(|s| s.refused_since) {
+            _ if unanswered => None,
+            Some(first) => Some(first),
+            None => Some(at),
+        };
+        Streak {
+            since,
+            refused_since,
+        }
     }
 }
 
@@ -160,8 +214,8 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                 return Err(e);
             }
         };
-        // Since when steps of this queued claim have failed, and the pacing of its retries.
-        let mut failing: Option<Instant> = None;
+        // The run of failed steps of this queued claim, and the pacing of its retries.
+        let mut failing: Option<Streak> = None;
         let mut retry = Backoff::WAITER.start();
         loop {
             let restart = match standing {
@@ -225,8 +279,14 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                     s
                 }
                 Err(e) if e.is_retryable() => {
-                    let since = *failing.get_or_insert(sent);
-                    if since.elapsed() >= queue.tolerance(&pending.claim) {
+                    let streak = Streak::after(failing, &e, sent);
+                    failing = Some(streak);
+                    let failures = Failures {
+                        last: &e,
+                        since: streak.since,
+                        refused_since: streak.refused_since,
+                    };
+                    if streak.since.elapsed() >= queue.tolerance(&pending.claim, &failures) {
                         leave(pending, Exit::Failed).await;
                         return Err(e);
                     }
@@ -252,7 +312,6 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::error::{Error, ErrorKind};
     use crate::options::AcquireOptions;
 
     /// A queue that answers from a script and records every verb.
@@ -266,6 +325,9 @@ mod tests {
         /// What every wait answers instead of sleeping.
         wait_answer: Option<fn() -> Result<Woken>>,
         leave_fails: bool,
+        /// What each call of `tolerance` was shown: the last error's kind, the run's start and
+        /// its first refusal.
+        seen: Mutex<Vec<(ErrorKind, Instant, Option<Instant>)>>,
         log: Mutex<Vec<String>>,
     }
 
@@ -338,7 +400,11 @@ mod tests {
         fn abandon(&self, c: u32) {
             self.note(format!("abandon {c}"));
         }
-        fn tolerance(&self, _c: &u32) -> Duration {
+        fn tolerance(&self, _c: &u32, f: &Failures<'_>) -> Duration {
+            self.seen
+                .lock()
+                .unwrap()
+                .push((f.last().kind(), f.since(), f.refused_since()));
             self.tolerance
         }
     }
@@ -410,6 +476,42 @@ mod tests {
         q.tolerance = Duration::from_secs(2);
         let e = drive(&q, &req(Duration::from_secs(10))).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Auth, "only retryable errors are borne");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_tolerance_sees_the_run_of_failures_and_its_first_refusal() {
+        let refused = || Err(Error::new(ErrorKind::Backend, "full").with_retryable(true));
+        let mut q = Scripted::new(
+            vec![],
+            vec![
+                refused(),
+                Err(busy()),
+                refused(),
+                refused(),
+                Ok(Standing::Waiting),
+                Err(busy()),
+                Ok(Standing::Owner),
+            ],
+        );
+        q.tolerance = Duration::MAX;
+        assert_eq!(
+            drive(&q, &req(Duration::from_secs(30))).await.unwrap(),
+            Some(1)
+        );
+        let seen = q.seen.lock().unwrap().clone();
+        let kinds: Vec<_> = seen.iter().map(|s| s.0).collect();
+        use ErrorKind::{Backend, Connection};
+        assert_eq!(kinds, [Backend, Connection, Backend, Backend, Connection]);
+        // One run for the first four, counted from the first; a refusal counted from the
+        // first one after the last unanswered step; a look that succeeded starts a new run.
+        let first = seen[0].1;
+        assert!(seen[..4].iter().all(|s| s.1 == first), "{seen:?}");
+        assert_eq!(seen[0].2, Some(first));
+        assert_eq!(seen[1].2, None);
+        assert!(seen[2].2.is_some_and(|r| r > first));
+        assert_eq!(seen[3].2, seen[2].2);
+        assert!(seen[4].1 > seen[3].2.unwrap());
+        assert_eq!(seen[4].2, None);
     }
 
     #[tokio::test(start_paused = true)]

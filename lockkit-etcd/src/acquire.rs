@@ -21,7 +21,7 @@ use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use lockkit_core::spi::{
-    drive, no_size, settle_size, too_many, Exit, GuardParts, LeaseClock, Queue, Request,
+    drive, no_size, settle_size, too_many, Exit, Failures, GuardParts, LeaseClock, Queue, Request,
     Standing as Turn, StateCell, Woken,
 };
 use lockkit_core::{async_trait, Backoff, Error, ErrorKind, FencingToken, Lease, Result};
@@ -103,43 +103,13 @@ struct Claim {
     confirmed: bool,
     /// Paces new watches of `before` that etcd keeps breaking.
     rewatch: Option<lockkit_core::Retry>,
-    /// The failures of this claim's waits and looks since the last success: the driver's next
-    /// look reads the server, so that a failure is borne only while the server does not
-    /// answer, and [`Queue::tolerance`] knows what it bears.
-    failed: Option<Failing>,
+    /// Whether the last wait or look failed: the next look reads the server, so that a failure
+    /// is borne only while the server does not answer.
+    failed: bool,
     /// The fixed lease granted for the hold whose move may not have landed (its answer was
     /// lost): the next try moves the key onto this one, and a claim that does not hold revokes
     /// it.
     granted: Option<(i64, tokio::time::Instant)>,
-}
-
-/// A claim's failed steps since its last success.
-struct Failing {
-    /// When the first failed.
-    since: tokio::time::Instant,
-    /// When the server first refused (answered with a retryable error) since the last step
-    /// that went unanswered; `None` while the last failure went unanswered.
-    refused: Option<tokio::time::Instant>,
-}
-
-impl Failing {
-    /// Records the outcome of a step in `failed`; `at` is when the step began, as the driver
-    /// counts it (a look from when it was sent, a wait from when it returned).
-    fn note<T>(failed: &mut Option<Failing>, outcome: &Result<T>, at: tokio::time::Instant) {
-        let Err(e) = outcome else {
-            *failed = None;
-            return;
-        };
-        let f = failed.get_or_insert(Failing {
-            since: at,
-            refused: None,
-        });
-        if matches!(e.kind(), ErrorKind::Connection | ErrorKind::Timeout) {
-            f.refused = None;
-        } else {
-            f.refused.get_or_insert(at);
-        }
-    }
 }
 
 #[async_trait]
@@ -181,7 +151,7 @@ impl Queue for EtcdQueue<'_> {
             watching: None,
             confirmed: false,
             rewatch: None,
-            failed: None,
+            failed: false,
             granted: None,
         })
     }
@@ -209,7 +179,7 @@ impl Queue for EtcdQueue<'_> {
     /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let woken = self.wait_for_change(c, r).await;
-        Failing::note(&mut c.failed, &woken, tokio::time::Instant::now());
+        c.failed = woken.is_err();
         woken
     }
 
@@ -223,12 +193,11 @@ impl Queue for EtcdQueue<'_> {
     /// A fixed lease that waited parked on the session is granted once the turn is ours, here
     /// rather than in `hold`, so that a failure meanwhile is borne like any failed look.
     async fn standing(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
-        let sent = tokio::time::Instant::now();
         let turn = match self.look(c, r).await {
             Ok(Turn::Owner) if c.parked => self.unpark(c, r).await,
             turn => turn,
         };
-        Failing::note(&mut c.failed, &turn, sent);
+        c.failed = turn.is_err();
         turn
     }
 
@@ -268,7 +237,11 @@ impl Queue for EtcdQueue<'_> {
         }
         delete_key(self.inner, &c.key, &c.lease).await?;
         if let Some((id, _)) = c.granted.take() {
-            let _ = self.inner.pool.revoke_lease(id).await;
+            // Nothing of ours is on it any more; a revoke the server does not take now is the
+            // reaper's.
+            if self.inner.pool.revoke_lease(id).await.is_err() {
+                reap_lease(self.inner, id);
+            }
         }
         Ok(())
     }
@@ -297,16 +270,16 @@ impl Queue for EtcdQueue<'_> {
     /// but refuses, such as a full database) are borne one command timeout from the first
     /// one; any failure of a key still on a fixed lease of its own, one command timeout from
     /// the first failure. Before the key is created, or once its session is dead, nothing is.
-    fn tolerance(&self, c: &Claim) -> Duration {
-        let Some(f) = c.failed.as_ref().filter(|_| c.rev != 0) else {
+    fn tolerance(&self, c: &Claim, f: &Failures<'_>) -> Duration {
+        if c.rev == 0 {
             return Duration::ZERO;
-        };
+        }
         let timeout = self.inner.pool.timeout();
-        match (&c.lease, f.refused) {
+        match (&c.lease, f.refused_since()) {
             (KeyLease::Session(s), _) if !s.is_alive() => Duration::ZERO,
             (KeyLease::Session(_), None) => Duration::MAX,
-            // Counted, as the driver counts, from the first failure of the streak.
-            (KeyLease::Session(_), Some(refused)) => refused.duration_since(f.since) + timeout,
+            // The driver counts from the run's first failure.
+            (KeyLease::Session(_), Some(refused)) => refused.duration_since(f.since()) + timeout,
             (KeyLease::Fixed(_), _) => timeout,
         }
     }
@@ -324,24 +297,16 @@ impl EtcdQueue<'_> {
             return Ok(Turn::Gone);
         }
         self.inner.check_open()?;
-        if c.failed.is_some() {
+        if c.failed {
             // The last wait or look failed midway: only the server knows where we stand.
             if self.want.nw.is_narrow() {
                 // A mutex's read also learns the key now ranked before ours, for the next wait.
                 self.read_turn(c).await?;
-                return Ok(match c.seen {
-                    Standing::Owner => Turn::Owner,
-                    Standing::Gone => Turn::Gone,
-                    _ => Turn::Waiting,
-                });
+                return Ok(turn(c.seen));
             }
-            return Ok(
-                match turn_on_server(self.inner, &self.want, &c.key, c.rev).await? {
-                    Standing::Owner => Turn::Owner,
-                    Standing::Gone => Turn::Gone,
-                    _ => Turn::Waiting,
-                },
-            );
+            return Ok(turn(
+                turn_on_server(self.inner, &self.want, &c.key, c.rev).await?,
+            ));
         }
         if c.settled && c.seen == Standing::Owner {
             // A linearizable read showed our turn.
@@ -352,13 +317,11 @@ impl EtcdQueue<'_> {
             return Ok(Turn::Waiting);
         }
         let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
-        Ok(match on_server {
-            Standing::Owner => Turn::Owner,
-            Standing::Gone => Turn::Gone,
+        Ok(match turn(on_server) {
             // The mirror said our turn came, the server says it did not: never trust that
             // mirror again for this key; a fresh key settles it.
-            _ if c.seen == Standing::Owner && !c.settled && !r.expired() => Turn::Gone,
-            _ => Turn::Waiting,
+            Turn::Waiting if c.seen == Standing::Owner && !c.settled && !r.expired() => Turn::Gone,
+            t => t,
         })
     }
 
@@ -613,6 +576,15 @@ async fn read_queue_and_size(
         ));
     };
     Ok((queue, size_of(size.kvs().first())?))
+}
+
+/// The driver's standing for what the watch or the server shows of our key.
+fn turn(seen: Standing) -> Turn {
+    match seen {
+        Standing::Owner => Turn::Owner,
+        Standing::Gone => Turn::Gone,
+        _ => Turn::Waiting,
+    }
 }
 
 /// Runs `fut` until it ends or `notify` wakes us (our own key's delete wakes a waiter whatever

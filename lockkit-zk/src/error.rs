@@ -34,3 +34,11 @@ pub(crate) fn is_transient(e: &zk::Error) -> bool {
         zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Custom(_)
     )
 }
+
+/// Whether `e` (as [`map`] made it) failed only because the connection dropped while the
+/// session lives on.
+pub(crate) fn dropped_connection(e: &Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<zk::Error>())
+        .is_some_and(is_transient)
+}

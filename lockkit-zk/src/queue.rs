@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{drive, Armed, Exit, Queue, Request, Standing, Undo, Woken};
+use lockkit_core::spi::{drive, Armed, Exit, Failures, Queue, Request, Standing, Undo, Woken};
 use lockkit_core::{async_trait, Error, ErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::error::{is_transient, map};
+use crate::error::{dropped_connection, is_transient, map};
 use crate::node::{self, Participant};
 use crate::ops::{delete_node, list_or_empty, retry, TRANSIENT};
 use crate::session::Session;
@@ -322,21 +322,12 @@ pub(crate) struct Claim {
     children: Vec<String>,
     /// The node we wait for.
     ahead: Option<String>,
-    /// Whether the last wait or look failed only because the connection dropped: our node
-    /// lives on with the session, so the driver bears the failure for a while.
-    connection_lost: bool,
 }
 
 impl Claim {
     /// Our node, once created.
     pub(crate) fn node(&self) -> Option<&Node> {
         self.node.as_ref()
-    }
-
-    /// Notes how a wait's or a look's request ended: a failure the driver may bear, or not.
-    fn note_step<T>(&mut self, r: std::result::Result<T, zk::Error>, what: &str) -> Result<T> {
-        self.connection_lost = matches!(&r, Err(e) if is_transient(e));
-        r.map_err(|e| map(e, what))
     }
 
     /// The cleanup that more nodes of this claim join.
@@ -416,7 +407,6 @@ impl Queue for ZkQueue<'_> {
             node: None,
             children: Vec::new(),
             ahead: None,
-            connection_lost: false,
         })
     }
 
@@ -445,22 +435,25 @@ impl Queue for ZkQueue<'_> {
         let path = format!("{}/{other}", self.spec.dir);
         let (_, _, watcher) = match c.client.get_and_watch_data(&path).await {
             Err(zk::Error::NoNode) => return Ok(Woken::Look),
-            other => c.note_step(other, "cannot watch the node ahead")?,
+            other => other.map_err(|e| map(e, "cannot watch the node ahead"))?,
         };
         watch_fired(self.session, watcher, req).await?;
         Ok(Woken::Look)
     }
 
     async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
-        let listed = c.client.list_children(self.spec.dir).await;
-        c.children = c.note_step(listed, "list")?;
+        c.children = c
+            .client
+            .list_children(self.spec.dir)
+            .await
+            .map_err(|e| map(e, "list"))?;
         self.settle(c).await
     }
 
     /// While only the connection is down (the client reconnects within the session, and our
     /// node lives on), one command timeout from the first failure; nothing else is borne.
-    fn tolerance(&self, c: &Claim) -> Duration {
-        if c.connection_lost {
+    fn tolerance(&self, _c: &Claim, f: &Failures<'_>) -> Duration {
+        if dropped_connection(f.last()) {
             self.session.cfg.command_timeout
         } else {
             Duration::ZERO

@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use lockkit_core::spi::{
-    drive, no_size, settle_size, too_many, Exit, GuardParts, Queue, RawSemaphore, Request,
-    Standing, Woken,
+    drive, no_size, settle_size, too_many, Exit, Failures, GuardParts, Queue, RawSemaphore,
+    Request, Standing, Woken,
 };
 use lockkit_core::Result;
 use std::sync::Arc;
@@ -243,9 +243,9 @@ impl Queue for SemQueue<'_> {
         self.entry.abandon(c.entry);
     }
 
-    /// The entry node's: a dropped connection while the entry waits or looks is borne.
-    fn tolerance(&self, c: &SemClaim) -> std::time::Duration {
-        self.entry.tolerance(&c.entry)
+    /// The entry node's: a dropped connection is borne.
+    fn tolerance(&self, c: &SemClaim, f: &Failures<'_>) -> std::time::Duration {
+        self.entry.tolerance(&c.entry, f)
     }
 
     fn lock_name(&self) -> &str {

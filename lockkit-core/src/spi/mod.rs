@@ -22,7 +22,7 @@ pub use request::Request;
 pub use size::{no_size, own_size, settle_size, size_mismatch, too_many};
 
 pub use crate::clock::{margin, LeaseClock};
-pub use crate::driver::{drive, Exit, Queue, Standing, Woken};
+pub use crate::driver::{drive, Exit, Failures, Queue, Standing, Woken};
 pub use crate::lease::{Got, Guards, KeepAlive, Pooled, SessionPool, SharedLease};
 pub use crate::reaper::{Attempt, Reaper};
 pub use crate::state::StateCell;

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::spi::{drive, Exit, GuardParts, Queue, Request, Standing, Woken};
+use lockkit_core::spi::{drive, Exit, Failures, GuardParts, Queue, Request, Standing, Woken};
 use lockkit_core::{async_trait, ErrorKind, Result};
 use tokio::time::Instant;
 
@@ -303,7 +303,7 @@ impl Queue for NativeQueue<'_> {
     /// A queued waiter keeps its place through a failover or a restart for a heartbeat
     /// timeout (`waiter_timeout`), and the holder's lease as last seen would have kept it
     /// waiting that long anyway. Past that, the error is the answer.
-    fn tolerance(&self, c: &Claim) -> Duration {
+    fn tolerance(&self, c: &Claim, _f: &Failures<'_>) -> Duration {
         if !c.queued {
             return Duration::ZERO;
         }
