@@ -87,7 +87,8 @@ struct Claim {
     clock: Arc<LeaseClock>,
     /// Our key's create revision, once created.
     rev: i64,
-    /// Whether a fixed-lease claim moved onto the session lease to wait.
+    /// Whether a fixed-lease claim's key moved (or may have moved: the move's answer was lost)
+    /// onto the session lease to wait: it moves onto a fixed lease again before it holds.
     parked: bool,
     /// Our registration with the name's watch, while we wait.
     waiter: Option<Arc<Notify>>,
@@ -237,11 +238,8 @@ impl Queue for EtcdQueue<'_> {
         }
         delete_key(self.inner, &c.key, &c.lease).await?;
         if let Some((id, _)) = c.granted.take() {
-            // Nothing of ours is on it any more; a revoke the server does not take now is the
-            // reaper's.
-            if self.inner.pool.revoke_lease(id).await.is_err() {
-                reap_lease(self.inner, id);
-            }
+            // Nothing of ours is on it any more.
+            revoke_or_reap(self.inner, id).await;
         }
         Ok(())
     }
@@ -341,7 +339,8 @@ impl EtcdQueue<'_> {
     /// lock is taken: before its first wait, our key moves onto the handle's session lease.
     async fn wait_for_change(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let (nw, need) = (self.want.nw, self.want.need);
-        if !r.lease().is_watchdog() && !c.parked {
+        if matches!(c.lease, KeyLease::Fixed(_)) {
+            // Before the first wait, and again after a move whose answer was lost.
             let s = self.inner.session(self.inner.lease).await?;
             if !c.park(self.inner, s).await? {
                 c.seen = Standing::Gone;
@@ -576,6 +575,14 @@ async fn read_queue_and_size(
         ));
     };
     Ok((queue, size_of(size.kvs().first())?))
+}
+
+/// Revokes lease `id`, which nothing of ours is on any more; a revoke the server does not take
+/// now is the reaper's.
+async fn revoke_or_reap(inner: &Arc<Inner>, id: i64) {
+    if inner.pool.revoke_lease(id).await.is_err() {
+        reap_lease(inner, id);
+    }
 }
 
 /// The driver's standing for what the watch or the server shows of our key.
@@ -839,16 +846,21 @@ impl Claim {
 
     /// Moves our key onto the session lease `s`, keeping its value, and revokes the fixed lease
     /// it was on: a waiter's key then lives as long as we wait. `false` when the key is gone.
-    async fn park(&mut self, inner: &Inner, s: Arc<Session>) -> Result<bool> {
+    ///
+    /// Parked from the moment the move is sent: if its answer is lost and the turn comes before
+    /// the next wait moves it again, the key (on either lease) moves onto a new fixed lease
+    /// before it holds, and the move's compare on the old lease keeps this one, delivered late,
+    /// from putting it back on the session.
+    async fn park(&mut self, inner: &Arc<Inner>, s: Arc<Session>) -> Result<bool> {
         let KeyLease::Fixed(fixed) = self.lease else {
             return Ok(true);
         };
-        if !move_to_lease(inner, &self.key, self.rev, s.id()).await? {
+        self.parked = true;
+        if !move_to_lease(inner, &self.key, self.rev, Some(fixed), s.id()).await? {
             return Ok(false);
         }
         self.lease = KeyLease::Session(s);
-        self.parked = true;
-        let _ = inner.pool.revoke_lease(fixed).await;
+        revoke_or_reap(inner, fixed).await;
         Ok(true)
     }
 
@@ -862,7 +874,7 @@ impl Claim {
     /// for a new one. The latter is revoked first, so that a move onto it delivered late can
     /// never land after the move onto the new one; if our key was on it, the key goes with it
     /// and the next look starts over.
-    async fn unpark(&mut self, inner: &Inner, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
+    async fn unpark(&mut self, inner: &Arc<Inner>, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
         if let Some((id, sent)) = self.granted {
             if LeaseClock::starting(sent, d).remaining() < Some(d / 2) {
                 inner.pool.revoke_lease(id).await?;
@@ -875,7 +887,7 @@ impl Claim {
                 Some(granted) => granted,
                 None => *self.granted.insert(grant_exact(&inner.pool, d).await?),
             };
-            let moved = match move_to_lease(inner, &self.key, self.rev, id).await {
+            let moved = match move_to_lease(inner, &self.key, self.rev, None, id).await {
                 Ok(moved) => moved,
                 // Expired: nothing of ours is on it, and nothing can land on it any more.
                 Err(e) if kept && is_lease_not_found(&e) => {
@@ -887,10 +899,14 @@ impl Claim {
             self.granted = None;
             if !moved {
                 // Our key is gone, from this lease too.
-                let _ = inner.pool.revoke_lease(id).await;
+                revoke_or_reap(inner, id).await;
                 return Ok(None);
             }
-            self.lease = KeyLease::Fixed(id);
+            // A key whose park was never answered may have waited on its first fixed lease:
+            // nothing is on that one now.
+            if let KeyLease::Fixed(old) = std::mem::replace(&mut self.lease, KeyLease::Fixed(id)) {
+                revoke_or_reap(inner, old).await;
+            }
             self.parked = false;
             return Ok(Some(LeaseClock::starting(sent, d)));
         }

@@ -164,7 +164,7 @@ impl Held for EtcdHeld {
         // A new lease of the requested length; move our key onto it only while it is ours,
         // keeping its value (a semaphore's weight, a reader's `r`).
         let (new, _) = grant_exact(&s.inner.pool, lease).await?;
-        let moved = match move_to_lease(&s.inner, &s.key, s.rev, new).await {
+        let moved = match move_to_lease(&s.inner, &s.key, s.rev, None, new).await {
             Ok(moved) => moved,
             // The answer was lost, not the question: read where the key is now.
             Err(e) => match key_lease(&s.inner, &s.key, s.rev).await {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnResponse};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use lockkit_core::spi::Attempt;
 use lockkit_core::Result;
 
@@ -124,24 +124,45 @@ pub(crate) fn reap_keys(
     });
 }
 
-/// Puts `key` on lease `id`, keeping its value, while its create revision is `rev`. Returns
-/// whether it did (the key is gone otherwise).
-pub(crate) async fn move_to_lease(inner: &Inner, key: &[u8], rev: i64, id: i64) -> Result<bool> {
+/// Puts `key` on lease `to`, keeping its value, while its create revision is `rev` and, with
+/// `from`, while it is on lease `from` (so that a move delivered late cannot undo a later
+/// one). Returns whether the key is on `to` now (an earlier move whose answer was lost may
+/// have put it there); `false`: the key is gone, or on another lease.
+pub(crate) async fn move_to_lease(
+    inner: &Inner,
+    key: &[u8],
+    rev: i64,
+    from: Option<i64>,
+    to: i64,
+) -> Result<bool> {
     let k = key.to_vec();
+    let mut when = vec![Compare::create_revision(k.clone(), CompareOp::Equal, rev)];
+    if let Some(from) = from {
+        when.push(Compare::lease(k.clone(), CompareOp::Equal, from));
+    }
     let resp = inner
         .pool
         .run("move a key to another lease", true, move |mut c| {
             let txn = Txn::new()
-                .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
+                .when(when.clone())
                 .and_then([TxnOp::put(
                     k.clone(),
                     "",
-                    Some(PutOptions::new().with_lease(id).with_ignore_value()),
-                )]);
+                    Some(PutOptions::new().with_lease(to).with_ignore_value()),
+                )])
+                .or_else([TxnOp::get(k.clone(), None)]);
             async move { c.txn(txn).await }
         })
         .await?;
-    Ok(resp.succeeded())
+    if resp.succeeded() {
+        return Ok(true);
+    }
+    Ok(resp.op_responses().into_iter().any(|r| {
+        matches!(r, TxnOpResponse::Get(g) if g
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == rev && kv.lease() == to))
+    }))
 }
 
 /// Sets `key`'s value to `value`, keeping its lease, only while its create revision is `rev`

@@ -73,3 +73,81 @@ async fn read_cut_off(opts: AcquireOptions) {
     );
     g.release().await.unwrap();
 }
+
+/// A fixed-lease waiter moves its key onto the session lease to wait (it parks). When that
+/// move lands but its answer is lost, and the lock comes free before the waiter waits again,
+/// the waiter must still hold on a fixed lease of its own: the key moves off the session lease
+/// (wherever the move left it) before the guard is made, the first fixed lease is revoked, and
+/// the late move cannot put it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_waiter_whose_park_answer_is_lost_holds_on_a_fixed_lease() {
+    let Some(url) = common::url() else { return };
+    let authority = url.trim_start_matches("etcd://");
+    let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
+    let proxy = Proxy::start(authority).await.unwrap();
+    let waiter_locks = common::connect(
+        &format!("etcd://{}", proxy.addr()),
+        "lease_ttl=10s&command_timeout=5s",
+    )
+    .await
+    .locks()
+    .clone();
+    let other = common::connect(&url, "").await.locks().clone();
+    let mut raw = common::raw(&url).await;
+    let name = common::name("lost-park");
+    let held = other.mutex(&name).unwrap().lock().await.unwrap();
+    // Every message of the waiter's takes 300 ms each way: the park's answer is still in the
+    // proxy when the server shows the move.
+    proxy.latency(Duration::from_millis(300), Duration::ZERO);
+    let mutex = waiter_locks.mutex(&name).unwrap();
+    let opts = AcquireOptions::new()
+        .fixed_lease(Duration::from_secs(20))
+        .wait(Duration::from_secs(30));
+    let waiter = tokio::spawn(async move { mutex.acquire(&opts).await });
+    let (place, first) = loop {
+        let keys = common::keys(&mut raw, &name).await;
+        if let Some(k) = keys.get(1) {
+            break (k.1, k.2);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let parked_on = loop {
+        let keys = common::keys(&mut raw, &name).await;
+        let lease = keys.get(1).expect("the waiter's key").2;
+        if lease != first {
+            break lease;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // The move landed; its answer is held, then lost in a reset once the lock is free.
+    proxy.update(|t| t.hold_down = true);
+    held.release().await.unwrap();
+    proxy.reset();
+    proxy.set(Default::default());
+    let g = waiter
+        .await
+        .unwrap()
+        .expect("the lost answer is borne")
+        .expect("the waiter gets the lock");
+    assert_eq!(g.token().0, place as u64, "the waiter kept its place");
+    let keys = common::keys(&mut raw, &name).await;
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let on = keys[0].2;
+    assert!(
+        on != parked_on && on != first,
+        "the held key is on a fixed lease of its own, not the session's ({parked_on:x}) nor \
+         the first ({first:x}): {on:x}"
+    );
+    let ttl = raw.lease_time_to_live(on, None).await.unwrap();
+    assert!(
+        ttl.granted_ttl() == 20,
+        "the guard's fixed lease: {}",
+        ttl.granted_ttl()
+    );
+    let first = raw.lease_time_to_live(first, None).await.unwrap();
+    assert_eq!(first.ttl(), -1, "the first fixed lease is revoked");
+    // The late move cannot land: the key stays where it is.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(common::keys(&mut raw, &name).await[0].2, on);
+    g.release().await.unwrap();
+}
