@@ -239,7 +239,7 @@ impl Queue for EtcdQueue<'_> {
         delete_key(self.inner, &c.key, &c.lease).await?;
         if let Some((id, _)) = c.granted.take() {
             // Nothing of ours is on it any more.
-            revoke_or_reap(self.inner, id).await;
+            reap_lease(self.inner, id);
         }
         Ok(())
     }
@@ -577,14 +577,6 @@ async fn read_queue_and_size(
     Ok((queue, size_of(size.kvs().first())?))
 }
 
-/// Revokes lease `id`, which nothing of ours is on any more; a revoke the server does not take
-/// now is the reaper's.
-async fn revoke_or_reap(inner: &Arc<Inner>, id: i64) {
-    if inner.pool.revoke_lease(id).await.is_err() {
-        reap_lease(inner, id);
-    }
-}
-
 /// The driver's standing for what the watch or the server shows of our key.
 fn turn(seen: Standing) -> Turn {
     match seen {
@@ -847,10 +839,9 @@ impl Claim {
     /// Moves our key onto the session lease `s`, keeping its value, and revokes the fixed lease
     /// it was on: a waiter's key then lives as long as we wait. `false` when the key is gone.
     ///
-    /// Parked from the moment the move is sent: if its answer is lost and the turn comes before
-    /// the next wait moves it again, the key (on either lease) moves onto a new fixed lease
-    /// before it holds, and the move's compare on the old lease keeps this one, delivered late,
-    /// from putting it back on the session.
+    /// Parked from the moment the move is sent: if its answer is lost, the move is sent again
+    /// (by the next wait, or before the key moves onto its hold lease), and its compare on the
+    /// fixed lease keeps one delivered late from putting the key back on the session.
     async fn park(&mut self, inner: &Arc<Inner>, s: Arc<Session>) -> Result<bool> {
         let KeyLease::Fixed(fixed) = self.lease else {
             return Ok(true);
@@ -860,7 +851,8 @@ impl Claim {
             return Ok(false);
         }
         self.lease = KeyLease::Session(s);
-        revoke_or_reap(inner, fixed).await;
+        // Nothing is on it any more.
+        reap_lease(inner, fixed);
         Ok(true)
     }
 
@@ -875,6 +867,19 @@ impl Claim {
     /// never land after the move onto the new one; if our key was on it, the key goes with it
     /// and the next look starts over.
     async fn unpark(&mut self, inner: &Arc<Inner>, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
+        let parked_on = match &self.lease {
+            KeyLease::Session(s) => s.id(),
+            // The park's answer was lost: park again first, so that the key is known to be on
+            // the session lease, which the move below compares.
+            KeyLease::Fixed(_) => {
+                let s = inner.session(inner.lease).await?;
+                let id = s.id();
+                if !self.park(inner, s).await? {
+                    return Ok(None);
+                }
+                id
+            }
+        };
         if let Some((id, sent)) = self.granted {
             if LeaseClock::starting(sent, d).remaining() < Some(d / 2) {
                 inner.pool.revoke_lease(id).await?;
@@ -887,7 +892,7 @@ impl Claim {
                 Some(granted) => granted,
                 None => *self.granted.insert(grant_exact(&inner.pool, d).await?),
             };
-            let moved = match move_to_lease(inner, &self.key, self.rev, None, id).await {
+            let moved = match move_to_lease(inner, &self.key, self.rev, Some(parked_on), id).await {
                 Ok(moved) => moved,
                 // Expired: nothing of ours is on it, and nothing can land on it any more.
                 Err(e) if kept && is_lease_not_found(&e) => {
@@ -899,14 +904,10 @@ impl Claim {
             self.granted = None;
             if !moved {
                 // Our key is gone, from this lease too.
-                revoke_or_reap(inner, id).await;
+                reap_lease(inner, id);
                 return Ok(None);
             }
-            // A key whose park was never answered may have waited on its first fixed lease:
-            // nothing is on that one now.
-            if let KeyLease::Fixed(old) = std::mem::replace(&mut self.lease, KeyLease::Fixed(id)) {
-                revoke_or_reap(inner, old).await;
-            }
+            self.lease = KeyLease::Fixed(id);
             self.parked = false;
             return Ok(Some(LeaseClock::starting(sent, d)));
         }

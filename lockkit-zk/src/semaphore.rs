@@ -139,11 +139,15 @@ struct SemClaim {
     leases: Vec<Node>,
     /// The watches of the lease set and of the size, while our leases do not fit.
     watchers: Option<(zk::OneshotWatcher, zk::OneshotWatcher)>,
+    /// Whether the entry is ours: a failure from then on is never borne (a part of our leases
+    /// may be taken, and a look cannot tell which).
+    fitting: bool,
 }
 
 impl SemQueue<'_> {
     /// The entry is ours: adds our leases (once) and tells whether they fit.
     async fn fit(&self, c: &mut SemClaim) -> Result<Standing> {
+        c.fitting = true;
         let session = self.entry.session;
         let client = c.entry.client().clone();
         if c.leases.is_empty() {
@@ -191,6 +195,7 @@ impl Queue for SemQueue<'_> {
             entry: self.entry.claim(req).await?,
             leases: Vec::new(),
             watchers: None,
+            fitting: false,
         })
     }
 
@@ -243,8 +248,12 @@ impl Queue for SemQueue<'_> {
         self.entry.abandon(c.entry);
     }
 
-    /// The entry node's: a dropped connection is borne.
+    /// The entry node's while the claim waits for the entry (a dropped connection is borne);
+    /// nothing once the entry is ours.
     fn tolerance(&self, c: &SemClaim, f: &Failures<'_>) -> std::time::Duration {
+        if c.fitting {
+            return std::time::Duration::ZERO;
+        }
         self.entry.tolerance(&c.entry, f)
     }
 
