@@ -35,8 +35,10 @@ async fn a_fixed_lease_waiter_bears_a_read_cut_off_in_flight() {
     read_cut_off(opts).await;
 }
 
-async fn read_cut_off(opts: AcquireOptions) {
-    let Some(url) = common::url() else { return };
+/// A proxy to the test server, a handle whose every request goes through it (10 s session lease,
+/// 5 s command timeout), and a handle that reaches the server directly. The driver's events are
+/// captured.
+async fn waiter_behind_a_proxy(url: &str) -> (Proxy, lockkit_core::Locks, lockkit_core::Locks) {
     assert!(
         lockkit_testing::spans::capture(),
         "lockkit's events are seen"
@@ -51,7 +53,13 @@ async fn read_cut_off(opts: AcquireOptions) {
     .await
     .locks()
     .clone();
-    let other = common::connect(&url, "").await.locks().clone();
+    let other = common::connect(url, "").await.locks().clone();
+    (proxy, waiter_locks, other)
+}
+
+async fn read_cut_off(opts: AcquireOptions) {
+    let Some(url) = common::url() else { return };
+    let (proxy, waiter_locks, other) = waiter_behind_a_proxy(&url).await;
     let name = common::name("cut-read");
     let held = other.mutex(&name).unwrap().lock().await.unwrap();
     let mutex = waiter_locks.mutex(&name).unwrap();
@@ -81,21 +89,7 @@ async fn read_cut_off(opts: AcquireOptions) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_lease_waiter_whose_park_answer_is_lost_holds_on_a_fixed_lease() {
     let Some(url) = common::url() else { return };
-    assert!(
-        lockkit_testing::spans::capture(),
-        "lockkit's events are seen"
-    );
-    let authority = url.trim_start_matches("etcd://");
-    let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
-    let proxy = Proxy::start(authority).await.unwrap();
-    let waiter_locks = common::connect(
-        &format!("etcd://{}", proxy.addr()),
-        "lease_ttl=10s&command_timeout=5s",
-    )
-    .await
-    .locks()
-    .clone();
-    let other = common::connect(&url, "").await.locks().clone();
+    let (proxy, waiter_locks, other) = waiter_behind_a_proxy(&url).await;
     let mut raw = common::raw(&url).await;
     let name = common::name("lost-park");
     let borne = || {
