@@ -90,6 +90,9 @@ struct Claim {
     /// Whether a fixed-lease claim's key moved (or may have moved: the move's answer was lost)
     /// onto the session lease to wait: it moves onto a fixed lease again before it holds.
     parked: bool,
+    /// The session lease a park whose answer has not come yet moves the key onto: the key may
+    /// be on it or on `lease`.
+    parking: Option<Arc<Session>>,
     /// Our registration with the name's watch, while we wait.
     waiter: Option<Arc<Notify>>,
     /// What the watch last showed of our key.
@@ -145,6 +148,7 @@ impl Queue for EtcdQueue<'_> {
             clock,
             rev: 0,
             parked: false,
+            parking: None,
             waiter: None,
             seen: Standing::Unknown,
             settled: false,
@@ -252,10 +256,19 @@ impl Queue for EtcdQueue<'_> {
             // Our key may be on it: the key's delete below goes by name whatever its lease.
             reap_lease(self.inner, id);
         }
+        // A key whose park was not answered may be on the session lease: the reaper keeps
+        // deleting it while that lease lives, and the fixed one is revoked beside it.
+        let lease = match (c.parking.take(), &c.lease) {
+            (Some(s), KeyLease::Fixed(fixed)) => {
+                reap_lease(self.inner, *fixed);
+                KeyLease::Session(s)
+            }
+            (_, lease) => lease.clone(),
+        };
         reap_keys(
             self.inner,
             vec![std::mem::take(&mut c.key)],
-            c.lease.clone(),
+            lease,
             c.inflight.take(),
             c.slot.take().into_iter().collect(),
         );
@@ -847,9 +860,11 @@ impl Claim {
             return Ok(true);
         };
         self.parked = true;
+        self.parking = Some(s.clone());
         if !move_to_lease(inner, &self.key, self.rev, Some(fixed), s.id()).await? {
             return Ok(false);
         }
+        self.parking = None;
         self.lease = KeyLease::Session(s);
         // Nothing is on it any more.
         reap_lease(inner, fixed);
