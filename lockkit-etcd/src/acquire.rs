@@ -352,13 +352,11 @@ impl EtcdQueue<'_> {
     /// lock is taken: before its first wait, our key moves onto the handle's session lease.
     async fn wait_for_change(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
         let (nw, need) = (self.want.nw, self.want.need);
-        if matches!(c.lease, KeyLease::Fixed(_)) {
-            // Before the first wait, and again after a move whose answer was lost.
-            let s = self.inner.session(self.inner.lease).await?;
-            if !c.park(self.inner, s).await? {
-                c.seen = Standing::Gone;
-                return Ok(Woken::Look);
-            }
+        // A fixed lease's key parks before its first wait, and again after a move whose answer
+        // was lost.
+        if c.park(self.inner).await?.is_none() {
+            c.seen = Standing::Gone;
+            return Ok(Woken::Look);
         }
         let notify = c
             .waiter
@@ -849,26 +847,34 @@ impl Claim {
         ))
     }
 
-    /// Moves our key onto the session lease `s`, keeping its value, and revokes the fixed lease
-    /// it was on: a waiter's key then lives as long as we wait. `false` when the key is gone.
+    /// Moves our key from its fixed lease onto the handle's session lease, keeping its value,
+    /// and revokes the fixed lease: a waiter's key then lives as long as we wait. The session
+    /// lease the key is on; `None` when the key is gone.
     ///
     /// Parked from the moment the move is sent: if its answer is lost, the move is sent again
-    /// (by the next wait, or before the key moves onto its hold lease), and its compare on the
-    /// fixed lease keeps one delivered late from putting the key back on the session.
-    async fn park(&mut self, inner: &Arc<Inner>, s: Arc<Session>) -> Result<bool> {
-        let KeyLease::Fixed(fixed) = self.lease else {
-            return Ok(true);
+    /// (by the next wait, or before the key moves onto its hold lease) to the same session while
+    /// it lives (the key may be there already), and its compare on the fixed lease keeps one
+    /// delivered late from putting the key back on the session.
+    async fn park(&mut self, inner: &Arc<Inner>) -> Result<Option<i64>> {
+        let fixed = match &self.lease {
+            KeyLease::Session(s) => return Ok(Some(s.id())),
+            KeyLease::Fixed(id) => *id,
+        };
+        let s = match self.parking.clone().filter(|s| s.is_alive()) {
+            Some(s) => s,
+            None => inner.session(inner.lease).await?,
         };
         self.parked = true;
         self.parking = Some(s.clone());
-        if !move_to_lease(inner, &self.key, self.rev, Some(fixed), s.id()).await? {
-            return Ok(false);
+        let id = s.id();
+        if !move_to_lease(inner, &self.key, self.rev, Some(fixed), id).await? {
+            return Ok(None);
         }
         self.parking = None;
         self.lease = KeyLease::Session(s);
         // Nothing is on it any more.
         reap_lease(inner, fixed);
-        Ok(true)
+        Ok(Some(id))
     }
 
     /// Grants the fixed lease of `d` now that we hold, and moves our key onto it: its clock
@@ -882,18 +888,10 @@ impl Claim {
     /// never land after the move onto the new one; if our key was on it, the key goes with it
     /// and the next look starts over.
     async fn unpark(&mut self, inner: &Arc<Inner>, d: Duration) -> Result<Option<Arc<LeaseClock>>> {
-        let parked_on = match &self.lease {
-            KeyLease::Session(s) => s.id(),
-            // The park's answer was lost: park again first, so that the key is known to be on
-            // the session lease, which the move below compares.
-            KeyLease::Fixed(_) => {
-                let s = inner.session(inner.lease).await?;
-                let id = s.id();
-                if !self.park(inner, s).await? {
-                    return Ok(None);
-                }
-                id
-            }
+        // After a park whose answer was lost, park again first, so that the key is known to be
+        // on the session lease, which the move below compares.
+        let Some(parked_on) = self.park(inner).await? else {
+            return Ok(None);
         };
         if let Some((id, sent)) = self.granted {
             if LeaseClock::starting(sent, d).remaining() < Some(d / 2) {

@@ -161,22 +161,36 @@ impl Held for EtcdHeld {
         let Some(old) = s.fixed_lease() else {
             return Err(Error::invalid("extend() is for fixed leases"));
         };
-        // A new lease of the requested length; move our key onto it only while it is ours,
-        // keeping its value (a semaphore's weight, a reader's `r`).
+        // A new lease of the requested length; move our key onto it only while it is ours and
+        // on the lease we know, keeping its value (a semaphore's weight, a reader's `r`): the
+        // move of an earlier extend whose answer was lost, delivered late (by a slow member),
+        // then cannot undo this one.
         let (new, _) = grant_exact(&s.inner.pool, lease).await?;
-        let moved = match move_to_lease(&s.inner, &s.key, s.rev, None, new).await {
-            Ok(moved) => moved,
-            // The answer was lost, not the question: read where the key is now.
-            Err(e) => match key_lease(&s.inner, &s.key, s.rev).await {
-                Ok(Some(on)) if on == new => true,
-                // Not moved yet, but the move may still be on its way to a slow member: the new
-                // lease is left to run out rather than revoked under a key that may land on it.
-                Ok(Some(_)) => return Err(e),
-                Ok(None) => false,
-                // Still unknown: neither lease is revoked (one may hold our key; each runs out
-                // by itself), and the core keeps the earlier of the two deadlines.
-                Err(_) => return Err(e),
-            },
+        let mut from = old;
+        let mut tries = 0;
+        let moved = loop {
+            tries += 1;
+            match move_to_lease(&s.inner, &s.key, s.rev, Some(from), new).await {
+                Ok(moved) if moved || tries > 3 => break moved,
+                // Not on the lease we know: gone, or moved by such a late move.
+                Ok(_) => match key_lease(&s.inner, &s.key, s.rev).await? {
+                    // Another lease of ours (it runs out by itself): move the key from there.
+                    Some(on) => from = on,
+                    None => break false,
+                },
+                // The answer was lost, not the question: read where the key is now.
+                Err(e) => match key_lease(&s.inner, &s.key, s.rev).await {
+                    Ok(Some(on)) if on == new => break true,
+                    // Not moved yet, but the move may still be on its way to a slow member: the
+                    // new lease is left to run out rather than revoked under a key that may
+                    // land on it.
+                    Ok(Some(_)) => return Err(e),
+                    Ok(None) => break false,
+                    // Still unknown: neither lease is revoked (one may hold our key; each runs
+                    // out by itself), and the core keeps the earlier of the two deadlines.
+                    Err(_) => return Err(e),
+                },
+            }
         };
         if moved {
             *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);

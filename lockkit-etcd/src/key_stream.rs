@@ -410,7 +410,7 @@ async fn life(
             let mut keys = k.keys();
             if r.canceled() {
                 let reason = r.cancel_reason();
-                let refused = reason.contains("permission denied");
+                let refused = stream::refused(reason);
                 if refused {
                     tracing::debug!(
                         backend = "etcd",

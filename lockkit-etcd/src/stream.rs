@@ -182,9 +182,16 @@ pub(crate) fn probe(id: i64) -> WatchOptions {
         .with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete])
 }
 
+/// Whether etcd cancelled a watch because the user may not read its key or prefix. A watch
+/// response carries only the reason's text (no status code); etcd's Go client tells its errors
+/// by their text too.
+pub(crate) fn refused(reason: &str) -> bool {
+    reason.contains("permission denied")
+}
+
 /// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.
 pub(crate) fn cancelled(reason: &str) -> Error {
-    if reason.contains("permission denied") {
+    if refused(reason) {
         Error::new(
             ErrorKind::Auth,
             format!("etcd refused the watch of the lock: {reason}"),

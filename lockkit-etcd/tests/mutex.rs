@@ -545,3 +545,50 @@ async fn forty_waiters_in_one_client_all_get_the_lock() {
     assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 40);
     assert!(keys(&mut r, &n).await.is_empty());
 }
+
+/// An extend whose move lost its answer leaves its new lease to run out, and the move may land
+/// later (a slow member). The next extend finds our key on that lease rather than the one it
+/// knows: it moves the key from there, and the guard keeps the lock on the lease it asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_moves_a_key_a_late_move_put_on_another_lease() {
+    let Some(url) = url() else { return };
+    let locks = connect(&url, "").await;
+    let n = name("late-extend");
+    let g = locks
+        .mutex(&n)
+        .unwrap()
+        .acquire(&lockkit_core::AcquireOptions::new().fixed_lease(Duration::from_secs(20)))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut raw = raw(&url).await;
+    let (key, rev, _) = keys(&mut raw, &n).await.remove(0);
+    // The earlier extend's late move: our key onto a lease of ours the guard does not know.
+    let other = raw.lease_grant(40, None).await.unwrap().id();
+    let moved = raw
+        .txn(
+            Txn::new()
+                .when([Compare::create_revision(
+                    key.clone(),
+                    lockkit_etcd::etcd_client::CompareOp::Equal,
+                    rev,
+                )])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    "",
+                    Some(PutOptions::new().with_lease(other).with_ignore_value()),
+                )]),
+        )
+        .await
+        .unwrap();
+    assert!(moved.succeeded());
+    g.extend(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(g.state(), LockState::Held);
+    let (_, still, on) = keys(&mut raw, &n).await.remove(0);
+    assert_eq!(still, rev, "the same key");
+    assert_ne!(on, other, "moved off the lease the late move put it on");
+    let ttl = raw.lease_time_to_live(on, None).await.unwrap();
+    assert_eq!(ttl.granted_ttl(), 30, "on the lease extend asked for");
+    g.release().await.unwrap();
+    raw.lease_revoke(other).await.unwrap();
+}
