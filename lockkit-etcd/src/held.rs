@@ -171,12 +171,17 @@ impl Held for EtcdHeld {
         let moved = loop {
             tries += 1;
             match move_to_lease(&s.inner, &s.key, s.rev, Some(from), new).await {
-                Ok(moved) if moved || tries > 3 => break moved,
+                Ok(moved) if moved || tries == 3 => break moved,
                 // Not on the lease we know: gone, or moved by such a late move.
-                Ok(_) => match key_lease(&s.inner, &s.key, s.rev).await? {
+                Ok(_) => match key_lease(&s.inner, &s.key, s.rev).await {
                     // Another lease of ours (it runs out by itself): move the key from there.
-                    Some(on) => from = on,
-                    None => break false,
+                    Ok(Some(on)) => from = on,
+                    Ok(None) => break false,
+                    // No move of this call landed on the new lease, nor can one later.
+                    Err(e) => {
+                        let _ = s.inner.pool.revoke_lease(new).await;
+                        return Err(e);
+                    }
                 },
                 // The answer was lost, not the question: read where the key is now.
                 Err(e) => match key_lease(&s.inner, &s.key, s.rev).await {
