@@ -88,6 +88,14 @@ pub trait Queue: Send + Sync {
     /// lag).
     async fn standing(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing>;
 
+    /// Where the claim stands, asked after a step failed midway (a wait or a look whose
+    /// answer was lost): what the claim learned before may no longer hold, so a backend that
+    /// answers [`standing`](Queue::standing) from what its watch showed reads the server here.
+    /// By default, [`standing`](Queue::standing).
+    async fn recheck(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing> {
+        self.standing(claim, req).await
+    }
+
     /// Turns a claim that holds into the hold; `None` when it turned out to be gone (the
     /// driver leaves and starts over). On `Some`, whatever the claim owned belongs to the
     /// output, and the claim is dropped without a leave.
@@ -125,8 +133,7 @@ pub trait Queue: Send + Sync {
 #[derive(Clone, Copy, Debug)]
 pub struct Failures<'e> {
     last: &'e Error,
-    since: Instant,
-    refused_since: Option<Instant>,
+    streak: Streak,
 }
 
 impl Failures<'_> {
@@ -138,19 +145,19 @@ impl Failures<'_> {
     /// When the run began: a failed look counts from when it was sent, a failed wait from
     /// when it returned.
     pub fn since(&self) -> Instant {
-        self.since
+        self.streak.since
     }
 
     /// When the server first refused (answered with an error other than a
     /// [`Connection`](ErrorKind::Connection) or [`Timeout`](ErrorKind::Timeout) one) since the
     /// last step that went unanswered; `None` while the last failure went unanswered.
     pub fn refused_since(&self) -> Option<Instant> {
-        self.refused_since
+        self.streak.refused_since
     }
 }
 
 /// The run of failures the driver tracks: [`Failures`] without the last error.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Streak {
     since: Instant,
     refused_since: Option<Instant>,
@@ -267,7 +274,8 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
             let sent = Instant::now();
             let step = match woken {
                 Ok(Woken::Owner) => Ok(Standing::Owner),
-                Ok(Woken::Look) => queue.standing(&mut pending.claim, req).await,
+                Ok(Woken::Look) if waits => queue.standing(&mut pending.claim, req).await,
+                Ok(Woken::Look) => queue.recheck(&mut pending.claim, req).await,
                 Err(e) => Err(e),
             };
             standing = match step {
@@ -281,11 +289,7 @@ pub async fn drive<Q: Queue>(queue: &Q, req: &Request) -> Result<Option<Q::Outpu
                 Err(e) if e.is_retryable() => {
                     let streak = Streak::after(failing, &e, sent);
                     failing = Some(streak);
-                    let failures = Failures {
-                        last: &e,
-                        since: streak.since,
-                        refused_since: streak.refused_since,
-                    };
+                    let failures = Failures { last: &e, streak };
                     if streak.since.elapsed() >= queue.tolerance(&pending.claim, &failures) {
                         leave(pending, Exit::Failed).await;
                         return Err(e);
@@ -346,6 +350,13 @@ mod tests {
         fn log(&self) -> Vec<String> {
             self.log.lock().unwrap().clone()
         }
+        fn next_look(&self) -> Result<Standing> {
+            self.looks
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Ok(Standing::Waiting))
+        }
     }
 
     fn busy() -> Error {
@@ -380,11 +391,11 @@ mod tests {
         }
         async fn standing(&self, _c: &mut u32, _req: &Request) -> Result<Standing> {
             self.note("look".into());
-            self.looks
-                .lock()
-                .unwrap()
-                .pop_front()
-                .unwrap_or(Ok(Standing::Waiting))
+            self.next_look()
+        }
+        async fn recheck(&self, _c: &mut u32, _req: &Request) -> Result<Standing> {
+            self.note("recheck".into());
+            self.next_look()
         }
         async fn hold(&self, c: &mut u32, _req: &Request) -> Result<Option<u32>> {
             self.note(format!("hold {c}"));
@@ -512,6 +523,19 @@ mod tests {
         assert_eq!(seen[3].2, seen[2].2);
         assert!(seen[4].1 > seen[3].2.unwrap());
         assert_eq!(seen[4].2, None);
+        // Each look after a failure is a recheck; after a success, the driver waits again.
+        let steps: Vec<_> = q
+            .log()
+            .into_iter()
+            .filter(|l| ["wait", "look", "recheck"].contains(&l.as_str()))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "wait", "look", "recheck", "recheck", "recheck", "recheck", "wait", "look",
+                "recheck"
+            ],
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -536,8 +560,11 @@ mod tests {
         // Each failed wait is followed by a pause of the waiter backoff (25-50 ms growing to
         // 200-400 ms) and a look: about 10 in 2 s (80 at the first pause, without growth).
         assert!((4..=15).contains(&waits), "{waits} waits in 2 s: {log:?}");
-        let looks = log.iter().filter(|l| *l == "look").count();
-        assert!(looks >= waits, "a look follows every failed wait: {log:?}");
+        let rechecks = log.iter().filter(|l| *l == "recheck").count();
+        assert!(
+            rechecks >= waits,
+            "a recheck follows every failed wait: {log:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -107,9 +107,6 @@ struct Claim {
     confirmed: bool,
     /// Paces new watches of `before` that etcd keeps breaking.
     rewatch: Option<lockkit_core::Retry>,
-    /// Whether the last wait or look failed: the next look reads the server, so that a failure
-    /// is borne only while the server does not answer.
-    failed: bool,
     /// The fixed lease granted for the hold whose move may not have landed (its answer was
     /// lost): the next try moves the key onto this one, and a claim that does not hold revokes
     /// it.
@@ -156,7 +153,6 @@ impl Queue for EtcdQueue<'_> {
             watching: None,
             confirmed: false,
             rewatch: None,
-            failed: false,
             granted: None,
         })
     }
@@ -183,9 +179,7 @@ impl Queue for EtcdQueue<'_> {
 
     /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
-        let woken = self.wait_for_change(c, r).await;
-        c.failed = woken.is_err();
-        woken
+        self.wait_for_change(c, r).await
     }
 
     /// The watch shows our turn as of the last event it delivered, and the server may be past
@@ -198,12 +192,15 @@ impl Queue for EtcdQueue<'_> {
     /// A fixed lease that waited parked on the session is granted once the turn is ours, here
     /// rather than in `hold`, so that a failure meanwhile is borne like any failed look.
     async fn standing(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
-        let turn = match self.look(c, r).await {
-            Ok(Turn::Owner) if c.parked => self.unpark(c, r).await,
-            turn => turn,
-        };
-        c.failed = turn.is_err();
-        turn
+        let turn = self.look(c, r, false).await?;
+        self.settle(c, r, turn).await
+    }
+
+    /// After a wait or look that failed midway, the look reads the server, so that a failure
+    /// is borne only while the server does not answer.
+    async fn recheck(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+        let turn = self.look(c, r, true).await?;
+        self.settle(c, r, turn).await
     }
 
     async fn hold(&self, c: &mut Claim, r: &Request) -> Result<Option<GuardParts>> {
@@ -302,13 +299,13 @@ impl Queue for EtcdQueue<'_> {
 
 impl EtcdQueue<'_> {
     /// Where the claim stands, settling what the watch showed with a linearizable read where
-    /// it must (see [`Queue::standing`]).
-    async fn look(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+    /// it must (see [`Queue::standing`]); `after_failure`: the last wait or look failed.
+    async fn look(&self, c: &mut Claim, r: &Request, after_failure: bool) -> Result<Turn> {
         if c.seen == Standing::Gone {
             return Ok(Turn::Gone);
         }
         self.inner.check_open()?;
-        if c.failed {
+        if after_failure {
             // The last wait or look failed midway: only the server knows where we stand.
             if self.want.nw.is_narrow() {
                 // A mutex's read also learns the key now ranked before ours, for the next wait.
@@ -336,9 +333,13 @@ impl EtcdQueue<'_> {
         })
     }
 
-    /// Grants a parked claim's fixed lease now that the turn is ours, and moves our key onto
-    /// it: the guard's clock starts here. Gone when the key is.
-    async fn unpark(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
+    /// The standing a look found, once a parked claim whose turn came has its fixed lease:
+    /// granted now, with our key moved onto it, so that the guard's clock starts here. Gone
+    /// when the key is.
+    async fn settle(&self, c: &mut Claim, r: &Request, turn: Turn) -> Result<Turn> {
+        if turn != Turn::Owner || !c.parked {
+            return Ok(turn);
+        }
         Ok(match c.unpark(self.inner, r.lease().duration()).await? {
             Some(clock) => {
                 c.clock = clock;

@@ -10,7 +10,7 @@ use lockkit_core::{Error, LostReason, Result};
 
 use crate::inner::Inner;
 use crate::ops::{
-    delete_if_ours, key_lease, move_to_lease, reap_step, set_value_if_ours, KeyLease,
+    delete_if_ours, key_lease, move_to_lease, reap_lease, reap_step, set_value_if_ours, KeyLease,
 };
 use crate::session::grant_exact;
 use crate::watch::{NameWatch, Slot};
@@ -49,7 +49,7 @@ impl HeldShared {
         self.nw.remove_holder(self.rev);
         match delete_if_ours(&self.inner, &self.key, self.rev).await {
             Ok(deleted) => {
-                self.finish().await;
+                self.finish();
                 if deleted {
                     Ok(())
                 } else {
@@ -72,18 +72,18 @@ impl HeldShared {
                 let work = delete_if_ours(&me.inner, &me.key, me.rev).await.map(drop);
                 let step = reap_step(&me.inner, me.lease_id(), work).await;
                 if !matches!(step, Attempt::Retry(_)) {
-                    me.finish().await;
+                    me.finish();
                 }
                 step
             }
         });
     }
 
-    /// After the key is gone: revoke a fixed lease (nothing is on it any more; if the server
-    /// does not take the revoke, the lease runs out by itself), free the slot.
-    async fn finish(&self) {
+    /// After the key is gone: hand a fixed lease's revoke to the reaper (nothing is on it any
+    /// more), free the slot.
+    fn finish(&self) {
         if let Some(id) = self.fixed_lease() {
-            let _ = self.inner.pool.revoke_lease(id).await;
+            reap_lease(&self.inner, id);
         }
         self.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
@@ -179,7 +179,7 @@ impl Held for EtcdHeld {
                     Ok(None) => break false,
                     // No move of this call landed on the new lease, nor can one later.
                     Err(e) => {
-                        let _ = s.inner.pool.revoke_lease(new).await;
+                        reap_lease(&s.inner, new);
                         return Err(e);
                     }
                 },
@@ -199,13 +199,13 @@ impl Held for EtcdHeld {
         };
         if moved {
             *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
-            // Nothing is on the old lease any more: if this revoke fails, it runs out.
-            let _ = s.inner.pool.revoke_lease(old).await;
+            // Nothing is on the old lease any more.
+            reap_lease(&s.inner, old);
             Ok(())
         } else {
             // Lost before the round trip that tidies up, never after it.
             s.state.mark_lost(LostReason::Deleted);
-            let _ = s.inner.pool.revoke_lease(new).await;
+            reap_lease(&s.inner, new);
             Err(Error::lost(&s.name))
         }
     }
