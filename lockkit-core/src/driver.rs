@@ -88,10 +88,10 @@ pub trait Queue: Send + Sync {
     /// lag).
     async fn standing(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing>;
 
-    /// Where the claim stands, asked after a step failed midway (a wait or a look whose
-    /// answer was lost): what the claim learned before may no longer hold, so a backend that
-    /// answers [`standing`](Queue::standing) from what its watch showed reads the server here.
-    /// By default, [`standing`](Queue::standing).
+    /// Where the claim stands, asked instead of [`standing`](Queue::standing) after a step
+    /// failed (a wait or a look that was refused, or whose answer was lost): what the claim
+    /// learned before may no longer hold, so a backend that answers `standing` from what its
+    /// watch showed reads the server here. By default, `standing`.
     async fn recheck(&self, claim: &mut Self::Claim, req: &Request) -> Result<Standing> {
         self.standing(claim, req).await
     }

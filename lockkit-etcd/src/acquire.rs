@@ -87,9 +87,6 @@ struct Claim {
     clock: Arc<LeaseClock>,
     /// Our key's create revision, once created.
     rev: i64,
-    /// Whether a fixed-lease claim's key moved (or may have moved: the move's answer was lost)
-    /// onto the session lease to wait: it moves onto a fixed lease again before it holds.
-    parked: bool,
     /// The session lease a park whose answer has not come yet moves the key onto: the key may
     /// be on it or on `lease`.
     parking: Option<Arc<Session>>,
@@ -144,7 +141,6 @@ impl Queue for EtcdQueue<'_> {
             inflight: None,
             clock,
             rev: 0,
-            parked: false,
             parking: None,
             waiter: None,
             seen: Standing::Unknown,
@@ -204,7 +200,10 @@ impl Queue for EtcdQueue<'_> {
     }
 
     async fn hold(&self, c: &mut Claim, r: &Request) -> Result<Option<GuardParts>> {
-        debug_assert!(!c.parked, "a parked key is granted its lease by `standing`");
+        debug_assert!(
+            !c.parked(r),
+            "a parked key is granted its lease by `settle`"
+        );
         c.unregister(self.want.nw);
         let state = StateCell::new(c.clock.clone());
         if let KeyLease::Session(s) = &c.lease {
@@ -337,7 +336,7 @@ impl EtcdQueue<'_> {
     /// granted now, with our key moved onto it, so that the guard's clock starts here. Gone
     /// when the key is.
     async fn settle(&self, c: &mut Claim, r: &Request, turn: Turn) -> Result<Turn> {
-        if turn != Turn::Owner || !c.parked {
+        if turn != Turn::Owner || !c.parked(r) {
             return Ok(turn);
         }
         Ok(match c.unpark(self.inner, r.lease().duration()).await? {
@@ -848,6 +847,13 @@ impl Claim {
         ))
     }
 
+    /// Whether a fixed-lease claim's key moved (or may have moved: the move's answer was lost)
+    /// onto the session lease to wait: it moves onto a fixed lease again before it holds.
+    fn parked(&self, r: &Request) -> bool {
+        self.parking.is_some()
+            || (!r.lease().is_watchdog() && matches!(self.lease, KeyLease::Session(_)))
+    }
+
     /// Moves our key from its fixed lease onto the handle's session lease, keeping its value,
     /// and revokes the fixed lease: a waiter's key then lives as long as we wait. The session
     /// lease the key is on; `None` when the key is gone.
@@ -865,7 +871,6 @@ impl Claim {
             Some(s) => s,
             None => inner.session(inner.lease).await?,
         };
-        self.parked = true;
         self.parking = Some(s.clone());
         let id = s.id();
         if !move_to_lease(inner, &self.key, self.rev, Some(fixed), id).await? {
@@ -922,7 +927,6 @@ impl Claim {
                 return Ok(None);
             }
             self.lease = KeyLease::Fixed(id);
-            self.parked = false;
             return Ok(Some(LeaseClock::starting(sent, d)));
         }
     }

@@ -565,23 +565,17 @@ async fn extend_moves_a_key_a_late_move_put_on_another_lease() {
     let (key, rev, _) = keys(&mut raw, &n).await.remove(0);
     // The earlier extend's late move: our key onto a lease of ours the guard does not know.
     let other = raw.lease_grant(40, None).await.unwrap().id();
-    let moved = raw
-        .txn(
-            Txn::new()
-                .when([Compare::create_revision(
-                    key.clone(),
-                    lockkit_etcd::etcd_client::CompareOp::Equal,
-                    rev,
-                )])
-                .and_then([TxnOp::put(
-                    key.clone(),
-                    "",
-                    Some(PutOptions::new().with_lease(other).with_ignore_value()),
-                )]),
-        )
-        .await
-        .unwrap();
-    assert!(moved.succeeded());
+    let ours = Compare::create_revision(
+        key.clone(),
+        lockkit_etcd::etcd_client::CompareOp::Equal,
+        rev,
+    );
+    let put = TxnOp::put(
+        key.clone(),
+        "",
+        Some(PutOptions::new().with_lease(other).with_ignore_value()),
+    );
+    assert!(common::txn_if(&mut raw, ours, put).await);
     g.extend(Duration::from_secs(30)).await.unwrap();
     assert_eq!(g.state(), LockState::Held);
     let (_, still, on) = keys(&mut raw, &n).await.remove(0);

@@ -197,16 +197,9 @@ async fn the_first_permit_is_fenced_by_its_own_key() {
     );
     let owner = a.is_owner(&p).await.unwrap();
     p.release().await.unwrap();
-    let txn = lockkit_etcd::etcd_client::Txn::new()
-        .when([owner])
-        .and_then([lockkit_etcd::etcd_client::TxnOp::put(
-            format!("{n}-fenced"),
-            "x",
-            None,
-        )]);
-    let resp = a.client().txn(txn).await.unwrap();
+    let put = lockkit_etcd::etcd_client::TxnOp::put(format!("{n}-fenced"), "x", None);
     assert!(
-        !resp.succeeded(),
+        !common::txn_if(&mut a.client(), owner, put).await,
         "a fenced write went through after the release"
     );
     a.close().await.unwrap();

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use lockkit_core::LockConfig;
-use lockkit_etcd::etcd_client::{Client, GetOptions, SortOrder, SortTarget};
+use lockkit_etcd::etcd_client::{Client, Compare, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 use lockkit_etcd::EtcdLocks;
 
 /// The test server URL, or `None` to skip (only when etcd is not required).
@@ -31,6 +31,12 @@ pub async fn raw(url: &str) -> Client {
     let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
     let eps: Vec<String> = u.hosts.iter().map(|h| h.to_string()).collect();
     Client::connect(eps, None).await.unwrap()
+}
+
+/// Runs `then` in one transaction only if `when` holds; whether it did.
+pub async fn txn_if(client: &mut Client, when: Compare, then: TxnOp) -> bool {
+    let txn = Txn::new().when([when]).and_then([then]);
+    client.txn(txn).await.unwrap().succeeded()
 }
 
 /// The key prefix of mutex `name` under the default root `lockkit`.
