@@ -4,17 +4,19 @@
 //! the term is the lock's fencing token. A leadership is renewed with its leader hash and turns
 //! Lost when either is gone. Observers listen on the channel and read the leader again on each
 //! announcement, on each reconnect, and when the leader's lease ends (a leader that died is
-//! announced by nobody).
+//! announced by nobody). A leader listens too (`leading.rs`), so that an admin's
+//! `force_resign` (announced) demotes it at once rather than at its next renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{GuardParts, LeaderFeed, Look, RawElection, RawMutex, Request};
-use lockkit_core::{async_trait, FencingToken, Leader, LeaderChanges, Result};
+use lockkit_core::{async_trait, Leader, LeaderChanges, Result};
 use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::keys::LockKeys;
+use crate::leading::read;
 use crate::mutex::RedisMutex;
 use crate::pubsub::Subscription;
 
@@ -60,28 +62,10 @@ impl RawElection for RedisElection {
     }
 
     /// The mutex's force-unlock, which for an election's keys also deletes the leader hash and
-    /// announces the change: the leader's next renewal finds them gone.
+    /// announces the change: the leader hears it (else its next renewal finds the keys gone).
     async fn force_resign(&self) -> Result<bool> {
         self.m.force_unlock().await
     }
-}
-
-/// The leader, and how long the lock has left when it is held (`None`: free).
-async fn read(inner: &Inner, keys: &LockKeys) -> Result<(Option<Leader>, Option<Duration>)> {
-    let mut inv = inner.scripts.leader.prepare_invoke();
-    inv.key(&keys.lock);
-    if let Some(leader) = &keys.leader {
-        inv.key(leader);
-    }
-    let (term, value, pttl): (String, Vec<u8>, i64) = inner.invoke(&inv, "leader").await?;
-    let leader = term
-        .parse::<u64>()
-        .ok()
-        .map(|t| Leader::new(value, FencingToken(t)));
-    Ok((
-        leader,
-        (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-    ))
 }
 
 /// An observer's look: the leader as the server has it, then a wait for an announcement, a

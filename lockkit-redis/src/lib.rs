@@ -8,6 +8,7 @@ mod conn;
 mod election;
 mod error;
 mod keys;
+mod leading;
 mod multi;
 mod mutex;
 mod pubsub;

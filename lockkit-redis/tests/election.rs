@@ -98,6 +98,44 @@ async fn keys_follow_the_layout_and_nothing_is_left() {
     assert!(e.leader().await.unwrap().is_none());
 }
 
+/// An admin's `force_resign` demotes the leader as soon as it hears the announcement, not at its
+/// next renewal (10 s away with the default 30 s lease).
+#[tokio::test]
+async fn a_forced_resignation_demotes_the_leader_before_its_next_renewal() {
+    let server = PrivateRedis::start(&[]);
+    let locks = connect(&server.url(), &[]).await;
+    let mut admin = admin(&server.url()).await;
+    let channel = LockKeys::election("lockkit", "forced").channel;
+    let e = locks.election("forced").unwrap();
+    let lead = e.campaign("a").await.unwrap();
+    // Once the leader listens on the election's channel (1 s at most), the demotion reaches it
+    // as an announcement rather than through the read that follows its subscription.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if listeners == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(locks
+        .election("forced")
+        .unwrap()
+        .force_resign()
+        .await
+        .unwrap());
+    tokio::time::timeout(Duration::from_secs(2), lead.lost())
+        .await
+        .expect("told Lost before the next renewal");
+    assert_eq!(lead.state(), LockState::Lost);
+    assert!(!lead.resign().await.unwrap());
+}
+
 #[tokio::test]
 async fn a_leader_whose_leader_hash_is_deleted_is_lost() {
     let server = PrivateRedis::start(&[]);

@@ -5,13 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{GuardParts, Watched};
-use lockkit_core::{Lease, Result};
+use lockkit_core::{FencingToken, Lease, Result};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
 use super::held::RedisHeld;
 use crate::client::{Inner, Reentries};
 use crate::keys::LockKeys;
+use crate::leading::demote_when_announced;
 use crate::replicas::Ticket;
 use crate::watchdog::Renewal;
 
@@ -113,9 +114,16 @@ impl RedisMutex {
             expiry,
             entry: Renewal::of_mutex(&self.keys, &owner),
         };
+        let leads = self.keys.leader.is_some();
         self.inner
             .watchdog
             .hold(watched, token, lease, |id, state| {
+                if leads {
+                    // An election's leader (see `leading.rs`).
+                    let (inner, keys) = (self.inner.clone(), self.keys.clone());
+                    let (term, s) = (FencingToken(token), state.clone());
+                    tokio::spawn(demote_when_announced(inner, keys, term, id, s));
+                }
                 Box::new(RedisHeld {
                     inner: self.inner.clone(),
                     name: self.name.clone(),

@@ -1,0 +1,67 @@
+//! A leader's side of an election: the leader as the server has it (one script call), and the
+//! listener that demotes a leader at once when an announcement shows it no longer leads (an
+//! admin's `force_resign`), rather than at its next renewal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_core::spi::StateCell;
+use lockkit_core::{FencingToken, Leader, Result};
+
+use crate::client::Inner;
+use crate::keys::LockKeys;
+
+/// Listens on the election's channel while the leadership of `term` (watchdog id `id`, in
+/// `state`) lasts, and has the watchdog turn it Lost once a read, after subscribing and after
+/// each announcement or reconnect, shows another leader or none. A release unregisters the
+/// ownership before its script runs, so a leader's own resignation never reads as a demotion.
+/// A read that fails changes nothing: the renewal stays the backstop.
+pub(crate) async fn demote_when_announced(
+    inner: Arc<Inner>,
+    keys: Arc<LockKeys>,
+    term: FencingToken,
+    id: u64,
+    state: StateCell,
+) {
+    // Named like no owner field, so a hand-off message never reaches it.
+    let name = format!("observer:{}", inner.new_owner());
+    let Ok(sub) = inner.subs.follow(&keys.channel, &name).await else {
+        return;
+    };
+    let mut changes = state.changes();
+    loop {
+        if let Ok((leader, _)) = read(&inner, &keys).await {
+            if leader.map(|l| l.term()) != Some(term) {
+                inner.watchdog.lost(id);
+                return;
+            }
+        }
+        let ended = async { while changes.next().await.is_some() {} };
+        tokio::select! {
+            () = sub.notified() => {}
+            // Resigned, lost or closed.
+            () = ended => return,
+        }
+    }
+}
+
+/// The leader, and how long the lock has left when it is held (`None`: free).
+pub(crate) async fn read(
+    inner: &Inner,
+    keys: &LockKeys,
+) -> Result<(Option<Leader>, Option<Duration>)> {
+    let mut inv = inner.scripts.leader.prepare_invoke();
+    inv.key(&keys.lock);
+    if let Some(leader) = &keys.leader {
+        inv.key(leader);
+    }
+    let (term, value, pttl): (String, Vec<u8>, i64) = inner.invoke(&inv, "leader").await?;
+    let leader = term
+        .parse::<u64>()
+        .ok()
+        .map(|t| Leader::new(value, FencingToken(t)));
+    Ok((
+        leader,
+        (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+    ))
+}
