@@ -15,7 +15,8 @@ use crate::keys::LockKeys;
 /// `state`) lasts, and has the watchdog turn it Lost once a read, after subscribing and after
 /// each announcement or reconnect, shows another leader or none. A release unregisters the
 /// ownership before its script runs, so a leader's own resignation never reads as a demotion.
-/// A read that fails changes nothing: the renewal stays the backstop.
+/// A read that fails, or a subscription that cannot be made, changes nothing: the renewal
+/// stays the backstop.
 pub(crate) async fn demote_when_announced(
     inner: Arc<Inner>,
     keys: Arc<LockKeys>,
@@ -29,6 +30,7 @@ pub(crate) async fn demote_when_announced(
         return;
     };
     let mut changes = state.changes();
+    let mut closed = inner.closed.subscribe();
     loop {
         if let Ok((leader, _)) = read(&inner, &keys).await {
             if leader.map(|l| l.term()) != Some(term) {
@@ -41,6 +43,7 @@ pub(crate) async fn demote_when_announced(
             () = sub.notified() => {}
             // Resigned, lost or closed.
             () = ended => return,
+            _ = closed.wait_for(|c| *c) => return,
         }
     }
 }

@@ -123,17 +123,29 @@ async fn a_forced_resignation_demotes_the_leader_before_its_next_renewal() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(locks
-        .election("forced")
-        .unwrap()
-        .force_resign()
-        .await
-        .unwrap());
-    tokio::time::timeout(Duration::from_secs(2), lead.lost())
+    // Its own announcement (a new value) leaves it leading.
+    lead.proclaim("a2").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(lead.state(), LockState::Held, "its own proclaim");
+    let admin_e = locks.election("forced").unwrap();
+    assert!(admin_e.force_resign().await.unwrap());
+    let why = tokio::time::timeout(Duration::from_secs(2), lead.lost())
         .await
         .expect("told Lost before the next renewal");
+    assert_eq!(why, lockkit_core::LostReason::Deleted);
     assert_eq!(lead.state(), LockState::Lost);
     assert!(!lead.resign().await.unwrap());
+    // A leader's own resignation, announced too, is a release, never a loss.
+    let again = e.campaign("b").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut states = again.state_changes();
+    assert!(again.resign().await.unwrap());
+    let mut seen = Vec::new();
+    while let Some(s) = states.next().await {
+        seen.push(s);
+    }
+    assert_eq!(seen.last(), Some(&LockState::Released), "{seen:?}");
+    assert!(!seen.contains(&LockState::Lost), "{seen:?}");
 }
 
 #[tokio::test]
