@@ -173,9 +173,34 @@ impl Queue for EtcdQueue<'_> {
         }
     }
 
-    /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline.
+    /// Waits until the name's watch wakes us (our turn, or our key gone), or the deadline. A
+    /// fixed lease starts when the lock is taken: before its first wait, our key moves onto the
+    /// handle's session lease.
     async fn wait(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
-        self.wait_for_change(c, r).await
+        let (nw, need) = (self.want.nw, self.want.need);
+        // A fixed lease's key parks before its first wait, and again after a move whose answer
+        // was lost.
+        if c.park(self.inner).await?.is_none() {
+            c.seen = Standing::Gone;
+            return Ok(Woken::Look);
+        }
+        let notify = c
+            .waiter
+            .get_or_insert_with(|| nw.add_waiter(c.rev, need))
+            .clone();
+        self.check_watch()?;
+        c.settled = false;
+        if nw.is_narrow() {
+            return self.wait_narrow(c, r, &notify).await;
+        }
+        c.seen = nw.standing(c.rev, need);
+        if matches!(c.seen, Standing::Owner | Standing::Gone) {
+            return Ok(Woken::Look);
+        }
+        // The watch wakes a waiter only when it became owner or lost its key.
+        r.within(notify.notified()).await;
+        c.seen = nw.standing(c.rev, need);
+        Ok(Woken::Look)
     }
 
     /// The watch shows our turn as of the last event it delivered, and the server may be past
@@ -184,25 +209,22 @@ impl Queue for EtcdQueue<'_> {
     /// ran out before it said so; giving up then would send us to the back of the queue, and
     /// waiters that all lag would leapfrog each other for ever. So a turn, and a wait that ran
     /// out, are settled by a linearizable read (Go's `Mutex.Lock` reads its key again too).
-    ///
-    /// A fixed lease that waited parked on the session is granted once the turn is ours, here
-    /// rather than in `hold`, so that a failure meanwhile is borne like any failed look.
     async fn standing(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
         let turn = self.look(c, r, false).await?;
-        self.settle(c, r, turn).await
+        self.unpark_if_owner(c, r, turn).await
     }
 
     /// After a wait or look that failed midway, the look reads the server, so that a failure
     /// is borne only while the server does not answer.
     async fn recheck(&self, c: &mut Claim, r: &Request) -> Result<Turn> {
         let turn = self.look(c, r, true).await?;
-        self.settle(c, r, turn).await
+        self.unpark_if_owner(c, r, turn).await
     }
 
     async fn hold(&self, c: &mut Claim, r: &Request) -> Result<Option<GuardParts>> {
         debug_assert!(
             !c.parked(r),
-            "a parked key is granted its lease by `settle`"
+            "a parked key is granted its lease by `unpark_if_owner`"
         );
         c.unregister(self.want.nw);
         let state = StateCell::new(c.clock.clone());
@@ -334,8 +356,9 @@ impl EtcdQueue<'_> {
 
     /// The standing a look found, once a parked claim whose turn came has its fixed lease:
     /// granted now, with our key moved onto it, so that the guard's clock starts here. Gone
-    /// when the key is.
-    async fn settle(&self, c: &mut Claim, r: &Request, turn: Turn) -> Result<Turn> {
+    /// when the key is. Granted here, after `standing` or `recheck`, rather than in `hold`, so
+    /// that a failure meanwhile is borne like any failed look.
+    async fn unpark_if_owner(&self, c: &mut Claim, r: &Request, turn: Turn) -> Result<Turn> {
         if turn != Turn::Owner || !c.parked(r) {
             return Ok(turn);
         }
@@ -346,35 +369,6 @@ impl EtcdQueue<'_> {
             }
             None => Turn::Gone,
         })
-    }
-
-    /// Waits until the name's watch wakes us, or the deadline. A fixed lease starts when the
-    /// lock is taken: before its first wait, our key moves onto the handle's session lease.
-    async fn wait_for_change(&self, c: &mut Claim, r: &Request) -> Result<Woken> {
-        let (nw, need) = (self.want.nw, self.want.need);
-        // A fixed lease's key parks before its first wait, and again after a move whose answer
-        // was lost.
-        if c.park(self.inner).await?.is_none() {
-            c.seen = Standing::Gone;
-            return Ok(Woken::Look);
-        }
-        let notify = c
-            .waiter
-            .get_or_insert_with(|| nw.add_waiter(c.rev, need))
-            .clone();
-        self.check_watch()?;
-        c.settled = false;
-        if nw.is_narrow() {
-            return self.wait_narrow(c, r, &notify).await;
-        }
-        c.seen = nw.standing(c.rev, need);
-        if matches!(c.seen, Standing::Owner | Standing::Gone) {
-            return Ok(Woken::Look);
-        }
-        // The watch wakes a waiter only when it became owner or lost its key.
-        r.within(notify.notified()).await;
-        c.seen = nw.standing(c.rev, need);
-        Ok(Woken::Look)
     }
 
     /// An error when the name's watch has stopped (only a closed handle stops its watches).

@@ -230,21 +230,12 @@ async fn is_owner_guards_a_user_transaction() {
     let m = a.mutex(&n).unwrap();
     let g = m.lock().await.unwrap();
     let data = format!("lockkit-test-data/{n}");
-    let write = |v: &'static str, cmp: Compare| {
-        Txn::new()
-            .when([cmp])
-            .and_then([TxnOp::put(data.clone(), v, Some(PutOptions::new()))])
-    };
+    let write = |v: &'static str| TxnOp::put(data.clone(), v, Some(PutOptions::new()));
     let cmp = a.is_owner(&g).await.unwrap();
-    assert!(a
-        .client()
-        .txn(write("one", cmp.clone()))
-        .await
-        .unwrap()
-        .succeeded());
+    assert!(common::txn_if(&mut a.client(), cmp.clone(), write("one")).await);
     assert!(m.force_unlock().await.unwrap());
     assert!(
-        !a.client().txn(write("two", cmp)).await.unwrap().succeeded(),
+        !common::txn_if(&mut a.client(), cmp, write("two")).await,
         "a write guarded by is_owner() went through after the lock was lost"
     );
     a.client().delete(data, None).await.unwrap();

@@ -115,7 +115,8 @@ impl RedisBackend {
         self.inner.watchdog.len()
     }
 
-    /// How many lock channels this client is subscribed to for waiting acquirers.
+    /// How many channels this client is subscribed to: its waiting acquirers' lock channels, and
+    /// the channels of the elections it observes or leads.
     pub fn waiting_channels(&self) -> usize {
         self.inner.subs.active_channels()
     }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::keys::LockKeys;
-use crate::leading::read;
+use crate::leading::{listen, read};
 use crate::mutex::RedisMutex;
 use crate::pubsub::Subscription;
 
@@ -49,9 +49,7 @@ impl RawElection for RedisElection {
     /// Subscribes first, so no announcement after the first read is missed.
     async fn observe(&self) -> Result<LeaderChanges> {
         let (inner, keys) = (self.m.inner.clone(), self.m.keys.clone());
-        // Named like no owner field, so a hand-off message never reaches it.
-        let name = format!("observer:{}", inner.new_owner());
-        let sub = inner.subs.follow(&keys.channel, &name).await?;
+        let sub = listen(&inner, &keys).await?;
         let (feed, changes) = LeaderFeed::channel();
         let mut closed = inner.closed.subscribe();
         let stop = async move {

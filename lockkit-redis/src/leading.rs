@@ -1,22 +1,31 @@
-//! A leader's side of an election: the leader as the server has it (one script call), and the
-//! listener that demotes a leader at once when an announcement shows it no longer leads (an
-//! admin's `force_resign`), rather than at its next renewal.
+//! What an election's leader and observers share on Redis: the leader as the server has it (one
+//! script call), a listener on the election's channel, and the listener that demotes a leader at
+//! once when an announcement shows it no longer leads (an admin's `force_resign`), rather than at
+//! its next renewal.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::StateCell;
-use lockkit_core::{FencingToken, Leader, Result};
+use lockkit_core::{Backoff, FencingToken, Leader, Result};
 
 use crate::client::Inner;
 use crate::keys::LockKeys;
+use crate::pubsub::Subscription;
+
+/// A listener on the election's channel, once the server has it: every announcement and every
+/// reconnect wake it. Named like no owner field, so a hand-off message never reaches it.
+pub(crate) async fn listen(inner: &Arc<Inner>, keys: &LockKeys) -> Result<Subscription> {
+    let name = format!("listener:{}", inner.new_owner());
+    inner.subs.follow(&keys.channel, &name).await
+}
 
 /// Listens on the election's channel while the leadership of `term` (watchdog id `id`, in
 /// `state`) lasts, and has the watchdog turn it Lost once a read, after subscribing and after
 /// each announcement or reconnect, shows another leader or none. A release unregisters the
 /// ownership before its script runs, so a leader's own resignation never reads as a demotion.
-/// A read that fails, or a subscription that cannot be made, changes nothing: the renewal
-/// stays the backstop.
+/// A read that fails changes nothing, and a subscription that fails is made again at a pace;
+/// meanwhile the renewal is the backstop.
 pub(crate) async fn demote_when_announced(
     inner: Arc<Inner>,
     keys: Arc<LockKeys>,
@@ -24,13 +33,20 @@ pub(crate) async fn demote_when_announced(
     id: u64,
     state: StateCell,
 ) {
-    // Named like no owner field, so a hand-off message never reaches it.
-    let name = format!("observer:{}", inner.new_owner());
-    let Ok(sub) = inner.subs.follow(&keys.channel, &name).await else {
-        return;
-    };
     let mut changes = state.changes();
     let mut closed = inner.closed.subscribe();
+    let mut retry = Backoff::WATCH.start();
+    let sub = loop {
+        if let Ok(sub) = listen(&inner, &keys).await {
+            break sub;
+        }
+        let ended = async { while changes.next().await.is_some() {} };
+        tokio::select! {
+            () = retry.wait() => {}
+            () = ended => return,
+            _ = closed.wait_for(|c| *c) => return,
+        }
+    };
     loop {
         if let Ok((leader, _)) = read(&inner, &keys).await {
             if leader.map(|l| l.term()) != Some(term) {

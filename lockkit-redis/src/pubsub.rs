@@ -200,7 +200,7 @@ impl Subscriptions {
     }
 
     /// A subscription to `channel` for one named listener, once the server has it, that every
-    /// `!` message and every reconnect wake: an election's observer.
+    /// `!` message and every reconnect wake: an election's observer or leader.
     pub(crate) async fn follow(
         self: &Arc<Self>,
         channel: &str,

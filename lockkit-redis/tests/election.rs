@@ -111,16 +111,9 @@ async fn a_forced_resignation_demotes_the_leader_before_its_next_renewal() {
     // Once the leader listens on the election's channel (1 s at most), the demotion reaches it
     // as an announcement rather than through the read that follows its subscription.
     let started = std::time::Instant::now();
-    while started.elapsed() < Duration::from_secs(1) {
-        let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&channel)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if listeners == 1 {
-            break;
-        }
+    let mut listened = false;
+    while !listened && started.elapsed() < Duration::from_secs(1) {
+        listened = listeners(&mut admin, &channel).await == 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // Its own announcement (a new value) leaves it leading.
@@ -134,18 +127,39 @@ async fn a_forced_resignation_demotes_the_leader_before_its_next_renewal() {
         .expect("told Lost before the next renewal");
     assert_eq!(why, lockkit_core::LostReason::Deleted);
     assert_eq!(lead.state(), LockState::Lost);
+    assert!(
+        listened,
+        "the leader listened on {channel} before the demotion"
+    );
     assert!(!lead.resign().await.unwrap());
     // A leader's own resignation, announced too, is a release, never a loss.
     let again = e.campaign("b").await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut states = again.state_changes();
+    let lost = again.lost();
     assert!(again.resign().await.unwrap());
-    let mut seen = Vec::new();
-    while let Some(s) = states.next().await {
-        seen.push(s);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), lost)
+            .await
+            .is_err(),
+        "a resignation read as a demotion"
+    );
+    // Neither leader's listener outlives its leadership.
+    let started = std::time::Instant::now();
+    while listeners(&mut admin, &channel).await != 0 {
+        assert!(started.elapsed() < SOON, "a listener is left on {channel}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(seen.last(), Some(&LockState::Released), "{seen:?}");
-    assert!(!seen.contains(&LockState::Lost), "{seen:?}");
+}
+
+/// How many connections listen on `channel`.
+async fn listeners(admin: &mut redis::aio::MultiplexedConnection, channel: &str) -> u64 {
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(admin)
+        .await
+        .unwrap();
+    n
 }
 
 #[tokio::test]
