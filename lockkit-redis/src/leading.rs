@@ -36,27 +36,29 @@ pub(crate) async fn demote_when_announced(
     let mut changes = state.changes();
     let mut closed = inner.closed.subscribe();
     let mut retry = Backoff::WATCH.start();
-    let sub = loop {
-        if let Ok(sub) = listen(&inner, &keys).await {
-            break sub;
-        }
-        let ended = async { while changes.next().await.is_some() {} };
-        tokio::select! {
-            () = retry.wait() => {}
-            () = ended => return,
-            _ = closed.wait_for(|c| *c) => return,
-        }
-    };
+    let mut sub: Option<Subscription> = None;
     loop {
-        if let Ok((leader, _)) = read(&inner, &keys).await {
-            if leader.map(|l| l.term()) != Some(term) {
-                inner.watchdog.lost(id);
-                return;
+        if sub.is_none() {
+            sub = listen(&inner, &keys).await.ok();
+        }
+        if sub.is_some() {
+            if let Ok((leader, _)) = read(&inner, &keys).await {
+                if leader.map(|l| l.term()) != Some(term) {
+                    inner.watchdog.lost(id);
+                    return;
+                }
             }
         }
+        // An announcement or a reconnect; without a subscription, the time to try again.
+        let woken = async {
+            match &sub {
+                Some(sub) => sub.notified().await,
+                None => retry.wait().await,
+            }
+        };
         let ended = async { while changes.next().await.is_some() {} };
         tokio::select! {
-            () = sub.notified() => {}
+            () = woken => {}
             // Resigned, lost or closed.
             () = ended => return,
             _ = closed.wait_for(|c| *c) => return,

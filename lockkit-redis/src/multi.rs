@@ -107,6 +107,7 @@ pub(crate) async fn take_all(
                     lease.duration(),
                     false,
                 )
+                .0
             })
             .collect(),
     ))

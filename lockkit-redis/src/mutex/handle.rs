@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{GuardParts, Watched};
-use lockkit_core::{FencingToken, Lease, Result};
+use lockkit_core::{Lease, Result};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
 
 use super::held::RedisHeld;
 use crate::client::{Inner, Reentries};
 use crate::keys::LockKeys;
-use crate::leading::demote_when_announced;
 use crate::replicas::Ticket;
 use crate::watchdog::Renewal;
 
@@ -98,7 +97,7 @@ impl RedisMutex {
     }
 
     /// The guard parts of a new ownership whose server expiry, `expiry`, was set no earlier
-    /// than `sent_at`.
+    /// than `sent_at`, and its id in the watchdog.
     pub(crate) fn guard(
         &self,
         owner: String,
@@ -107,23 +106,19 @@ impl RedisMutex {
         sent_at: Instant,
         expiry: Duration,
         fair: bool,
-    ) -> GuardParts {
+    ) -> (GuardParts, u64) {
         let watched = Watched {
             name: self.name.clone(),
             sent_at,
             expiry,
             entry: Renewal::of_mutex(&self.keys, &owner),
         };
-        let leads = self.keys.leader.is_some();
-        self.inner
+        let mut watch_id = 0;
+        let parts = self
+            .inner
             .watchdog
             .hold(watched, token, lease, |id, state| {
-                if leads {
-                    // An election's leader (see `leading.rs`).
-                    let (inner, keys) = (self.inner.clone(), self.keys.clone());
-                    let (term, s) = (FencingToken(token), state.clone());
-                    tokio::spawn(demote_when_announced(inner, keys, term, id, s));
-                }
+                watch_id = id;
                 Box::new(RedisHeld {
                     inner: self.inner.clone(),
                     name: self.name.clone(),
@@ -134,6 +129,7 @@ impl RedisMutex {
                     reentries: Reentries::new(state.clone()),
                     state,
                 })
-            })
+            });
+        (parts, watch_id)
     }
 }

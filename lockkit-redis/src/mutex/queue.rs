@@ -15,12 +15,13 @@
 use std::time::Duration;
 
 use lockkit_core::spi::{drive, Exit, Failures, GuardParts, Queue, Request, Standing, Woken};
-use lockkit_core::{async_trait, ErrorKind, Result};
+use lockkit_core::{async_trait, ErrorKind, FencingToken, Result};
 use tokio::time::Instant;
 
 use super::handle::RedisMutex;
 use crate::beats::Beating;
 use crate::client::lease_ends_in;
+use crate::leading::demote_when_announced;
 use crate::pubsub::Subscription;
 use crate::replicas::Ticket;
 
@@ -252,7 +253,7 @@ impl Queue for NativeQueue<'_> {
     async fn hold(&self, c: &mut Claim, req: &Request) -> Result<Option<GuardParts>> {
         let m = self.m;
         let lease = req.lease();
-        let parts = match c.won.take() {
+        let ((parts, id), term) = match c.won.take() {
             None => return Ok(None),
             Some(Won::Taken {
                 token,
@@ -262,7 +263,8 @@ impl Queue for NativeQueue<'_> {
                 // Still armed: if the replicas fail us, or the future is dropped, we let go.
                 m.confirm_replicas(&c.owner, false, epoch).await?;
                 let owner = std::mem::take(&mut c.owner);
-                m.guard(owner, token, lease, sent_at, lease.duration(), false)
+                let guard = m.guard(owner, token, lease, sent_at, lease.duration(), false);
+                (guard, token)
             }
             Some(Won::HandedOver {
                 token,
@@ -270,9 +272,15 @@ impl Queue for NativeQueue<'_> {
                 expiry,
             }) => {
                 let owner = std::mem::take(&mut c.owner);
-                m.guard(owner, token, lease, since, expiry, false)
+                (m.guard(owner, token, lease, since, expiry, false), token)
             }
         };
+        if self.value.is_some() {
+            // A leader: an admin's demotion is announced (see `leading.rs`).
+            let (inner, keys, state) = (m.inner.clone(), m.keys.clone(), parts.state().clone());
+            let term = FencingToken(term);
+            tokio::spawn(demote_when_announced(inner, keys, term, id, state));
+        }
         c.armed = false;
         Ok(Some(parts))
     }

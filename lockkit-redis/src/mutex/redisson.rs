@@ -229,14 +229,11 @@ impl Queue for RsQueue<'_> {
         (c.undo, c.queued) = (false, false);
         let owner = std::mem::take(&mut c.owner);
         let lease = req.lease();
-        Ok(Some(self.m.guard(
-            owner,
-            token,
-            lease,
-            sent_at,
-            lease.duration(),
-            fair,
-        )))
+        Ok(Some(
+            self.m
+                .guard(owner, token, lease, sent_at, lease.duration(), fair)
+                .0,
+        ))
     }
 
     /// Out of time, a fair waiter leaves the queue now; every other end goes to the reaper.
