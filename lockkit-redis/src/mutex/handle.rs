@@ -122,7 +122,7 @@ impl RedisMutex {
                 Box::new(RedisHeld {
                     inner: self.inner.clone(),
                     name: self.name.clone(),
-                    keys: self.keys.clone(),
+                    election: self.keys.leader.is_some(),
                     owner,
                     id,
                     fair,

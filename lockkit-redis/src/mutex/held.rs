@@ -15,7 +15,9 @@ use crate::watchdog::Renewal;
 pub(super) struct RedisHeld {
     pub(super) inner: Arc<Inner>,
     pub(super) name: Arc<str>,
-    pub(super) keys: Arc<LockKeys>,
+    /// An election's leadership (its keys are [`LockKeys::election`]'s): the keys are built
+    /// again when needed rather than kept, which would cost a held lock half a kilobyte.
+    pub(super) election: bool,
     pub(super) owner: String,
     pub(super) id: u64,
     /// Acquired in fair mode with `redisson_compat`: the release wakes the first queued waiter
@@ -26,14 +28,25 @@ pub(super) struct RedisHeld {
     pub(super) state: StateCell,
 }
 
+impl RedisHeld {
+    /// The lock's keys, built as its handle built them.
+    fn keys(&self) -> Result<LockKeys> {
+        match self.election {
+            true => Ok(LockKeys::election(&self.inner.settings.prefix, &self.name)),
+            false => self.inner.keys(&self.name),
+        }
+    }
+}
+
 #[async_trait]
 impl Held for RedisHeld {
     async fn release(&self) -> Result<()> {
         self.inner.watchdog.unregister(self.id);
-        let epoch = self.inner.replicas.ticket(&self.keys.lock);
+        let keys = self.keys()?;
+        let epoch = self.inner.replicas.ticket(&keys.lock);
         match self
             .inner
-            .release_mutex(&self.keys, &self.owner, self.fair)
+            .release_mutex(&keys, &self.owner, self.fair)
             .await
         {
             Ok(true) => {
@@ -44,7 +57,7 @@ impl Held for RedisHeld {
             Err(e) => {
                 // Retried until it succeeds (the unlock latch makes a retry answer like the
                 // first try) or the lock has certainly expired; it then hands the lock on.
-                let (keys, owner, fair) = (self.keys.clone(), self.owner.clone(), self.fair);
+                let (keys, owner, fair) = (Arc::new(keys), self.owner.clone(), self.fair);
                 let moot = expiry_bound(&self.state);
                 self.inner.reap("release a lock", moot, move |inner| {
                     let (keys, owner) = (keys.clone(), owner.clone());
@@ -56,7 +69,7 @@ impl Held for RedisHeld {
     }
 
     async fn extend(&self, lease: Duration) -> Result<()> {
-        let renewal = Renewal::of_mutex(&self.keys, &self.owner);
+        let renewal = Renewal::of_mutex(&self.keys()?, &self.owner);
         self.inner
             .extend(&renewal, lease, self.id, &self.name)
             .await
@@ -64,16 +77,17 @@ impl Held for RedisHeld {
 
     /// Elections only (see `scripts/proclaim.lua`).
     async fn proclaim(&self, value: &[u8]) -> Result<()> {
-        let Some(leader) = &self.keys.leader else {
+        let keys = self.keys()?;
+        let Some(leader) = &keys.leader else {
             return Err(Error::unsupported("a lock has no value to proclaim"));
         };
         let mut inv = self.inner.scripts.proclaim.prepare_invoke();
-        inv.key(&self.keys.lock)
+        inv.key(&keys.lock)
             .key(leader)
-            .key(&self.keys.channel)
+            .key(&keys.channel)
             .arg(&self.owner)
             .arg(value);
-        let epoch = self.inner.replicas.ticket(&self.keys.lock);
+        let epoch = self.inner.replicas.ticket(&keys.lock);
         match self.inner.invoke::<i64>(&inv, "proclaim").await? {
             // The new value counts once the replicas have it, as a renewal does.
             1 => self.inner.replicas.kept("proclaim", epoch).await,
@@ -85,9 +99,15 @@ impl Held for RedisHeld {
     }
 
     async fn reenter(&self) -> Result<()> {
-        let (keys, owner) = (&self.keys, &self.owner);
+        let keys = self.keys()?;
         self.inner
-            .reenter(&self.reentries, &keys.lock, owner, self.id, &self.name)
+            .reenter(
+                &self.reentries,
+                &keys.lock,
+                &self.owner,
+                self.id,
+                &self.name,
+            )
             .await
     }
 }
