@@ -28,9 +28,8 @@ pub(crate) struct RedisElection {
 
 impl RedisElection {
     pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
-        let keys = LockKeys::election(&inner.settings.prefix, name);
         RedisElection {
-            m: RedisMutex::with_keys(inner, name, keys),
+            m: RedisMutex::election(inner, name),
         }
     }
 }

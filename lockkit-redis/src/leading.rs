@@ -24,8 +24,8 @@ pub(crate) async fn listen(inner: &Arc<Inner>, keys: &LockKeys) -> Result<Subscr
 /// `state`) lasts, and has the watchdog turn it Lost once a read, after subscribing and after
 /// each announcement or reconnect, shows another leader or none. A release unregisters the
 /// ownership before its script runs, so a leader's own resignation never reads as a demotion.
-/// A read that fails changes nothing, and a subscription that fails is made again at a pace;
-/// meanwhile the renewal is the backstop.
+/// A subscription or a read that fails is tried again at a pace; meanwhile the renewal is the
+/// backstop.
 pub(crate) async fn demote_when_announced(
     inner: Arc<Inner>,
     keys: Arc<LockKeys>,
@@ -41,19 +41,24 @@ pub(crate) async fn demote_when_announced(
         if sub.is_none() {
             sub = listen(&inner, &keys).await.ok();
         }
+        // Whether the leader was read since the last announcement.
+        let mut read_it = false;
         if sub.is_some() {
             if let Ok((leader, _)) = read(&inner, &keys).await {
                 if leader.map(|l| l.term()) != Some(term) {
                     inner.watchdog.lost(id);
                     return;
                 }
+                read_it = true;
+                retry.reset();
             }
         }
-        // An announcement or a reconnect; without a subscription, the time to try again.
+        // An announcement or a reconnect; after a failed subscribe or read, the time to try
+        // again (an announcement before it may be the demotion).
         let woken = async {
             match &sub {
-                Some(sub) => sub.notified().await,
-                None => retry.wait().await,
+                Some(sub) if read_it => sub.notified().await,
+                _ => retry.wait().await,
             }
         };
         let ended = async { while changes.next().await.is_some() {} };

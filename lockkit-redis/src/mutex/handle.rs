@@ -29,8 +29,15 @@ impl RedisMutex {
         Ok(Self::with_keys(inner, name, keys))
     }
 
-    /// The native mutex on `keys` (an election's, see [`LockKeys::election`]).
-    pub(crate) fn with_keys(inner: Arc<Inner>, name: &str, keys: LockKeys) -> Self {
+    /// The native mutex on election `name`'s keys ([`LockKeys::election`]), whose owner leads.
+    pub(crate) fn election(inner: Arc<Inner>, name: &str) -> Self {
+        let keys = LockKeys::election(&inner.settings.prefix, name);
+        Self::with_keys(inner, name, keys)
+    }
+
+    /// The mutex on `keys`, which a held lock builds again from its name (see `held.rs`): only
+    /// [`new`](Self::new) and [`election`](Self::election) know how.
+    fn with_keys(inner: Arc<Inner>, name: &str, keys: LockKeys) -> Self {
         RedisMutex {
             inner,
             name: name.into(),
@@ -113,6 +120,7 @@ impl RedisMutex {
             expiry,
             entry: Renewal::of_mutex(&self.keys, &owner),
         };
+        // Set by the closure, which `hold` always calls.
         let mut watch_id = 0;
         let parts = self
             .inner
