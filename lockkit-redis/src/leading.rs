@@ -41,7 +41,7 @@ pub(crate) async fn demote_when_announced(
         if sub.is_none() {
             sub = listen(&inner, &keys).await.ok();
         }
-        // Whether the leader was read since the last announcement.
+        // Whether this pass read the leader (else the next pass tries again after a pause).
         let mut read_it = false;
         if sub.is_some() {
             if let Ok((leader, _)) = read(&inner, &keys).await {
