@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use lockkit_core::{Locks, Primitive};
+use lockkit_core::{AcquireOptions, Locks, Primitive};
 use lockkit_redis::LockKeys;
 use lockkit_testing::unique_name;
 
@@ -107,4 +107,75 @@ async fn double_release_through_guards_is_not_possible_and_drop_after_release_is
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(locks.mutex(&name).unwrap().is_locked().await.unwrap());
     g3.release().await.unwrap();
+}
+
+/// A guard whose handle was dropped builds its keys again (it does not keep them): its reentry,
+/// extend, proclaim and release reach the lock's own keys, in the native layout, in Redisson's
+/// and for an election, and leave none behind.
+#[tokio::test]
+async fn a_guard_outliving_its_handle_acts_on_its_own_keys() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    for redisson in [false, true] {
+        let opts: &[(&str, &str)] = if redisson {
+            &[("redisson_compat", "true")]
+        } else {
+            &[]
+        };
+        let locks = connect(&url, opts).await;
+        let name = unique_name("outlives");
+        let k = if redisson {
+            LockKeys::redisson_mutex(&name).unwrap()
+        } else {
+            LockKeys::mutex("lockkit", &name)
+        };
+        let g = locks
+            .mutex(&name)
+            .unwrap()
+            .acquire(&AcquireOptions::new().fixed_lease(Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .expect("free");
+        let again = g.reenter().await.unwrap();
+        g.extend(Duration::from_secs(20)).await.unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&k.lock)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(pttl > 15_000, "extend missed {}: pttl {pttl}", k.lock);
+        again.release().await.unwrap();
+        g.release().await.unwrap();
+        let left: i64 = redis::cmd("EXISTS")
+            .arg(&k.lock)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(
+            left, 0,
+            "release missed {} (redisson_compat {redisson})",
+            k.lock
+        );
+        locks.close().await;
+    }
+    let locks = connect(&url, &[]).await;
+    let name = unique_name("outlives-elect");
+    let k = LockKeys::election("lockkit", &name);
+    let lead = locks.election(&name).unwrap().campaign("a").await.unwrap();
+    lead.proclaim("b").await.unwrap();
+    let value: Vec<u8> = redis::cmd("HGET")
+        .arg(k.leader.as_deref().unwrap())
+        .arg("value")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(value, b"b");
+    lead.resign().await.unwrap();
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(&k.lock)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "resign missed {}", k.lock);
+    locks.close().await;
 }

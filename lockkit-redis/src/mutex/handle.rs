@@ -130,6 +130,7 @@ impl RedisMutex {
                 Box::new(RedisHeld {
                     inner: self.inner.clone(),
                     name: self.name.clone(),
+                    keys: Arc::downgrade(&self.keys),
                     election: self.keys.leader.is_some(),
                     owner,
                     id,
