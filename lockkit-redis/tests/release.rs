@@ -146,17 +146,13 @@ async fn a_guard_outliving_its_handle_acts_on_its_own_keys() {
         assert!(pttl > 15_000, "extend missed {}: pttl {pttl}", k.lock);
         again.release().await.unwrap();
         g.release().await.unwrap();
-        let left: i64 = redis::cmd("EXISTS")
-            .arg(&k.lock)
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        assert_eq!(
-            left, 0,
+        let left = exists(&mut admin, &k.lock).await;
+        assert!(
+            !left,
             "release missed {} (redisson_compat {redisson})",
             k.lock
         );
-        locks.close().await;
+        locks.close().await.unwrap();
     }
     let locks = connect(&url, &[]).await;
     let name = unique_name("outlives-elect");
@@ -171,11 +167,19 @@ async fn a_guard_outliving_its_handle_acts_on_its_own_keys() {
         .unwrap();
     assert_eq!(value, b"b");
     lead.resign().await.unwrap();
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.lock)
-        .query_async(&mut admin)
+    assert!(
+        !exists(&mut admin, &k.lock).await,
+        "resign missed {}",
+        k.lock
+    );
+    locks.close().await.unwrap();
+}
+
+async fn exists(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(key)
+        .query_async(admin)
         .await
         .unwrap();
-    assert_eq!(left, 0, "resign missed {}", k.lock);
-    locks.close().await;
+    n == 1
 }
