@@ -203,7 +203,7 @@ impl Backend for RedisBackend {
         Ok(Box::new(crate::election::RedisElection::new(
             self.inner.clone(),
             name,
-        )))
+        )?))
     }
 
     /// The core has released every guard of the handle (owner-checked, handing locks to their

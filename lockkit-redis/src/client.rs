@@ -94,6 +94,15 @@ impl Inner {
         self.settings.redisson_compat && keys.leader.is_none()
     }
 
+    /// The keys of mutex `name` in this client's layout, or of election `name` (`election`:
+    /// always the native layout), as its handles and held locks build them.
+    pub(crate) fn mutex_keys(&self, name: &str, election: bool) -> Result<LockKeys> {
+        match election {
+            true => Ok(LockKeys::election(&self.settings.prefix, name)),
+            false => self.keys(name),
+        }
+    }
+
     pub(crate) fn keys(&self, name: &str) -> Result<LockKeys> {
         if self.settings.redisson_compat {
             LockKeys::redisson_mutex(name)

@@ -27,10 +27,10 @@ pub(crate) struct RedisElection {
 }
 
 impl RedisElection {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
-        RedisElection {
-            m: RedisMutex::election(inner, name),
-        }
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Result<Self> {
+        Ok(RedisElection {
+            m: RedisMutex::election(inner, name)?,
+        })
     }
 }
 

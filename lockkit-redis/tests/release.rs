@@ -110,8 +110,9 @@ async fn double_release_through_guards_is_not_possible_and_drop_after_release_is
 }
 
 /// A guard whose handle was dropped builds its keys again (it does not keep them): its reentry,
-/// extend, proclaim and release reach the lock's own keys, in the native layout, in Redisson's
-/// and for an election, and leave none behind.
+/// extend and release reach the lock's own keys, in the native layout and in Redisson's, and
+/// leave none behind. An election's leader (whose listener keeps its keys while it leads)
+/// proclaims and resigns on its own keys too.
 #[tokio::test]
 async fn a_guard_outliving_its_handle_acts_on_its_own_keys() {
     let Some(url) = shared_url() else { return };

@@ -25,24 +25,22 @@ pub(crate) struct RedisMutex {
 
 impl RedisMutex {
     pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Result<Self> {
-        let keys = inner.keys(name)?;
-        Ok(Self::with_keys(inner, name, keys))
+        Self::of(inner, name, false)
     }
 
     /// The native mutex on election `name`'s keys ([`LockKeys::election`]), whose owner leads.
-    pub(crate) fn election(inner: Arc<Inner>, name: &str) -> Self {
-        let keys = LockKeys::election(&inner.settings.prefix, name);
-        Self::with_keys(inner, name, keys)
+    pub(crate) fn election(inner: Arc<Inner>, name: &str) -> Result<Self> {
+        Self::of(inner, name, true)
     }
 
-    /// The mutex on `keys`, which a held lock builds again from its name (see `held.rs`): only
-    /// [`new`](Self::new) and [`election`](Self::election) know how.
-    fn with_keys(inner: Arc<Inner>, name: &str, keys: LockKeys) -> Self {
-        RedisMutex {
+    /// Keys from `Inner::mutex_keys`, which a held lock whose handle is gone calls again.
+    fn of(inner: Arc<Inner>, name: &str, election: bool) -> Result<Self> {
+        let keys = inner.mutex_keys(name, election)?;
+        Ok(RedisMutex {
             inner,
             name: name.into(),
             keys: Arc::new(keys),
-        }
+        })
     }
 
     /// Hands the reaper taking `owner` out of the mutex's queue, for an acquire that ends

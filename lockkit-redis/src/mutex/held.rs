@@ -16,8 +16,9 @@ pub(super) struct RedisHeld {
     pub(super) inner: Arc<Inner>,
     pub(super) name: Arc<str>,
     /// The handle's keys, while the handle lives. Once it is gone they are built again when
-    /// needed: kept, they would cost the held lock about 350 bytes more, and built for every
-    /// release while the handle lives, they cost a contended lock a fifth of its rate.
+    /// needed: kept alive, their strings would cost a held lock about 340 bytes more (the
+    /// `Weak` still keeps the struct's block, about 240), and built for every release while the
+    /// handle lives, they cost the contended 8-client rate about 0.85x in five bench pairs.
     pub(super) keys: Weak<LockKeys>,
     /// An election's leadership (its keys are [`LockKeys::election`]'s).
     pub(super) election: bool,
@@ -32,15 +33,13 @@ pub(super) struct RedisHeld {
 }
 
 impl RedisHeld {
-    /// The lock's keys: the handle's, or built as the handle built them.
+    /// The lock's keys: the handle's, or built again as the handle built them. (An election's
+    /// leader keeps them alive through its demotion listener while it leads.)
     fn keys(&self) -> Result<Arc<LockKeys>> {
         if let Some(keys) = self.keys.upgrade() {
             return Ok(keys);
         }
-        Ok(Arc::new(match self.election {
-            true => LockKeys::election(&self.inner.settings.prefix, &self.name),
-            false => self.inner.keys(&self.name)?,
-        }))
+        Ok(Arc::new(self.inner.mutex_keys(&self.name, self.election)?))
     }
 }
 
