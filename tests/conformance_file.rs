@@ -1,19 +1,8 @@
 //! The conformance suite on the `file://` backend, through `lockkit::from_config`, in a fresh
-//! temporary directory per case.
+//! temporary directory per case, removed when the case ends.
 
-fn config() -> Option<lockkit::LockConfig> {
-    let dir = std::env::temp_dir().join(format!(
-        "lockkit-conformance-file-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    Some(lockkit::LockConfig::new(format!(
-        "file://{}",
-        dir.display()
-    )))
+fn config() -> Option<lockkit_testing::ScratchDir> {
+    Some(lockkit_testing::ScratchDir::new("conformance-file"))
 }
 
 lockkit_testing::conformance_suite!(config, lockkit::from_config);

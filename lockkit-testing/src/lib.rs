@@ -19,6 +19,7 @@
 pub mod cases;
 mod credentials;
 pub mod failover;
+mod fixture;
 pub mod harness;
 pub mod idle;
 pub mod metrics;
@@ -30,6 +31,7 @@ mod support;
 #[doc(hidden)]
 pub use lockkit_core as __core;
 
+pub use fixture::{Fixture, ScratchDir};
 pub use harness::{ChildHolder, Harness, Hold};
 
 pub use credentials::{
@@ -41,8 +43,8 @@ pub use support::{
 };
 
 /// Expands the whole conformance suite into one `#[tokio::test]` per case. `$config` is a fn
-/// returning `Option<LockConfig>` (called once per case), `$connect` an async fn
-/// `(&LockConfig) -> Result<Locks>`. It also adds the `__conformance_child` test, which is a
+/// returning `Option` of a [`Fixture`] (a `LockConfig`, or a [`ScratchDir`] removed when the
+/// case ends), called once per case; `$connect` an async fn `(&LockConfig) -> Result<Locks>`. It also adds the `__conformance_child` test, which is a
 /// holder process when [`Harness::spawn_holder`] starts the binary and does nothing otherwise.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -168,7 +170,8 @@ macro_rules! __conformance_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                if let Some(cfg) = $config() {
+                if let Some(fixture) = $config() {
+                    let cfg = $crate::Fixture::config(&fixture);
                     let locks = $connect(&cfg).await.expect("the backend connects");
                     $crate::cases::$case(&locks).await;
                 }
@@ -184,7 +187,8 @@ macro_rules! __conformance_harness_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                if let Some(cfg) = $config() {
+                if let Some(fixture) = $config() {
+                    let cfg = $crate::Fixture::config(&fixture);
                     let h = $crate::Harness::new(cfg, |c: $crate::__core::LockConfig| async move {
                         $connect(&c).await
                     });

@@ -407,7 +407,8 @@ macro_rules! __network_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                if let Some(cfg) = $config() {
+                if let Some(fixture) = $config() {
+                    let cfg = $crate::Fixture::config(&fixture);
                     $crate::network::$case(&cfg, |c: $crate::__core::LockConfig| async move {
                         $connect(&c).await
                     })
