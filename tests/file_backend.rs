@@ -5,23 +5,12 @@ use std::time::Duration;
 
 use lockkit::{AcquireOptions, HoldMode, LockState, Primitive};
 
-fn dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "lockkit-file-{tag}-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+fn dir(tag: &str) -> lockkit_testing::ScratchDir {
+    lockkit_testing::ScratchDir::new(&format!("file-{tag}"))
 }
 
-async fn locks(d: &std::path::Path) -> lockkit::Locks {
-    lockkit::connect(&format!("file://{}", d.display()))
-        .await
-        .unwrap()
+async fn locks(d: &lockkit_testing::ScratchDir) -> lockkit::Locks {
+    lockkit::connect(&d.url()).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,7 +73,6 @@ async fn inspect_shows_holders_readers_permits_and_a_waiting_writer() {
     assert_eq!(info.holders[0].mode, HoldMode::Permits(2));
     assert_eq!(sem.available().await.unwrap(), 1);
     p.release().await.unwrap();
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,7 +96,6 @@ async fn rw_force_unlock_frees_readers_and_writers() {
     assert_eq!(w.state(), LockState::Lost);
     assert!(!rw.is_locked().await.unwrap());
     assert!(!rw.force_unlock().await.unwrap());
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,7 +124,6 @@ async fn many_readers_in_one_process_keep_distinct_records() {
         .is_empty());
     let m = locks.mutex("r").unwrap();
     drop(m.lock().await.unwrap());
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// A holder that lets go and at once asks again must queue behind those already waiting: OS
@@ -174,7 +160,6 @@ async fn a_holder_that_asks_again_queues_behind_the_waiters() {
         busiest * 2 <= all,
         "one client took {busiest} of {all} acquisitions: {shares:?}"
     );
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// A semaphore's size is the file `sem.<name>.size` (a decimal count); one holding anything
@@ -192,14 +177,14 @@ async fn a_semaphore_size_is_a_file_and_a_foreign_one_is_refused() {
         .await
         .unwrap();
     assert_eq!(
-        std::fs::read_to_string(d.join("sem.pool.size")).unwrap(),
+        std::fs::read_to_string(d.path().join("sem.pool.size")).unwrap(),
         "3\n"
     );
 
-    std::fs::write(d.join("sem.other.size"), "three").unwrap();
+    std::fs::write(d.path().join("sem.other.size"), "three").unwrap();
     lockkit_testing::cases::foreign_size_is_refused(&locks, "other").await;
     assert_eq!(
-        std::fs::read_to_string(d.join("sem.other.size")).unwrap(),
+        std::fs::read_to_string(d.path().join("sem.other.size")).unwrap(),
         "three"
     );
     assert!(locks
@@ -208,5 +193,4 @@ async fn a_semaphore_size_is_a_file_and_a_foreign_one_is_refused() {
         .unwrap()
         .holders
         .is_empty());
-    let _ = std::fs::remove_dir_all(&d);
 }

@@ -33,18 +33,13 @@ impl Drop for KillOnDrop {
     }
 }
 
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("lockkit-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_releases_its_lock() {
     if std::env::var(DIR_VAR).is_ok() {
         return;
     }
-    let dir = temp_dir("xproc");
+    // Declared before the child, so the child is killed and reaped before the directory goes.
+    let dir = lockkit_testing::ScratchDir::new("xproc");
     let mut child = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
             .args([
@@ -53,7 +48,7 @@ async fn a_killed_holder_process_releases_its_lock() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(DIR_VAR, &dir)
+            .env(DIR_VAR, dir.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -76,9 +71,7 @@ async fn a_killed_holder_process_releases_its_lock() {
         .unwrap()
         .expect("child printed its token");
 
-    let locks = lockkit::connect(&format!("file://{}", dir.display()))
-        .await
-        .unwrap();
+    let locks = lockkit::connect(&dir.url()).await.unwrap();
     let lock = locks.mutex(NAME).unwrap();
     assert!(lock.is_locked().await.unwrap());
     assert!(
@@ -104,7 +97,6 @@ async fn a_killed_holder_process_releases_its_lock() {
         .unwrap();
     assert!(g.token() > FencingToken(child_token));
     g.release().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,8 +104,8 @@ async fn tokens_survive_a_restart_of_the_backend() {
     if std::env::var(DIR_VAR).is_ok() {
         return;
     }
-    let dir = temp_dir("restart");
-    let url = format!("file://{}", dir.display());
+    let dir = lockkit_testing::ScratchDir::new("restart");
+    let url = dir.url();
     let first = {
         let locks = lockkit::connect(&url).await.unwrap();
         let g = locks.mutex("r").unwrap().lock().await.unwrap();
@@ -122,5 +114,4 @@ async fn tokens_survive_a_restart_of_the_backend() {
     let locks = lockkit::connect(&url).await.unwrap();
     let g = locks.mutex("r").unwrap().lock().await.unwrap();
     assert!(g.token() > first);
-    let _ = std::fs::remove_dir_all(&dir);
 }

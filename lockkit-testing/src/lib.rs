@@ -12,6 +12,9 @@
 //! lockkit_testing::conformance_suite!(config, lockkit_redis::connect);
 //! ```
 //!
+//! The fn may return any [`Fixture`] instead of a config: `file://` returns a [`ScratchDir`],
+//! which the case keeps until it ends and which then removes the directory.
+//!
 //! Every case works under a fresh random name prefix, so runs never see each other's locks. A
 //! capability the backend lacks must answer `Unsupported`, and the cases check that instead of
 //! skipping.
@@ -44,8 +47,9 @@ pub use support::{
 
 /// Expands the whole conformance suite into one `#[tokio::test]` per case. `$config` is a fn
 /// returning `Option` of a [`Fixture`] (a `LockConfig`, or a [`ScratchDir`] removed when the
-/// case ends), called once per case; `$connect` an async fn `(&LockConfig) -> Result<Locks>`. It also adds the `__conformance_child` test, which is a
-/// holder process when [`Harness::spawn_holder`] starts the binary and does nothing otherwise.
+/// case ends), called once per case; `$connect` an async fn `(&LockConfig) -> Result<Locks>`.
+/// It also adds the `__conformance_child` test, which is a holder process when
+/// [`Harness::spawn_holder`] starts the binary and does nothing otherwise.
 #[macro_export]
 macro_rules! conformance_suite {
     ($config:path, $connect:path) => {

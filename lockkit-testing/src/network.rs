@@ -407,8 +407,7 @@ macro_rules! __network_cases {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                if let Some(fixture) = $config() {
-                    let cfg = $crate::Fixture::config(&fixture);
+                if let Some(cfg) = $config() {
                     $crate::network::$case(&cfg, |c: $crate::__core::LockConfig| async move {
                         $connect(&c).await
                     })
