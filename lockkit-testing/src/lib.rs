@@ -12,8 +12,8 @@
 //! lockkit_testing::conformance_suite!(config, lockkit_redis::connect);
 //! ```
 //!
-//! The fn may return any [`Fixture`] instead of a config: `file://` returns a [`ScratchDir`],
-//! which the case keeps until it ends and which then removes the directory.
+//! The fn may return any [`Fixture`] (a `LockConfig` is one): `file://`'s returns a
+//! [`ScratchDir`], which the case keeps until it ends and which then removes the directory.
 //!
 //! Every case works under a fresh random name prefix, so runs never see each other's locks. A
 //! capability the backend lacks must answer `Unsupported`, and the cases check that instead of
