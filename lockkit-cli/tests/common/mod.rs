@@ -9,28 +9,21 @@ use std::time::{Duration, Instant};
 
 pub const LOCKKIT: &str = env!("CARGO_BIN_EXE_lockkit");
 
-/// A fresh directory under the system temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
+/// A fresh directory under the system temp dir, created at once and removed on drop (a
+/// [`lockkit_testing::ScratchDir`]).
+pub struct TempDir(lockkit_testing::ScratchDir);
 
 impl TempDir {
     pub fn new(tag: &str) -> Self {
-        let n: u64 = rand_u64();
-        let d =
-            std::env::temp_dir().join(format!("lockkit-cli-{tag}-{}-{n:x}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
+        let d = lockkit_testing::ScratchDir::new(&format!("cli-{tag}"));
+        std::fs::create_dir_all(d.path()).unwrap();
         TempDir(d)
     }
     pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+        self.0.path().join(name)
     }
     pub fn url(&self) -> String {
-        format!("file://{}", self.0.join("locks").display())
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        format!("file://{}", self.path("locks").display())
     }
 }
 
