@@ -101,6 +101,9 @@ struct Entry<E> {
     /// for a retry after a failure (which would otherwise be due again at once).
     early: Duration,
     in_flight: bool,
+    /// The server may have taken it while a renewal was in flight: renewed again at once, even
+    /// if that one says yes (it may have been run before the taking).
+    check_again: bool,
     state: StateCell,
     entry: E,
 }
@@ -176,6 +179,7 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
             next_due,
             early: w.expiry / 6,
             in_flight: false,
+            check_again: false,
             state,
             entry: w.entry,
         };
@@ -210,6 +214,41 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
         if let Some(e) = self.lock().remove(&id) {
             e.state.mark_lost(LostReason::Deleted);
         }
+    }
+
+    /// The server said these ownerships may have been taken from their owners (a force-unlock
+    /// names each one it deleted, on a channel whose messages may arrive after a later
+    /// acquisition of the same ownership): each renewed one is renewed now, and the owner-checked
+    /// answer decides (Lost when gone, within one round trip instead of a third of its lease);
+    /// a fixed lease, which a renewal would lengthen, is Lost at once. Returns how many it found.
+    pub fn taken_where(&self, taken: impl Fn(&E) -> bool) -> usize {
+        let now = Instant::now();
+        let mut found = 0;
+        self.lock().retain(|_, e| {
+            if !taken(&e.entry) {
+                return true;
+            }
+            found += 1;
+            if e.renew {
+                e.next_due = now;
+                e.early = Duration::ZERO;
+                e.check_again = e.in_flight;
+                return true;
+            }
+            if e.state.mark_lost(LostReason::Deleted) {
+                tracing::warn!(
+                    backend = self.backend,
+                    lock = &*e.name,
+                    entry = ?e.entry,
+                    "lockkit: lock force-unlocked"
+                );
+            }
+            false
+        });
+        if found > 0 {
+            self.wake.notify_one();
+        }
+        found
     }
 
     /// How many ownerships are watched.
@@ -289,6 +328,9 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
                     e.window = due.lease;
                     e.next_due = sent_at + due.lease / 3;
                     e.early = due.lease / 6;
+                    if std::mem::take(&mut e.check_again) {
+                        (e.next_due, e.early) = (now, Duration::ZERO);
+                    }
                     e.state.mark_held();
                 }
                 None | Some(Some(Renewed::Unsure)) => {
@@ -376,10 +418,12 @@ mod tests {
     use crate::state::LockState;
     use std::sync::Mutex as StdMutex;
 
-    /// Answers each ownership as `answer` says (by its entry), and records each batch.
+    /// Answers each ownership as `answer` said when the call came, `delay` later, and records
+    /// each batch.
     struct Fake {
         answer: Arc<StdMutex<Option<Renewed>>>,
         calls: Arc<StdMutex<Vec<Vec<u8>>>>,
+        delay: Arc<StdMutex<Duration>>,
     }
 
     #[async_trait]
@@ -393,8 +437,12 @@ mod tests {
                 .lock()
                 .unwrap()
                 .push(batch.iter().map(|d| d.entry).collect());
-            let answer = (*self.answer.lock().unwrap())?;
-            Some(vec![answer; batch.len()])
+            let answer = *self.answer.lock().unwrap();
+            let delay = *self.delay.lock().unwrap();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            Some(vec![answer?; batch.len()])
         }
         fn request_timeout(&self) -> Duration {
             Duration::from_secs(1)
@@ -405,6 +453,7 @@ mod tests {
         wd: Arc<Watchdog<u8>>,
         answer: Arc<StdMutex<Option<Renewed>>>,
         calls: Arc<StdMutex<Vec<Vec<u8>>>>,
+        delay: Arc<StdMutex<Duration>>,
         task: tokio::task::JoinHandle<()>,
     }
 
@@ -413,15 +462,18 @@ mod tests {
             let wd = Arc::new(Watchdog::new("test"));
             let answer = Arc::new(StdMutex::new(Some(Renewed::Yes)));
             let calls = Arc::new(StdMutex::new(Vec::new()));
+            let delay = Arc::new(StdMutex::new(Duration::ZERO));
             let fake = Fake {
                 answer: answer.clone(),
                 calls: calls.clone(),
+                delay: delay.clone(),
             };
             let task = tokio::spawn(wd.clone().run(fake));
             Run {
                 wd,
                 answer,
                 calls,
+                delay,
                 task,
             }
         }
@@ -573,5 +625,61 @@ mod tests {
         assert_eq!(fixed.get(), LockState::Lost);
         assert_eq!(fixed.reason(), Some(LostReason::Closed));
         assert!(run.wd.is_empty());
+    }
+
+    /// What a force-unlock names is renewed at once, and Lost when the server says it is gone
+    /// (a fixed lease, which a renewal would lengthen, Lost without asking); the rest wait for
+    /// their time.
+    #[tokio::test(start_paused = true)]
+    async fn ownerships_taken_on_the_server_are_checked_at_once() {
+        let run = Run::start();
+        let (_, taken) = run.watch(1, LEASE, true);
+        let (_, fixed) = run.watch(1, LEASE, false);
+        let (_, kept) = run.watch(2, LEASE, true);
+        *run.answer.lock().unwrap() = Some(Renewed::Gone);
+        assert_eq!(run.wd.taken_where(|e| *e == 1), 2);
+        assert_eq!(fixed.get(), LockState::Lost);
+        assert_eq!(fixed.reason(), Some(LostReason::Deleted));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(run.calls(), vec![vec![1]], "only the taken one, at once");
+        assert_eq!(taken.get(), LockState::Lost);
+        assert_eq!(taken.reason(), Some(LostReason::Deleted));
+        assert_eq!(kept.get(), LockState::Held);
+        assert_eq!(run.wd.len(), 1);
+        assert_eq!(run.wd.taken_where(|e| *e == 1), 0);
+    }
+
+    /// A message that came after the ownership was taken again (the same owner, acquired anew)
+    /// costs one renewal, and the guard stays Held.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_taken_message_costs_a_renewal_not_the_lock() {
+        let run = Run::start();
+        let (_, state) = run.watch(1, LEASE, true);
+        assert_eq!(run.wd.taken_where(|e| *e == 1), 1);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(run.calls(), vec![vec![1]]);
+        assert_eq!(state.get(), LockState::Held);
+        assert_eq!(run.wd.len(), 1);
+    }
+
+    /// Taken while a renewal was in flight (its yes may predate the taking): renewed again as
+    /// soon as that one answers, not a third of the lease later.
+    #[tokio::test(start_paused = true)]
+    async fn taken_during_a_renewal_is_checked_again_after_it() {
+        let run = Run::start();
+        *run.delay.lock().unwrap() = Duration::from_millis(300);
+        let (_, state) = run.watch(1, LEASE, true);
+        // The first renewal is sent a third into the lease (1 s), a little early to batch.
+        tokio::time::sleep(Duration::from_millis(1050)).await;
+        assert_eq!(run.calls().len(), 1, "a renewal in flight");
+        *run.answer.lock().unwrap() = Some(Renewed::Gone);
+        assert_eq!(run.wd.taken_where(|e| *e == 1), 1);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert_eq!(
+            run.calls().len(),
+            1,
+            "renewed again once the first answered"
+        );
+        assert_eq!(state.get(), LockState::Lost);
     }
 }

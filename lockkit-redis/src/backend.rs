@@ -50,7 +50,6 @@ impl RedisBackend {
             follower,
         } = crate::conn::connect(&settings, pushes.clone()).await?;
         let subs = Subscriptions::new(pubsub, &pushes);
-        let keeper_task = tokio::spawn(crate::pubsub::keep_connected(pushes));
 
         let scripts = Arc::new(Scripts::new());
         let wd = Arc::new(Watchdog::new("redis"));
@@ -75,6 +74,18 @@ impl RedisBackend {
             wd.clone(),
             replicas,
         ));
+        // A force-unlock names each holder it took the lock from; the guard is checked at once.
+        let taken = Arc::downgrade(&wd);
+        let holder = crate::pubsub::Holder {
+            channel: inner.holder_channel(),
+            taken: Arc::new(move |owner, key| {
+                if let Some(wd) = taken.upgrade() {
+                    wd.taken_where(|r| r.owner == owner && r.key == key);
+                }
+            }),
+        };
+        inner.subs.hear_holder(holder).await;
+        let keeper_task = tokio::spawn(crate::pubsub::keep_connected(pushes));
         let watchdog_task = tokio::spawn(wd.clone().run(Renewer {
             conn: inner.conn.clone(),
             scripts: inner.scripts.clone(),
@@ -115,8 +126,9 @@ impl RedisBackend {
         self.inner.watchdog.len()
     }
 
-    /// How many channels this client is subscribed to: its waiting acquirers' lock channels, and
-    /// the channels of the elections it observes or leads.
+    /// How many channels this client is subscribed to for its waiters: its waiting acquirers'
+    /// lock channels, and the channels of the elections it observes or leads (not its holder
+    /// channel, which it keeps while it lives).
     pub fn waiting_channels(&self) -> usize {
         self.inner.subs.active_channels()
     }

@@ -82,6 +82,18 @@ impl Inner {
         &self.client_id
     }
 
+    /// The start of every client's holder channel (see [`crate::keys::holder_channels`]), as the
+    /// force-unlock scripts take it.
+    pub(crate) fn holder_channels(&self) -> String {
+        crate::keys::holder_channels(&self.settings.prefix)
+    }
+
+    /// This client's holder channel: where it hears that a force-unlock took an ownership of
+    /// its.
+    pub(crate) fn holder_channel(&self) -> String {
+        format!("{}{}", self.holder_channels(), self.client_id)
+    }
+
     /// A fresh owner field `<client-uuid>:<n>` for one acquisition.
     pub(crate) fn new_owner(&self) -> String {
         let n = self.next_owner.fetch_add(1, Ordering::Relaxed);

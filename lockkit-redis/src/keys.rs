@@ -214,6 +214,13 @@ impl LockKeys {
     }
 }
 
+/// The start of every client's holder channel, `<prefix>:holder:`: client `<client-uuid>` hears
+/// on `<prefix>:holder:<client-uuid>` which of its ownerships a force-unlock took (`<owner>
+/// <key>`), so their guards turn Lost at once.
+pub(crate) fn holder_channels(prefix: &str) -> String {
+    format!("{prefix}:holder:")
+}
+
 /// Redisson's `prefixName`: `prefix:{name}`, or `prefix:name` when the name has a `{` already.
 fn prefix_name(prefix: &str, name: &str) -> String {
     if name.contains('{') {

@@ -48,14 +48,16 @@ impl RawMutex for RedisMutex {
                 .key(&self.keys.queue)
                 .key(&self.keys.waiters)
                 .arg(&self.keys.channel)
-                .arg(crate::client::wall_ms());
+                .arg(crate::client::wall_ms())
+                .arg(self.inner.holder_channels());
         } else {
             inv = scripts.force_unlock.prepare_invoke();
             inv.key(&self.keys.lock)
                 .key(&self.keys.fence)
                 .key(&self.keys.queue)
                 .key(&self.keys.waiters)
-                .arg(settings.fence_ttl.as_millis() as u64);
+                .arg(settings.fence_ttl.as_millis() as u64)
+                .arg(self.inner.holder_channels());
             if let Some(leader) = &self.keys.leader {
                 inv.key(leader).key(&self.keys.channel);
             }

@@ -62,10 +62,24 @@ impl Entry {
     }
 }
 
+/// What a client does with an `<owner> <key>` message on its holder channel: a force-unlock took
+/// that ownership.
+pub(crate) type Taken = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// A client's holder channel (see [`crate::keys::holder_channels`]) and what to do with each
+/// message on it.
+#[derive(Clone)]
+pub(crate) struct Holder {
+    pub(crate) channel: String,
+    pub(crate) taken: Taken,
+}
+
 /// The subscriptions of one backend.
 pub(crate) struct Subscriptions {
     conn: PubSubConn,
     entries: Mutex<HashMap<String, Entry>>,
+    /// The client's holder channel, subscribed for the client's life (no waiter keeps it).
+    holder: OnceLock<Holder>,
     /// The channels subscribed on the server. Changes are made under this lock and decided from
     /// `entries` at that moment, so a late unsubscribe never undoes a newer subscribe.
     server: tokio::sync::Mutex<HashSet<String>>,
@@ -174,6 +188,7 @@ impl Subscriptions {
         let subs = Arc::new(Subscriptions {
             conn,
             entries: Mutex::new(HashMap::new()),
+            holder: OnceLock::new(),
             server: tokio::sync::Mutex::new(HashSet::new()),
         });
         let _ = pushes.0.subs.set(Arc::downgrade(&subs));
@@ -197,6 +212,54 @@ impl Subscriptions {
         let sub = self.register(channel, name);
         self.sync(channel).await?;
         Ok(sub)
+    }
+
+    /// Subscribes to the client's holder channel for as long as the client lives (and after
+    /// every reconnect, as every channel): each message there, `<owner> <key>`, goes to
+    /// `holder.taken`. A subscribe that fails is tried again in the background on the
+    /// [`Backoff::WATCH`] schedule while the client lives, but for a refusal (an ACL without the
+    /// channel), which is logged once. Meanwhile, and for a message lost with a connection, the
+    /// next renewal finds the ownership gone.
+    pub(crate) async fn hear_holder(self: &Arc<Self>, holder: Holder) {
+        let channel = holder.channel.clone();
+        let _ = self.holder.set(holder);
+        let refused = match self.conn.subscribe(&channel).await {
+            Ok(()) => return,
+            Err(e) => Self::refused(&channel, e),
+        };
+        if refused {
+            return;
+        }
+        let subs = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut retry = Backoff::WATCH.start();
+            loop {
+                retry.wait().await;
+                let Some(s) = subs.upgrade() else {
+                    return;
+                };
+                match s.conn.subscribe(&channel).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        if Self::refused(&channel, e) {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Whether the failed subscribe to the holder `channel` was refused for good (logged).
+    fn refused(channel: &str, e: redis::RedisError) -> bool {
+        let e = error::map(e, "SUBSCRIBE");
+        let refused = e.kind() == lockkit_core::ErrorKind::Auth;
+        if refused {
+            tracing::warn!(backend = "redis", channel, error = %e, "lockkit: the holder channel was refused; a force-unlock is heard at the next renewal");
+        } else {
+            tracing::debug!(backend = "redis", channel, error = %e, "lockkit: holder channel not subscribed yet");
+        }
+        refused
     }
 
     /// A subscription to `channel` for one named listener, once the server has it, that every
@@ -390,6 +453,13 @@ impl Subscriptions {
             Some(Value::BulkString(p)) => p.as_slice(),
             _ => b"0",
         };
+        if let Some(h) = self.holder.get().filter(|h| h.channel == channel) {
+            let taken = std::str::from_utf8(payload).ok();
+            if let Some((owner, key)) = taken.and_then(|p| p.split_once(' ')) {
+                (h.taken)(owner, key);
+            }
+            return;
+        }
         let entries = self.lock();
         let Some(e) = entries.get(channel) else {
             return;

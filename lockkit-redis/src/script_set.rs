@@ -66,6 +66,7 @@ pub mod source {
         "fence.lua",
         "handoff.lua",
         "elect.lua",
+        "tell_holders.lua",
         "force_unlock.lua"
     );
     /// Batched, owner-checked renewal (also used by `extend`).
@@ -84,7 +85,11 @@ pub mod source {
         "rs_release.lua"
     );
     /// Admin force-unlock on Redisson's layout.
-    pub const RS_FORCE_UNLOCK: &str = lua!("rs_fair_queue.lua", "rs_force_unlock.lua");
+    pub const RS_FORCE_UNLOCK: &str = lua!(
+        "rs_fair_queue.lua",
+        "tell_holders.lua",
+        "rs_force_unlock.lua"
+    );
     /// Fair (FIFO) acquire in Redisson's `RFairLock` queue, with waiter heartbeats.
     pub const RS_FAIR_ACQUIRE: &str = lua!(
         "typed.lua",
@@ -109,7 +114,7 @@ pub mod source {
     /// Admin: a native semaphore's size, for every handle.
     pub const SEM_SET_SIZE: &str = lua!("typed.lua", "sem_set_size.lua");
     /// Admin force-unlock of a read-write lock or semaphore.
-    pub const SHARED_FORCE: &str = lua!("shared_force.lua");
+    pub const SHARED_FORCE: &str = lua!("tell_holders.lua", "shared_force.lua");
     /// Read or write acquire on Redisson's `RReadWriteLock` layout (`redisson_compat`).
     pub const RS_RW_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "rs_rw_acquire.lua");
     /// Release of a read or write hold, or a writer's intent, on Redisson's layout.
@@ -117,7 +122,7 @@ pub mod source {
     /// Write -> read downgrade on Redisson's layout.
     pub const RS_RW_DOWNGRADE: &str = lua!("typed.lua", "rs_rw_downgrade.lua");
     /// Admin force-unlock of a read-write lock on Redisson's layout.
-    pub const RS_RW_FORCE: &str = lua!("rs_rw_force.lua");
+    pub const RS_RW_FORCE: &str = lua!("tell_holders.lua", "rs_rw_force.lua");
     /// Leased permit acquire on Redisson's `RSemaphore` layout (`redisson_compat`).
     pub const RS_SEM_ACQUIRE: &str = lua!("typed.lua", "fence.lua", "rs_sem_acquire.lua");
     /// Permit release on Redisson's `RSemaphore` layout.
@@ -133,7 +138,7 @@ pub mod source {
     /// Redlock: batched, owner-checked renewal on one master (also used by `extend`).
     pub const REDLOCK_RENEW: &str = lua!("redlock_renew.lua");
     /// Redlock, admin: delete the lock on one master, whoever holds it.
-    pub const REDLOCK_FORCE: &str = lua!("redlock_force.lua");
+    pub const REDLOCK_FORCE: &str = lua!("tell_holders.lua", "redlock_force.lua");
     /// Redlock: one master's view of a lock (read-only).
     pub const REDLOCK_PROBE: &str = lua!("redlock_probe.lua");
 }

@@ -435,7 +435,8 @@ async fn force(core: &Core) -> Result<bool> {
     let mut inv = core.inner.scripts.shared_force.prepare_invoke();
     inv.key(&core.keys.lock)
         .key(&core.keys.holders)
-        .arg(&core.keys.channel);
+        .arg(&core.keys.channel)
+        .arg(core.inner.holder_channels());
     Ok(core.inner.invoke::<i64>(&inv, "force_unlock").await? == 1)
 }
 

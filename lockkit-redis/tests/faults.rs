@@ -420,6 +420,58 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
     got.release().await.unwrap();
 }
 
+/// A holder hears of a force-unlock on its client's holder channel, which comes back with the
+/// pub/sub connection after an outage longer than the client library's own reconnect attempts:
+/// after the restart (the lock survives it, AOF) a force-unlock turns the guard Lost within
+/// 3 s, not at its next renewal (10 s into a 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlock_after_an_outage_is_heard_at_once() {
+    let mut server = PrivateRedis::start(&["--appendonly", "yes"]);
+    let opts = [("command_timeout", "300ms"), ("wait_replicas", "0")];
+    let y = connect(&server.url(), &opts).await;
+    let name = "force-heard";
+    let g = y.mutex(name).unwrap().lock().await.unwrap(); // 30 s lease
+    server.stop();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.start_again();
+    let mut admin = admin(&server.url()).await;
+    let back = Instant::now();
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("lockkit:holder:*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if channels.len() == 1 {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(10),
+            "the holder channels did not come back: {channels:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The admin connects afresh (an old connection's first command after the restart fails).
+    let admin_locks = connect(&server.url(), &opts).await;
+    let forced = Instant::now();
+    assert!(admin_locks
+        .mutex(name)
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap());
+    tokio::time::timeout(Duration::from_secs(3), g.lost())
+        .await
+        .expect("the holder did not hear of the force-unlock");
+    assert!(
+        forced.elapsed() < Duration::from_secs(3),
+        "heard after {:?}",
+        forced.elapsed()
+    );
+    assert_eq!(g.state(), LockState::Lost);
+}
+
 /// A queued waiter whose wait runs out while the server is down leaves the queue once the
 /// server is back (the leave goes to the reaper instead of being tried once): the release then
 /// hands the lock to the next client at once, not to the dead waiter's entry, which with a 5 s

@@ -81,7 +81,7 @@ async fn read_and_write_guards_are_renewed_fenced_and_lose_on_force_unlock() {
         .is_none());
     let e = r.upgrade().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::UpgradeNotSupported);
-    // An operator's force-unlock: the reader learns at its next renewal.
+    // An operator's force-unlock: the reader hears of it on its client's holder channel.
     assert!(b.rwlock(&name).unwrap().force_unlock().await.unwrap());
     tokio::time::timeout(Duration::from_secs(3), r.lost())
         .await

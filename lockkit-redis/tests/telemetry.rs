@@ -45,19 +45,18 @@ async fn a_killed_pubsub_connection_counts_a_reconnect() {
     let locks = connect(&server.url(), &[]).await;
     let name = lockkit_testing::unique_name("reconnect");
     let holder = locks.mutex(&name).unwrap().lock().await.unwrap();
-    // A waiter keeps a subscription standing.
+    // A waiter keeps a subscription to its lock's channel standing.
     let w = locks.mutex(&name).unwrap();
     let waiter = tokio::spawn(async move { w.lock_for(Duration::from_secs(20)).await });
     let mut admin = admin(&server.url()).await;
     let subscribed = || async {
-        let list: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .arg("TYPE")
-            .arg("pubsub")
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(format!("*{name}*"))
             .query_async(&mut admin.clone())
             .await
             .unwrap();
-        !list.trim().is_empty()
+        !channels.is_empty()
     };
     let end = std::time::Instant::now() + Duration::from_secs(10);
     while !subscribed().await {

@@ -3,15 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Backend, RawMutex, Reaper};
+use lockkit_core::spi::{Backend, RawMutex, Reaper, Watchdog};
 use lockkit_core::{async_trait, BackendKind, Capabilities, Result, Support};
 use tokio::task::JoinHandle;
 
-use super::client::Client;
+use super::client::{Client, Renewal};
 use super::config::{Settings, REDLOCK_KIND};
 use super::masters::Masters;
 use super::mutex::RedlockMutex;
 use super::renew::Renewer;
+use crate::keys::holder_channels;
+use crate::pubsub::Holder;
 
 /// The Redlock backend of one [`Locks`](lockkit_core::Locks) handle (`redlock://`): a mutex
 /// over N independent Redis masters. Its watchdog task stops when it is dropped.
@@ -36,8 +38,21 @@ impl Drop for RedlockBackend {
 
 impl RedlockBackend {
     pub(crate) async fn connect(settings: Settings) -> Result<RedlockBackend> {
-        let masters = Masters::connect(&settings).await?;
-        let client = Arc::new(Client::new(masters, settings));
+        let client_id = uuid::Uuid::new_v4().to_string();
+        let watchdog = Arc::new(Watchdog::<Renewal>::new("redlock"));
+        // A force-unlock tells each master's holder it deleted; at the first message its
+        // ownership is renewed at once, and the quorum's answers decide whether it is Lost.
+        let taken = Arc::downgrade(&watchdog);
+        let holder = Holder {
+            channel: format!("{}{client_id}", holder_channels(&settings.prefix)),
+            taken: Arc::new(move |owner, key| {
+                if let Some(wd) = taken.upgrade() {
+                    wd.taken_where(|r| &*r.owner == owner && &*r.key == key);
+                }
+            }),
+        };
+        let masters = Masters::connect(&settings, holder).await?;
+        let client = Arc::new(Client::new(masters, settings, client_id, watchdog));
         let task = tokio::spawn(client.watchdog.clone().run(Renewer {
             client: client.clone(),
         }));

@@ -122,7 +122,13 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    pub(crate) fn new(masters: Masters, settings: Settings) -> Client {
+    /// The client `client_id` over `masters`, its ownerships kept by `watchdog`.
+    pub(crate) fn new(
+        masters: Masters,
+        settings: Settings,
+        client_id: String,
+        watchdog: Arc<Watchdog<Renewal>>,
+    ) -> Client {
         Client {
             masters,
             settings,
@@ -134,9 +140,9 @@ impl Client {
                 force: Script::new(source::REDLOCK_FORCE),
                 probe: Script::new(source::REDLOCK_PROBE),
             },
-            watchdog: Arc::new(Watchdog::new("redlock")),
+            watchdog,
             reaper: Reaper::default(),
-            client_id: uuid::Uuid::new_v4().to_string(),
+            client_id,
             next_owner: AtomicU64::new(1),
         }
     }

@@ -14,7 +14,7 @@ use redis::{ConnectionInfo, FromRedisValue, ScriptInvocation};
 use super::config::Settings;
 use crate::conn::PubSubConn;
 use crate::error;
-use crate::pubsub::{keep_connected, Pushes, Subscriptions};
+use crate::pubsub::{keep_connected, Holder, Pushes, Subscriptions};
 
 /// One master.
 struct Master {
@@ -32,6 +32,8 @@ struct Master {
     pubsub_dialling: AtomicBool,
     /// The client was closed: a dial that ends now keeps nothing running.
     stopped: AtomicBool,
+    /// The client's holder channel, heard on every pub/sub connection.
+    holder: Holder,
 }
 
 impl Master {
@@ -87,6 +89,7 @@ impl Master {
                 Err(_) => return Err(error::timeout(&what)),
             };
         let subs = Subscriptions::new(PubSubConn::Single(conn), &pushes);
+        subs.hear_holder(self.holder.clone()).await;
         let keeper = tokio::spawn(keep_connected(pushes));
         let mut slot = self.subs.lock().unwrap_or_else(|e| e.into_inner());
         if self.stopped.load(Ordering::Acquire) || slot.is_some() {
@@ -136,7 +139,7 @@ impl Masters {
     /// them answers (`Connection`, retryable; `Auth` when one refuses the credentials), or when
     /// two of them are one server (`Config`: it would count twice towards the quorum); the
     /// others are dialled again later.
-    pub(crate) async fn connect(settings: &Settings) -> Result<Masters> {
+    pub(crate) async fn connect(settings: &Settings, holder: Holder) -> Result<Masters> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.command_timeout))
@@ -156,6 +159,7 @@ impl Masters {
                         dialling: AtomicBool::new(false),
                         pubsub_dialling: AtomicBool::new(false),
                         stopped: AtomicBool::new(false),
+                        holder: holder.clone(),
                     })
                 })
                 .collect(),

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::client::{short_of_quorum, Client, Keys, Release, Renewal};
 use super::held::RedlockHeld;
 use super::masters::Resend;
+use crate::keys::holder_channels;
 use crate::pubsub::Subscription;
 
 /// A Redlock mutex handle.
@@ -118,7 +119,8 @@ impl RawMutex for RedlockMutex {
     /// Deletes the lock on every master; whether a quorum had it.
     async fn force_unlock(&self) -> Result<bool> {
         let mut inv = self.client.scripts.force.prepare_invoke();
-        inv.key(&*self.keys.lock);
+        inv.key(&*self.keys.lock)
+            .arg(holder_channels(&self.client.settings.prefix));
         let limit = self.client.settings.command_timeout;
         let answers: Vec<Result<i64>> = self
             .client

@@ -1,5 +1,6 @@
 -- Admin: release a read-write lock on Redisson's layout whoever holds it, and wake everyone.
--- KEYS[1] lock hash; ARGV[1] rwlock_timeout base, ARGV[2] channel
+-- KEYS[1] lock hash; ARGV[1] rwlock_timeout base, ARGV[2] channel, ARGV[3] holders' channel
+-- prefix (tell_holders.lua)
 -- Returns 1 when it was held, 0 when free.
 local t = redis.call('type', KEYS[1]).ok
 if t == 'none' then
@@ -17,6 +18,7 @@ for i = 1, #all, 2 do
     end
   end
 end
+tell_holders(ARGV[3], KEYS[1], t)
 redis.call('del', KEYS[1])
 redis.call('publish', ARGV[2], '1')
 return 1

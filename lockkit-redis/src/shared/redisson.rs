@@ -116,6 +116,7 @@ pub(super) async fn force(core: &Core) -> Result<bool> {
     let mut inv = core.inner.scripts.rs_rw_force.prepare_invoke();
     inv.key(&core.keys.lock)
         .arg(&core.keys.holders)
-        .arg(&core.keys.channel);
+        .arg(&core.keys.channel)
+        .arg(core.inner.holder_channels());
     Ok(core.inner.invoke::<i64>(&inv, "force_unlock").await? == 1)
 }

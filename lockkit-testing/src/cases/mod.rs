@@ -38,6 +38,9 @@ use lockkit_core::{AcquireOptions, Error, ErrorKind, Locks, Mutex, Primitive, Re
 pub(crate) const SOON: Duration = Duration::from_secs(5);
 /// A short lease for expiry tests (etcd's minimum TTL is 1 s).
 pub(crate) const SHORT: Duration = Duration::from_secs(1);
+/// How soon a holder hears that a force-unlock took its lock: well before a renewal of a 30 s
+/// lease (10 s).
+pub(crate) const HEARD: Duration = Duration::from_secs(3);
 
 pub(crate) fn name(case: &str) -> String {
     super::unique_name(case)

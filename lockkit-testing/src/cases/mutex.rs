@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{assert_kind, mutex, name, within, SOON};
+use super::{assert_kind, mutex, name, within, HEARD, SOON};
 use crate::OverlapDetector;
 use lockkit_core::{AcquireOptions, ErrorKind, Locks};
 
@@ -243,6 +243,26 @@ pub async fn force_unlock_frees_lock_and_marks_holder_lost(locks: &Locks) {
         "release after force_unlock",
     );
     drop(next);
+}
+
+/// A force-unlocked holder hears of it at once, not at its next renewal (a third of its 30 s
+/// lease away): its guard is Lost with `Deleted` within a couple of seconds, and its release
+/// says `LockLost`.
+pub async fn force_unlock_is_heard_at_once(locks: &Locks) {
+    let n = name("force-heard");
+    let g = mutex(locks, &n)
+        .acquire(&AcquireOptions::new().watchdog_lease(Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(mutex(locks, &n).force_unlock().await.unwrap());
+    let reason = within(HEARD, "lost() after force_unlock", g.lost()).await;
+    assert_eq!(reason, lockkit_core::LostReason::Deleted);
+    assert_kind(
+        g.release().await,
+        ErrorKind::LockLost,
+        "release after force_unlock",
+    );
 }
 
 /// Locks of different names never block each other.

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use super::{assert_kind, name, within, SOON};
+use super::{assert_kind, name, within, HEARD, SOON};
 use lockkit_core::{ErrorKind, Locks, RwLock};
 
 /// The rwlock for a case, or `None` after checking that an unsupported backend says so.
@@ -188,4 +188,32 @@ pub async fn rw_downgrade_does_not_fire_lost(locks: &Locks) {
     );
     assert_eq!(r.state(), lockkit_core::LockState::Held);
     r.release().await.unwrap();
+}
+
+/// A force-unlock of a read-write lock reaches its readers and its writer at once, not at their
+/// next renewal (a third of a 30 s lease away).
+pub async fn rw_force_unlock_is_heard_at_once(locks: &Locks) {
+    let Some((n, a)) = rw(locks, "rw-force-heard") else {
+        return;
+    };
+    let long = lockkit_core::AcquireOptions::new().watchdog_lease(Duration::from_secs(30));
+    let b = locks.rwlock(&n).unwrap();
+    let r1 = a.read(&long).await.unwrap().expect("first reader");
+    let r2 = b.read(&long).await.unwrap().expect("second reader");
+    assert!(a.force_unlock().await.unwrap());
+    for r in [&r1, &r2] {
+        within(HEARD, "a reader's lost() after force_unlock", r.lost()).await;
+    }
+    let w = a
+        .write(&long)
+        .await
+        .unwrap()
+        .expect("writer after force_unlock");
+    assert!(b.force_unlock().await.unwrap());
+    within(HEARD, "the writer's lost() after force_unlock", w.lost()).await;
+    assert_kind(
+        w.release().await,
+        ErrorKind::LockLost,
+        "writer's release after force_unlock",
+    );
 }
