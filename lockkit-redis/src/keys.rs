@@ -216,7 +216,7 @@ impl LockKeys {
 
 /// The start of every client's holder channel, `<prefix>:holder:`: client `<client-uuid>` hears
 /// on `<prefix>:holder:<client-uuid>` which of its ownerships a force-unlock took (`<owner>
-/// <key>`), so their guards turn Lost at once.
+/// <key>`), so it checks them at once.
 pub(crate) fn holder_channels(prefix: &str) -> String {
     format!("{prefix}:holder:")
 }

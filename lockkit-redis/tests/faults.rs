@@ -386,24 +386,13 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
             }
         }
     }
-    let mut admin = admin(&server.url()).await;
-    let back = Instant::now();
-    loop {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg(format!("*{name}*"))
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if !channels.is_empty() {
-            break;
-        }
-        assert!(
-            back.elapsed() < Duration::from_secs(10),
-            "the pub/sub connection did not come back with its subscription"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_subscribed(
+        &mut admin(&server.url()).await,
+        &format!("*{name}*"),
+        Duration::from_secs(10),
+        "the pub/sub connection did not come back with its subscription",
+    )
+    .await;
     assert!(!waiter.is_finished(), "the waiter stopped waiting");
     let released = Instant::now();
     g.release().await.unwrap();
@@ -434,24 +423,13 @@ async fn a_force_unlock_after_an_outage_is_heard_at_once() {
     server.stop();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     server.start_again();
-    let mut admin = admin(&server.url()).await;
-    let back = Instant::now();
-    loop {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("lockkit:holder:*")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if channels.len() == 1 {
-            break;
-        }
-        assert!(
-            back.elapsed() < Duration::from_secs(10),
-            "the holder channels did not come back: {channels:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_subscribed(
+        &mut admin(&server.url()).await,
+        "lockkit:holder:*",
+        Duration::from_secs(10),
+        "the holder channel did not come back",
+    )
+    .await;
     // The admin connects afresh (an old connection's first command after the restart fails).
     let admin_locks = connect(&server.url(), &opts).await;
     let forced = Instant::now();

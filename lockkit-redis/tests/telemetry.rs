@@ -49,20 +49,13 @@ async fn a_killed_pubsub_connection_counts_a_reconnect() {
     let w = locks.mutex(&name).unwrap();
     let waiter = tokio::spawn(async move { w.lock_for(Duration::from_secs(20)).await });
     let mut admin = admin(&server.url()).await;
-    let subscribed = || async {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg(format!("*{name}*"))
-            .query_async(&mut admin.clone())
-            .await
-            .unwrap();
-        !channels.is_empty()
-    };
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    while !subscribed().await {
-        assert!(std::time::Instant::now() < end, "never subscribed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_subscribed(
+        &mut admin,
+        &format!("*{name}*"),
+        Duration::from_secs(10),
+        "never subscribed",
+    )
+    .await;
     let key = [("backend", "redis")];
     let before = metrics::read().counter(RECONNECTS, &key);
     let killed: i64 = redis::cmd("CLIENT")

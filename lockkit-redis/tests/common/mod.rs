@@ -34,6 +34,33 @@ pub async fn admin(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Waits until the server has a subscriber on a channel matching `pattern` (`PUBSUB CHANNELS`),
+/// for at most `within`; `what` names it in the failure.
+pub async fn until_subscribed(
+    admin: &mut redis::aio::MultiplexedConnection,
+    pattern: &str,
+    within: Duration,
+    what: &str,
+) {
+    let end = Instant::now() + within;
+    loop {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(pattern)
+            .query_async(admin)
+            .await
+            .unwrap();
+        if !channels.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{what}: no channel {pattern} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Runs `cmd` (which writes a foreign value under `key`), then `attempt`, and checks that the
 /// value is exactly as it was (the same `DUMP`) before deleting it.
 pub async fn foreign_value_survives(
