@@ -1,7 +1,7 @@
 //! [`Watchdog`]: ownerships that each carry their own lease on the server (a Redis lock hash, a
 //! member of a sorted set), renewed by one task per client every third of the lease, many in
 //! one round trip, as Redisson's watchdog does. A fixed lease is watched only for its deadline
-//! (the core releases it then).
+//! (the core releases it then), or until the backend hears that the server took it.
 //!
 //! The backend supplies the round trip ([`Renew`]): how ownerships group into one call, and
 //! the call. The schedule, the batching, the Suspect/Held/Lost transitions, the deadline and
@@ -219,9 +219,11 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
     /// The server said these ownerships may have been taken from their owners (a force-unlock
     /// names each one it deleted, on a channel whose messages may arrive after a later
     /// acquisition of the same ownership): each renewed one is renewed now, and the owner-checked
-    /// answer decides (Lost when gone, within one round trip instead of a third of its lease);
-    /// a fixed lease, which a renewal would lengthen, is Lost at once. Returns how many it found.
-    pub fn taken_where(&self, taken: impl Fn(&E) -> bool) -> usize {
+    /// answer decides (Lost when gone, within one round trip instead of a third of its lease).
+    /// A fixed lease, which a renewal would lengthen, is Lost at once when `fixed_lost` (the
+    /// message is the whole server's word), and otherwise left to its deadline (the word of one
+    /// of several servers, as a Redlock master's). Returns how many it found.
+    pub fn taken_where(&self, taken: impl Fn(&E) -> bool, fixed_lost: bool) -> usize {
         let now = Instant::now();
         let mut found = 0;
         self.lock().retain(|_, e| {
@@ -233,6 +235,9 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
                 e.next_due = now;
                 e.early = Duration::ZERO;
                 e.check_again = e.in_flight;
+                return true;
+            }
+            if !fixed_lost {
                 return true;
             }
             if e.state.mark_lost(LostReason::Deleted) {
@@ -334,6 +339,8 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
                     e.state.mark_held();
                 }
                 None | Some(Some(Renewed::Unsure)) => {
+                    // The retry is sent after whatever asked for a check again.
+                    e.check_again = false;
                     e.state.mark_suspect();
                     // Paced by the window the server set last (a hand-off's is shorter than
                     // the lease), and always early enough for another try before the deadline.
@@ -637,7 +644,7 @@ mod tests {
         let (_, fixed) = run.watch(1, LEASE, false);
         let (_, kept) = run.watch(2, LEASE, true);
         *run.answer.lock().unwrap() = Some(Renewed::Gone);
-        assert_eq!(run.wd.taken_where(|e| *e == 1), 2);
+        assert_eq!(run.wd.taken_where(|e| *e == 1, true), 2);
         assert_eq!(fixed.get(), LockState::Lost);
         assert_eq!(fixed.reason(), Some(LostReason::Deleted));
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -646,20 +653,23 @@ mod tests {
         assert_eq!(taken.reason(), Some(LostReason::Deleted));
         assert_eq!(kept.get(), LockState::Held);
         assert_eq!(run.wd.len(), 1);
-        assert_eq!(run.wd.taken_where(|e| *e == 1), 0);
+        assert_eq!(run.wd.taken_where(|e| *e == 1, true), 0);
     }
 
     /// A message that came after the ownership was taken again (the same owner, acquired anew)
-    /// costs one renewal, and the guard stays Held.
+    /// costs one renewal, and the guard stays Held; one server's word (`fixed_lost` false)
+    /// leaves a fixed lease to its deadline.
     #[tokio::test(start_paused = true)]
     async fn a_late_taken_message_costs_a_renewal_not_the_lock() {
         let run = Run::start();
         let (_, state) = run.watch(1, LEASE, true);
-        assert_eq!(run.wd.taken_where(|e| *e == 1), 1);
+        let (_, fixed) = run.watch(1, LEASE, false);
+        assert_eq!(run.wd.taken_where(|e| *e == 1, false), 2);
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(run.calls(), vec![vec![1]]);
         assert_eq!(state.get(), LockState::Held);
-        assert_eq!(run.wd.len(), 1);
+        assert_eq!(fixed.get(), LockState::Held);
+        assert_eq!(run.wd.len(), 2);
     }
 
     /// Taken while a renewal was in flight (its yes may predate the taking): renewed again as
@@ -669,11 +679,11 @@ mod tests {
         let run = Run::start();
         *run.delay.lock().unwrap() = Duration::from_millis(300);
         let (_, state) = run.watch(1, LEASE, true);
-        // The first renewal is sent a third into the lease (1 s), a little early to batch.
+        // The first renewal is sent a third into the lease (1 s).
         tokio::time::sleep(Duration::from_millis(1050)).await;
         assert_eq!(run.calls().len(), 1, "a renewal in flight");
         *run.answer.lock().unwrap() = Some(Renewed::Gone);
-        assert_eq!(run.wd.taken_where(|e| *e == 1), 1);
+        assert_eq!(run.wd.taken_where(|e| *e == 1, true), 1);
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert_eq!(
             run.calls().len(),

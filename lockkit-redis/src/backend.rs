@@ -80,7 +80,7 @@ impl RedisBackend {
             channel: inner.holder_channel(),
             taken: Arc::new(move |owner, key| {
                 if let Some(wd) = taken.upgrade() {
-                    wd.taken_where(|r| r.owner == owner && r.key == key);
+                    wd.taken_where(|r| r.owner == owner && r.key == key, true);
                 }
             }),
         };

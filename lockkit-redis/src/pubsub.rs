@@ -2,7 +2,8 @@
 //! waiters and dropped when the last one leaves (after a short linger, so a client that waits
 //! again at once does not pay SUBSCRIBE + UNSUBSCRIBE per acquisition); one local waiter woken
 //! per message. A message naming a waiter (`<owner>`, or `<owner> <token>` for a hand-off of the
-//! lock itself) reaches that waiter only.
+//! lock itself) reaches that waiter only. Each client also hears on its holder channel which of
+//! its ownerships a force-unlock took (`<owner> <key>`, [`Subscriptions::hear_holder`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
@@ -17,6 +18,20 @@ use crate::error;
 
 /// How long a subscription outlives its last waiter.
 pub(crate) const LINGER: Duration = Duration::from_millis(500);
+
+/// How long connect waits for the holder channel's subscribe before leaving it to the keeper
+/// task.
+const HOLDER_WAIT: Duration = Duration::from_millis(500);
+
+/// Where a client's holder channel stands on the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HolderState {
+    /// To be subscribed (not yet, or a try failed).
+    Wanted,
+    Subscribed,
+    /// Refused for good (logged): a force-unlock is heard at the next renewal.
+    Refused,
+}
 
 /// Where messages for a waiter land: a wake-up, and the token of a lock handed to it.
 #[derive(Debug, Default)]
@@ -80,6 +95,10 @@ pub(crate) struct Subscriptions {
     entries: Mutex<HashMap<String, Entry>>,
     /// The client's holder channel, subscribed for the client's life (no waiter keeps it).
     holder: OnceLock<Holder>,
+    /// Where the holder channel stands on the server.
+    holder_state: Mutex<HolderState>,
+    /// The keeper task's side: told to subscribe the holder channel again.
+    route: Pushes,
     /// The channels subscribed on the server. Changes are made under this lock and decided from
     /// `entries` at that moment, so a late unsubscribe never undoes a newer subscribe.
     server: tokio::sync::Mutex<HashSet<String>>,
@@ -189,6 +208,8 @@ impl Subscriptions {
             conn,
             entries: Mutex::new(HashMap::new()),
             holder: OnceLock::new(),
+            holder_state: Mutex::new(HolderState::Wanted),
+            route: pushes.clone(),
             server: tokio::sync::Mutex::new(HashSet::new()),
         });
         let _ = pushes.0.subs.set(Arc::downgrade(&subs));
@@ -216,50 +237,46 @@ impl Subscriptions {
 
     /// Subscribes to the client's holder channel for as long as the client lives (and after
     /// every reconnect, as every channel): each message there, `<owner> <key>`, goes to
-    /// `holder.taken`. A subscribe that fails is tried again in the background on the
-    /// [`Backoff::WATCH`] schedule while the client lives, but for a refusal (an ACL without the
-    /// channel), which is logged once. Meanwhile, and for a message lost with a connection, the
-    /// next renewal finds the ownership gone.
-    pub(crate) async fn hear_holder(self: &Arc<Self>, holder: Holder) {
-        let channel = holder.channel.clone();
+    /// `holder.taken`. The first try waits [`HOLDER_WAIT`] at most; one that fails or takes
+    /// longer is left to the keeper task ([`keep_connected`]), which tries again on the
+    /// [`Backoff::WATCH`] schedule until the server takes it or refuses it for good (an ACL
+    /// without the channel, a server without pub/sub: logged once). Meanwhile, and for a
+    /// message lost with a connection, the next renewal finds the ownership gone.
+    pub(crate) async fn hear_holder(&self, holder: Holder) {
         let _ = self.holder.set(holder);
-        let refused = match self.conn.subscribe(&channel).await {
-            Ok(()) => return,
-            Err(e) => Self::refused(&channel, e),
-        };
-        if refused {
-            return;
+        if self.subscribe_holder(Some(HOLDER_WAIT)).await == HolderState::Wanted {
+            self.route.0.holder_wanted.notify_one();
         }
-        let subs = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut retry = Backoff::WATCH.start();
-            loop {
-                retry.wait().await;
-                let Some(s) = subs.upgrade() else {
-                    return;
-                };
-                match s.conn.subscribe(&channel).await {
-                    Ok(()) => return,
-                    Err(e) => {
-                        if Self::refused(&channel, e) {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
     }
 
-    /// Whether the failed subscribe to the holder `channel` was refused for good (logged).
-    fn refused(channel: &str, e: redis::RedisError) -> bool {
-        let e = error::map(e, "SUBSCRIBE");
-        let refused = e.kind() == lockkit_core::ErrorKind::Auth;
-        if refused {
-            tracing::warn!(backend = "redis", channel, error = %e, "lockkit: the holder channel was refused; a force-unlock is heard at the next renewal");
-        } else {
-            tracing::debug!(backend = "redis", channel, error = %e, "lockkit: holder channel not subscribed yet");
-        }
-        refused
+    /// Subscribes the holder channel if it is wanted and not yet subscribed (within `wait`, if
+    /// given); where it stands after.
+    async fn subscribe_holder(&self, wait: Option<Duration>) -> HolderState {
+        let state = *self.holder_state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(h) = self.holder.get().filter(|_| state == HolderState::Wanted) else {
+            return state;
+        };
+        let subscribe = self.conn.subscribe(&h.channel);
+        let answer = match wait {
+            Some(wait) => tokio::time::timeout(wait, subscribe).await.ok(),
+            None => Some(subscribe.await),
+        };
+        let state = match answer {
+            Some(Ok(())) => HolderState::Subscribed,
+            None => HolderState::Wanted,
+            Some(Err(e)) => {
+                let e = error::map(e, "SUBSCRIBE");
+                if e.is_retryable() {
+                    tracing::debug!(backend = "redis", channel = %h.channel, error = %e, "lockkit: holder channel not subscribed yet");
+                    HolderState::Wanted
+                } else {
+                    tracing::warn!(backend = "redis", channel = %h.channel, error = %e, "lockkit: the holder channel was refused; a force-unlock is heard at the next renewal");
+                    HolderState::Refused
+                }
+            }
+        };
+        *self.holder_state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        state
     }
 
     /// A subscription to `channel` for one named listener, once the server has it, that every
@@ -364,6 +381,8 @@ struct Route {
     subs: OnceLock<Weak<Subscriptions>>,
     /// Signalled when the pub/sub connection dropped.
     disconnected: Notify,
+    /// Signalled when the holder channel's first subscribe did not get through.
+    holder_wanted: Notify,
 }
 
 impl Pushes {
@@ -377,27 +396,36 @@ impl Pushes {
 /// the server is away. redis-rs reconnects a few times at once and then only when a command is
 /// sent, and none is while the subscriptions stand, so this task pings until the connection
 /// answers (the reconnect resubscribes), then wakes every waiter once more: a release or a
-/// hand-off published while we were away was lost. Runs until aborted or the backend is gone.
+/// hand-off published while we were away was lost. It also subscribes the holder channel
+/// until the server has it (after a failed first try, and after a reconnect that found it not
+/// subscribed). Runs until aborted or the backend is gone.
 pub(crate) async fn keep_connected(pushes: Pushes) {
     loop {
-        pushes.0.disconnected.notified().await;
+        let mut lost = tokio::select! {
+            _ = pushes.0.disconnected.notified() => true,
+            _ = pushes.0.holder_wanted.notified() => false,
+        };
         let mut retry = Backoff::WATCH.start();
         loop {
             let Some(subs) = pushes.subs() else {
                 return;
             };
-            match subs.conn.ping().await {
-                Ok(()) => {
-                    lockkit_core::telemetry::reconnected("redis");
-                    subs.wake_everyone();
-                    break;
-                }
-                Err(e) => {
+            if lost {
+                if let Err(e) = subs.conn.ping().await {
                     drop(subs);
                     tracing::debug!(backend = "redis", error = %e, "lockkit: pub/sub connection not back yet");
                     retry.wait().await;
+                    continue;
                 }
+                lockkit_core::telemetry::reconnected("redis");
+                subs.wake_everyone();
+                lost = false;
             }
+            if subs.subscribe_holder(None).await != HolderState::Wanted {
+                break;
+            }
+            drop(subs);
+            retry.wait().await;
         }
     }
 }

@@ -412,14 +412,21 @@ async fn pubsub_connection_comes_back_after_a_long_outage() {
 /// A holder hears of a force-unlock on its client's holder channel, which comes back with the
 /// pub/sub connection after an outage longer than the client library's own reconnect attempts:
 /// after the restart (the lock survives it, AOF) a force-unlock turns the guard Lost within
-/// 3 s, not at its next renewal (10 s into a 30 s lease).
+/// 3 s, not at its next renewal (40 s into a 120 s lease).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_force_unlock_after_an_outage_is_heard_at_once() {
     let mut server = PrivateRedis::start(&["--appendonly", "yes"]);
     let opts = [("command_timeout", "300ms"), ("wait_replicas", "0")];
     let y = connect(&server.url(), &opts).await;
     let name = "force-heard";
-    let g = y.mutex(name).unwrap().lock().await.unwrap(); // 30 s lease
+    // A long lease: its first renewal (40 s away) cannot be what tells the holder.
+    let g = y
+        .mutex(name)
+        .unwrap()
+        .acquire(&AcquireOptions::new().watchdog_lease(Duration::from_secs(120)))
+        .await
+        .unwrap()
+        .unwrap();
     server.stop();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     server.start_again();

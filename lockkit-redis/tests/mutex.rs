@@ -343,6 +343,15 @@ async fn lost_hand_off_message_is_taken_up_at_the_next_heartbeat() {
     let t1 = g.token();
     let lock = b.mutex("lost-msg").unwrap();
     let waiting = tokio::spawn(async move { lock.lock().await.unwrap() });
+    // Every client's pub/sub connection is subscribed (its holder channel): wait for the
+    // waiter's lock channel, so the cut comes after the waiter listens.
+    until_subscribed(
+        &mut admin,
+        "*lost-msg*",
+        Duration::from_secs(10),
+        "the waiter never subscribed",
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let killed: i64 = redis::cmd("CLIENT")
         .arg("KILL")

@@ -47,7 +47,7 @@ impl RedlockBackend {
             channel: format!("{}{client_id}", holder_channels(&settings.prefix)),
             taken: Arc::new(move |owner, key| {
                 if let Some(wd) = taken.upgrade() {
-                    wd.taken_where(|r| &*r.owner == owner && &*r.key == key);
+                    wd.taken_where(|r| &*r.owner == owner && &*r.key == key, false);
                 }
             }),
         };

@@ -40,7 +40,7 @@ pub(crate) const SOON: Duration = Duration::from_secs(5);
 pub(crate) const SHORT: Duration = Duration::from_secs(1);
 /// How soon a holder hears that a force-unlock took its lock: well before a renewal of a 30 s
 /// lease (10 s).
-pub(crate) const HEARD: Duration = Duration::from_secs(3);
+pub(crate) const HEARD: Duration = Duration::from_secs(5);
 
 pub(crate) fn name(case: &str) -> String {
     super::unique_name(case)

@@ -246,7 +246,7 @@ pub async fn force_unlock_frees_lock_and_marks_holder_lost(locks: &Locks) {
 }
 
 /// A force-unlocked holder hears of it at once, not at its next renewal (a third of its 30 s
-/// lease away): its guard is Lost with `Deleted` within a couple of seconds, and its release
+/// lease away): its guard is Lost with `Deleted` within a few seconds, and its release
 /// says `LockLost`.
 pub async fn force_unlock_is_heard_at_once(locks: &Locks) {
     let n = name("force-heard");
