@@ -253,9 +253,13 @@ impl Subscriptions {
     /// given); where it stands after.
     async fn subscribe_holder(&self, wait: Option<Duration>) -> HolderState {
         let state = *self.holder_state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(h) = self.holder.get().filter(|_| state == HolderState::Wanted) else {
-            return state;
+        // No holder channel set: nothing is wanted (the keeper does not retry for nothing).
+        let Some(h) = self.holder.get() else {
+            return HolderState::Subscribed;
         };
+        if state != HolderState::Wanted {
+            return state;
+        }
         let subscribe = self.conn.subscribe(&h.channel);
         let answer = match wait {
             Some(wait) => tokio::time::timeout(wait, subscribe).await.ok(),
