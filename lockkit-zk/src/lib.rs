@@ -5,6 +5,7 @@ mod config;
 mod election;
 mod error;
 mod held;
+mod late;
 mod multi;
 mod mutex;
 pub mod node;
@@ -44,8 +45,7 @@ pub async fn find_own_node(
     dir: &str,
     prefix: &str,
 ) -> Result<Option<String>> {
-    let ours =
-        queue::find_protected(client, dir, prefix, std::time::Duration::from_secs(5)).await?;
+    let ours = ops::find_protected(client, dir, prefix, std::time::Duration::from_secs(5)).await?;
     Ok(ours.into_iter().next())
 }
 

@@ -99,7 +99,12 @@ async fn take(
         // Sent after the multi on the same session, so they see its nodes.
         let listed: Vec<_> = dirs.iter().map(|d| client.list_children(d)).collect();
         match committed.await {
-            Ok(results) => break (results, listed),
+            Ok(results) => {
+                for p in &prefixes {
+                    cleanup.answered(p);
+                }
+                break (results, listed);
+            }
             Err(zk::MultiWriteError::OperationFailed {
                 source: zk::Error::NoNode,
                 ..

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use lockkit_core::{Backoff, Budget, Error, Result};
+use lockkit_core::{Backoff, Budget, Error, ErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::{is_transient, map};
+use crate::node;
 
 /// How a request that failed only because the connection dropped is tried again.
 pub(crate) const TRANSIENT: Backoff = Backoff::REQUEST;
@@ -50,4 +51,35 @@ pub(crate) async fn list_or_empty(
         }
     })
     .await
+}
+
+/// The nodes of ours carrying protected prefix `prefix` in `dir`, in queue order, each checked
+/// to be our session's (`ephemeralOwner`): after a connection loss the create may have
+/// happened, once or (a late create of the lost connection besides our retry) twice. The
+/// listing comes after a `sync`, so a server we reconnected to that lags the leader shows every
+/// create that committed.
+pub(crate) async fn find_protected(
+    client: &zk::Client,
+    dir: &str,
+    prefix: &str,
+    limit: Duration,
+) -> Result<Vec<String>> {
+    match retry(limit, "sync", || client.sync(dir)).await {
+        Ok(()) => {}
+        // No directory: no node of ours either.
+        Err(e) if e.kind() == ErrorKind::Backend => {}
+        Err(e) => return Err(e),
+    }
+    let children = list_or_empty(client, dir, limit).await?;
+    let mut ours = Vec::new();
+    for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
+        let path = format!("{dir}/{name}");
+        let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
+        if stat.is_some_and(|s| s.ephemeral_owner == client.session_id().0) {
+            ours.push(name);
+        }
+    }
+    let seq = |n: &String| n[prefix.len()..].parse::<i64>().unwrap_or(i64::MAX);
+    ours.sort_by(|a, b| node::seq_cmp(seq(a), seq(b)));
+    Ok(ours)
 }

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use crate::error::{dropped_connection, is_transient, map};
 use crate::node::{self, Participant};
-use crate::ops::{delete_node, list_or_empty, retry, TRANSIENT};
+use crate::ops::{delete_node, find_protected, list_or_empty, retry, TRANSIENT};
 use crate::session::Session;
 
 /// What decides that a node holds the lock.
@@ -49,9 +49,12 @@ pub(crate) struct Node {
     pub prefix: String,
 }
 
-enum Item {
-    /// Whatever node of ours carries this protected prefix.
-    Prefix { dir: String, prefix: String },
+/// Whatever node of ours carries protected prefix `prefix` in `dir`.
+struct Item {
+    dir: String,
+    prefix: String,
+    /// The create (or multi) was answered: no node with the prefix can come later.
+    answered: bool,
 }
 
 /// Deletes the nodes of an unfinished acquire or downgrade when dropped (cancelled or failed),
@@ -80,15 +83,37 @@ impl Unclaimed {
     /// Adds whatever node of ours in `dir` carries protected prefix `prefix`: armed before the
     /// create is sent, since a create whose reply never comes may still be applied.
     pub(crate) fn push_prefix(&mut self, dir: &str, prefix: &str) {
-        self.items.push(Item::Prefix {
+        self.items.push(Item {
             dir: dir.to_string(),
             prefix: prefix.to_string(),
+            answered: false,
         });
+    }
+
+    /// The create with protected prefix `prefix` was answered: no node carrying it can be made
+    /// after the cleanup has looked (a reply lost before the answer is the
+    /// [`late`](crate::late) registry's).
+    pub(crate) fn answered(&mut self, prefix: &str) {
+        for item in self.items.iter_mut().filter(|i| i.prefix == prefix) {
+            item.answered = true;
+        }
+    }
+
+    /// A create still unanswered when its acquire ended may be applied after the cleanup has
+    /// looked: the session's heartbeat looks for its node for a while longer.
+    fn look_for_late(&mut self) {
+        for item in self.items.iter_mut().filter(|i| !i.answered) {
+            let session = self.client.session_id();
+            let late = self.session.late.remember(session, &item.dir, &item.prefix);
+            late.took(None);
+            item.answered = true;
+        }
     }
 }
 
 impl Undo for Unclaimed {
-    fn undo(self) {
+    fn undo(mut self) {
+        self.look_for_late();
         if !self.items.is_empty() {
             reap(&self.session, &self.client, self.items);
         }
@@ -98,7 +123,8 @@ impl Undo for Unclaimed {
 /// Deletes `cleanup`'s nodes now (awaited) and disarms it; nodes the server does not delete
 /// now go to the reaper. Armed until done: if this future is dropped half-way (the core keeps
 /// the wait budget), the drop hands the nodes to the reaper.
-pub(crate) async fn delete_now(cleanup: Cleanup) {
+pub(crate) async fn delete_now(mut cleanup: Cleanup) {
+    cleanup.look_for_late();
     let timeout = cleanup.session.cfg.command_timeout;
     let deleted = delete_items(&cleanup.client, &cleanup.items, timeout).await;
     let nodes = cleanup.disarm();
@@ -123,43 +149,12 @@ fn reap(session: &Arc<Session>, client: &zk::Client, items: Vec<Item>) {
 
 /// Deletes in reverse order of creation: a semaphore's leases before its entry lock.
 async fn delete_items(client: &zk::Client, items: &[Item], timeout: Duration) -> Result<()> {
-    for Item::Prefix { dir, prefix } in items.iter().rev() {
+    for Item { dir, prefix, .. } in items.iter().rev() {
         for name in find_protected(client, dir, prefix, timeout).await? {
             delete_node(client, &format!("{dir}/{name}"), timeout).await?;
         }
     }
     Ok(())
-}
-
-/// The nodes of ours carrying protected prefix `prefix` in `dir`, in queue order, each checked
-/// to be our session's (`ephemeralOwner`): after a connection loss the create may have
-/// happened, once or (a late create of the lost connection besides our retry) twice. The
-/// listing comes after a `sync`, so a server we reconnected to that lags the leader shows every
-/// create that committed.
-pub(crate) async fn find_protected(
-    client: &zk::Client,
-    dir: &str,
-    prefix: &str,
-    limit: Duration,
-) -> Result<Vec<String>> {
-    match retry(limit, "sync", || client.sync(dir)).await {
-        Ok(()) => {}
-        // No directory: no node of ours either.
-        Err(e) if e.kind() == ErrorKind::Backend => {}
-        Err(e) => return Err(e),
-    }
-    let children = list_or_empty(client, dir, limit).await?;
-    let mut ours = Vec::new();
-    for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
-        let path = format!("{dir}/{name}");
-        let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
-        if stat.is_some_and(|s| s.ephemeral_owner == client.session_id().0) {
-            ours.push(name);
-        }
-    }
-    let seq = |n: &String| n[prefix.len()..].parse::<i64>().unwrap_or(i64::MAX);
-    ours.sort_by(|a, b| node::seq_cmp(seq(a), seq(b)));
-    Ok(ours)
 }
 
 /// The child whose name starts with our protected prefix (Curator's `findProtectedNodeInForeground`).
@@ -171,7 +166,8 @@ pub fn find_by_prefix(children: &[String], prefix: &str) -> Option<String> {
 /// trip (ZooKeeper answers one session's requests in order, so the listing includes the node).
 /// Our node is the path the create returned. A create that fails with a connection loss is
 /// looked up by its protected prefix (after a `sync`) and retried only if it did not happen; a
-/// second node of ours (a late create of the lost connection) is deleted.
+/// second node of ours (a late create of the lost connection) is deleted, now or, should it come
+/// later still, by the session's heartbeat ([`crate::late`]).
 pub(crate) async fn create(
     session: &Session,
     client: &zk::Client,
@@ -189,6 +185,8 @@ pub(crate) async fn create(
     cleanup.push_prefix(dir, &prefix);
     let mut made_dir = 0;
     let mut lost_reply = TRANSIENT.start();
+    // Set once a reply was lost: told which node we took, if any.
+    let mut unsure = None;
     loop {
         let created = client.create(&full, data, &options);
         let listed = client.list_children(dir);
@@ -204,6 +202,9 @@ pub(crate) async fn create(
             Err(e) if is_transient(&e) && Instant::now() < until => {
                 drop(listed);
                 session.count_lookup();
+                unsure.get_or_insert_with(|| {
+                    session.late.remember(client.session_id(), dir, &prefix)
+                });
                 lost_reply.wait().await;
                 let mut ours = find_protected(client, dir, &prefix, limit)
                     .await?
@@ -218,6 +219,10 @@ pub(crate) async fn create(
                 let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
                 let Some(stat) = stat else { continue };
                 let children = retry(limit, "list", || client.list_children(dir)).await?;
+                cleanup.answered(&prefix);
+                if let Some(unsure) = unsure {
+                    unsure.took(Some(&name));
+                }
                 return Ok((
                     Node {
                         client: client.clone(),
@@ -245,6 +250,10 @@ pub(crate) async fn create(
                 ErrorKind::LockLost,
                 format!("our new node in {dir} vanished at once"),
             ));
+        }
+        cleanup.answered(&prefix);
+        if let Some(unsure) = unsure {
+            unsure.took(Some(&name));
         }
         return Ok((
             Node {

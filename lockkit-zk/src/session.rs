@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
+use crate::late::LateCreates;
 use crate::owned::{drive, LossWatch, Nodes};
 
 /// A live guard: what session events and `close` need to reach it.
@@ -46,6 +47,8 @@ pub(crate) struct Session {
     wakes: AtomicU64,
     /// Creates interrupted by a connection loss, looked up by their protected prefix.
     lookups: AtomicU64,
+    /// Creates whose reply was lost, which the heartbeat looks for in case one comes late.
+    pub late: Arc<LateCreates>,
     /// To the task that keeps the deletion watches of held nodes.
     watches: mpsc::UnboundedSender<LossWatch>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -86,11 +89,12 @@ impl Session {
             live: Guards::default(),
             wakes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
+            late: Arc::default(),
             watches,
             tasks: Mutex::new(Vec::new()),
         });
         let watcher = tokio::spawn(watch_session(Arc::downgrade(&session), current.client));
-        let beat = tokio::spawn(heartbeat(Arc::downgrade(&session)));
+        let beat = tokio::spawn(heartbeat(Arc::downgrade(&session), session.late.clone()));
         let weak = Arc::downgrade(&session);
         let losses = tokio::spawn(drive(to_watch, move |id| weak.upgrade()?.client_of(id)));
         lock(&session.tasks).extend([watcher, beat, losses]);
@@ -269,8 +273,9 @@ async fn connect(cfg: &ZkConfig) -> Result<Current> {
 
 /// Keeps the current session's lease clock: a cheap request every quarter of the session
 /// timeout; each answer moves the deadline to the request's send time plus the timeout. A
-/// failed request is tried again soon, with backoff, until the deadline passes.
-async fn heartbeat(session: Weak<Session>) {
+/// failed request is tried again soon, with backoff, until the deadline passes. After an answer
+/// it deletes the nodes that creates whose reply was lost made late (`late`).
+async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
     let mut retry = Backoff::WATCH.start();
     loop {
         let Some(s) = session.upgrade() else { return };
@@ -287,6 +292,11 @@ async fn heartbeat(session: Weak<Session>) {
                 lockkit_core::telemetry::renewal("zk", true, sent.elapsed());
                 clock.renewed(sent, timeout);
                 retry.reset();
+                // Within the period, so the next beat is not late; what fails is looked for again.
+                let swept = tokio::time::timeout(period, late.sweep(&client, limit)).await;
+                if let Ok(Err(e)) = swept {
+                    tracing::debug!(backend = "zk", error = %e, "lockkit: cannot look for late creates yet");
+                }
                 tokio::time::sleep_until(sent + period).await;
             }
             _ => {

@@ -10,6 +10,7 @@ use common::*;
 use lockkit_core::{LockConfig, LockState};
 use lockkit_testing::failover::free_soon_after;
 use lockkit_testing::proxy::Proxy;
+use zookeeper_client as zk;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -441,5 +442,138 @@ async fn a_look_cut_off_in_flight_is_borne() {
     let waiter = tokio::spawn(async move { mutex.lock_for(Duration::from_secs(30)).await });
     lockkit_testing::network::waiters_reach(&other, "look", 1).await;
     let g = lockkit_testing::network::cut_off_a_look(&proxy, "look", held, waiter).await;
+    g.release().await.unwrap();
+}
+
+/// The children of `dir` that do not start with `but`, once there is one (within 5 s).
+async fn newcomer(direct: &lockkit_zk::ZkLocks, dir: &str, but: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let names = children(direct, dir).await;
+        if let Some(n) = names.into_iter().find(|n| !n.starts_with(but)) {
+            return n;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "no node came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A create the ensemble applies late, after its acquire gave up, lands on the live session of
+/// a client that no longer waits. `b`'s create is applied but its reply held up, its acquire is
+/// dropped and its node deleted by prefix, and then (as a partitioned follower can let happen)
+/// a node with the same prefix appears on `b`'s session. `b`'s heartbeat finds and deletes it,
+/// so `c` is not kept out for as long as `b`'s session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_applied_after_its_acquire_gave_up_keeps_no_one_out() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let params = format!("session_timeout=4s&command_timeout=1s&prefix={}", prefix());
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
+    let b = backend(&format!("zk://{}?{params}", proxy.addr())).await;
+    let url = with_params(&url, &params);
+    let (a, c) = (backend(&url).await, backend(&url).await);
+    let dir = a.mutex_path("late-create");
+    let held = a.mutex("late-create").unwrap().lock().await.unwrap();
+    let ours = children(&a, &dir).await.remove(0);
+    let a_prefix = &ours[..ours.len() - 10];
+
+    proxy.update(|t| t.hold_down = true);
+    let m = b.mutex("late-create").unwrap();
+    let waiting = tokio::spawn(async move { m.lock_for(Duration::from_secs(10)).await });
+    let name = newcomer(&a, &dir, a_prefix).await;
+    let b_prefix = name[..name.len() - 10].to_string();
+    // Dropped before the create's reply comes: its node is deleted by prefix once the reply
+    // path is back.
+    waiting.abort();
+    let _ = waiting.await;
+    proxy.heal();
+    let start = Instant::now();
+    while children(&a, &dir).await.len() > 1 {
+        assert!(start.elapsed() < Duration::from_secs(10), "b's node stays");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The create applied late.
+    let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    b.zk_client()
+        .unwrap()
+        .create(&format!("{dir}/{b_prefix}"), b"lockkit", &opts)
+        .await
+        .unwrap();
+    assert_eq!(children(&a, &dir).await.len(), 2);
+
+    let m = c.mutex("late-create").unwrap();
+    let waiting = tokio::spawn(async move { m.lock_for(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(8), waiting)
+        .await
+        .expect("c is kept out by b's late node")
+        .unwrap()
+        .unwrap()
+        .expect("c gets the lock");
+    assert!(
+        !children(&a, &dir)
+            .await
+            .iter()
+            .any(|n| n.starts_with(&b_prefix)),
+        "b's late node is still there"
+    );
+    g.release().await.unwrap();
+}
+
+/// A create whose reply was lost and whose node the acquire then found by its protected prefix
+/// may still be applied a second time, late, after the guard took the first node. `b`'s
+/// heartbeat deletes that duplicate, so after `b` releases, `c` is not kept out behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_duplicate_of_a_held_node_keeps_no_one_out() {
+    let Some(url) = url() else { return };
+    let _serial = SERIAL.lock().await;
+    let params = format!("session_timeout=4s&command_timeout=3s&prefix={}", prefix());
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
+    let b = backend(&format!("zk://{}?{params}", proxy.addr())).await;
+    let c = backend(&with_params(&url, &params)).await;
+    let dir = b.mutex_path("late-dup-held");
+    // The directory first, so the create below is a single request.
+    let g = b.mutex("late-dup-held").unwrap().lock().await.unwrap();
+    g.release().await.unwrap();
+
+    proxy.update(|t| t.hold_down = true);
+    let m = b.mutex("late-dup-held").unwrap();
+    let acquiring = tokio::spawn(async move { m.lock_for(Duration::from_secs(10)).await });
+    let name = newcomer(&c, &dir, "\u{0}").await;
+    let b_prefix = name[..name.len() - 10].to_string();
+    // The reply is lost with the connection; the acquire finds its node by prefix.
+    proxy.reset();
+    proxy.heal();
+    let g = tokio::time::timeout(Duration::from_secs(10), acquiring)
+        .await
+        .expect("b's acquire ends")
+        .unwrap()
+        .unwrap()
+        .expect("b gets the lock");
+    assert!(b.protected_lookups() > 0, "the create's reply was not lost");
+    // The same create applied a second time, late.
+    let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    b.zk_client()
+        .unwrap()
+        .create(&format!("{dir}/{b_prefix}"), b"lockkit", &opts)
+        .await
+        .unwrap();
+
+    let m = c.mutex("late-dup-held").unwrap();
+    let waiting = tokio::spawn(async move { m.lock_for(Duration::from_secs(20)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    g.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(8), waiting)
+        .await
+        .expect("c is kept out by b's late duplicate")
+        .unwrap()
+        .unwrap()
+        .expect("c gets the lock");
+    assert_eq!(
+        children(&c, &dir).await.len(),
+        1,
+        "b's late duplicate is still there"
+    );
     g.release().await.unwrap();
 }
