@@ -4,7 +4,7 @@
 //! the heartbeat keeps alive, so without this every other client would queue behind it for as
 //! long as the session lives. The heartbeat deletes it (see [`LateCreates::sweep`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -12,12 +12,13 @@ use lockkit_core::Result;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::ops::{delete_node, find_protected};
+use crate::ops::{delete_node, find_own};
 
 /// How long after the lost reply a late node is looked for.
 pub(crate) const LOOK_FOR: Duration = Duration::from_secs(600);
 
-/// How many creates are looked for at once; the oldest is forgotten first.
+/// How many creates are looked for at once; the oldest whose caller has said what it took is
+/// forgotten first (one still pending never is: its caller may take a node and leave the rest).
 const MOST: usize = 64;
 
 /// One create whose reply was lost.
@@ -78,8 +79,10 @@ impl LateCreates {
         let mut guard = self.lock();
         let (next, unsure) = &mut *guard;
         *next += 1;
-        if unsure.len() == MOST {
-            unsure.pop_front();
+        if unsure.len() >= MOST {
+            if let Some(i) = unsure.iter().position(|u| !u.pending) {
+                unsure.remove(i);
+            }
         }
         unsure.push_back(Unsure {
             id: *next,
@@ -103,28 +106,56 @@ impl LateCreates {
         }
     }
 
-    /// The creates of `session` to look for now: those whose caller has said which node it
-    /// took. Creates of another session (gone, with its nodes) or past [`LOOK_FOR`] are
-    /// forgotten.
-    fn due(&self, session: zk::SessionId) -> Vec<Unsure> {
+    /// The creates of `session` to look for now, by directory: those whose caller has said
+    /// which node it took. Those past [`LOOK_FOR`] are forgotten; those of another session (one
+    /// that ended, with its nodes, or the next one, if this sweep is late) are left alone.
+    fn due(&self, session: zk::SessionId) -> BTreeMap<String, Vec<Unsure>> {
         let mut guard = self.lock();
         let now = Instant::now();
-        guard.1.retain(|u| u.session == session.0 && u.until > now);
-        guard.1.iter().filter(|u| !u.pending).cloned().collect()
+        guard.1.retain(|u| u.until > now);
+        let mut due: BTreeMap<String, Vec<Unsure>> = BTreeMap::new();
+        for u in guard
+            .1
+            .iter()
+            .filter(|u| u.session == session.0 && !u.pending)
+        {
+            due.entry(u.dir.clone()).or_default().push(u.clone());
+        }
+        due
     }
 
     /// Deletes every node of `client`'s session that carries a remembered prefix, but the one
-    /// its caller took; what is not forgotten (see `due`) is looked for again on the next sweep.
+    /// its caller took: one listing per directory. A directory that fails is looked at again on
+    /// the next sweep, as are all of them until [`LOOK_FOR`] has passed; the first error is
+    /// returned once every directory was tried.
     pub(crate) async fn sweep(&self, client: &zk::Client, limit: Duration) -> Result<()> {
-        for u in self.due(client.session_id()) {
-            for name in find_protected(client, &u.dir, &u.prefix, limit).await? {
-                if u.kept.as_deref() != Some(name.as_str()) {
-                    delete_node(client, &format!("{}/{name}", u.dir), limit).await?;
-                }
+        let mut first_error = None;
+        for (dir, unsure) in self.due(client.session_id()) {
+            if let Err(e) = sweep_dir(client, &dir, &unsure, limit).await {
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
+}
+
+/// Deletes the nodes of `dir` of `client`'s session that carry one of `unsure`'s prefixes, but
+/// the ones their callers took.
+async fn sweep_dir(
+    client: &zk::Client,
+    dir: &str,
+    unsure: &[Unsure],
+    limit: Duration,
+) -> Result<()> {
+    let late = |name: &str| {
+        unsure
+            .iter()
+            .any(|u| name.starts_with(&u.prefix) && u.kept.as_deref() != Some(name))
+    };
+    for name in find_own(client, dir, late, limit).await? {
+        delete_node(client, &format!("{dir}/{name}"), limit).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -134,7 +165,7 @@ mod tests {
     const ONE: zk::SessionId = zk::SessionId(1);
 
     fn prefixes(late: &LateCreates, session: zk::SessionId) -> Vec<(String, Option<String>)> {
-        let due = late.due(session).into_iter();
+        let due = late.due(session).into_values().flatten();
         due.map(|u| (u.prefix, u.kept)).collect()
     }
 
@@ -156,23 +187,41 @@ mod tests {
     }
 
     #[test]
-    fn another_session_forgets_them() {
+    fn another_sessions_creates_are_not_looked_for() {
         let late = Arc::new(LateCreates::default());
         late.remember(ONE, "/d", "_c_a-lock-").took(None);
         assert_eq!(prefixes(&late, zk::SessionId(2)), vec![]);
-        assert_eq!(prefixes(&late, ONE), vec![], "forgotten for good");
+        assert_eq!(
+            prefixes(&late, ONE).len(),
+            1,
+            "a late sweep forgets nothing"
+        );
     }
 
     #[test]
-    fn the_oldest_is_forgotten_past_the_most() {
+    fn the_oldest_settled_is_forgotten_past_the_most_never_a_pending_one() {
         let late = Arc::new(LateCreates::default());
-        for i in 0..=MOST {
+        let pending = late.remember(ONE, "/d", "_c_p-lock-");
+        for i in 0..MOST {
             late.remember(ONE, "/d", &format!("_c_{i}-lock-"))
                 .took(None);
         }
+        pending.took(Some("_c_p-lock-0000000001"));
         let due = prefixes(&late, ONE);
         assert_eq!(due.len(), MOST);
-        assert_eq!(due[0].0, "_c_1-lock-");
+        assert_eq!(due[0].0, "_c_p-lock-", "kept while pending");
+        assert_eq!(due[1].0, "_c_1-lock-", "the oldest settled one went");
+    }
+
+    #[test]
+    fn creates_are_looked_for_by_directory() {
+        let late = Arc::new(LateCreates::default());
+        for (dir, p) in [("/b", "_c_1-"), ("/a", "_c_2-"), ("/b", "_c_3-")] {
+            late.remember(ONE, dir, p).took(None);
+        }
+        let due = late.due(ONE);
+        let dirs: Vec<(&str, usize)> = due.iter().map(|(d, u)| (d.as_str(), u.len())).collect();
+        assert_eq!(dirs, vec![("/a", 1), ("/b", 2)]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -64,6 +64,20 @@ pub(crate) async fn find_protected(
     prefix: &str,
     limit: Duration,
 ) -> Result<Vec<String>> {
+    let mut ours = find_own(client, dir, |c| c.starts_with(prefix), limit).await?;
+    let seq = |n: &String| n[prefix.len()..].parse::<i64>().unwrap_or(i64::MAX);
+    ours.sort_by(|a, b| node::seq_cmp(seq(a), seq(b)));
+    Ok(ours)
+}
+
+/// The children of `dir` that `wanted` picks by name and that are our session's nodes
+/// (`ephemeralOwner`), listed after a `sync`.
+pub(crate) async fn find_own(
+    client: &zk::Client,
+    dir: &str,
+    wanted: impl Fn(&str) -> bool,
+    limit: Duration,
+) -> Result<Vec<String>> {
     match retry(limit, "sync", || client.sync(dir)).await {
         Ok(()) => {}
         // No directory: no node of ours either.
@@ -72,14 +86,12 @@ pub(crate) async fn find_protected(
     }
     let children = list_or_empty(client, dir, limit).await?;
     let mut ours = Vec::new();
-    for name in children.into_iter().filter(|c| c.starts_with(prefix)) {
+    for name in children.into_iter().filter(|c| wanted(c)) {
         let path = format!("{dir}/{name}");
         let stat = retry(limit, "stat", || client.check_stat(&path)).await?;
         if stat.is_some_and(|s| s.ephemeral_owner == client.session_id().0) {
             ours.push(name);
         }
     }
-    let seq = |n: &String| n[prefix.len()..].parse::<i64>().unwrap_or(i64::MAX);
-    ours.sort_by(|a, b| node::seq_cmp(seq(a), seq(b)));
     Ok(ours)
 }

@@ -53,7 +53,8 @@ pub(crate) struct Node {
 struct Item {
     dir: String,
     prefix: String,
-    /// The create (or multi) was answered: no node with the prefix can come later.
+    /// The create (or multi) was answered: the cleanup sees whatever it made (a copy made late
+    /// after a lost reply is the [`late`](crate::late) registry's).
     answered: bool,
 }
 
@@ -102,8 +103,8 @@ impl Unclaimed {
     /// A create still unanswered when its acquire ended may be applied after the cleanup has
     /// looked: the session's heartbeat looks for its node for a while longer.
     fn look_for_late(&mut self) {
+        let session = self.client.session_id();
         for item in self.items.iter_mut().filter(|i| !i.answered) {
-            let session = self.client.session_id();
             let late = self.session.late.remember(session, &item.dir, &item.prefix);
             late.took(None);
             item.answered = true;
@@ -233,8 +234,15 @@ pub(crate) async fn create(
                     children,
                 ));
             }
-            Err(e) => return Err(map(e, &format!("cannot create a node in {dir}"))),
+            Err(e) => {
+                // The server's answer (a refusal): nothing was created.
+                if !is_transient(&e) {
+                    cleanup.answered(&prefix);
+                }
+                return Err(map(e, &format!("cannot create a node in {dir}")));
+            }
         };
+        cleanup.answered(&prefix);
         if stat.ephemeral_owner != client.session_id().0 {
             return Err(Error::new(
                 ErrorKind::WrongType,
@@ -251,7 +259,6 @@ pub(crate) async fn create(
                 format!("our new node in {dir} vanished at once"),
             ));
         }
-        cleanup.answered(&prefix);
         if let Some(unsure) = unsure {
             unsure.took(Some(&name));
         }

@@ -292,8 +292,9 @@ async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
                 lockkit_core::telemetry::renewal("zk", true, sent.elapsed());
                 clock.renewed(sent, timeout);
                 retry.reset();
-                // Within the period, so the next beat is not late; what fails is looked for again.
-                let swept = tokio::time::timeout(period, late.sweep(&client, limit)).await;
+                // Done by the next beat, which must not be late; what is left is looked for then.
+                let swept = tokio::time::timeout_at(sent + period, late.sweep(&client, limit));
+                let swept = swept.await;
                 if let Ok(Err(e)) = swept {
                     tracing::debug!(backend = "zk", error = %e, "lockkit: cannot look for late creates yet");
                 }
