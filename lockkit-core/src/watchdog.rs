@@ -7,7 +7,7 @@
 //! the call. The schedule, the batching, the Suspect/Held/Lost transitions, the deadline and
 //! the metrics are decided here, once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +32,23 @@ const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// Ownerships per round trip.
 pub const BATCH: usize = 100;
+
+/// How long a force-unlock message is kept for an ownership not yet watched: its acquire's
+/// answer (or its replicas' acknowledgement) may still be on its way when the message comes.
+const HEARD_FOR: Duration = Duration::from_secs(60);
+
+/// How many such messages are kept; the oldest goes first.
+const HEARD_MOST: usize = 256;
+
+/// Says whether a force-unlock message names an ownership.
+type Names<E> = Arc<dyn Fn(&E) -> bool + Send + Sync>;
+
+/// One force-unlock message, kept for ownerships registered after it came.
+struct Heard<E> {
+    at: Instant,
+    names: Names<E>,
+    fixed_lost: bool,
+}
 
 /// One ownership due for renewal, as handed to [`Renew::renew`].
 #[derive(Clone, Debug)]
@@ -116,6 +133,8 @@ pub struct Watchdog<E> {
     wake: Notify,
     /// When the task will look again on its own (`None`: it has not looked yet).
     scheduled: Mutex<Option<Instant>>,
+    /// Recent force-unlock messages (see [`Watchdog::taken_where`]).
+    heard: Mutex<VecDeque<Heard<E>>>,
 }
 
 impl<E> fmt::Debug for Watchdog<E> {
@@ -136,6 +155,7 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
             next_id: AtomicU64::new(0),
             wake: Notify::new(),
             scheduled: Mutex::new(None),
+            heard: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -158,7 +178,26 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
         GuardParts::new(FencingToken(token), lease, state.clone(), held(id, state))
     }
 
-    /// Starts watching an ownership in `state`; returns its id.
+    /// How a force-unlock message heard since `since` took `entry`, if one did: whether it
+    /// turns a fixed lease Lost.
+    fn heard_since(&self, since: Instant, entry: &E) -> Option<bool> {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        if heard.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        while heard.front().is_some_and(|h| now - h.at > HEARD_FOR) {
+            heard.pop_front();
+        }
+        let hit = heard.iter().rev().take_while(|h| h.at >= since);
+        hit.filter(|h| (h.names)(entry))
+            .map(|h| h.fixed_lost)
+            .reduce(|a, b| a || b)
+    }
+
+    /// Starts watching an ownership in `state`; returns its id. A force-unlock heard since its
+    /// request was sent that names it counts as heard now (the message may beat the acquire's
+    /// answer here).
     fn register(&self, w: Watched<E>, lease: Lease, state: StateCell) -> u64 {
         let (renew, lease) = (lease.is_watchdog(), lease.duration());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -170,7 +209,7 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
             w.sent_at + w.expiry / 3
         };
         let deadline = state.clock().deadline().unwrap_or(w.sent_at + w.expiry);
-        let first_look = if renew { next_due } else { deadline };
+        let mut first_look = if renew { next_due } else { deadline };
         let entry = Entry {
             name: w.name,
             lease,
@@ -183,7 +222,19 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
             state,
             entry: w.entry,
         };
-        self.lock().insert(id, entry);
+        {
+            // Watched before the messages are read, as `taken_where` keeps its message before
+            // it reads the ownerships: one of the two sees the other.
+            let mut entries = self.lock();
+            let e = entries.entry(id).or_insert(entry);
+            if let Some(fixed_lost) = self.heard_since(w.sent_at, &e.entry) {
+                if !self.taken(e, Instant::now(), fixed_lost) {
+                    entries.remove(&id);
+                    return id;
+                }
+                first_look = e.next_due;
+            }
+        }
         // Wake the task only if it would otherwise look too late.
         let scheduled = *self.scheduled.lock().unwrap_or_else(|e| e.into_inner());
         if scheduled.is_none_or(|at| first_look < at) {
@@ -223,37 +274,62 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
     /// A fixed lease, which a renewal would lengthen, is Lost at once when `fixed_lost` (the
     /// message is the whole server's word), and otherwise left to its deadline (the word of one
     /// of several servers, as a Redlock master's). Returns how many it found.
-    pub fn taken_where(&self, taken: impl Fn(&E) -> bool, fixed_lost: bool) -> usize {
+    ///
+    /// The message is also kept for a while ([`HEARD_FOR`]) for the ownerships registered after
+    /// it came whose request was sent before: their acquire's answer may come after the message.
+    pub fn taken_where(
+        &self,
+        taken: impl Fn(&E) -> bool + Send + Sync + 'static,
+        fixed_lost: bool,
+    ) -> usize {
+        let names: Names<E> = Arc::new(taken);
         let now = Instant::now();
+        {
+            let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+            if heard.len() == HEARD_MOST {
+                heard.pop_front();
+            }
+            heard.push_back(Heard {
+                at: now,
+                names: names.clone(),
+                fixed_lost,
+            });
+        }
         let mut found = 0;
         self.lock().retain(|_, e| {
-            if !taken(&e.entry) {
+            if !names(&e.entry) {
                 return true;
             }
             found += 1;
-            if e.renew {
-                e.next_due = now;
-                e.early = Duration::ZERO;
-                e.check_again = e.in_flight;
-                return true;
-            }
-            if !fixed_lost {
-                return true;
-            }
-            if e.state.mark_lost(LostReason::Deleted) {
-                tracing::warn!(
-                    backend = self.backend,
-                    lock = &*e.name,
-                    entry = ?e.entry,
-                    "lockkit: lock force-unlocked"
-                );
-            }
-            false
+            self.taken(e, now, fixed_lost)
         });
         if found > 0 {
             self.wake.notify_one();
         }
         found
+    }
+
+    /// Ownership `e` may have been taken on the server: a renewed one is renewed at `now`, a
+    /// fixed one Lost when `fixed_lost`. Whether it is still watched.
+    fn taken(&self, e: &mut Entry<E>, now: Instant, fixed_lost: bool) -> bool {
+        if e.renew {
+            e.next_due = now;
+            e.early = Duration::ZERO;
+            e.check_again = e.in_flight;
+            return true;
+        }
+        if !fixed_lost {
+            return true;
+        }
+        if e.state.mark_lost(LostReason::Deleted) {
+            tracing::warn!(
+                backend = self.backend,
+                lock = &*e.name,
+                entry = ?e.entry,
+                "lockkit: lock force-unlocked"
+            );
+        }
+        false
     }
 
     /// How many ownerships are watched.
@@ -486,11 +562,21 @@ mod tests {
         }
 
         fn watch(&self, group: u8, lease: Duration, renew: bool) -> (u64, StateCell) {
-            let now = Instant::now();
-            let state = StateCell::new(LeaseClock::starting(now, lease));
+            self.watch_sent(group, lease, renew, Instant::now())
+        }
+
+        /// Watches an ownership whose request was sent at `sent`.
+        fn watch_sent(
+            &self,
+            group: u8,
+            lease: Duration,
+            renew: bool,
+            sent: Instant,
+        ) -> (u64, StateCell) {
+            let state = StateCell::new(LeaseClock::starting(sent, lease));
             let w = Watched {
                 name: "lock".into(),
-                sent_at: now,
+                sent_at: sent,
                 expiry: lease,
                 entry: group,
             };
@@ -691,5 +777,53 @@ mod tests {
             "renewed again once the first answered"
         );
         assert_eq!(state.get(), LockState::Lost);
+    }
+
+    /// A message that beats the acquire's answer (it came after the request was sent, before
+    /// the ownership was watched) is not lost: the ownership is checked as it is watched, and a
+    /// fixed lease is Lost at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_taken_message_before_the_ownership_is_watched_counts() {
+        let run = Run::start();
+        let sent = Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(run.wd.taken_where(|e| *e == 1, true), 0);
+        *run.answer.lock().unwrap() = Some(Renewed::Gone);
+        let (_, state) = run.watch_sent(1, LEASE, true, sent);
+        let (_, fixed) = run.watch_sent(1, LEASE, false, sent);
+        assert_eq!(fixed.get(), LockState::Lost);
+        assert_eq!(fixed.reason(), Some(LostReason::Deleted));
+        let (_, other) = run.watch_sent(2, LEASE, true, sent);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(run.calls(), vec![vec![1]], "checked at once");
+        assert_eq!(state.get(), LockState::Lost);
+        assert_eq!(other.get(), LockState::Held);
+        assert_eq!(run.wd.len(), 1);
+    }
+
+    /// A message heard before the request was sent is about an earlier ownership: it costs the
+    /// new one nothing. Messages are kept for a while only.
+    #[tokio::test(start_paused = true)]
+    async fn a_taken_message_is_not_about_later_requests() {
+        let run = Run::start();
+        assert_eq!(run.wd.taken_where(|e| *e == 1, true), 0);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (_, fixed) = run.watch(1, LEASE, false);
+        let (_, state) = run.watch(1, LEASE, true);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(run.calls(), Vec::<Vec<u8>>::new());
+        assert_eq!(
+            (state.get(), fixed.get()),
+            (LockState::Held, LockState::Held)
+        );
+        run.wd.unregister(0);
+        run.wd.unregister(1);
+        tokio::time::sleep(HEARD_FOR).await;
+        let sent = Instant::now() - Duration::from_millis(1);
+        run.wd.taken_where(|e| *e == 3, true);
+        tokio::time::sleep(HEARD_FOR + Duration::from_millis(1)).await;
+        let (_, late) = run.watch_sent(3, HEARD_FOR * 2, false, sent);
+        assert_eq!(late.get(), LockState::Held, "forgotten after HEARD_FOR");
+        assert!(run.wd.heard.lock().unwrap().len() <= 1);
     }
 }

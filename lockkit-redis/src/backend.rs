@@ -80,7 +80,8 @@ impl RedisBackend {
             channel: inner.holder_channel(),
             taken: Arc::new(move |owner, key| {
                 if let Some(wd) = taken.upgrade() {
-                    wd.taken_where(|r| r.owner == owner && r.key == key, true);
+                    let (owner, key) = (owner.to_string(), key.to_string());
+                    wd.taken_where(move |r| r.owner == owner && r.key == key, true);
                 }
             }),
         };

@@ -47,7 +47,8 @@ impl RedlockBackend {
             channel: format!("{}{client_id}", holder_channels(&settings.prefix)),
             taken: Arc::new(move |owner, key| {
                 if let Some(wd) = taken.upgrade() {
-                    wd.taken_where(|r| &*r.owner == owner && &*r.key == key, false);
+                    let (owner, key) = (owner.to_string(), key.to_string());
+                    wd.taken_where(move |r| *r.owner == *owner && *r.key == *key, false);
                 }
             }),
         };
