@@ -5,6 +5,7 @@
 //! long as the session lives. The heartbeat deletes it (see [`LateCreates::sweep`]).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -40,6 +41,8 @@ struct Unsure {
 #[derive(Debug, Default)]
 pub(crate) struct LateCreates {
     unsure: Mutex<(u64, VecDeque<Unsure>)>,
+    /// Sweeps so far: each starts at another directory, so a slow one cannot starve the rest.
+    sweeps: AtomicUsize,
 }
 
 /// A remembered create whose caller has not yet said which node it took; once it has (or is
@@ -125,12 +128,17 @@ impl LateCreates {
     }
 
     /// Deletes every node of `client`'s session that carries a remembered prefix, but the one
-    /// its caller took: one listing per directory. A directory that fails is looked at again on
-    /// the next sweep, as are all of them until [`LOOK_FOR`] has passed; the first error is
-    /// returned once every directory was tried.
+    /// its caller took: one listing per directory, starting at another directory each sweep. A
+    /// directory that fails is looked at again on the next sweep, as are all of them until
+    /// [`LOOK_FOR`] has passed; the first error is returned once every directory was tried.
     pub(crate) async fn sweep(&self, client: &zk::Client, limit: Duration) -> Result<()> {
+        let mut dirs: Vec<_> = self.due(client.session_id()).into_iter().collect();
+        if !dirs.is_empty() {
+            let first = self.sweeps.fetch_add(1, Ordering::Relaxed) % dirs.len();
+            dirs.rotate_left(first);
+        }
         let mut first_error = None;
-        for (dir, unsure) in self.due(client.session_id()) {
+        for (dir, unsure) in dirs {
             if let Err(e) = sweep_dir(client, &dir, &unsure, limit).await {
                 first_error.get_or_insert(e);
             }

@@ -546,7 +546,10 @@ async fn a_late_duplicate_of_a_held_node_keeps_no_one_out() {
     proxy.reset();
     let start = Instant::now();
     while b.protected_lookups() == 0 {
-        assert!(start.elapsed() < Duration::from_secs(5), "the create did not fail");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the create did not fail"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     proxy.heal();
