@@ -492,15 +492,27 @@ async fn a_create_applied_after_its_acquire_gave_up_keeps_no_one_out() {
         assert!(start.elapsed() < Duration::from_secs(10), "b's node stays");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The create applied late.
+    applied_late(&b, &c, "late-create", &b_prefix, held).await;
+}
+
+/// The create with protected prefix `prefix` that `b` sent on lock `name` is applied (again)
+/// late; then `held` is released and `c`, waiting, must get the lock within 8 s (b's session
+/// lives on, with a 4 s timeout: its heartbeat comes every second).
+async fn applied_late(
+    b: &lockkit_zk::ZkLocks,
+    c: &lockkit_zk::ZkLocks,
+    name: &str,
+    prefix: &str,
+    held: lockkit_core::LockGuard,
+) {
+    let dir = b.mutex_path(name);
     let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     b.zk_client()
         .unwrap()
-        .create(&format!("{dir}/{b_prefix}"), b"lockkit", &opts)
+        .create(&format!("{dir}/{prefix}"), b"lockkit", &opts)
         .await
         .unwrap();
-
-    let m = c.mutex("late-create").unwrap();
+    let m = c.mutex(name).unwrap();
     let waiting = tokio::spawn(async move { m.lock_for(Duration::from_secs(20)).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     held.release().await.unwrap();
@@ -510,12 +522,10 @@ async fn a_create_applied_after_its_acquire_gave_up_keeps_no_one_out() {
         .unwrap()
         .unwrap()
         .expect("c gets the lock");
+    let left = children(c, &dir).await;
     assert!(
-        !children(&a, &dir)
-            .await
-            .iter()
-            .any(|n| n.starts_with(&b_prefix)),
-        "b's late node is still there"
+        !left.iter().any(|n| n.starts_with(prefix)),
+        "b's late node is still there: {left:?}"
     );
     g.release().await.unwrap();
 }
@@ -559,28 +569,6 @@ async fn a_late_duplicate_of_a_held_node_keeps_no_one_out() {
         .unwrap()
         .unwrap()
         .expect("b gets the lock");
-    // The same create applied a second time, late.
-    let opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    b.zk_client()
-        .unwrap()
-        .create(&format!("{dir}/{b_prefix}"), b"lockkit", &opts)
-        .await
-        .unwrap();
-
-    let m = c.mutex("late-dup-held").unwrap();
-    let waiting = tokio::spawn(async move { m.lock_for(Duration::from_secs(20)).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    g.release().await.unwrap();
-    let g = tokio::time::timeout(Duration::from_secs(8), waiting)
-        .await
-        .expect("c is kept out by b's late duplicate")
-        .unwrap()
-        .unwrap()
-        .expect("c gets the lock");
-    assert_eq!(
-        children(&c, &dir).await.len(),
-        1,
-        "b's late duplicate is still there"
-    );
-    g.release().await.unwrap();
+    // The same create applied a second time, late, behind b's node.
+    applied_late(&b, &c, "late-dup-held", &b_prefix, g).await;
 }
