@@ -1,8 +1,10 @@
-//! Creates whose reply was lost, looked for again for a while: the ensemble may apply one late
-//! (held up behind a partitioned follower, say) after the acquire that sent it has given up, or
-//! has taken the node its protected prefix found. Such a node sits on our live session, which
-//! the heartbeat keeps alive, so without this every other client would queue behind it for as
-//! long as the session lives. The heartbeat deletes it (see [`LateCreates::sweep`]).
+//! Creates whose reply was lost or never awaited, looked for again for a while: the ensemble
+//! may apply one late (held up behind a partitioned follower, say) after the acquire that sent
+//! it has given up, or has taken the node its protected prefix found. Such a node sits on our
+//! live session, which the heartbeat keeps alive, so without this every other client would
+//! queue behind it for as long as the session lives. The heartbeat deletes it (see
+//! [`LateCreates::sweep`]). etcd's `strays.rs` does the same job there, where the name's watch
+//! sees every key arrive; a ZooKeeper waiter watches only the node ahead of it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,7 @@ pub(crate) const LOOK_FOR: Duration = Duration::from_secs(600);
 /// forgotten first (one still pending never is: its caller may take a node and leave the rest).
 const MOST: usize = 64;
 
-/// One create whose reply was lost.
+/// One create whose reply was lost or never awaited.
 #[derive(Debug, Clone)]
 struct Unsure {
     id: u64,
@@ -37,7 +39,8 @@ struct Unsure {
     until: Instant,
 }
 
-/// The creates of one [`Session`](crate::session::Session) whose reply was lost.
+/// The creates of one [`Session`](crate::session::Session) whose reply was lost or never
+/// awaited.
 #[derive(Debug, Default)]
 pub(crate) struct LateCreates {
     unsure: Mutex<(u64, VecDeque<Unsure>)>,

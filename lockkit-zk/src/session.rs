@@ -47,7 +47,8 @@ pub(crate) struct Session {
     wakes: AtomicU64,
     /// Creates interrupted by a connection loss, looked up by their protected prefix.
     lookups: AtomicU64,
-    /// Creates whose reply was lost, which the heartbeat looks for in case one comes late.
+    /// Creates whose reply was lost or never awaited, which the heartbeat looks for in case
+    /// one is applied late.
     pub late: Arc<LateCreates>,
     /// To the task that keeps the deletion watches of held nodes.
     watches: mpsc::UnboundedSender<LossWatch>,
@@ -274,7 +275,7 @@ async fn connect(cfg: &ZkConfig) -> Result<Current> {
 /// Keeps the current session's lease clock: a cheap request every quarter of the session
 /// timeout; each answer moves the deadline to the request's send time plus the timeout. A
 /// failed request is tried again soon, with backoff, until the deadline passes. After an answer
-/// it deletes the nodes that creates whose reply was lost made late (`late`).
+/// it deletes the nodes that creates whose reply it never saw made late (`late`).
 async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
     let mut retry = Backoff::WATCH.start();
     loop {
