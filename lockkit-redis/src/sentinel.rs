@@ -12,7 +12,9 @@
 //!   demoted primary); when the address changes it opens connections to the new primary, swaps
 //!   them in, resubscribes the wake-up channels there and wakes every local waiter of them (a
 //!   release or a hand-off may have been published there before we listened, and a waiter's
-//!   next attempt takes up a lock handed to it);
+//!   next attempt takes up a lock handed to it); a channel the new primary did not take is
+//!   asked for again on each of the follower's rounds until it does, and the waiters are woken
+//!   again then;
 //! * a command that certainly did not reach the server (connection refused, broken pipe,
 //!   `READONLY`) waits for the follower's next answer (at most [`RESOLVE_WAIT`]) and, if the
 //!   primary moved, is sent once more to the new one; so an idle client's first command after a
@@ -64,6 +66,9 @@ pub(crate) struct Switchable {
     rounds: watch::Sender<Rounds>,
     /// Pub/sub only: the channels to subscribe again on a new primary.
     channels: Mutex<HashSet<String>>,
+    /// Pub/sub only: those of `channels` whose subscribe on the current primary failed at the
+    /// switch; the follower tries them again until the primary has them.
+    missing: Mutex<HashSet<String>>,
     /// Wakes the follower to resolve now.
     follow: Arc<Notify>,
 }
@@ -75,6 +80,7 @@ impl Switchable {
             info: RwLock::new(info),
             rounds: watch::Sender::new(Rounds::default()),
             channels: Mutex::new(HashSet::new()),
+            missing: Mutex::new(HashSet::new()),
             follow,
         })
     }
@@ -149,36 +155,82 @@ impl Switchable {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn missing(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.missing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub(crate) async fn subscribe(&self, channel: &str) -> RedisResult<()> {
         // Recorded first: a switch that happens meanwhile subscribes it on the new primary.
         self.channels().insert(channel.to_string());
         let (seen, mut c) = self.current_seen();
-        let r = c.subscribe(channel).await;
+        let mut r = c.subscribe(channel).await;
         self.check(&r);
         if let Err(e) = &r {
             if let Some(mut c) = self.switched_after(e, seen).await {
-                return c.subscribe(channel).await;
+                r = c.subscribe(channel).await;
             }
+        }
+        if r.is_ok() {
+            self.missing().remove(channel);
         }
         r
     }
 
     pub(crate) async fn unsubscribe(&self, channel: &str) -> RedisResult<()> {
         self.channels().remove(channel);
+        self.missing().remove(channel);
         self.current().unsubscribe(channel).await
     }
 
-    /// Swaps in a connection to the new primary (and resubscribes there).
+    /// Subscribes, on the current primary, the channels a switch could not (see
+    /// [`replace`](Self::replace)). True when it subscribed any and none is left: messages
+    /// published there before were missed, so the caller wakes every local waiter.
+    async fn subscribe_missing(&self) -> bool {
+        let wanted: Vec<String> = {
+            let channels = self.channels();
+            let mut missing = self.missing();
+            missing.retain(|ch| channels.contains(ch));
+            missing.iter().cloned().collect()
+        };
+        if wanted.is_empty() {
+            return false;
+        }
+        let conn = self.current();
+        for ch in &wanted {
+            match conn.clone().subscribe(ch).await {
+                Ok(()) => {
+                    self.missing().remove(ch);
+                    // Its last waiter may have left meanwhile: no stray subscription.
+                    if !self.channels().contains(ch) {
+                        let _ = conn.clone().unsubscribe(ch).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(backend = "redis", channel = %ch, error = %e, "lockkit: channel not subscribed on the new primary yet");
+                }
+            }
+        }
+        self.missing().is_empty()
+    }
+
+    /// Swaps in a connection to the new primary (and resubscribes there; a channel whose
+    /// subscribe fails is kept for [`subscribe_missing`](Self::subscribe_missing)).
     async fn replace(&self, conn: ConnectionManager, info: ConnectionInfo) {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = conn.clone();
         *self.info.write().unwrap_or_else(|e| e.into_inner()) = info;
         self.rounds.send_modify(|r| r.switched += 1);
+        self.missing().clear();
         let channels: Vec<String> = self.channels().iter().cloned().collect();
         for ch in channels {
             let mut c = conn.clone();
             if let Err(e) = c.subscribe(&ch).await {
-                tracing::debug!(backend = "redis", error = %e, "lockkit: resubscribe on the new primary failed");
+                tracing::debug!(backend = "redis", channel = %ch, error = %e, "lockkit: resubscribe on the new primary failed; tried again on the follower's next round");
+                self.missing().insert(ch);
             }
+        }
+        let missing = self.missing().len();
+        if missing > 0 {
+            tracing::warn!(backend = "redis", channels = missing, "lockkit: the new primary did not take every subscription; asked again on each of the follower's rounds until it does");
         }
     }
 }
@@ -427,6 +479,9 @@ async fn run<P: PushSink>(
         }
         conn.resolved();
         pubsub.resolved();
+        if settled && pubsub.subscribe_missing().await {
+            pushes.wake_everyone();
+        }
         if settled {
             retry.reset();
             tokio::time::sleep(MIN_GAP).await;

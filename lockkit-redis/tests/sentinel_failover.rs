@@ -7,7 +7,8 @@
 //! * a lock whose lease runs out before the failover completes is Lost (the promoted replica
 //!   expires it too), and a new acquisition afterwards succeeds with a larger token;
 //! * waiters are woken over pub/sub on the new primary, also those that subscribed before the
-//!   failover (their subscription moves with the primary).
+//!   failover (their subscription moves with the primary), and also when the new primary
+//!   refused the subscription at first (it is asked for again until it takes it).
 //!
 //! What these tests cannot show, because it is a race: a lock acknowledged by the primary but not
 //! yet replicated when it dies is unknown to the promoted replica, so a second client can be
@@ -455,6 +456,93 @@ async fn replicated_lock_survives_failover_and_waiters_follow() {
     holder.release().await.unwrap();
     let g3 = waiter.await.unwrap().expect("the waiter was woken");
     g3.release().await.unwrap();
+}
+
+/// The number of subscribers of `channel` on the data node at `port`.
+fn subscribers(port: u16, channel: &str) -> Option<i64> {
+    match query(port, &["PUBSUB", "NUMSUB", channel])? {
+        redis::Value::Array(v) => match v.get(1) {
+            Some(redis::Value::Int(n)) => Some(*n),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A new primary that refuses a channel at the switch (here its ACL does not allow it yet) is
+/// asked again until it takes it: the waiter's subscription comes back without another
+/// failover, and the release hands the waiter the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_the_new_primary_refused_is_subscribed_once_it_can_be() {
+    if !lockkit_testing::tool_available("redis-server", "--version", "redis") {
+        return;
+    }
+    let mut setup = SentinelSetup::start();
+    // Each replica allows no channel but the Sentinels' own, until the test says otherwise.
+    for n in &setup.data[1..] {
+        let set = [
+            "ACL",
+            "SETUSER",
+            "default",
+            "resetchannels",
+            "&__sentinel__:hello",
+        ];
+        assert!(query(n.port, &set).is_some(), "ACL SETUSER on {}", n.port);
+    }
+    let a = connect(&setup.url("command_timeout=500ms&wait_replicas=2")).await;
+    let c = connect(&setup.url("command_timeout=500ms")).await;
+    let holder = hold(&a.mutex("refused").unwrap(), Duration::from_secs(30)).await;
+    let waiter = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.mutex("refused")
+                .unwrap()
+                .lock_for(Duration::from_secs(60))
+                .await
+                .unwrap()
+        }
+    });
+    let waiting = c.backend_as::<lockkit_redis::RedisBackend>().unwrap();
+    eventually(Duration::from_secs(5), "the waiter subscribed", || {
+        waiting.waiting_channels() == 1
+    })
+    .await;
+    let channel = format!(
+        "{}:{}",
+        waiting.keys("refused").unwrap().lock,
+        waiting.client_id()
+    );
+
+    let old = setup.kill_primary();
+    let new = setup.wait_failover(old).await;
+    // `c` follows the new primary (a command of its own goes there), and its resubscribe there
+    // is refused.
+    let probe = c.mutex("probe").unwrap();
+    assert!(!settled(|| probe.is_locked()).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(subscribers(new, &channel), Some(0), "refused by the ACL");
+
+    let allow = ["ACL", "SETUSER", "default", "allchannels"];
+    assert!(query(new, &allow).is_some());
+    eventually(
+        Duration::from_secs(5),
+        "the refused channel subscribed on the new primary",
+        || subscribers(new, &channel) == Some(1),
+    )
+    .await;
+    reaches(
+        Duration::from_secs(10),
+        "the holder Held on the new primary",
+        || holder.state(),
+        LockState::Held,
+    )
+    .await;
+    holder.release().await.unwrap();
+    let g = waiter
+        .await
+        .unwrap()
+        .expect("the waiter was handed the lock");
+    g.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
