@@ -76,3 +76,52 @@ fn dropping_a_guard_outside_a_runtime_does_not_panic() {
     drop(rt);
     drop(g);
 }
+
+/// A guard dropped where no tokio runtime runs (a plain thread) still releases its lock: the
+/// core's release needs a runtime, the engine does not.
+#[test]
+fn a_guard_dropped_on_a_plain_thread_releases_the_lock() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let locks = Locks::memory();
+    let lock = locks.mutex("handed-to-a-thread").unwrap();
+    let g = rt.block_on(lock.lock()).unwrap();
+    std::thread::spawn(move || drop(g)).join().unwrap();
+    let again = rt.block_on(lock.try_lock()).unwrap();
+    assert!(again.is_some(), "the dropped guard's lock is free");
+}
+
+/// A fixed lease ends on time for a waiter in another runtime even when the holder's runtime no
+/// longer runs (its expiry task went with it): the waiter ends it.
+#[test]
+fn a_fixed_lease_ends_for_waiters_when_the_holders_runtime_is_gone() {
+    let locks = Locks::memory();
+    let holder_rt = tokio::runtime::Runtime::new().unwrap();
+    let g = holder_rt
+        .block_on(async {
+            let opts = AcquireOptions::new().fixed_lease(Duration::from_millis(500));
+            locks.mutex("stranded").unwrap().acquire(&opts).await
+        })
+        .unwrap()
+        .expect("free");
+    drop(holder_rt);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let started = std::time::Instant::now();
+    let got = rt
+        .block_on(
+            locks
+                .mutex("stranded")
+                .unwrap()
+                .lock_for(Duration::from_secs(5)),
+        )
+        .unwrap();
+    assert!(
+        got.is_some(),
+        "the waiter got the lock once the lease ended"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(g.state(), LockState::Lost);
+}

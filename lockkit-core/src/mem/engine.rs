@@ -290,6 +290,20 @@ impl Engine {
         }
     }
 
+    /// The earliest end of a fixed lease among `key`'s holders: a waiter looks again then, in
+    /// case the holder's own expiry (a task in the holder's runtime) never runs.
+    pub(crate) fn next_expiry(&self, key: &Key) -> Option<Instant> {
+        let t = self.lock();
+        let res = t.resources.get(key)?;
+        res.holders.values().filter_map(|h| h.expires_at).min()
+    }
+
+    /// Ends the holders of `key` whose lease ran out, and lets the queue move.
+    pub(crate) fn expire(self: &Arc<Self>, key: &Key) {
+        let mut t = self.lock();
+        self.purge_expired(&mut t, key, Instant::now());
+    }
+
     /// Drops holders whose lease ran out (their guards turn Lost) and lets the queue move.
     fn purge_expired(self: &Arc<Self>, t: &mut Table, key: &Key, now: Instant) {
         let Some(res) = t.resources.get_mut(key) else {

@@ -1,5 +1,9 @@
-//! One `mem://` ownership: release, extend and downgrade go straight to the engine.
+//! One `mem://` ownership: release, extend and downgrade go straight to the engine. Dropped
+//! unreleased (its guard was dropped where no tokio runtime runs, so the core's release never
+//! started), it releases itself: the engine needs no runtime, and a watchdog lease there has no
+//! end of its own.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,11 +22,36 @@ pub(super) struct MemHeld {
     owner: u64,
     token: FencingToken,
     lease: Lease,
+    /// Released, or handed on by a downgrade: nothing is left for its drop to do.
+    ended: AtomicBool,
+}
+
+impl MemHeld {
+    fn new(engine: Arc<Engine>, key: Key, owner: u64, token: FencingToken, lease: Lease) -> Self {
+        MemHeld {
+            engine,
+            key,
+            owner,
+            token,
+            lease,
+            ended: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Drop for MemHeld {
+    fn drop(&mut self) {
+        if !self.ended.load(Ordering::Acquire) {
+            // Gone already (its fixed lease ran out, the table was closed): nothing to do.
+            let _ = self.engine.release(&self.key, self.owner);
+        }
+    }
 }
 
 #[async_trait]
 impl Held for MemHeld {
     async fn release(&self) -> Result<()> {
+        self.ended.store(true, Ordering::Release);
         self.engine.release(&self.key, self.owner)
     }
 
@@ -36,11 +65,15 @@ impl Held for MemHeld {
 
     async fn downgrade(&self) -> Result<GuardParts> {
         let state = self.engine.downgrade(&self.key, self.owner)?;
-        let held = MemHeld {
-            engine: self.engine.clone(),
-            key: self.key.clone(),
-            ..*self
-        };
+        // The read ownership is the same holder: this one must not release it.
+        self.ended.store(true, Ordering::Release);
+        let held = MemHeld::new(
+            self.engine.clone(),
+            self.key.clone(),
+            self.owner,
+            self.token,
+            self.lease,
+        );
         // The read ownership keeps the write ownership's token: no writer came in between.
         Ok(GuardParts::new(
             self.token,
@@ -53,13 +86,13 @@ impl Held for MemHeld {
 
 /// The guard parts of a grant, which hands its ownership to them.
 pub(super) fn parts(engine: &Arc<Engine>, key: &Key, grant: Grant) -> GuardParts {
-    let held = MemHeld {
-        engine: engine.clone(),
-        key: key.clone(),
-        owner: grant.owner(),
-        token: grant.token(),
-        lease: grant.lease(),
-    };
+    let held = MemHeld::new(
+        engine.clone(),
+        key.clone(),
+        grant.owner(),
+        grant.token(),
+        grant.lease(),
+    );
     let p = GuardParts::new(grant.token(), grant.lease(), grant.state(), Box::new(held));
     grant.disarm();
     p

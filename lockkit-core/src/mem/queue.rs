@@ -83,17 +83,34 @@ impl Queue for MemQueue<'_> {
         })
     }
 
+    /// Waits for the grant, or until the first fixed lease among the holders ends: its holder's
+    /// runtime ends it on time, but one that no longer runs (shut down, or blocked) would not,
+    /// so the waiter ends it then.
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
         let Some((_, rx)) = claim.queued.as_mut() else {
             return Ok(Woken::Look);
         };
-        match req.within(rx).await {
-            Some(Ok(Ok(g))) => {
+        let expiry = self.engine.next_expiry(self.key);
+        let answer = req
+            .within(async {
+                match expiry {
+                    Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
+                    None => Some(rx.await),
+                }
+            })
+            .await;
+        match answer {
+            Some(Some(Ok(Ok(g)))) => {
                 claim.grant = Some(g);
                 Ok(Woken::Owner)
             }
-            Some(Ok(Err(e))) => Err(e),
-            Some(Err(_)) => Err(table_dropped()),
+            Some(Some(Ok(Err(e)))) => Err(e),
+            Some(Some(Err(_))) => Err(table_dropped()),
+            Some(None) => {
+                // The grant, if the expiry lets the queue reach us, is on `rx` for `standing`.
+                self.engine.expire(self.key);
+                Ok(Woken::Look)
+            }
             None => Ok(Woken::Look),
         }
     }
