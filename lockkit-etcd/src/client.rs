@@ -213,17 +213,25 @@ impl Pool {
     }
 
     /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
+    ///
+    /// A compare that fails on a resend (after a timeout or a dropped connection, on the next
+    /// endpoint) counts as deleted: the first try may have deleted the key and its answer been
+    /// lost, and that incarnation of the key is gone either way. Answering "not deleted" would
+    /// fail a release that succeeded with `LockLost`, and send an admin's force-unlock on to
+    /// delete the next holder's key too.
     pub(crate) async fn delete_if_created(&self, key: &[u8], rev: i64) -> Result<bool> {
         let k = key.to_vec();
+        let mut sent = 0;
         let resp = self
-            .run("delete a lock key", true, move |mut c| {
+            .run("delete a lock key", true, |mut c| {
+                sent += 1;
                 let txn = Txn::new()
                     .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
                     .and_then([TxnOp::delete(k.clone(), None)]);
                 async move { c.txn(txn).await }
             })
             .await?;
-        Ok(resp.succeeded())
+        Ok(resp.succeeded() || sent > 1)
     }
 
     /// Checks that some endpoint answers (etcd-client "connects" to closed ports).

@@ -157,3 +157,33 @@ async fn a_fixed_lease_waiter_whose_park_answer_is_lost_holds_on_a_fixed_lease()
     .await;
     g.release().await.unwrap();
 }
+
+/// A release whose delete is applied but whose answer is lost (the endpoint goes silent past the
+/// command timeout, so the delete is sent again to the next endpoint, where its compare on the
+/// key's create revision fails) is a release, not a lost lock: that key is gone either way. An
+/// admin's force-unlock sends the same delete, and so no longer goes on to unlock the next
+/// holder too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_is_a_release() {
+    let Some(url) = common::url() else { return };
+    let authority = url.trim_start_matches("etcd://");
+    let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
+    let proxy = Proxy::start(authority).await.unwrap();
+    // The proxy is the first endpoint, the server itself the second.
+    let locks = common::connect(
+        &format!("etcd://{},{authority}", proxy.addr()),
+        "command_timeout=1s",
+    )
+    .await
+    .locks()
+    .clone();
+    let mut raw = common::raw(&url).await;
+    let name = common::name("lost-release");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    proxy.update(|t| t.hold_down = true);
+    g.release()
+        .await
+        .expect("released: the key is gone, by this release");
+    assert!(common::keys(&mut raw, &name).await.is_empty());
+    proxy.set(Default::default());
+}
