@@ -110,7 +110,7 @@ pub mod source {
     /// Write -> read downgrade.
     pub const RW_DOWNGRADE: &str = lua!("typed.lua", "owned.lua", "rw_downgrade.lua");
     /// Read-only probe of a read-write lock or semaphore.
-    pub const RW_PROBE: &str = lua!("typed.lua", "rw_probe.lua");
+    pub const RW_PROBE: &str = lua!("typed.lua", "fence.lua", "rw_probe.lua");
     /// Admin: a native semaphore's size, for every handle.
     pub const SEM_SET_SIZE: &str = lua!("typed.lua", "sem_set_size.lua");
     /// Admin force-unlock of a read-write lock or semaphore.

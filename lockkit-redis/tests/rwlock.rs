@@ -187,3 +187,128 @@ async fn a_cancelled_write_reentry_leaves_the_server_hold_count() {
     }
     g.release().await.unwrap();
 }
+
+/// A key of another type at the write lock's name is a typed `WrongType` error for readers and
+/// for `is_locked`, as it is for writers (a reader used to take it for a writer and wait), and
+/// it is left as it was.
+#[tokio::test]
+async fn a_foreign_key_at_the_write_lock_is_a_typed_error_for_readers_too() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("rw-foreign");
+    let key = lockkit_redis::LockKeys::rwlock("lockkit", &name).lock;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("precious")
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let rw = locks.rwlock(&name).unwrap();
+    let waiting = AcquireOptions::new().wait(Duration::from_millis(300));
+    for r in [
+        rw.try_read().await.map(drop),
+        rw.read(&waiting).await.map(drop),
+        rw.try_write().await.map(drop),
+        rw.is_locked().await.map(drop),
+    ] {
+        let e = r.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
+    }
+    let v: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(v, "precious", "lockkit overwrote a foreign key");
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+/// A waiting writer's intent keeps new readers out however short another client's heartbeat
+/// is: the intent of a writer whose client beats every 100 ms (and then dies) used to set the
+/// intents' key to expire in 600 ms, taking with it the intent of a writer whose client beats
+/// every 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_heartbeat_does_not_expire_another_clients_intent() {
+    let Some(url) = shared_url() else { return };
+    let name = unique_name("rw-intent-ttl");
+    let readers = connect(&url, &[]).await;
+    let slow = connect(&url, &[("waiter_heartbeat", "10s")]).await;
+    let r = readers.rwlock(&name).unwrap().read_lock().await.unwrap();
+    let writer = tokio::spawn({
+        let rw = slow.rwlock(&name).unwrap();
+        async move {
+            let opts = AcquireOptions::new().wait(Duration::from_secs(20));
+            rw.write(&opts).await.unwrap().expect("the writer gets in")
+        }
+    });
+    let k = lockkit_redis::LockKeys::rwlock("lockkit", &name);
+    let mut admin = admin(&url).await;
+    let started = Instant::now();
+    loop {
+        let n: usize = redis::cmd("ZCARD")
+            .arg(&k.waiters)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if n == 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "no intent");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The writer subscribes after its first attempt and then looks once more (a release before
+    // the subscription sent no message it heard): let that second attempt pass, so that the
+    // dead client's script below is the last to touch the intents.
+    let slow_backend = slow.backend_as::<lockkit_redis::RedisBackend>().unwrap();
+    while slow_backend.waiting_channels() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "not subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A writer of a client with a 100 ms heartbeat (an intent timeout of 300 ms) queues, and its
+    // client dies: the script it ran, and nothing after.
+    let _: redis::Value = redis::Script::new(lockkit_redis::scripts::RW_WRITE)
+        .key(&k.lock)
+        .key(&k.holders)
+        .key(&k.waiters)
+        .key(&k.fence)
+        .arg("lktest-dead-client:1")
+        .arg(30_000)
+        .arg(60_000)
+        .arg(300)
+        .invoke_async(&mut admin)
+        .await
+        .unwrap();
+    let p: i64 = redis::cmd("PTTL")
+        .arg(&k.waiters)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    eprintln!("DEBUG pttl after script {p}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let p: i64 = redis::cmd("PTTL")
+        .arg(&k.waiters)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    eprintln!("DEBUG pttl after 1s {p}");
+    assert!(
+        readers
+            .rwlock(&name)
+            .unwrap()
+            .try_read()
+            .await
+            .unwrap()
+            .is_none(),
+        "the slow client's writer still keeps new readers out"
+    );
+    r.release().await.unwrap();
+    writer.await.unwrap().release().await.unwrap();
+}

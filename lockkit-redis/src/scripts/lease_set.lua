@@ -40,7 +40,13 @@ if not redis.call('zscore', KEYS[2], ARGV[1]) then
     end
     capacity = stored
   end
-  if redis.call('exists', KEYS[1]) == 1 then
+  -- The write lock (read locks; for a semaphore a key that never exists): a key of another
+  -- type there is an error, not a writer to wait for.
+  local held, err = lock_fields(KEYS[1])
+  if not held then
+    return err
+  end
+  if held > 0 then
     return {0, redis.call('pttl', KEYS[1])}
   end
   if redis.call('zcard', KEYS[3]) > 0 then

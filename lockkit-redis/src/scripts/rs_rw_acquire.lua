@@ -74,7 +74,10 @@ if ARGV[4] == 'r' then
 else
   if mode and not (mode == 'write' and holds) then
     redis.call('zadd', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
-    redis.call('pexpire', KEYS[2], tonumber(ARGV[5]) * 2)
+    -- Only ever raised: a client with a shorter timeout must not expire another's live intent.
+    if redis.call('pttl', KEYS[2]) < tonumber(ARGV[5]) * 2 then
+      redis.call('pexpire', KEYS[2], tonumber(ARGV[5]) * 2)
+    end
     return {0, redis.call('pttl', KEYS[1])}
   end
   token, fence_err = next_token(KEYS[3], ARGV[3], t)

@@ -15,4 +15,8 @@ if KEYS[3] then
   end
   size = tonumber(stored) or 0
 end
-return {redis.call('exists', KEYS[1]), used, size}
+local held, err = lock_fields(KEYS[1])
+if not held then
+  return err
+end
+return {held > 0 and 1 or 0, used, size}

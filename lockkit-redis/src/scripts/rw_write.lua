@@ -17,7 +17,10 @@ end
 local ours = held > 0 and redis.call('hexists', KEYS[1], ARGV[1]) == 1
 if not ours and (held > 0 or redis.call('zcard', KEYS[2]) > 0) then
   redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), ARGV[1])
-  redis.call('pexpire', KEYS[3], tonumber(ARGV[4]) * 2)
+  -- Only ever raised: a client with a shorter timeout must not expire another's live intent.
+  if redis.call('pttl', KEYS[3]) < tonumber(ARGV[4]) * 2 then
+    redis.call('pexpire', KEYS[3], tonumber(ARGV[4]) * 2)
+  end
   if held > 0 then
     return {0, redis.call('pttl', KEYS[1])}
   end
