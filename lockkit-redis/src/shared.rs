@@ -161,7 +161,7 @@ impl Core {
                     mode,
                     id,
                     token,
-                    lease,
+                    lease: std::sync::Mutex::new(lease),
                     reentries: Reentries::new(state.clone()),
                     state,
                 })
@@ -520,7 +520,9 @@ struct SharedHeld {
     mode: Mode,
     id: u64,
     token: u64,
-    lease: Lease,
+    /// The lease as asked for, or as the last `extend` set it: a downgrade gives the read hold
+    /// this one.
+    lease: std::sync::Mutex<Lease>,
     /// Write holds: the reentries the server counts (see `Inner::reenter`).
     reentries: Reentries,
     state: StateCell,
@@ -564,7 +566,9 @@ impl Held for SharedHeld {
         };
         self.inner
             .extend(&renewal, lease, self.id, &self.name)
-            .await
+            .await?;
+        *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = Lease::Fixed(lease);
+        Ok(())
     }
 
     async fn reenter(&self) -> Result<()> {
@@ -593,7 +597,8 @@ impl Held for SharedHeld {
             Layout::Native => self.inner.scripts.rw_downgrade.prepare_invoke(),
             Layout::Redisson => self.inner.scripts.rs_rw_downgrade.prepare_invoke(),
         };
-        let lease_ms = self.lease.duration().as_millis() as u64;
+        let lease = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
+        let lease_ms = lease.duration().as_millis() as u64;
         match self.layout {
             Layout::Native => inv
                 .key(&self.keys.lock)
@@ -630,7 +635,7 @@ impl Held for SharedHeld {
                 sent_at,
                 member: reader,
             },
-            self.lease,
+            lease,
         ))
     }
 }

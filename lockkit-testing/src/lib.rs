@@ -128,6 +128,7 @@ macro_rules! conformance_suite {
             rw_reentrant_reads,
             rw_extend_keeps_a_reader_a_reader,
             rw_downgrade_does_not_fire_lost,
+            rw_downgrade_after_an_extend_keeps_the_extended_lease,
             rw_force_unlock_is_heard_at_once,
             semaphore_never_exceeds_permits,
             semaphore_permits_return_on_drop,

@@ -470,8 +470,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Turns an exclusive holder into a shared one with a fresh state; returns that state.
-    pub(crate) fn downgrade(self: &Arc<Self>, key: &Key, owner: u64) -> Result<StateCell> {
+    /// Turns an exclusive holder into a shared one with a fresh state; returns that state and
+    /// the holder's lease (as the last `extend` set it).
+    pub(crate) fn downgrade(self: &Arc<Self>, key: &Key, owner: u64) -> Result<(StateCell, Lease)> {
         let mut t = self.lock();
         let result = match t
             .resources
@@ -482,7 +483,7 @@ impl Engine {
                 h.mode = Mode::Shared;
                 // The read ownership keeps the write ownership's lease deadline.
                 h.state = StateCell::new(h.state.clock().clone());
-                Ok(h.state.clone())
+                Ok((h.state.clone(), h.lease))
             }
             _ => Err(Error::lost(&key.1)),
         };

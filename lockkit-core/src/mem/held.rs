@@ -12,7 +12,6 @@ use async_trait::async_trait;
 use super::engine::{Engine, Grant, Key};
 use crate::error::Result;
 use crate::fencing::FencingToken;
-use crate::options::Lease;
 use crate::spi::{GuardParts, Held};
 
 #[derive(Debug)]
@@ -21,19 +20,17 @@ pub(super) struct MemHeld {
     key: Key,
     owner: u64,
     token: FencingToken,
-    lease: Lease,
     /// Released, or handed on by a downgrade: nothing is left for its drop to do.
     ended: AtomicBool,
 }
 
 impl MemHeld {
-    fn new(engine: Arc<Engine>, key: Key, owner: u64, token: FencingToken, lease: Lease) -> Self {
+    fn new(engine: Arc<Engine>, key: Key, owner: u64, token: FencingToken) -> Self {
         MemHeld {
             engine,
             key,
             owner,
             token,
-            lease,
             ended: AtomicBool::new(false),
         }
     }
@@ -64,7 +61,7 @@ impl Held for MemHeld {
     }
 
     async fn downgrade(&self) -> Result<GuardParts> {
-        let state = self.engine.downgrade(&self.key, self.owner)?;
+        let (state, lease) = self.engine.downgrade(&self.key, self.owner)?;
         // The read ownership is the same holder: this one must not release it.
         self.ended.store(true, Ordering::Release);
         let held = MemHeld::new(
@@ -72,27 +69,15 @@ impl Held for MemHeld {
             self.key.clone(),
             self.owner,
             self.token,
-            self.lease,
         );
         // The read ownership keeps the write ownership's token: no writer came in between.
-        Ok(GuardParts::new(
-            self.token,
-            self.lease,
-            state,
-            Box::new(held),
-        ))
+        Ok(GuardParts::new(self.token, lease, state, Box::new(held)))
     }
 }
 
 /// The guard parts of a grant, which hands its ownership to them.
 pub(super) fn parts(engine: &Arc<Engine>, key: &Key, grant: Grant) -> GuardParts {
-    let held = MemHeld::new(
-        engine.clone(),
-        key.clone(),
-        grant.owner(),
-        grant.token(),
-        grant.lease(),
-    );
+    let held = MemHeld::new(engine.clone(), key.clone(), grant.owner(), grant.token());
     let p = GuardParts::new(grant.token(), grant.lease(), grant.state(), Box::new(held));
     grant.disarm();
     p

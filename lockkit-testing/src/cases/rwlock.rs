@@ -169,6 +169,26 @@ pub async fn rw_extend_keeps_a_reader_a_reader(locks: &Locks) {
     r.release().await.unwrap();
 }
 
+/// A write lock extended and then downgraded keeps the extended lease for its read hold (Redis
+/// once gave it the lease the write lock was acquired with).
+pub async fn rw_downgrade_after_an_extend_keeps_the_extended_lease(locks: &Locks) {
+    let Some((_, rw)) = rw(locks, "rw-extend-downgrade") else {
+        return;
+    };
+    if !locks.capabilities().rwlock.is_some_and(|c| c.fixed_lease) {
+        return; // Unsupported: checked by unsupported_capabilities_say_so
+    }
+    let opts = lockkit_core::AcquireOptions::new()
+        .fixed_lease(Duration::from_secs(2))
+        .no_wait();
+    let w = rw.write(&opts).await.unwrap().expect("free");
+    w.extend(Duration::from_secs(30)).await.unwrap();
+    let r = w.downgrade().await.unwrap();
+    let left = r.remaining().expect("a fixed lease has a deadline");
+    assert!(left > Duration::from_secs(20), "{left:?}");
+    r.release().await.unwrap();
+}
+
 /// A downgrade gives the write lock up on purpose: the write guard's `lost()` must not fire
 /// (ZooKeeper reports the write node's deletion before the downgrade's reply).
 pub async fn rw_downgrade_does_not_fire_lost(locks: &Locks) {
