@@ -194,3 +194,26 @@ async fn a_semaphore_size_is_a_file_and_a_foreign_one_is_refused() {
         .holders
         .is_empty());
 }
+
+/// Two handles of one process never share owner ids, also one built from the other: each
+/// reader's record is its own, so one reader's release leaves the other's (it used to delete it,
+/// and `inspect` then showed no reader while one held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_of_one_process_keep_their_readers_records_apart() {
+    let d = dir("owner-ids");
+    let path = d.path().to_path_buf();
+    let first = lockkit::file::FileBackend::open(&path).unwrap();
+    let second = first.clone().with_sync(false);
+    let (a, b) = (
+        lockkit::Locks::new(first.with_lease(Duration::from_secs(30))),
+        lockkit::Locks::new(second),
+    );
+    let ra = a.rwlock("doc").unwrap().read_lock().await.unwrap();
+    let rb = b.rwlock("doc").unwrap().read_lock().await.unwrap();
+    let info = a.inspect("doc", Primitive::RwLock).await.unwrap();
+    assert_eq!(info.holders.len(), 2, "{:?}", info.holders);
+    ra.release().await.unwrap();
+    let info = b.inspect("doc", Primitive::RwLock).await.unwrap();
+    assert_eq!(info.holders.len(), 1, "the other reader's record is kept");
+    rb.release().await.unwrap();
+}

@@ -132,6 +132,18 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
     Ok(Locks::new(backend))
 }
 
+/// A backend handle's id, the stem of its owner ids (which name readers' and leaders' record
+/// files): the process, the time, and a count of the handles this process made, so that two
+/// handles opened in the same clock tick, or one rebuilt from another, never share one.
+fn fresh_id() -> String {
+    static HANDLES: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = HANDLES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("p{}-{:x}-{n}", std::process::id(), nanos & 0xffff_ffff)
+}
+
 /// The `file://` backend over one lock directory. Every acquire, even through one handle in one
 /// process, contends with every other.
 #[derive(Debug, Clone)]
@@ -149,10 +161,7 @@ impl FileBackend {
             )
             .with_source(e)
         })?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let id = format!("p{}-{:x}", std::process::id(), nanos & 0xffff_ffff);
+        let id = fresh_id();
         Ok(FileBackend {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
@@ -174,7 +183,7 @@ impl FileBackend {
             sync: self.inner.sync,
             lease: self.inner.lease,
             reaper: self.inner.reaper.clone(),
-            id: self.inner.id.clone(),
+            id: fresh_id(),
             folds_case: self.inner.folds_case,
             seq: AtomicU64::new(0),
             closed: tokio::sync::watch::Sender::new(false),
