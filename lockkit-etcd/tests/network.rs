@@ -35,6 +35,12 @@ async fn a_fixed_lease_waiter_bears_a_read_cut_off_in_flight() {
     read_cut_off(opts).await;
 }
 
+/// The `host:port` of an `etcd://` URL.
+fn authority(url: &str) -> &str {
+    let authority = url.trim_start_matches("etcd://");
+    &authority[..authority.find(['/', '?']).unwrap_or(authority.len())]
+}
+
 /// A proxy to the test server, a handle whose every request goes through it (10 s session lease,
 /// 5 s command timeout), and a handle that reaches the server directly. The driver's events are
 /// captured.
@@ -43,9 +49,7 @@ async fn waiter_behind_a_proxy(url: &str) -> (Proxy, lockkit_core::Locks, lockki
         lockkit_testing::spans::capture(),
         "lockkit's events are seen"
     );
-    let authority = url.trim_start_matches("etcd://");
-    let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
-    let proxy = Proxy::start(authority).await.unwrap();
+    let proxy = Proxy::start(authority(url)).await.unwrap();
     let waiter_locks = common::connect(
         &format!("etcd://{}", proxy.addr()),
         "lease_ttl=10s&command_timeout=5s",
@@ -166,12 +170,10 @@ async fn a_fixed_lease_waiter_whose_park_answer_is_lost_holds_on_a_fixed_lease()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_answer_is_lost_is_a_release() {
     let Some(url) = common::url() else { return };
-    let authority = url.trim_start_matches("etcd://");
-    let authority = &authority[..authority.find(['/', '?']).unwrap_or(authority.len())];
-    let proxy = Proxy::start(authority).await.unwrap();
+    let proxy = Proxy::start(authority(&url)).await.unwrap();
     // The proxy is the first endpoint, the server itself the second.
     let locks = common::connect(
-        &format!("etcd://{},{authority}", proxy.addr()),
+        &format!("etcd://{},{}", proxy.addr(), authority(&url)),
         "command_timeout=1s",
     )
     .await
