@@ -125,3 +125,50 @@ fn a_fixed_lease_ends_for_waiters_when_the_holders_runtime_is_gone() {
     );
     assert_eq!(g.state(), LockState::Lost);
 }
+
+/// The same for a fixed lease granted while the waiter already waits (behind a watchdog holder
+/// and the fixed-lease waiter that gets the lock next): the grant tells the waiter its end.
+#[test]
+fn a_fixed_lease_granted_while_a_waiter_waits_ends_for_it_too() {
+    let locks = Locks::memory();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let first = rt.block_on(locks.mutex("later").unwrap().lock()).unwrap();
+    let waiters = |n: usize| {
+        let info = rt
+            .block_on(locks.inspect("later", Primitive::Mutex))
+            .unwrap();
+        info.waiters.len() == n
+    };
+    let b_rt = tokio::runtime::Runtime::new().unwrap();
+    let b = b_rt.spawn({
+        let m = locks.mutex("later").unwrap();
+        async move {
+            let opts = AcquireOptions::new()
+                .fixed_lease(Duration::from_millis(500))
+                .wait(Duration::from_secs(10));
+            m.acquire(&opts).await
+        }
+    });
+    while !waiters(1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let c = rt.spawn({
+        let m = locks.mutex("later").unwrap();
+        async move { m.lock_for(Duration::from_secs(8)).await }
+    });
+    while !waiters(2) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    rt.block_on(first.release()).unwrap();
+    let g = b_rt.block_on(b).unwrap().unwrap().expect("b is next");
+    drop(b_rt);
+    let started = std::time::Instant::now();
+    let got = rt.block_on(c).unwrap().unwrap();
+    assert!(got.is_some(), "c got the lock once b's lease ended");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(g.state(), LockState::Lost);
+}

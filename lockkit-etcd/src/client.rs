@@ -8,7 +8,7 @@
 //! compare-guarded transactions) are retried on the next endpoint, once per endpoint.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, TlsOptions, Txn, TxnOp};
@@ -214,24 +214,34 @@ impl Pool {
 
     /// Deletes `key` only while its create revision is `rev`. Returns whether it deleted.
     ///
-    /// A compare that fails on a resend (after a timeout or a dropped connection, on the next
-    /// endpoint) counts as deleted: the first try may have deleted the key and its answer been
-    /// lost, and that incarnation of the key is gone either way. Answering "not deleted" would
+    /// A compare that fails on a resend counts as deleted when an earlier try may have deleted
+    /// the key and its answer been lost (it timed out, or its connection failed other than by a
+    /// refusal): that incarnation of the key is gone either way. Answering "not deleted" would
     /// fail a release that succeeded with `LockLost`, and send an admin's force-unlock on to
     /// delete the next holder's key too.
     pub(crate) async fn delete_if_created(&self, key: &[u8], rev: i64) -> Result<bool> {
         let k = key.to_vec();
-        let mut sent = 0;
+        let maybe_applied = AtomicBool::new(false);
         let resp = self
             .run("delete a lock key", true, |mut c| {
-                sent += 1;
                 let txn = Txn::new()
                     .when([Compare::create_revision(k.clone(), CompareOp::Equal, rev)])
                     .and_then([TxnOp::delete(k.clone(), None)]);
-                async move { c.txn(txn).await }
+                let maybe_applied = &maybe_applied;
+                async move {
+                    // Set unless the try ends with an answer or a refusal: a try cut by the
+                    // timeout drops this future with the flag set.
+                    let unsure = SetOnDrop(maybe_applied);
+                    let r = c.txn(txn).await;
+                    std::mem::forget(unsure);
+                    if matches!(&r, Err(e) if !is_refusal(e)) {
+                        maybe_applied.store(true, Ordering::Relaxed);
+                    }
+                    r
+                }
             })
             .await?;
-        Ok(resp.succeeded() || sent > 1)
+        Ok(resp.succeeded() || maybe_applied.load(Ordering::Relaxed))
     }
 
     /// Checks that some endpoint answers (etcd-client "connects" to closed ports).
@@ -246,6 +256,29 @@ impl Pool {
         .await
         .map(drop)
     }
+}
+
+/// Sets its flag when dropped (see [`Pool::delete_if_created`]).
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether the request certainly never reached the server: its connection was refused.
+fn is_refusal(e: &etcd_client::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Whether TLS refused the connection (by the core's rule, `tls_probe::refusal_in`): the

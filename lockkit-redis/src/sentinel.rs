@@ -13,8 +13,8 @@
 //!   them in, resubscribes the wake-up channels there and wakes every local waiter of them (a
 //!   release or a hand-off may have been published there before we listened, and a waiter's
 //!   next attempt takes up a lock handed to it); a channel the new primary did not take is
-//!   asked for again on each of the follower's rounds until it does, and the waiters are woken
-//!   again then;
+//!   asked for again until it does (on the follower's rounds, further apart while it is
+//!   refused), and the waiters are woken again then;
 //! * a command that certainly did not reach the server (connection refused, broken pipe,
 //!   `READONLY`) waits for the follower's next answer (at most [`RESOLVE_WAIT`]) and, if the
 //!   primary moved, is sent once more to the new one; so an idle client's first command after a
@@ -163,14 +163,18 @@ impl Switchable {
         // Recorded first: a switch that happens meanwhile subscribes it on the new primary.
         self.channels().insert(channel.to_string());
         let (seen, mut c) = self.current_seen();
+        let mut used = seen;
         let mut r = c.subscribe(channel).await;
         self.check(&r);
         if let Err(e) = &r {
             if let Some(mut c) = self.switched_after(e, seen).await {
+                used = self.rounds.borrow().switched;
                 r = c.subscribe(channel).await;
             }
         }
-        if r.is_ok() {
+        // Taken by the current primary, not by one a switch has left meanwhile (a demoted
+        // primary may still answer): no longer missing there.
+        if r.is_ok() && self.rounds.borrow().switched == used {
             self.missing().remove(channel);
         }
         r
@@ -183,9 +187,10 @@ impl Switchable {
     }
 
     /// Subscribes, on the current primary, the channels a switch could not (see
-    /// [`replace`](Self::replace)). True when it subscribed any and none is left: messages
-    /// published there before were missed, so the caller wakes every local waiter.
-    async fn subscribe_missing(&self) -> bool {
+    /// [`replace`](Self::replace)). Returns whether it subscribed any (messages published there
+    /// before were missed: the caller wakes every local waiter) and whether any is still
+    /// missing.
+    async fn subscribe_missing(&self) -> (bool, bool) {
         let wanted: Vec<String> = {
             let channels = self.channels();
             let mut missing = self.missing();
@@ -193,12 +198,14 @@ impl Switchable {
             missing.iter().cloned().collect()
         };
         if wanted.is_empty() {
-            return false;
+            return (false, false);
         }
         let conn = self.current();
+        let mut any = false;
         for ch in &wanted {
             match conn.clone().subscribe(ch).await {
                 Ok(()) => {
+                    any = true;
                     self.missing().remove(ch);
                     // Its last waiter may have left meanwhile: no stray subscription.
                     if !self.channels().contains(ch) {
@@ -210,7 +217,7 @@ impl Switchable {
                 }
             }
         }
-        self.missing().is_empty()
+        (any, !self.missing().is_empty())
     }
 
     /// Swaps in a connection to the new primary (and resubscribes there; a channel whose
@@ -230,7 +237,7 @@ impl Switchable {
         }
         let missing = self.missing().len();
         if missing > 0 {
-            tracing::warn!(backend = "redis", channels = missing, "lockkit: the new primary did not take every subscription; asked again on each of the follower's rounds until it does");
+            tracing::warn!(backend = "redis", channels = missing, "lockkit: the new primary did not take every subscription; asked again until it does");
         }
     }
 }
@@ -433,6 +440,11 @@ async fn run<P: PushSink>(
     // Failed resolutions and unusable new primaries are retried on a jittered backoff, so the
     // clients of one failover do not ask the Sentinels in lockstep.
     let mut retry = Backoff::REQUEST.start();
+    // Channels the primary did not take are asked for again on the rounds this allows, further
+    // apart while they are refused (a channel an ACL refuses for good costs a SUBSCRIBE every
+    // few seconds, not every round).
+    let mut missing_pace = Backoff::SESSION.start();
+    let mut missing_due = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
@@ -464,6 +476,8 @@ async fn run<P: PushSink>(
                     lockkit_core::telemetry::reconnected("redis");
                     conn.replace(c.0, c.1).await;
                     pubsub.replace(p.0, p.1).await;
+                    missing_pace.reset();
+                    missing_due = tokio::time::Instant::now();
                     // A release (or a hand-off) may have been published on the new primary
                     // before we subscribed there: every local waiter tries again.
                     pushes.wake_everyone();
@@ -479,8 +493,16 @@ async fn run<P: PushSink>(
         }
         conn.resolved();
         pubsub.resolved();
-        if settled && pubsub.subscribe_missing().await {
-            pushes.wake_everyone();
+        if settled && tokio::time::Instant::now() >= missing_due {
+            let (subscribed, left) = pubsub.subscribe_missing().await;
+            if subscribed {
+                pushes.wake_everyone();
+            }
+            if left {
+                missing_due = tokio::time::Instant::now() + missing_pace.next_pause();
+            } else {
+                missing_pace.reset();
+            }
         }
         if settled {
             retry.reset();

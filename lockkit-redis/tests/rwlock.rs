@@ -286,19 +286,7 @@ async fn a_short_heartbeat_does_not_expire_another_clients_intent() {
         .invoke_async(&mut admin)
         .await
         .unwrap();
-    let p: i64 = redis::cmd("PTTL")
-        .arg(&k.waiters)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    eprintln!("DEBUG pttl after script {p}");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let p: i64 = redis::cmd("PTTL")
-        .arg(&k.waiters)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    eprintln!("DEBUG pttl after 1s {p}");
     assert!(
         readers
             .rwlock(&name)

@@ -525,7 +525,7 @@ async fn a_channel_the_new_primary_refused_is_subscribed_once_it_can_be() {
     let allow = ["ACL", "SETUSER", "default", "allchannels"];
     assert!(query(new, &allow).is_some());
     eventually(
-        Duration::from_secs(5),
+        Duration::from_secs(10),
         "the refused channel subscribed on the new primary",
         || subscribers(new, &channel) == Some(1),
     )

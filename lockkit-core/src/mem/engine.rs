@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::armed::{Armed, Undo};
@@ -139,9 +139,18 @@ impl Holders {
 struct Resource {
     holders: Holders,
     queue: VecDeque<Waiter>,
+    /// Told when a holder with a fixed lease comes in or its lease moves, so that waiters
+    /// bound their waits by the new end (made when a waiter first asks for it).
+    ends_moved: Option<Arc<Notify>>,
 }
 
 impl Resource {
+    fn tell_ends_moved(&self) {
+        if let Some(n) = &self.ends_moved {
+            n.notify_waiters();
+        }
+    }
+
     fn compatible(&self, mode: Mode, capacity: u32) -> bool {
         match mode {
             Mode::Exclusive => self.holders.is_empty(),
@@ -290,6 +299,16 @@ impl Engine {
         }
     }
 
+    /// What tells `key`'s waiters that a holder's lease end came in or moved (see
+    /// [`next_expiry`](Self::next_expiry)).
+    pub(crate) fn ends_moved(&self, key: &Key) -> Arc<Notify> {
+        let mut t = self.lock();
+        match t.resources.get_mut(key) {
+            Some(res) => res.ends_moved.get_or_insert_with(Arc::default).clone(),
+            None => Arc::default(),
+        }
+    }
+
     /// The earliest end of a fixed lease among `key`'s holders: a waiter looks again then, in
     /// case the holder's own expiry (a task in the holder's runtime) never runs.
     pub(crate) fn next_expiry(&self, key: &Key) -> Option<Instant> {
@@ -347,11 +366,11 @@ impl Engine {
             state: state.clone(),
             value,
         };
-        t.resources
-            .entry(key.clone())
-            .or_default()
-            .holders
-            .insert(owner, holder);
+        let res = t.resources.entry(key.clone()).or_default();
+        res.holders.insert(owner, holder);
+        if expires_at.is_some() {
+            res.tell_ends_moved();
+        }
         Armed::new(Granted {
             engine: Arc::downgrade(self),
             key: key.clone(),
@@ -467,6 +486,9 @@ impl Engine {
         let h = live_holder(&mut t, key, owner)?;
         h.expires_at = Some(Instant::now() + lease);
         h.lease = Lease::Fixed(lease);
+        if let Some(res) = t.resources.get(key) {
+            res.tell_ends_moved();
+        }
         Ok(())
     }
 

@@ -53,6 +53,15 @@ impl<'a> MemQueue<'a> {
     }
 }
 
+/// What ended a wait.
+enum Wake {
+    Grant(std::result::Result<Result<Grant>, oneshot::error::RecvError>),
+    /// A holder's lease end came in or moved.
+    Moved,
+    /// The first holder's fixed lease ended.
+    Ended,
+}
+
 fn table_dropped() -> Error {
     Error::new(ErrorKind::Closed, "the lock table was dropped")
 }
@@ -85,33 +94,46 @@ impl Queue for MemQueue<'_> {
 
     /// Waits for the grant, or until the first fixed lease among the holders ends: its holder's
     /// runtime ends it on time, but one that no longer runs (shut down, or blocked) would not,
-    /// so the waiter ends it then.
+    /// so the waiter ends it then. A holder with a fixed lease coming in, or a lease moved,
+    /// wakes the waiter to take the new end.
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
         let Some((_, rx)) = claim.queued.as_mut() else {
             return Ok(Woken::Look);
         };
+        let moved = self.engine.ends_moved(self.key);
+        let moved = moved.notified();
+        tokio::pin!(moved);
+        // Listening before the read: an end that comes in after it is heard.
+        moved.as_mut().enable();
         let expiry = self.engine.next_expiry(self.key);
-        let answer = req
+        let woke = req
             .within(async {
-                match expiry {
-                    Some(at) => tokio::time::timeout_at(at, rx).await.ok(),
-                    None => Some(rx.await),
+                let ends = async {
+                    match expiry {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    r = rx => Wake::Grant(r),
+                    _ = moved => Wake::Moved,
+                    _ = ends => Wake::Ended,
                 }
             })
             .await;
-        match answer {
-            Some(Some(Ok(Ok(g)))) => {
+        match woke {
+            Some(Wake::Grant(Ok(Ok(g)))) => {
                 claim.grant = Some(g);
                 Ok(Woken::Owner)
             }
-            Some(Some(Ok(Err(e)))) => Err(e),
-            Some(Some(Err(_))) => Err(table_dropped()),
-            Some(None) => {
+            Some(Wake::Grant(Ok(Err(e)))) => Err(e),
+            Some(Wake::Grant(Err(_))) => Err(table_dropped()),
+            Some(Wake::Ended) => {
                 // The grant, if the expiry lets the queue reach us, is on `rx` for `standing`.
                 self.engine.expire(self.key);
                 Ok(Woken::Look)
             }
-            None => Ok(Woken::Look),
+            Some(Wake::Moved) | None => Ok(Woken::Look),
         }
     }
 
