@@ -269,7 +269,7 @@ impl Drop for SetOnDrop<'_> {
 
 /// Whether the request certainly never reached the server: its connection was refused.
 fn is_refusal(e: &etcd_client::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut source = inner_error(e);
     while let Some(err) = source {
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             if io.kind() == std::io::ErrorKind::ConnectionRefused {
@@ -286,14 +286,19 @@ fn is_refusal(e: &etcd_client::Error) -> bool {
 /// `tls_key`), or the two sides cannot agree. Retrying cannot fix that. The rustls error sits in
 /// the chain of tonic's error; etcd-client's own error names no source, so this starts below it.
 fn is_tls_refusal(e: &etcd_client::Error) -> bool {
+    inner_error(e).is_some_and(|inner| lockkit_core::tls_probe::refusal_in(inner).is_some())
+}
+
+/// The error an etcd-client error wraps: its own names no source, so a walk down the chain
+/// starts here.
+fn inner_error(e: &etcd_client::Error) -> Option<&(dyn std::error::Error + 'static)> {
     use etcd_client::Error as E;
-    let inner: &(dyn std::error::Error + 'static) = match e {
-        E::TransportError(t) => t,
-        E::GRpcStatus(s) => s,
-        E::IoError(io) => io,
-        _ => return false,
-    };
-    lockkit_core::tls_probe::refusal_in(inner).is_some()
+    match e {
+        E::TransportError(t) => Some(t),
+        E::GRpcStatus(s) => Some(s),
+        E::IoError(io) => Some(io),
+        _ => None,
+    }
 }
 
 /// Maps an etcd-client error to lockkit's kinds, using the gRPC status code (and etcd's
@@ -355,4 +360,28 @@ pub(crate) fn is_lease_not_found(e: &Error) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request to a port nobody listens on is a refusal (it never reached a server); a
+    /// request cut by a timeout is not told apart here, and counts as one that may have.
+    #[tokio::test]
+    async fn a_refused_connection_is_a_refusal() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        let mut c = Client::connect([format!("127.0.0.1:{port}")], Some(opts))
+            .await
+            .unwrap();
+        let e = c.get("k", None).await.unwrap_err();
+        assert!(is_refusal(&e), "{e:?}");
+        let other = etcd_client::Error::InvalidArgs("x".into());
+        assert!(!is_refusal(&other));
+    }
 }

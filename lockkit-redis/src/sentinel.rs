@@ -167,8 +167,11 @@ impl Switchable {
         let mut r = c.subscribe(channel).await;
         self.check(&r);
         if let Err(e) = &r {
-            if let Some(mut c) = self.switched_after(e, seen).await {
-                used = self.rounds.borrow().switched;
+            if self.switched_after(e, seen).await.is_some() {
+                // The count first, then the connection (the order `replace` writes them in
+                // reverse): a later switch between the two only makes `used` look old.
+                let (now, mut c) = self.current_seen();
+                used = now;
                 r = c.subscribe(channel).await;
             }
         }

@@ -86,6 +86,8 @@ struct Waiter {
     lease: Lease,
     value: Vec<u8>,
     tx: oneshot::Sender<Result<Grant>>,
+    /// Told, at the front of the queue, to look at the holders' lease ends again.
+    ends: Arc<Notify>,
 }
 
 /// A resource's holders by owner id, oldest first. Usually one: a vector sized to fit (a
@@ -139,15 +141,19 @@ impl Holders {
 struct Resource {
     holders: Holders,
     queue: VecDeque<Waiter>,
-    /// Told when a holder with a fixed lease comes in or its lease moves, so that waiters
-    /// bound their waits by the new end (made when a waiter first asks for it).
-    ends_moved: Option<Arc<Notify>>,
 }
 
 impl Resource {
-    fn tell_ends_moved(&self) {
-        if let Some(n) = &self.ends_moved {
-            n.notify_waiters();
+    /// The first end of a fixed lease among the holders.
+    fn first_end(&self) -> Option<Instant> {
+        self.holders.values().filter_map(|h| h.expires_at).min()
+    }
+
+    /// Tells the queue's front waiter to look at the holders' first lease end again, if there
+    /// is one: any one waiter ends an expired lease for all, and no whole queue is woken.
+    fn tell_front(&self) {
+        if let (Some(w), Some(_)) = (self.queue.front(), self.first_end()) {
+            w.ends.notify_one();
         }
     }
 
@@ -233,7 +239,9 @@ impl Undo for Granted {
 /// What [`Engine::try_or_queue`] did.
 pub(crate) enum Step {
     Granted(Grant),
-    Queued(u64, oneshot::Receiver<Result<Grant>>),
+    /// Queued: the waiter's id, its grant to come, and what tells it to look at the holders'
+    /// lease ends again.
+    Queued(u64, oneshot::Receiver<Result<Grant>>, Arc<Notify>),
     Busy,
 }
 
@@ -284,6 +292,7 @@ impl Engine {
             t.next_id += 1;
             let id = t.next_id;
             let (tx, rx) = oneshot::channel();
+            let ends = Arc::new(Notify::new());
             t.resources
                 .entry(key.clone())
                 .or_default()
@@ -294,27 +303,16 @@ impl Engine {
                     lease,
                     value: value.to_vec(),
                     tx,
+                    ends: ends.clone(),
                 });
-            Ok(Step::Queued(id, rx))
-        }
-    }
-
-    /// What tells `key`'s waiters that a holder's lease end came in or moved (see
-    /// [`next_expiry`](Self::next_expiry)).
-    pub(crate) fn ends_moved(&self, key: &Key) -> Arc<Notify> {
-        let mut t = self.lock();
-        match t.resources.get_mut(key) {
-            Some(res) => res.ends_moved.get_or_insert_with(Arc::default).clone(),
-            None => Arc::default(),
+            Ok(Step::Queued(id, rx, ends))
         }
     }
 
     /// The earliest end of a fixed lease among `key`'s holders: a waiter looks again then, in
     /// case the holder's own expiry (a task in the holder's runtime) never runs.
     pub(crate) fn next_expiry(&self, key: &Key) -> Option<Instant> {
-        let t = self.lock();
-        let res = t.resources.get(key)?;
-        res.holders.values().filter_map(|h| h.expires_at).min()
+        self.lock().resources.get(key)?.first_end()
     }
 
     /// Ends the holders of `key` whose lease ran out, and lets the queue move.
@@ -366,11 +364,11 @@ impl Engine {
             state: state.clone(),
             value,
         };
-        let res = t.resources.entry(key.clone()).or_default();
-        res.holders.insert(owner, holder);
-        if expires_at.is_some() {
-            res.tell_ends_moved();
-        }
+        t.resources
+            .entry(key.clone())
+            .or_default()
+            .holders
+            .insert(owner, holder);
         Armed::new(Granted {
             engine: Arc::downgrade(self),
             key: key.clone(),
@@ -418,6 +416,10 @@ impl Engine {
                     res.holders.remove(&owner);
                 }
             }
+        }
+        // A new holder's lease end, or a new front waiter: the front bounds its wait by it.
+        if let Some(res) = t.resources.get(key) {
+            res.tell_front();
         }
         drop_if_idle(t, key);
         announce(t, key);
@@ -487,7 +489,7 @@ impl Engine {
         h.expires_at = Some(Instant::now() + lease);
         h.lease = Lease::Fixed(lease);
         if let Some(res) = t.resources.get(key) {
-            res.tell_ends_moved();
+            res.tell_front();
         }
         Ok(())
     }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::oneshot::{self, error::TryRecvError};
+use tokio::sync::Notify;
 
 use super::engine::{Engine, Grant, Key, Mode, Step};
 use super::held::parts;
@@ -26,7 +27,7 @@ pub(super) struct MemQueue<'a> {
 /// A claim: its place in the engine's queue, and its grant once one arrived.
 #[derive(Default)]
 pub(super) struct Claim {
-    queued: Option<(u64, oneshot::Receiver<Result<Grant>>)>,
+    queued: Option<(u64, oneshot::Receiver<Result<Grant>>, Arc<Notify>)>,
     grant: Option<Grant>,
 }
 
@@ -84,8 +85,8 @@ impl Queue for MemQueue<'_> {
                 claim.grant = Some(g);
                 Standing::Owner
             }
-            Step::Queued(id, rx) => {
-                claim.queued = Some((id, rx));
+            Step::Queued(id, rx, ends) => {
+                claim.queued = Some((id, rx, ends));
                 Standing::Waiting
             }
             Step::Busy => Standing::Waiting,
@@ -94,14 +95,13 @@ impl Queue for MemQueue<'_> {
 
     /// Waits for the grant, or until the first fixed lease among the holders ends: its holder's
     /// runtime ends it on time, but one that no longer runs (shut down, or blocked) would not,
-    /// so the waiter ends it then. A holder with a fixed lease coming in, or a lease moved,
-    /// wakes the waiter to take the new end.
+    /// so the waiter ends it then. The queue's front waiter is told to look again when a holder
+    /// comes in or a lease moves (any one waiter ends an expired lease for all).
     async fn wait(&self, claim: &mut Claim, req: &Request) -> Result<Woken> {
-        let Some((_, rx)) = claim.queued.as_mut() else {
+        let Some((_, rx, ends)) = claim.queued.as_mut() else {
             return Ok(Woken::Look);
         };
-        let moved = self.engine.ends_moved(self.key);
-        let moved = moved.notified();
+        let moved = ends.notified();
         tokio::pin!(moved);
         // Listening before the read: an end that comes in after it is heard.
         moved.as_mut().enable();
@@ -141,7 +141,7 @@ impl Queue for MemQueue<'_> {
         if claim.grant.is_some() {
             return Ok(Standing::Owner);
         }
-        let Some((_, rx)) = claim.queued.as_mut() else {
+        let Some((_, rx, _)) = claim.queued.as_mut() else {
             return Ok(Standing::Waiting);
         };
         match rx.try_recv() {
@@ -167,7 +167,7 @@ impl Queue for MemQueue<'_> {
     /// The engine is local: leaving is done at once. A grant that arrived, or arrives after
     /// the waiter left, is released when it drops.
     fn abandon(&self, claim: Claim) {
-        if let Some((id, _)) = &claim.queued {
+        if let Some((id, _, _)) = &claim.queued {
             self.engine.cancel(self.key, *id);
         }
         drop(claim);
