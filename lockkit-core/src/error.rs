@@ -176,6 +176,43 @@ impl std::error::Error for Error {
     }
 }
 
+/// The first error of type `T` in `e`'s chain of sources, `e` included: what a backend looks
+/// for in its client's errors (an I/O error's kind, a TLS refusal).
+///
+/// Client libraries wrap errors in their own: this looks through `source()`, through the
+/// payload an `io::Error` carries (whose `source()` skips it), and through a shared
+/// `Arc<dyn Error>`; at most 16 errors deep (an end to a chain whose error names itself).
+pub fn find_source<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut next = Some(e);
+    for _ in 0..SOURCE_DEPTH {
+        let e = next?;
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        // A wrapper's own source() leads to the same error its payload does: one way down.
+        next = carried(e).or_else(|| e.source());
+    }
+    None
+}
+
+/// How deep [`find_source`] looks: further than any client's chain.
+const SOURCE_DEPTH: usize = 16;
+
+type DynError = dyn std::error::Error + 'static;
+
+/// What `e` carries without naming it as its source: the payload of an `io::Error`, or the
+/// error behind an `Arc`.
+fn carried(e: &DynError) -> Option<&DynError> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    if let Some(shared) = e.downcast_ref::<Shared>() {
+        return Some(&**shared);
+    }
+    let payload = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    Some(payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,7 +49,7 @@ pub use backoff::{Backoff, Budget, Retry};
 pub use capabilities::{Capabilities, Support};
 pub use config::LockConfig;
 pub use election::Election;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{find_source, Error, ErrorKind, Result};
 pub use fencing::{Fencing, FencingToken};
 pub use guard::{Leadership, LockGuard, Permit, ReadGuard, WriteGuard};
 pub use inspect::{HoldMode, HolderInfo, LockEntry, LockInfo, Primitive, WaiterInfo};

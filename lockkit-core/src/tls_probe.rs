@@ -111,39 +111,11 @@ fn handshake(
 }
 
 /// The refusal carried somewhere in `e`'s chain of sources, as a message naming the option to
-/// fix; `None` when the chain holds no TLS refusal.
-///
-/// Client libraries wrap the TLS error in their own: this looks through `source()`, through the
-/// `io::Error` a TLS stream reports with (whose `source()` skips the error it carries), and
-/// through a shared `Arc<dyn Error>`; at most [`DEPTH`] errors deep.
+/// fix; `None` when the chain holds no TLS refusal. The chain is read by
+/// [`find_source`](crate::find_source), which looks through the wrappers client libraries put
+/// around a TLS error.
 pub fn refusal_in(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut next = Some(e);
-    for _ in 0..DEPTH {
-        let e = next?;
-        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return refusal(tls);
-        }
-        // A wrapper's own source() leads to the same error its payload does: one way down.
-        next = inner(e).or_else(|| e.source());
-    }
-    None
-}
-
-/// How deep [`refusal_in`] looks: further than any client's chain, and an end to a chain whose
-/// error names itself as its source.
-const DEPTH: usize = 16;
-
-type Dyn = dyn std::error::Error + 'static;
-
-/// What `e` carries without naming it as its source: the payload of an `io::Error`, or the
-/// error behind an `Arc`.
-fn inner(e: &Dyn) -> Option<&Dyn> {
-    type Shared = Arc<dyn std::error::Error + Send + Sync>;
-    if let Some(shared) = e.downcast_ref::<Shared>() {
-        return Some(&**shared);
-    }
-    let payload = e.downcast_ref::<std::io::Error>()?.get_ref()?;
-    Some(payload)
+    crate::find_source::<rustls::Error>(e).and_then(refusal)
 }
 
 /// Whether a TLS error is a refusal, which retrying cannot fix, and what to check: a

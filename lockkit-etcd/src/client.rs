@@ -269,16 +269,9 @@ impl Drop for SetOnDrop<'_> {
 
 /// Whether the request certainly never reached the server: its connection was refused.
 fn is_refusal(e: &etcd_client::Error) -> bool {
-    let mut source = inner_error(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::ConnectionRefused {
-                return true;
-            }
-        }
-        source = err.source();
-    }
-    false
+    inner_error(e)
+        .and_then(lockkit_core::find_source::<std::io::Error>)
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 /// Whether TLS refused the connection (by the core's rule, `tls_probe::refusal_in`): the

@@ -38,16 +38,9 @@ pub(crate) fn timeout(what: &str) -> Error {
 }
 
 /// The I/O error kind behind `e`, if it is an I/O failure (redis-rs keeps the `io::Error` behind
-/// an `Arc<dyn Error>`).
+/// an `Arc<dyn Error>`, which the core's chain walk looks through).
 pub(crate) fn io_kind(e: &RedisError) -> Option<std::io::ErrorKind> {
-    use std::error::Error as _;
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let source = e.source()?;
-    let io = match source.downcast_ref::<Shared>() {
-        Some(shared) => shared.downcast_ref::<std::io::Error>(),
-        None => source.downcast_ref::<std::io::Error>(),
-    };
-    io.map(std::io::Error::kind)
+    lockkit_core::find_source::<std::io::Error>(e).map(std::io::Error::kind)
 }
 
 /// Whether `e` is a TLS handshake refusal (by the core's rule, `tls_probe::refusal_in`):
