@@ -604,7 +604,8 @@ async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
 /// the keys created up to ours (a semaphore's: of every key and its size, in one transaction;
 /// a size that refuses us now is an error, and a turn is ours once our key is marked as
 /// holding under the size it was decided with: a size changed between the read and the mark
-/// is read and decided again, so an operator's change does not cost a waiter its place).
+/// is read and decided again, so an operator's change does not cost a waiter its place; a key
+/// the server shows marked holds).
 async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Result<Standing> {
     let (prefix, need, kind) = (w.nw.prefix(), w.need, w.kind);
     // A mutex or writer only needs to know whether ours is the first key.
@@ -624,10 +625,10 @@ async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Re
             (resp, None, 0)
         };
         let kvs = resp.kvs();
-        if !kvs
+        let Some(ours) = kvs
             .iter()
-            .any(|kv| kv.create_revision() == rev && kv.key() == key)
-        {
+            .find(|kv| kv.create_revision() == rev && kv.key() == key)
+        else {
             // Ours is not among them: gone, unless a limited read stopped at an older key.
             let older = kvs.first().is_some_and(|kv| kv.create_revision() < rev);
             return Ok(if older && limit > 0 {
@@ -635,6 +636,11 @@ async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Re
             } else {
                 Standing::Gone
             });
+        };
+        if kind.entry(ours.value()).held {
+            // Marked by an earlier try whose answer was lost: we were let in then, and everyone
+            // counts our permits as held, whatever the size has become since.
+            return Ok(Standing::Owner);
         }
         let (before, held_after) = ranked(kvs, rev, kind);
         if !need.holds(before.iter(), held_after, stored) {

@@ -267,8 +267,11 @@ impl Mirror {
         if !self.synced || self.seen_rev < rev {
             return Standing::Unknown;
         }
-        if !self.order.contains_key(&rev) {
-            return Standing::Gone;
+        match self.order.get(&rev) {
+            None => return Standing::Gone,
+            // Marked as holding (by a mark whose answer may have been lost): it holds.
+            Some(e) if e.held => return Standing::Owner,
+            Some(_) => {}
         }
         let stored = self.size.map(|(_, n)| n);
         // A waiter the size refuses is woken as if it held: the read that settles a turn

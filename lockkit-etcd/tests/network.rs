@@ -189,3 +189,79 @@ async fn a_release_whose_answer_is_lost_is_a_release() {
     assert!(common::keys(&mut raw, &name).await.is_empty());
     proxy.set(Default::default());
 }
+
+/// A semaphore waiter whose mark as holding is applied but whose answer is lost, while an
+/// operator shrinks the size, holds: the mark was put under the size it was let in with, and
+/// every other acquirer counts its permits as held from then on. Before, the resent mark's
+/// compare failed on the new size, the waiter went back to waiting on its marked key, and a
+/// waiter ranked before it (which counts those permits) could wait on it for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_mark_whose_answer_is_lost_holds() {
+    use lockkit_etcd::etcd_client::{EventType, WatchOptions};
+
+    let Some(url) = common::url() else { return };
+    let proxy = Proxy::start(authority(&url)).await.unwrap();
+    // The proxy is the waiter's first endpoint, the server itself the second.
+    let waiter = common::connect(
+        &format!("etcd://{},{}", proxy.addr(), authority(&url)),
+        "command_timeout=1s",
+    )
+    .await
+    .locks()
+    .clone();
+    let other = common::connect(&url, "").await.locks().clone();
+    let mut raw = common::raw(&url).await;
+    let name = common::name("lost-mark");
+    let prefix = format!("lockkit/%sem/{}/", lockkit_core::encode_name(&name));
+    let first = other
+        .semaphore(&name, 1)
+        .unwrap()
+        .acquire_one()
+        .await
+        .unwrap();
+
+    let sem = waiter.open_semaphore(&name).unwrap();
+    let opts = AcquireOptions::new().wait(Duration::from_secs(8));
+    let acquire = tokio::spawn(async move { sem.acquire(1, &opts).await });
+    let mut events = raw
+        .watch(prefix.clone(), Some(WatchOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    common::eventually(Duration::from_secs(5), "the waiter's key", || {
+        let mut raw = raw.clone();
+        let prefix = prefix.clone();
+        async move {
+            let opts = lockkit_etcd::etcd_client::GetOptions::new().with_prefix();
+            raw.get(prefix, Some(opts)).await.unwrap().kvs().len() == 3
+        }
+    })
+    .await;
+    // Every answer to the waiter now comes 600 ms after its request was applied, so the test
+    // sees the mark on the server before the waiter does.
+    proxy.latency(Duration::from_millis(300), Duration::ZERO);
+    let admin = other.open_semaphore(&name).unwrap();
+    assert_eq!(admin.set_permits(2).await.unwrap(), Some(1));
+    'marked: while let Some(resp) = events.message().await.unwrap() {
+        for e in resp.events() {
+            let kv = e.kv().unwrap();
+            if e.event_type() == EventType::Put && kv.value().ends_with(b"+") && kv.version() > 1 {
+                break 'marked;
+            }
+        }
+    }
+    // The mark's answer is lost: the waiter resends it to the server, after a shrink.
+    proxy.update(|t| t.hold_down = true);
+    assert_eq!(admin.set_permits(1).await.unwrap(), Some(2));
+    let second = acquire
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the waiter holds the permit its key is marked with");
+    drop(events);
+    proxy.set(Default::default());
+    second.release().await.unwrap();
+    first.release().await.unwrap();
+    let opts = lockkit_etcd::etcd_client::GetOptions::new().with_prefix();
+    let left = raw.get(prefix, Some(opts)).await.unwrap();
+    assert_eq!(left.kvs().len(), 1, "only the size key is left");
+}
