@@ -258,7 +258,7 @@ impl Queue for EtcdQueue<'_> {
             let _ = create.await;
             c.inflight = None;
         }
-        delete_key(self.inner, &c.key, &c.lease).await?;
+        delete_key(self.inner, &c.key, c.rev, &c.lease).await?;
         if let Some((id, _)) = c.granted.take() {
             // Nothing of ours is on it any more.
             reap_lease(self.inner, id);
@@ -285,7 +285,7 @@ impl Queue for EtcdQueue<'_> {
         };
         reap_keys(
             self.inner,
-            vec![std::mem::take(&mut c.key)],
+            vec![(std::mem::take(&mut c.key), c.rev)],
             lease,
             c.inflight.take(),
             c.slot.take().into_iter().collect(),

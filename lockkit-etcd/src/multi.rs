@@ -133,6 +133,8 @@ struct Unseen {
 
 impl Undo for Unseen {
     fn undo(self) {
-        reap_keys(&self.inner, self.keys, self.lease, self.create, self.slots);
+        // Their create revision is not known.
+        let keys = self.keys.into_iter().map(|k| (k, 0)).collect();
+        reap_keys(&self.inner, keys, self.lease, self.create, self.slots);
     }
 }

@@ -34,21 +34,41 @@ impl KeyLease {
     }
 }
 
-/// Deletes an acquisition's key whatever its revision (the key is ours alone: it embeds our
-/// lease and a slot we reserved) and revokes its fixed lease.
-pub(crate) async fn delete_key(inner: &Inner, key: &[u8], lease: &KeyLease) -> Result<()> {
-    let k = key.to_vec();
-    inner
-        .pool
-        .run("delete", true, move |mut c| {
-            let k = k.clone();
-            async move { c.delete(k, None).await }
-        })
-        .await?;
+/// Deletes an acquisition's key, created at `rev` (0: not known, as when its create went
+/// unanswered; the slot is ours until the delete is done, so a key in it now is ours), and
+/// revokes its fixed lease. The delete compares the create revision, so that one applied late
+/// (sent to an endpoint that went silent, then sent again to the next) can never delete the
+/// key a later acquisition put in the slot once it was free.
+pub(crate) async fn delete_key(
+    inner: &Inner,
+    key: &[u8],
+    rev: i64,
+    lease: &KeyLease,
+) -> Result<()> {
+    let rev = match rev {
+        0 => created_at(inner, key).await?,
+        rev => Some(rev),
+    };
+    if let Some(rev) = rev {
+        delete_if_ours(inner, key, rev).await?;
+    }
     if let KeyLease::Fixed(id) = lease {
         inner.pool.revoke_lease(*id).await?;
     }
     Ok(())
+}
+
+/// The create revision of `key` (`None`: absent), by a linearizable read.
+async fn created_at(inner: &Inner, key: &[u8]) -> Result<Option<i64>> {
+    let k = key.to_vec();
+    let resp = inner
+        .pool
+        .run("read a lock key", true, move |mut c| {
+            let k = k.clone();
+            async move { c.get(k, None).await }
+        })
+        .await?;
+    Ok(resp.kvs().first().map(|kv| kv.create_revision()))
 }
 
 /// Whether lease `id` is certainly gone on the server (expired or revoked): then every key on
@@ -89,12 +109,12 @@ pub(crate) fn reap_lease(inner: &Arc<Inner>, id: i64) {
 }
 
 /// Hands the delete of our keys (one acquisition's, or a multi-lock's taken in one
-/// transaction) to the handle's reaper, after `inflight` (the create still running) has
-/// finished: tried until every key is deleted or their lease is gone. The slots stay reserved
-/// until then.
+/// transaction), each with its create revision (0: not known), to the handle's reaper, after
+/// `inflight` (the create still running) has finished: tried until every key is deleted or
+/// their lease is gone. The slots stay reserved until then.
 pub(crate) fn reap_keys(
     inner: &Arc<Inner>,
-    keys: Vec<Vec<u8>>,
+    keys: Vec<(Vec<u8>, i64)>,
     lease: KeyLease,
     inflight: Option<InFlight>,
     slots: Vec<Slot>,
@@ -113,8 +133,8 @@ pub(crate) fn reap_keys(
                 let _ = create.await;
             }
             let mut work = Ok(());
-            for key in keys.iter() {
-                work = delete_key(&inner, key, &lease).await;
+            for (key, rev) in keys.iter() {
+                work = delete_key(&inner, key, *rev, &lease).await;
                 if work.is_err() {
                     break;
                 }

@@ -265,3 +265,59 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
     let left = raw.get(prefix, Some(opts)).await.unwrap();
     assert_eq!(left.kvs().len(), 1, "only the size key is left");
 }
+
+/// An acquire dropped while it waits has its key deleted; a delete that reaches the server late
+/// (its endpoint went silent, so it was sent again to the next, and the first copy arrived once
+/// the link healed) never deletes the key the handle's next acquire has put in the same slot
+/// since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_applied_late_spares_the_next_key_in_its_slot() {
+    let Some(url) = common::url() else { return };
+    let proxy = Proxy::start(authority(&url)).await.unwrap();
+    // The proxy is the waiter's first endpoint, the server itself the second.
+    let waiter = common::connect(
+        &format!("etcd://{},{}", proxy.addr(), authority(&url)),
+        "command_timeout=1s",
+    )
+    .await
+    .locks()
+    .clone();
+    let other = common::connect(&url, "").await.locks().clone();
+    let mut raw = common::raw(&url).await;
+    let name = common::name("late-leave");
+    let held = other.mutex(&name).unwrap().lock().await.unwrap();
+
+    let m = waiter.mutex(&name).unwrap();
+    let first = tokio::spawn(async move { m.lock_for(Duration::from_secs(30)).await });
+    common::until_keys(&raw, &name, 2).await;
+    // Nothing the waiter sends through the proxy reaches the server until the link heals.
+    proxy.update(|t| t.hold_up = true);
+    first.abort();
+    common::until_keys(&raw, &name, 1).await;
+
+    let m = waiter.mutex(&name).unwrap();
+    let second = tokio::spawn(async move { m.lock_for(Duration::from_secs(30)).await });
+    common::until_keys(&raw, &name, 2).await;
+    let queued = common::keys(&mut raw, &name).await;
+    // The first waiter's delete reaches the server now.
+    proxy.update(|t| t.hold_up = false);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        common::keys(&mut raw, &name).await,
+        queued,
+        "the next key is kept"
+    );
+    held.release().await.unwrap();
+    let g = second
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the next acquire holds");
+    assert_eq!(
+        g.token().0,
+        queued[1].1 as u64,
+        "with the key it queued with"
+    );
+    g.release().await.unwrap();
+    assert!(common::keys(&mut raw, &name).await.is_empty());
+}
