@@ -188,9 +188,9 @@ async fn a_cancelled_write_reentry_leaves_the_server_hold_count() {
     g.release().await.unwrap();
 }
 
-/// A key of another type at the write lock's name is a typed `WrongType` error for readers and
-/// for `is_locked`, as it is for writers (a reader used to take it for a writer and wait), and
-/// it is left as it was.
+/// A key of another type at the write lock's name is a typed `WrongType` error for readers,
+/// `is_locked` and `force_unlock`, as it is for writers (a reader used to take it for a writer
+/// and wait; `force_unlock` deleted it), and it is left as it was.
 #[tokio::test]
 async fn a_foreign_key_at_the_write_lock_is_a_typed_error_for_readers_too() {
     let Some(url) = shared_url() else { return };
@@ -213,6 +213,7 @@ async fn a_foreign_key_at_the_write_lock_is_a_typed_error_for_readers_too() {
         rw.read(&waiting).await.map(drop),
         rw.try_write().await.map(drop),
         rw.is_locked().await.map(drop),
+        rw.force_unlock().await.map(drop),
     ] {
         let e = r.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
@@ -223,6 +224,43 @@ async fn a_foreign_key_at_the_write_lock_is_a_typed_error_for_readers_too() {
         .await
         .unwrap();
     assert_eq!(v, "precious", "lockkit overwrote a foreign key");
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+}
+
+/// A key of another type at the readers' key is left as it is by `force_unlock`, which fails
+/// with `WrongType` (it used to delete it).
+#[tokio::test]
+async fn force_unlock_leaves_a_foreign_key_at_the_readers_key() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[]).await;
+    let mut admin = admin(&url).await;
+    let name = unique_name("rw-foreign-holders");
+    let key = lockkit_redis::LockKeys::rwlock("lockkit", &name).holders;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("precious")
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let e = locks
+        .rwlock(&name)
+        .unwrap()
+        .force_unlock()
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
+    let v: String = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(v, "precious", "lockkit deleted a foreign key");
     let _: () = redis::cmd("DEL")
         .arg(&key)
         .query_async(&mut admin)
