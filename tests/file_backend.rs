@@ -217,3 +217,24 @@ async fn handles_of_one_process_keep_their_readers_records_apart() {
     assert_eq!(info.holders.len(), 1, "the other reader's record is kept");
     rb.release().await.unwrap();
 }
+
+/// The files of the lock named `<name>.reader` start like `<name>`'s readers' records: inspect
+/// never takes that lock's writer for a reader of `<name>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_tells_readers_from_a_lock_named_after_them() {
+    let d = dir("inspect-reader-name");
+    let locks = locks(&d).await;
+    let r = locks.rwlock("x").unwrap().read_lock().await.unwrap();
+    let w = locks
+        .rwlock("x.reader")
+        .unwrap()
+        .write_lock()
+        .await
+        .unwrap();
+    let info = locks.inspect("x", Primitive::RwLock).await.unwrap();
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].mode, HoldMode::Shared);
+    assert_eq!(info.holders[0].token, Some(r.token()));
+    w.release().await.unwrap();
+    r.release().await.unwrap();
+}

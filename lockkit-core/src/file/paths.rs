@@ -112,7 +112,9 @@ impl LockPaths {
         slots
     }
 
-    /// The reader sidecars found in the directory.
+    /// The reader sidecars found in the directory. A reader's owner id (`p<pid>-…`) has no `.`,
+    /// so neither a sidecar being written (`….tmp~`) nor a file of the lock named `<name>.reader`
+    /// (`rw.<name>.reader.holder`) is taken for one.
     pub(crate) fn readers_present(&self) -> Vec<PathBuf> {
         let head = format!("{}.reader.", self.prefix);
         let mut found: Vec<PathBuf> = std::fs::read_dir(&self.base)
@@ -120,9 +122,10 @@ impl LockPaths {
             .flatten()
             .flatten()
             .filter(|e| {
-                e.file_name().to_str().is_some_and(|n| {
-                    n.starts_with(&head) && !n.ends_with(super::sidecar::TMP_SUFFIX)
-                })
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(&head))
+                    .is_some_and(|owner| owner.starts_with('p') && !owner.contains('.'))
             })
             .map(|e| e.path())
             .collect();

@@ -50,7 +50,10 @@ impl From<Mode> for HoldMode {
     }
 }
 
-pub(crate) type Key = (Prim, String);
+/// One primitive in the table: its kind, the handle's `prefix` (`None`: none was set) and its
+/// name. The prefix is kept apart from the name, so that no two prefixes share a lock (prefix
+/// `a` with name `b/c`, and prefix `a/b` with name `c`).
+pub(crate) type Key = (Prim, Option<String>, String);
 
 #[derive(Debug)]
 struct Holder {
@@ -268,9 +271,9 @@ impl Engine {
         let mut t = self.lock();
         let capacity = match mode {
             Mode::Permits(k) => {
-                let (size, store) = settle_size(&key.1, size, t.sizes.get(key).copied())?;
+                let (size, store) = settle_size(&key.2, size, t.sizes.get(key).copied())?;
                 if k > size {
-                    return Err(too_many(&key.1, k, size));
+                    return Err(too_many(&key.2, k, size));
                 }
                 if store {
                     t.sizes.insert(key.clone(), size);
@@ -399,7 +402,7 @@ impl Engine {
             if let Mode::Permits(k) = front.mode {
                 if k > capacity {
                     let w = res.queue.pop_front().expect("front exists");
-                    let _ = w.tx.send(Err(too_many(&key.1, k, capacity)));
+                    let _ = w.tx.send(Err(too_many(&key.2, k, capacity)));
                     continue;
                 }
             }
@@ -478,7 +481,7 @@ impl Engine {
         self.drain(&mut t, key);
         match removed {
             Some(_) => Ok(()),
-            None => Err(Error::lost(&key.1)),
+            None => Err(Error::lost(&key.2)),
         }
     }
 
@@ -509,7 +512,7 @@ impl Engine {
                 h.state = StateCell::new(h.state.clock().clone());
                 Ok((h.state.clone(), h.lease))
             }
-            _ => Err(Error::lost(&key.1)),
+            _ => Err(Error::lost(&key.2)),
         };
         self.drain(&mut t, key);
         result
@@ -593,7 +596,7 @@ impl Engine {
     /// Permits not in use, of the stored size (or the size asked for, before one is stored).
     pub(crate) fn available(&self, key: &Key, size: Option<u32>) -> Result<u32> {
         let t = self.lock();
-        let (size, _) = settle_size(&key.1, size, t.sizes.get(key).copied())?;
+        let (size, _) = settle_size(&key.2, size, t.sizes.get(key).copied())?;
         let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
         Ok(size.saturating_sub(used))
     }
@@ -615,7 +618,7 @@ impl Engine {
             res.queue = kept;
             for w in refused {
                 if let Mode::Permits(k) = w.mode {
-                    let _ = w.tx.send(Err(too_many(&key.1, k, size)));
+                    let _ = w.tx.send(Err(too_many(&key.2, k, size)));
                 }
             }
         }
@@ -634,7 +637,7 @@ fn live_holder<'t>(t: &'t mut Table, key: &Key, owner: u64) -> Result<&'t mut Ho
         .and_then(|r| r.holders.get_mut(&owner))
     {
         Some(h) if h.live(now) => Ok(h),
-        _ => Err(Error::lost(&key.1)),
+        _ => Err(Error::lost(&key.2)),
     }
 }
 

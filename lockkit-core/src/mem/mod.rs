@@ -125,10 +125,7 @@ impl MemBackend {
     }
 
     fn key(&self, prim: Prim, name: &str) -> Key {
-        match &self.prefix {
-            Some(p) => (prim, format!("{p}/{name}")),
-            None => (prim, name.to_string()),
-        }
+        (prim, self.prefix.clone(), name.to_string())
     }
 }
 
@@ -193,16 +190,12 @@ impl Backend for MemBackend {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<LockEntry>> {
-        let ours = self.prefix.as_ref().map(|p| format!("{p}/"));
         Ok(self
             .engine
             .active()
             .into_iter()
-            .filter_map(|(prim, key)| {
-                let name = match &ours {
-                    Some(p) => key.strip_prefix(p.as_str())?.to_string(),
-                    None => key,
-                };
+            .filter(|(_, p, _)| *p == self.prefix)
+            .filter_map(|(prim, _, name)| {
                 let primitive = match prim {
                     Prim::Mutex => Primitive::Mutex,
                     Prim::RwLock => Primitive::RwLock,
