@@ -333,9 +333,8 @@ impl EtcdQueue<'_> {
                 self.read_turn(c).await?;
                 return Ok(turn(c.seen));
             }
-            return Ok(turn(
-                turn_on_server(self.inner, &self.want, &c.key, c.rev).await?,
-            ));
+            let (on_server, _) = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
+            return Ok(turn(on_server));
         }
         if c.settled && c.seen == Standing::Owner {
             // A linearizable read showed our turn.
@@ -345,11 +344,22 @@ impl EtcdQueue<'_> {
             // Woken early, and the watch shows no turn: nothing to settle yet.
             return Ok(Turn::Waiting);
         }
-        let on_server = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
+        let mirror_size = self.want.nw.size_seen().0;
+        let (on_server, size) = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
         Ok(match turn(on_server) {
             // The mirror said our turn came, the server says it did not: never trust that
-            // mirror again for this key; a fresh key settles it.
-            Turn::Waiting if c.seen == Standing::Owner && !c.settled && !r.expired() => Turn::Gone,
+            // mirror again for this key; a fresh key settles it. Unless a semaphore's size
+            // changed since the mirror's view, or the mirror has caught up with the server by
+            // now: the mirror was only behind, and a fresh key would cost the waiter its place.
+            Turn::Waiting
+                if c.seen == Standing::Owner
+                    && !c.settled
+                    && !r.expired()
+                    && size == mirror_size
+                    && self.want.nw.standing(c.rev, self.want.need) == Standing::Owner =>
+            {
+                Turn::Gone
+            }
             t => t,
         })
     }
@@ -605,11 +615,18 @@ async fn or_woken<F: std::future::Future>(fut: F, notify: &Notify) {
 /// a size that refuses us now is an error, and a turn is ours once our key is marked as
 /// holding under the size it was decided with: a size changed between the read and the mark
 /// is read and decided again, so an operator's change does not cost a waiter its place; a key
-/// the server shows marked holds).
-async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Result<Standing> {
+/// the server shows marked holds). Also the mod revision of the size key it last read (0: none
+/// read, or absent).
+async fn turn_on_server(
+    inner: &Inner,
+    w: &Want<'_>,
+    key: &[u8],
+    rev: i64,
+) -> Result<(Standing, i64)> {
     let (prefix, need, kind) = (w.nw.prefix(), w.need, w.kind);
     // A mutex or writer only needs to know whether ours is the first key.
     let limit = if need == Need::Exclusive { 1 } else { 0 };
+    let mut size_read = 0;
     for _ in 0..3 {
         let (resp, stored, size_rev) = if let Need::Permits { n, .. } = need {
             let (resp, (size_rev, stored)) = read_queue_and_size(inner, prefix).await?;
@@ -619,6 +636,7 @@ async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Re
             if n > size {
                 return Err(too_many(w.name, n, size));
             }
+            size_read = size_rev;
             (resp, stored, size_rev)
         } else {
             let resp = read_queue(inner, prefix, rev, SortOrder::Ascend, limit).await?;
@@ -631,29 +649,30 @@ async fn turn_on_server(inner: &Inner, w: &Want<'_>, key: &[u8], rev: i64) -> Re
         else {
             // Ours is not among them: gone, unless a limited read stopped at an older key.
             let older = kvs.first().is_some_and(|kv| kv.create_revision() < rev);
-            return Ok(if older && limit > 0 {
+            let standing = if older && limit > 0 {
                 Standing::Waiting
             } else {
                 Standing::Gone
-            });
+            };
+            return Ok((standing, size_read));
         };
         if kind.entry(ours.value()).held {
             // Marked by an earlier try whose answer was lost: we were let in then, and everyone
             // counts our permits as held, whatever the size has become since.
-            return Ok(Standing::Owner);
+            return Ok((Standing::Owner, size_read));
         }
         let (before, held_after) = ranked(kvs, rev, kind);
         if !need.holds(before.iter(), held_after, stored) {
-            return Ok(Standing::Waiting);
+            return Ok((Standing::Waiting, size_read));
         }
         if !matches!(need, Need::Permits { .. })
             || mark_held(inner, prefix, key, rev, size_rev, &w.value).await?
         {
-            return Ok(Standing::Owner);
+            return Ok((Standing::Owner, size_read));
         }
         // The size changed since the read (or our key went): read and decide again.
     }
-    Ok(Standing::Waiting)
+    Ok((Standing::Waiting, size_read))
 }
 
 /// The entries of the keys ranked before `rev` (the size key left out), and the permits held

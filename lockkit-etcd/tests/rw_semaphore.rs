@@ -221,3 +221,91 @@ async fn a_foreign_size_key_is_refused_and_kept() {
     raw.delete(key, None).await.unwrap();
     a.close().await.unwrap();
 }
+
+/// A semaphore waiter whose turn came as its (lagging) watch shows it, while an operator shrinks
+/// the size so that it does not fit after all, keeps its place: the read that settles the turn
+/// refuses it, and it goes on waiting with the key it queued with. It used to take that for a
+/// broken watch and queue again with a fresh key, behind the waiters that came after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shrink_as_a_turn_comes_keeps_the_waiters_place() {
+    let Some(url) = url() else { return };
+    let server = lockkit_core::ServerUrl::parse_for(&url, &lockkit_etcd::INFO)
+        .unwrap()
+        .hosts[0]
+        .to_string();
+    let proxy = common::lagging_proxy(&server, Duration::from_millis(500)).await;
+    let a = connect(&url, "").await;
+    let b = connect(&format!("etcd://{}", proxy.addr()), "").await;
+    let mut raw = common::raw(&url).await;
+    let n = name("sem-shrink-turn");
+    let prefix = format!("lockkit/%sem/{}/", lockkit_core::encode_name(&n));
+    let queue = |raw: &mut lockkit_etcd::etcd_client::Client| {
+        let (mut raw, prefix) = (raw.clone(), prefix.clone());
+        async move {
+            let opts = lockkit_etcd::etcd_client::GetOptions::new().with_prefix();
+            let resp = raw.get(prefix, Some(opts)).await.unwrap();
+            let mut revs: Vec<i64> = resp
+                .kvs()
+                .iter()
+                .filter(|kv| !kv.key().ends_with(b"%size"))
+                .map(|kv| kv.create_revision())
+                .collect();
+            revs.sort_unstable();
+            revs
+        }
+    };
+    let sa = a.semaphore(&n, 2).unwrap();
+    let h1 = sa.acquire_one().await.unwrap();
+    let h2 = sa.acquire_one().await.unwrap();
+    let wait = AcquireOptions::new().wait(Duration::from_secs(30));
+
+    let sb = b.open_semaphore(&n).unwrap();
+    let opts = wait.clone();
+    let waiter = tokio::spawn(async move { sb.acquire(1, &opts).await });
+    common::eventually(SOON, "the waiter's key", || {
+        let mut raw = raw.clone();
+        async move { queue(&mut raw).await.len() == 3 }
+    })
+    .await;
+    let sl = a.open_semaphore(&n).unwrap();
+    let opts = wait.clone();
+    let later = tokio::spawn(async move { sl.acquire(1, &opts).await });
+    common::eventually(SOON, "the later waiter's key", || {
+        let mut raw = raw.clone();
+        async move { queue(&mut raw).await.len() == 4 }
+    })
+    .await;
+    let queued = queue(&mut raw).await;
+    // B's watch is in step by now, half a second behind the server.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    // B's watch shows the release (its turn) half a second late, and the shrink just after.
+    h1.release().await.unwrap();
+    let admin = a.open_semaphore(&n).unwrap();
+    assert_eq!(admin.set_permits(1).await.unwrap(), Some(2));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        queue(&mut raw).await,
+        queued[1..],
+        "the waiter kept its key"
+    );
+
+    h2.release().await.unwrap();
+    let p = tokio::time::timeout(SOON, waiter)
+        .await
+        .expect("the waiter is next")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.token().0, queued[2] as u64, "with the key it queued with");
+    p.release().await.unwrap();
+    let p = tokio::time::timeout(SOON, later)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    p.release().await.unwrap();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
