@@ -260,7 +260,7 @@ async fn a_shrink_as_a_turn_comes_keeps_the_waiters_place() {
     let wait = AcquireOptions::new().wait(Duration::from_secs(30));
 
     let sb = b.open_semaphore(&n).unwrap();
-    let opts = wait.clone();
+    let opts = wait;
     let waiter = tokio::spawn(async move { sb.acquire(1, &opts).await });
     common::eventually(SOON, "the waiter's key", || {
         let mut raw = raw.clone();
@@ -268,7 +268,7 @@ async fn a_shrink_as_a_turn_comes_keeps_the_waiters_place() {
     })
     .await;
     let sl = a.open_semaphore(&n).unwrap();
-    let opts = wait.clone();
+    let opts = wait;
     let later = tokio::spawn(async move { sl.acquire(1, &opts).await });
     common::eventually(SOON, "the later waiter's key", || {
         let mut raw = raw.clone();
