@@ -7,3 +7,66 @@ fn config() -> Option<lockkit_core::LockConfig> {
 }
 
 lockkit_testing::network_suite!(config, lockkit_redis::connect);
+
+mod common;
+
+use std::time::Duration;
+
+use lockkit_testing::proxy::Proxy;
+
+/// An acquire whose answer is lost may have taken the lock with its whole lease: giving it back
+/// is tried that long, not only for twice the waiter's heartbeat timeout, so a link that stays
+/// down a little longer than that no longer leaves the lock held by nobody until its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_take_is_given_back_after_a_longer_outage() {
+    let Some(url) = common::shared_url() else {
+        return;
+    };
+    let proxy = Proxy::start(url.trim_start_matches("redis://"))
+        .await
+        .unwrap();
+    // A heartbeat timeout of 300 ms: the give-back used to stop trying after 600 ms.
+    let locks = common::connect(
+        &format!("redis://{}", proxy.addr()),
+        &[("command_timeout", "500ms"), ("waiter_heartbeat", "100ms")],
+    )
+    .await;
+    let other = common::connect(&url, &[]).await;
+    let name = lockkit_testing::unique_name("lost-take");
+    let m = locks.mutex(&name).unwrap();
+    // The server knows the scripts from here on.
+    m.try_lock()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // The acquire runs on the server; its answer never comes back, and nothing more gets
+    // through until the link heals.
+    proxy.update(|t| t.hold_down = true);
+    let take = tokio::spawn(async move { m.try_lock().await.map(|g| g.is_some()) });
+    let probe = other.mutex(&name).unwrap();
+    let taken = async {
+        while !probe.is_locked().await.unwrap() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), taken)
+        .await
+        .expect("the take reaches the server");
+    proxy.partition();
+    assert!(take.await.unwrap().is_err(), "the take's answer was lost");
+    proxy.cut();
+    assert!(probe.is_locked().await.unwrap(), "the lost take holds it");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal();
+    let given_back = async {
+        while probe.is_locked().await.unwrap() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), given_back)
+        .await
+        .expect("the lock is given back once the link heals, long before its 30 s lease ends");
+}

@@ -47,11 +47,12 @@ impl RedisMutex {
     /// without the lock (its wait ran out, it failed, or its future was dropped): natively this
     /// also passes on a lock handed to it meanwhile. `wait`: how long the waiter's place lasts
     /// once it stops renewing it (natively its heartbeat timeout; in Redisson's fair queue, its
-    /// wait). Called when an acquire's claim is left or abandoned.
-    pub(crate) fn leave_later(&self, owner: &str, wait: Duration) {
+    /// wait). `lease`: the lease an attempt whose answer was not seen may have taken the lock
+    /// with (zero when none could have). Called when an acquire's claim is left or abandoned.
+    pub(crate) fn leave_later(&self, owner: &str, wait: Duration, lease: Duration) {
         // A waiter that never left is skipped once its place lapses, and natively a lock
-        // handed to it lapses after as long.
-        self.leave_within(owner, wait, wait * 2);
+        // handed to it lapses after as long; one its own attempt took lasts that lease.
+        self.leave_within(owner, wait, lease.max(wait * 2) + Duration::from_secs(1));
     }
 
     /// [`leave_later`](Self::leave_later), tried for `moot_after` (for a lock `owner` may have

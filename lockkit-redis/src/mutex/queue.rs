@@ -92,6 +92,8 @@ struct Claim {
     /// Our place in the lock's beat, which keeps our place in the queue (once queued).
     beat: Option<Beating>,
     won: Option<Won>,
+    /// The lease an attempt takes the lock with: one whose answer is lost holds it that long.
+    lease: Duration,
 }
 
 impl NativeQueue<'_> {
@@ -188,6 +190,7 @@ impl Queue for NativeQueue<'_> {
             holder_ends: None,
             beat: None,
             won: None,
+            lease: req.lease().duration(),
         })
     }
 
@@ -293,7 +296,7 @@ impl Queue for NativeQueue<'_> {
         }
         let (inner, wait) = (&self.m.inner, self.m.inner.settings.waiter_timeout());
         if exit == Exit::Failed {
-            self.m.leave_later(&c.owner, wait);
+            self.m.leave_later(&c.owner, wait, c.lease);
         } else {
             inner.leave_queue(&self.m.keys, &c.owner, wait).await?;
         }
@@ -304,7 +307,7 @@ impl Queue for NativeQueue<'_> {
     fn abandon(&self, c: Claim) {
         if c.armed {
             let wait = self.m.inner.settings.waiter_timeout();
-            self.m.leave_later(&c.owner, wait);
+            self.m.leave_later(&c.owner, wait, c.lease);
         }
     }
 

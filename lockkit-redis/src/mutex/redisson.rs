@@ -113,7 +113,9 @@ impl RsQueue<'_> {
         if std::mem::take(&mut c.undo) {
             undo_later(self.m, &c.owner, wait, self.lease);
         } else if c.queued {
-            self.m.leave_later(&c.owner, wait.unwrap_or_default());
+            // Only queued: what an attempt took is undone above.
+            self.m
+                .leave_later(&c.owner, wait.unwrap_or_default(), Duration::ZERO);
         }
         c.queued = false;
     }
