@@ -10,6 +10,7 @@
 //! One clock can be shared by many guards: every lock of an etcd or ZooKeeper session lives and
 //! dies with the session's lease.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ pub struct LeaseClock {
     deadline: Signal<Option<Instant>>,
     /// What a guard that outlives the deadline has lost its lock to.
     expiry: LostReason,
+    /// The longest lease a grant or renewal of this clock asked for (ms).
+    longest: AtomicU64,
 }
 
 impl LeaseClock {
@@ -32,6 +35,7 @@ impl LeaseClock {
         Arc::new(LeaseClock {
             deadline: Signal::new(None),
             expiry,
+            longest: AtomicU64::new(0),
         })
     }
 
@@ -45,12 +49,28 @@ impl LeaseClock {
     /// The lease was granted or renewed for `lease` by a request sent at `sent_at`: the deadline
     /// becomes `sent_at + lease - margin`, shorter or longer than before.
     pub fn renewed(&self, sent_at: Instant, lease: Duration) {
+        self.asked(lease);
         self.set_deadline(Some(sent_at + lease.saturating_sub(margin(lease))));
+    }
+
+    fn asked(&self, lease: Duration) {
+        let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        self.longest.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// How long from now the lease may still live on the server, for a cleanup that must be
+    /// tried until it is certainly moot: a renewal or extend whose answer was lost may have
+    /// been applied just now, for the longest lease this clock was asked for, so that lease
+    /// and its margin, or what is left of the deadline where that is longer.
+    pub fn server_bound(&self) -> Duration {
+        let longest = Duration::from_millis(self.longest.load(Ordering::Relaxed));
+        (longest + margin(longest)).max(self.remaining().unwrap_or_default())
     }
 
     /// A renewal for `lease` sent at `sent_at` may or may not have been applied (its answer was
     /// lost): the deadline becomes the earlier of the current one and the renewal's.
     pub fn maybe_renewed(&self, sent_at: Instant, lease: Duration) {
+        self.asked(lease);
         let theirs = sent_at + lease.saturating_sub(margin(lease));
         self.deadline.send_if_modified(|d| match *d {
             Some(ours) if ours > theirs => {
@@ -166,5 +186,7 @@ mod tests {
             short < now + Duration::from_secs(2),
             "a shorter one may have been"
         );
+        // The server may keep it for the longer lease all the same.
+        assert!(c.server_bound() >= Duration::from_secs(120));
     }
 }

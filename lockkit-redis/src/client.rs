@@ -423,9 +423,13 @@ pub(crate) fn wake_at(most: Duration, pttl: i64, req: &Request) -> tokio::time::
 }
 
 /// How long after a release whose reply never came the released key can still be on the
-/// server: what is left of the guard's lease (its deadline, plus the margin and a second).
+/// server: a renewal or extend whose answer was lost (the guard's deadline did not move) may
+/// have set a whole lease just before the release ([`LeaseClock::server_bound`]), and a
+/// second more.
+///
+/// [`LeaseClock::server_bound`]: lockkit_core::spi::LeaseClock::server_bound
 pub(crate) fn expiry_bound(state: &StateCell) -> Duration {
-    state.clock().remaining().unwrap_or_default() + Duration::from_secs(1)
+    state.clock().server_bound() + Duration::from_secs(1)
 }
 
 /// Adds an election's leader hash and channel to a native mutex script's keys (see

@@ -70,3 +70,53 @@ async fn an_unanswered_take_is_given_back_after_a_longer_outage() {
         .await
         .expect("the lock is given back once the link heals, long before its 30 s lease ends");
 }
+
+/// A release that fails after renewals whose answers were lost is tried for as long as those
+/// renewals may keep the lock: each reset the key's expiry to a whole lease while the guard's
+/// deadline stood still. Giving up at that deadline left the lock held by nobody until the
+/// last renewal's lease ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_release_outlasts_renewals_whose_answers_were_lost() {
+    let Some(url) = common::shared_url() else {
+        return;
+    };
+    let proxy = Proxy::start(url.trim_start_matches("redis://"))
+        .await
+        .unwrap();
+    let locks = common::connect(
+        &format!("redis://{}", proxy.addr()),
+        &[("command_timeout", "500ms"), ("lease", "6s")],
+    )
+    .await;
+    let other = common::connect(&url, &[]).await;
+    let name = lockkit_testing::unique_name("lost-renewals");
+    let g = locks.mutex(&name).unwrap().lock().await.unwrap();
+    // The first renewal (at a third of the lease) loads its script on the server.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Every renewal from here on runs on the server, and its answer never comes back.
+    proxy.update(|t| t.hold_down = true);
+    tokio::time::timeout(Duration::from_secs(10), g.lost())
+        .await
+        .expect("the guard turns Lost at its deadline");
+    proxy.cut();
+    assert!(
+        g.release().await.is_err(),
+        "the release cannot reach the server"
+    );
+    let probe = other.mutex(&name).unwrap();
+    assert!(
+        probe.is_locked().await.unwrap(),
+        "the last renewals keep the lock"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.heal();
+    let given_back = async {
+        while probe.is_locked().await.unwrap() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let left = other.mutex(&name).unwrap().remaining_lease().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(3), given_back)
+        .await
+        .unwrap_or_else(|_| panic!("the release is retried once the link heals ({left:?} left)"));
+}
