@@ -272,10 +272,13 @@ async fn connect(cfg: &ZkConfig) -> Result<Current> {
     Ok(Current { client, clock })
 }
 
-/// Keeps the current session's lease clock: a cheap request every quarter of the session
-/// timeout; each answer moves the deadline to the request's send time plus the timeout. A
-/// failed request is tried again soon, with backoff, until the deadline passes. After an answer
-/// it deletes the nodes that creates whose reply it never saw made late (`late`).
+/// Keeps the current session's lease clock: a `sync` every quarter of the session timeout;
+/// each answer moves the deadline to the request's send time plus the timeout. A sync is
+/// answered only once the server has reached the leader, which is what keeps the session: a
+/// plain read is answered by a follower cut off from the leader too, for as long as it takes to
+/// notice (`syncLimit` ticks), while the leader counts the session down and hands its locks on.
+/// A failed request is tried again soon, with backoff, until the deadline passes. After an
+/// answer it deletes the nodes that creates whose reply it never saw made late (`late`).
 async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
     let mut retry = Backoff::WATCH.start();
     loop {
@@ -288,7 +291,7 @@ async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
         let limit = s.cfg.command_timeout.min(period * 2);
         drop(s);
         let sent = Instant::now();
-        match tokio::time::timeout(limit, client.check_stat("/")).await {
+        match tokio::time::timeout(limit, client.sync("/")).await {
             Ok(Ok(_)) => {
                 lockkit_core::telemetry::renewal("zk", true, sent.elapsed());
                 clock.renewed(sent, timeout);

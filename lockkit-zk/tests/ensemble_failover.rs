@@ -143,3 +143,74 @@ async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
     );
     g.release().await.unwrap();
 }
+
+/// A holder whose only server, a follower, is cut off from the rest of the ensemble (its
+/// clients still reach it) is told `lost()` before the ensemble expires its session and hands
+/// the lock to a waiter. The follower goes on answering reads and pings for `syncLimit` ticks
+/// (5 s here) before it notices; the holder's heartbeat used to be such a read, and kept its
+/// guard Held that much past the session's end on the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_on_an_isolated_follower_is_told_before_the_lock_moves_on() {
+    let Some(url) = CLUSTER.url() else {
+        return;
+    };
+    let _serial = serial().await;
+    let leader = CLUSTER.leader().expect("a leader");
+    let hosts = common::server_addr(&url);
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    let f = CLUSTER.members.iter().position(|m| *m != leader).unwrap();
+    let others: Vec<&str> = (0..CLUSTER.members.len())
+        .filter(|i| *i != f)
+        .map(|i| hosts[i])
+        .collect();
+    let holder = connect(format!("zk://{}?session_timeout=10s", hosts[f])).await;
+    let waiter = connect(format!("zk://{}?session_timeout=10s", others.join(","))).await;
+    let name = unique_name("isolated-follower");
+    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
+    let lost = guard.lost();
+    let lost_at = tokio::spawn(async move {
+        lost.await;
+        Instant::now()
+    });
+    let lock = waiter.mutex(&name).unwrap();
+    let waiting = tokio::spawn(async move {
+        let g = lock.lock_for(Duration::from_secs(25)).await;
+        (Instant::now(), g)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let cut = Instant::now();
+    let isolated = Outage::isolate(CLUSTER.members[f]);
+    let waited = tokio::time::timeout(Duration::from_secs(30), waiting).await;
+    isolated.end();
+    let (acquired_at, g) = waited.expect("waiter finished").unwrap();
+    let g = g
+        .unwrap()
+        .expect("the waiter got the lock once the session expired");
+    let lost_at = tokio::time::timeout(Duration::from_secs(10), lost_at)
+        .await
+        .expect("lost() resolved")
+        .unwrap();
+    eprintln!(
+        "cut off at 0; holder told lost at {:?}; waiter acquired at {:?}",
+        lost_at - cut,
+        acquired_at - cut
+    );
+    assert!(
+        lost_at < acquired_at,
+        "the waiter acquired {:?} after the cut, before the holder was told lost ({:?})",
+        acquired_at - cut,
+        lost_at - cut
+    );
+    g.release().await.unwrap();
+    // The follower rejoins before the next test, which may talk to it alone.
+    let f_url = format!("zk://{}", hosts[f]);
+    let back = async {
+        while lockkit_zk::connect(&LockConfig::new(&f_url)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), back)
+        .await
+        .expect("the follower serves again");
+}
