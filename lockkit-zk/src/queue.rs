@@ -398,10 +398,9 @@ impl ZkQueue<'_> {
         c.children.retain(|n| !extra.contains(n));
         match decide(&self.spec, &c.children, &ours) {
             Turn::Ours => Ok(Standing::Owner),
-            Turn::Gone => Err(Error::new(
-                ErrorKind::LockLost,
-                format!("our node {} was deleted while we waited", node.path),
-            )),
+            // Deleted while we waited (an admin, or a force-unlock that took it for the
+            // holder's): the driver queues again with a new node, as on every backend.
+            Turn::Gone => Ok(Standing::Gone),
             Turn::WaitFor(other) => {
                 c.ahead = Some(other);
                 Ok(Standing::Waiting)

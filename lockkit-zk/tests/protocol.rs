@@ -602,3 +602,44 @@ async fn a_semaphore_size_is_a_shared_count_and_a_foreign_one_is_refused() {
     assert!(leases.map_or(true, |l| l.is_empty()), "a permit taken");
     client.delete(&format!("{dir}/size"), None).await.unwrap();
 }
+
+/// A waiter whose node is deleted behind its back (an admin, or a force-unlock that took it
+/// for the holder's) queues again with a new node and gets the lock once it is free, as on
+/// every other backend. It used to fail with `LockLost` although it never held the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_node_is_deleted_queues_again() {
+    let Some(url) = url() else { return };
+    let url = with_params(&url, &format!("prefix={}", prefix()));
+    let a = backend(&url).await;
+    let b = backend(&url).await;
+    let dir = a.mutex_path("deleted-waiter");
+    let held = a.mutex("deleted-waiter").unwrap().lock().await.unwrap();
+    let first = held.token();
+    let m = b.mutex("deleted-waiter").unwrap();
+    let waiting = tokio::spawn(async move { m.lock_for(Duration::from_secs(20)).await });
+    let client = a.zk_client().unwrap();
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        names = children(&a, &dir).await;
+        if names.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(names.len(), 2, "{names:?}");
+    names.sort_by_key(|n| n.rsplit('-').next().unwrap_or_default().to_string());
+    client
+        .delete(&format!("{dir}/{}", names[1]), None)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .expect("queued again, not LockLost")
+        .expect("within its wait");
+    assert!(g.token() > first, "a token after the holder's");
+    g.release().await.unwrap();
+}
