@@ -7,7 +7,8 @@ use zookeeper_client as zk;
 pub(crate) fn map(e: zk::Error, what: &str) -> Error {
     use zk::Error as Z;
     let (kind, retryable) = match &e {
-        Z::ConnectionLoss | Z::Timeout | Z::NoHosts | Z::SessionMoved | Z::Throttled => {
+        Z::Timeout => (ErrorKind::Timeout, true),
+        Z::ConnectionLoss | Z::NoHosts | Z::SessionMoved | Z::Throttled => {
             (ErrorKind::Connection, true)
         }
         // The client fails requests in flight with the socket's I/O error when a connection

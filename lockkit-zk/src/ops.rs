@@ -13,16 +13,29 @@ use crate::node;
 /// How a request that failed only because the connection dropped is tried again.
 pub(crate) const TRANSIENT: Backoff = Backoff::REQUEST;
 
-/// Retries `op` while the connection is down (the session lives on), up to `limit`.
-pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, op: F) -> Result<T>
+/// Retries `op` while the connection is down (the session lives on), up to `limit`, each try
+/// cut off there too: the client keeps a request queued while it reconnects, and fails it only
+/// once it gives the session up, long after `command_timeout`.
+pub(crate) async fn retry<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
 {
+    let until = Instant::now() + limit;
     TRANSIENT
-        .retry(Budget::Until(Instant::now() + limit), is_transient, op)
+        .retry(Budget::Until(until), is_transient, || within(until, op()))
         .await
         .map_err(|e| map(e, what))
+}
+
+/// `request`, or `zk::Error::Timeout` (transient, like a lost reply) once `until` has come.
+pub(crate) async fn within<T>(
+    until: Instant,
+    request: impl std::future::Future<Output = std::result::Result<T, zk::Error>>,
+) -> std::result::Result<T, zk::Error> {
+    tokio::time::timeout_at(until, request)
+        .await
+        .unwrap_or(Err(zk::Error::Timeout))
 }
 
 /// Deletes `path`; `Ok(false)` when it was already gone.

@@ -11,7 +11,7 @@ use zookeeper_client as zk;
 
 use crate::error::{dropped_connection, is_transient, map};
 use crate::node::{self, Participant};
-use crate::ops::{delete_node, find_protected, list_or_empty, retry, TRANSIENT};
+use crate::ops::{delete_node, find_protected, list_or_empty, retry, within, TRANSIENT};
 use crate::session::Session;
 
 /// What decides that a node holds the lock.
@@ -191,7 +191,8 @@ pub(crate) async fn create(
     loop {
         let created = client.create(&full, data, &options);
         let listed = client.list_children(dir);
-        let (stat, name) = match created.await {
+        // A create cut off at the limit may still be made: its prefix stays for the cleanup.
+        let (stat, name) = match within(until, created).await {
             Ok((stat, seq)) => (stat, format!("{prefix}{seq}")),
             // The container may be reaped between our mkdir and create: try a few times.
             Err(zk::Error::NoNode) if made_dir < 3 => {
@@ -249,7 +250,7 @@ pub(crate) async fn create(
                 format!("node created under {dir} is not owned by our session"),
             ));
         }
-        let children = match listed.await {
+        let children = match within(until, listed).await {
             Ok(c) => c,
             Err(_) => retry(limit, "list", || client.list_children(dir)).await?,
         };
@@ -457,9 +458,8 @@ impl Queue for ZkQueue<'_> {
     }
 
     async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
-        c.children = c
-            .client
-            .list_children(self.spec.dir)
+        let limit = Instant::now() + self.session.cfg.command_timeout;
+        c.children = within(limit, c.client.list_children(self.spec.dir))
             .await
             .map_err(|e| map(e, "list"))?;
         self.settle(c).await

@@ -643,3 +643,33 @@ async fn a_waiter_whose_node_is_deleted_queues_again() {
     assert!(g.token() > first, "a token after the holder's");
     g.release().await.unwrap();
 }
+
+/// `command_timeout` bounds every request, also while the client waits for its connection to
+/// come back: with the server cut off, `try_lock`, `is_locked` and `release` fail with `Timeout`
+/// after about that long. The client kept them queued until it gave the session up itself,
+/// 1.4 times the session timeout later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_timeout_bounds_each_request_while_the_server_is_cut_off() {
+    let Some(url) = url() else { return };
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
+    let params = format!("prefix={}&session_timeout=10s&command_timeout=1s", prefix());
+    let b = backend(&with_params(&format!("zk://{}", proxy.addr()), &params)).await;
+    let m = b.mutex("cut-off").unwrap();
+    let g = m.lock().await.unwrap();
+    proxy.partition();
+    let bounded = |what: &'static str, started: std::time::Instant, e: lockkit_core::Error| {
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "{what} took {took:?}: {e}");
+        assert!(e.is_retryable(), "{what}: {e}");
+    };
+    let started = std::time::Instant::now();
+    let e = m.try_lock().await.map(|g| g.is_some()).unwrap_err();
+    bounded("try_lock", started, e);
+    let started = std::time::Instant::now();
+    let e = m.is_locked().await.unwrap_err();
+    bounded("is_locked", started, e);
+    let started = std::time::Instant::now();
+    let e = g.release().await.unwrap_err();
+    bounded("release", started, e);
+    proxy.heal();
+}
