@@ -170,6 +170,15 @@ impl SemQueue<'_> {
             client.list_and_watch_children(self.leases_dir)
         })
         .await?;
+        // A lease of ours deleted behind our back (an admin, a force-unlock) would let us in
+        // counting one lease too few: start over with new nodes, as Curator does.
+        let listed = |l: &Node| {
+            let name = l.path.rsplit('/').next().unwrap_or_default();
+            children.iter().any(|n| n == name)
+        };
+        if !c.leases.iter().all(listed) {
+            return Ok(Standing::Gone);
+        }
         // The size after the lease set (see `sem_size.rs`); one changed while we waited is
         // the one we count against, and one too small for us refuses us.
         let (stored, size_watch) = sem_size::read_and_watch(&client, self.dir, limit).await?;
