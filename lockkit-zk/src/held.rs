@@ -61,15 +61,9 @@ fn parts_for_paths(
     write: Option<WriteInfo>,
 ) -> GuardParts {
     // The guard's deadline is the session's: the clock of the session that made our nodes.
-    let (clock, disconnected) = match session.current() {
-        Ok(cur) => (
-            cur.clock.clone(),
-            cur.client.state() == zk::SessionState::Disconnected,
-        ),
-        Err(_) => (
-            lockkit_core::spi::LeaseClock::new(LostReason::Closed),
-            false,
-        ),
+    let clock = match session.current() {
+        Ok(cur) => cur.clock.clone(),
+        Err(_) => lockkit_core::spi::LeaseClock::new(LostReason::Closed),
     };
     let state = StateCell::new(clock);
     let nodes = Arc::new(Nodes {
@@ -80,7 +74,8 @@ fn parts_for_paths(
     let track_id = session.track(&state, nodes.clone());
     // Looked at once session events reach the guard: a session that ended between our create
     // and here took our ephemeral nodes with it, and one that ended (or a handle that closed)
-    // before `track` told only the guards it tracked.
+    // before `track` told only the guards it tracked; so did a connection that dropped or came
+    // back (a state read before `track` could leave the guard Suspect on a live connection).
     match session.current() {
         Err(_) => {
             state.mark_lost(LostReason::Closed);
@@ -88,10 +83,10 @@ fn parts_for_paths(
         Ok(cur) if cur.client.session_id() != id || cur.client.state().is_terminated() => {
             state.mark_lost(LostReason::SessionExpired);
         }
+        Ok(cur) if cur.client.state() == zk::SessionState::Disconnected => {
+            state.mark_suspect();
+        }
         Ok(_) => {}
-    }
-    if disconnected {
-        state.mark_suspect();
     }
     for i in 0..nodes.paths.len() {
         session.watch_loss(nodes.clone(), i, state.clone());
