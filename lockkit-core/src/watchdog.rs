@@ -415,6 +415,9 @@ impl<E: Clone + fmt::Debug + Send + 'static> Watchdog<E> {
                     e.state.mark_held();
                 }
                 None | Some(Some(Renewed::Unsure)) => {
+                    // It may have been applied: the deadline stays (it is earlier), and the
+                    // clock keeps the lease for whoever must outlast it (`server_bound`).
+                    e.state.clock().maybe_renewed(sent_at, due.lease);
                     // The retry is sent after whatever asked for a check again.
                     e.check_again = false;
                     e.state.mark_suspect();

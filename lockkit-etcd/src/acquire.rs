@@ -96,6 +96,11 @@ struct Claim {
     seen: Standing,
     /// Whether `seen` comes from a linearizable read (a narrow watch's waits end in one).
     settled: bool,
+    /// A semaphore's: the size key's mod revision the server refused a turn under while the
+    /// watch still showed an older size (0: none). Until the watch shows it, a turn the watch
+    /// shows is not looked at again at once, but at a pace (`size_pace`).
+    size_ahead: i64,
+    size_pace: Option<lockkit_core::Retry>,
     /// On a narrow watch: the key ranked just before ours (name, create revision), as last read.
     before: Option<(Vec<u8>, i64)>,
     /// On a narrow watch: our place on the watch of `before`'s key.
@@ -145,6 +150,8 @@ impl Queue for EtcdQueue<'_> {
             waiter: None,
             seen: Standing::Unknown,
             settled: false,
+            size_ahead: 0,
+            size_pace: None,
             before: None,
             watching: None,
             confirmed: false,
@@ -194,6 +201,14 @@ impl Queue for EtcdQueue<'_> {
             return self.wait_narrow(c, r, &notify).await;
         }
         c.seen = nw.standing(c.rev, need);
+        if c.seen == Standing::Owner && nw.size_seen().0 < c.size_ahead {
+            // The watch lags the size the server refused us under: wait for it, at a pace.
+            let pace = c.size_pace.get_or_insert_with(|| Backoff::WATCH.start());
+            r.within(or_woken(pace.wait(), &notify)).await;
+            c.seen = nw.standing(c.rev, need);
+            return Ok(Woken::Look);
+        }
+        c.size_pace = None;
         if matches!(c.seen, Standing::Owner | Standing::Gone) {
             return Ok(Woken::Look);
         }
@@ -271,7 +286,8 @@ impl Queue for EtcdQueue<'_> {
         c.unregister(self.want.nw);
         self.want.nw.forget(c.rev);
         if let Some((id, _)) = c.granted.take() {
-            // Our key may be on it: the key's delete below goes by name whatever its lease.
+            // Our key may be on it: the key's delete below goes by name and create revision,
+            // whatever its lease.
             reap_lease(self.inner, id);
         }
         // A key whose park was not answered may be on the session lease: the reaper keeps
@@ -346,6 +362,7 @@ impl EtcdQueue<'_> {
         }
         let mirror_size = self.want.nw.size_seen().0;
         let (on_server, size) = turn_on_server(self.inner, &self.want, &c.key, c.rev).await?;
+        c.size_ahead = if size > mirror_size { size } else { 0 };
         Ok(match turn(on_server) {
             // The mirror said our turn came, the server says it did not: never trust that
             // mirror again for this key; a fresh key settles it. Unless a semaphore's size

@@ -41,6 +41,16 @@ fn authority(url: &str) -> &str {
     &authority[..authority.find(['/', '?']).unwrap_or(authority.len())]
 }
 
+/// A proxy to the test server and a handle whose first endpoint it is, the server itself the
+/// second, with `query` set (a request the proxy holds past the command timeout is sent again
+/// to the server).
+async fn proxy_first(url: &str, query: &str) -> (Proxy, lockkit_core::Locks) {
+    let proxy = Proxy::start(authority(url)).await.unwrap();
+    let endpoints = format!("etcd://{},{}", proxy.addr(), authority(url));
+    let locks = common::connect(&endpoints, query).await.locks().clone();
+    (proxy, locks)
+}
+
 /// A proxy to the test server, a handle whose every request goes through it (10 s session lease,
 /// 5 s command timeout), and a handle that reaches the server directly. The driver's events are
 /// captured.
@@ -170,15 +180,7 @@ async fn a_fixed_lease_waiter_whose_park_answer_is_lost_holds_on_a_fixed_lease()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_answer_is_lost_is_a_release() {
     let Some(url) = common::url() else { return };
-    let proxy = Proxy::start(authority(&url)).await.unwrap();
-    // The proxy is the first endpoint, the server itself the second.
-    let locks = common::connect(
-        &format!("etcd://{},{}", proxy.addr(), authority(&url)),
-        "command_timeout=1s",
-    )
-    .await
-    .locks()
-    .clone();
+    let (proxy, locks) = proxy_first(&url, "command_timeout=1s").await;
     let mut raw = common::raw(&url).await;
     let name = common::name("lost-release");
     let g = locks.mutex(&name).unwrap().lock().await.unwrap();
@@ -200,15 +202,7 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
     use lockkit_etcd::etcd_client::{EventType, WatchOptions};
 
     let Some(url) = common::url() else { return };
-    let proxy = Proxy::start(authority(&url)).await.unwrap();
-    // The proxy is the waiter's first endpoint, the server itself the second.
-    let waiter = common::connect(
-        &format!("etcd://{},{}", proxy.addr(), authority(&url)),
-        "command_timeout=1s",
-    )
-    .await
-    .locks()
-    .clone();
+    let (proxy, waiter) = proxy_first(&url, "command_timeout=1s").await;
     let other = common::connect(&url, "").await.locks().clone();
     let mut raw = common::raw(&url).await;
     let name = common::name("lost-mark");
@@ -273,15 +267,7 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leave_applied_late_spares_the_next_key_in_its_slot() {
     let Some(url) = common::url() else { return };
-    let proxy = Proxy::start(authority(&url)).await.unwrap();
-    // The proxy is the waiter's first endpoint, the server itself the second.
-    let waiter = common::connect(
-        &format!("etcd://{},{}", proxy.addr(), authority(&url)),
-        "command_timeout=1s",
-    )
-    .await
-    .locks()
-    .clone();
+    let (proxy, waiter) = proxy_first(&url, "command_timeout=1s").await;
     let other = common::connect(&url, "").await.locks().clone();
     let mut raw = common::raw(&url).await;
     let name = common::name("late-leave");

@@ -240,32 +240,13 @@ async fn force_unlock_leaves_a_foreign_key_at_the_readers_key() {
     let mut admin = admin(&url).await;
     let name = unique_name("rw-foreign-holders");
     let key = lockkit_redis::LockKeys::rwlock("lockkit", &name).holders;
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg("precious")
-        .arg("EX")
-        .arg(60)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let e = locks
-        .rwlock(&name)
-        .unwrap()
-        .force_unlock()
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
-    let v: String = redis::cmd("GET")
-        .arg(&key)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(v, "precious", "lockkit deleted a foreign key");
-    let _: () = redis::cmd("DEL")
-        .arg(&key)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let set = redis::cmd("SET").arg(&key).arg("precious").clone();
+    let rw = locks.rwlock(&name).unwrap();
+    common::foreign_value_survives(&mut admin, &key, &set, async {
+        let e = rw.force_unlock().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WrongType, "{e}");
+    })
+    .await;
 }
 
 /// A waiting writer's intent keeps new readers out however short another client's heartbeat

@@ -14,6 +14,7 @@ use lockkit_core::{
 };
 
 use crate::config::KIND;
+use crate::ops::within;
 use crate::sessions::Sessions;
 use crate::{election, multi, mutex, node, ops, queue, rwlock, semaphore};
 
@@ -208,7 +209,8 @@ impl Backend for ZkBackend {
         for p in &all[..holding] {
             let path = format!("{dir}/{}", p.name);
             let mut info = HolderInfo::new(path.clone(), mode(p));
-            if let Ok(Some(stat)) = client.check_stat(&path).await {
+            let until = tokio::time::Instant::now() + session.cfg.command_timeout;
+            if let Ok(Some(stat)) = within(until, client.check_stat(&path)).await {
                 info = info.with_token(lockkit_core::FencingToken(
                     u64::try_from(stat.czxid).unwrap_or(0),
                 ));

@@ -13,12 +13,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use lockkit_core::spi::{GuardParts, LeaderFeed, Look, RawElection, Request};
 use lockkit_core::{FencingToken, Leader, LeaderChanges, Result};
+use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::held;
 use crate::node::{self, LATCH_MARKER, MUTEX_MARKER};
-use crate::ops::list_or_empty;
+use crate::ops::{list_or_empty, within};
 use crate::queue::{self, Rule, Spec};
 use crate::session::Session;
 use crate::sessions::Sessions;
@@ -82,7 +83,7 @@ impl RawElection for ZkElection {
         let session = self.sessions.default();
         let client = session.client()?;
         let limit = session.cfg.command_timeout;
-        synced(&client, &self.dir).await?;
+        synced(&client, &self.dir, limit).await?;
         loop {
             let children = list_or_empty(&client, &self.dir, limit).await?;
             let Some(first) = node::sorted(&children, markers(self.marker), None)
@@ -92,7 +93,7 @@ impl RawElection for ZkElection {
                 return Ok(None);
             };
             let path = format!("{}/{}", self.dir, first.name);
-            match client.get_data(&path).await {
+            match within(Instant::now() + limit, client.get_data(&path)).await {
                 Ok((data, stat)) => return Ok(Some(leader_of(data, &stat))),
                 // It left between the listing and the read: look again.
                 Err(zk::Error::NoNode) => continue,
@@ -105,7 +106,8 @@ impl RawElection for ZkElection {
     /// is no older than the call.
     async fn observe(&self) -> Result<LeaderChanges> {
         let session = self.sessions.default().clone();
-        synced(&session.client()?, &self.dir).await?;
+        let limit = session.cfg.command_timeout;
+        synced(&session.client()?, &self.dir, limit).await?;
         let (feed, changes) = LeaderFeed::channel();
         let watches = Watches {
             session,
@@ -126,9 +128,9 @@ impl RawElection for ZkElection {
 }
 
 /// Brings the member this client talks to up to date with the ensemble's leader, so a read
-/// that follows sees every write completed before the call (on any session).
-async fn synced(client: &zk::Client, dir: &str) -> Result<()> {
-    match client.sync(dir).await {
+/// that follows sees every write completed before the call (on any session); at most `limit`.
+async fn synced(client: &zk::Client, dir: &str, limit: std::time::Duration) -> Result<()> {
+    match within(Instant::now() + limit, client.sync(dir)).await {
         Ok(()) | Err(zk::Error::NoNode) => Ok(()),
         Err(e) => Err(map(e, "sync the election")),
     }

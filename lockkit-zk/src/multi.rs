@@ -18,12 +18,14 @@ use std::sync::Arc;
 
 use lockkit_core::spi::{GuardParts, Request, Taken};
 use lockkit_core::{Error, ErrorKind, Member, Result};
+use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::error::map;
 use crate::held;
 use crate::mutex::MARKERS;
 use crate::node::{self, MUTEX_MARKER};
+use crate::ops::within;
 use crate::queue::{decide, delete_now, Cleanup, Node, Rule, Spec, Turn, Unclaimed, NODE_DATA};
 use crate::session::Session;
 use crate::sessions::Sessions;
@@ -42,7 +44,8 @@ pub(crate) async fn take_all(
     let session = sessions.for_lease(req.lease().duration()).await?;
     let client = session.client()?;
     let dirs: Vec<String> = names.iter().map(|n| dir(n)).collect();
-    if contended.load(Ordering::Relaxed) && !all_empty(&client, &dirs).await? {
+    let until = Instant::now() + session.cfg.command_timeout;
+    if contended.load(Ordering::Relaxed) && !all_empty(&client, &dirs, until).await? {
         return Ok(Taken::Busy);
     }
     let taken = take(&session, &client, &names, &dirs, req).await;
@@ -50,12 +53,13 @@ pub(crate) async fn take_all(
     taken
 }
 
-/// Whether no one of `dirs` holds a lock node (or exists), in one round trip of reads.
-async fn all_empty(client: &zk::Client, dirs: &[String]) -> Result<bool> {
+/// Whether no one of `dirs` holds a lock node (or exists), in one round trip of reads (by
+/// `until`).
+async fn all_empty(client: &zk::Client, dirs: &[String], until: Instant) -> Result<bool> {
     let looks: Vec<_> = dirs.iter().map(|d| client.list_children(d)).collect();
     let mut empty = true;
     for look in looks {
-        match look.await {
+        match within(until, look).await {
             // Only lock nodes count, as in `decide` (which skips anything else in the dir).
             Ok(children) => empty &= !children.iter().any(|c| node::parse(c, MARKERS).is_some()),
             Err(zk::Error::NoNode) => {}
@@ -88,6 +92,8 @@ async fn take(
     let options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
     let mut made_dirs = false;
     let me = client.session_id().0;
+    // Every request below gives up at the command timeout (`ops::within`).
+    let until = Instant::now() + session.cfg.command_timeout;
     let created = loop {
         let mut multi = client.new_multi_writer();
         for (d, p) in dirs.iter().zip(&prefixes) {
@@ -98,7 +104,13 @@ async fn take(
         let committed = multi.commit();
         // Sent after the multi on the same session, so they see its nodes.
         let listed: Vec<_> = dirs.iter().map(|d| client.list_children(d)).collect();
-        match committed.await {
+        let timed_out = zk::MultiWriteError::RequestFailed {
+            source: zk::Error::Timeout,
+        };
+        match tokio::time::timeout_at(until, committed)
+            .await
+            .unwrap_or(Err(timed_out))
+        {
             Ok(results) => {
                 for p in &prefixes {
                     cleanup.answered(p);
@@ -145,7 +157,7 @@ async fn take(
     }
     let mut first_everywhere = true;
     for (((path, _, _), list), d) in nodes.iter().zip(listed).zip(dirs) {
-        let children = list
+        let children = within(until, list)
             .await
             .map_err(|e| map(e, "cannot list a multi-lock member"))?;
         let ours = path.rsplit('/').next().unwrap_or_default();
@@ -175,7 +187,7 @@ async fn take(
         let stat = if stat.czxid > 0 {
             stat
         } else {
-            match client.check_stat(&path).await {
+            match within(until, client.check_stat(&path)).await {
                 Ok(Some(stat)) => stat,
                 Ok(None) => {
                     delete_now(cleanup).await;

@@ -449,7 +449,8 @@ impl Queue for ZkQueue<'_> {
             return Ok(Woken::Look);
         };
         let path = format!("{}/{other}", self.spec.dir);
-        let (_, _, watcher) = match c.client.get_and_watch_data(&path).await {
+        let until = Instant::now() + self.session.cfg.command_timeout;
+        let (_, _, watcher) = match within(until, c.client.get_and_watch_data(&path)).await {
             Err(zk::Error::NoNode) => return Ok(Woken::Look),
             other => other.map_err(|e| map(e, "cannot watch the node ahead"))?,
         };

@@ -272,11 +272,14 @@ async fn connect(cfg: &ZkConfig) -> Result<Current> {
     Ok(Current { client, clock })
 }
 
-/// Keeps the current session's lease clock: a `sync` every quarter of the session timeout;
-/// each answer moves the deadline to the request's send time plus the timeout. A sync is
-/// answered only once the server has reached the leader, which is what keeps the session: a
-/// plain read is answered by a follower cut off from the leader too, for as long as it takes to
-/// notice (`syncLimit` ticks), while the leader counts the session down and hands its locks on.
+/// Keeps the current session's lease clock: a `sync` every quarter of the session timeout.
+/// A sync is answered only once the server has reached the leader: a plain read is answered by
+/// a follower cut off from the leader too, for as long as it takes to notice (`syncLimit`
+/// ticks), while the leader counts the session down and hands its locks on. Still, the leader
+/// hears of a request only at its next ping of the follower (every half tick), which a cut just
+/// after the answer forestalls: what it last heard may be the beat before. A tick is at most
+/// half the session timeout, so that beat, a quarter of the timeout earlier, was heard; each
+/// answer moves the deadline to the request's send time plus the timeout less that quarter.
 /// A failed request is tried again soon, with backoff, until the deadline passes. After an
 /// answer it deletes the nodes that creates whose reply it never saw made late (`late`).
 async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
@@ -294,7 +297,7 @@ async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
         match tokio::time::timeout(limit, client.sync("/")).await {
             Ok(Ok(_)) => {
                 lockkit_core::telemetry::renewal("zk", true, sent.elapsed());
-                clock.renewed(sent, timeout);
+                clock.renewed(sent, timeout.saturating_sub(period));
                 retry.reset();
                 // Done by the next beat, which must not be late; what is left is looked for then.
                 let swept = tokio::time::timeout_at(sent + period, late.sweep(&client, limit));

@@ -7,8 +7,8 @@
 //! fresh acquisition works. The tests stop servers of the shared cluster (one at a time, one test
 //! at a time) and start them again even if they fail. Also: a 2 s session outlives a hang of the
 //! follower the handle talks to (the client moves to another server); a holder whose only server
-//! hangs is told `lost()` before the ensemble hands the lock to someone else. The fault checks
-//! are those of `lockkit_testing::failover`.
+//! hangs, or is cut off from the rest of the ensemble, is told `lost()` before the ensemble hands
+//! the lock to someone else. The fault checks are those of `lockkit_testing::failover`.
 
 mod common;
 
@@ -87,61 +87,7 @@ async fn short_session_survives_a_hung_follower() {
 /// last reply, and the lost deadline must allow for that.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
-    let Some(url) = CLUSTER.url() else {
-        return;
-    };
-    let _serial = serial().await;
-    let leader = CLUSTER.leader().expect("a leader");
-    let hosts = common::server_addr(&url);
-    let hosts: Vec<&str> = hosts.split(',').collect();
-    let f = CLUSTER.members.iter().position(|m| *m != leader).unwrap();
-    let others: Vec<&str> = (0..CLUSTER.members.len())
-        .filter(|i| *i != f)
-        .map(|i| hosts[i])
-        .collect();
-    // The holder knows only the follower that will hang; the waiter only the other two. A 10 s
-    // session (the default is the handle's 30 s lease), where the client notices the silence late
-    // (5 s or more).
-    let holder = connect(format!("zk://{}?session_timeout=10s", hosts[f])).await;
-    let waiter = connect(format!("zk://{}?session_timeout=10s", others.join(","))).await;
-    let name = unique_name("cut-off");
-    let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
-    let lost = guard.lost();
-    let lost_at = tokio::spawn(async move {
-        lost.await;
-        Instant::now()
-    });
-    let lock = waiter.mutex(&name).unwrap();
-    let waiting = tokio::spawn(async move {
-        let g = lock.lock_for(Duration::from_secs(20)).await;
-        (Instant::now(), g)
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-
-    let paused = Instant::now();
-    let hung = Outage::pause(CLUSTER.members[f]);
-    let waited = tokio::time::timeout(Duration::from_secs(30), waiting).await;
-    hung.end();
-    let (acquired_at, g) = waited.expect("waiter finished").unwrap();
-    let g = g
-        .unwrap()
-        .expect("the waiter got the lock once the session expired");
-    let lost_at = tokio::time::timeout(Duration::from_secs(10), lost_at)
-        .await
-        .expect("lost() resolved")
-        .unwrap();
-    eprintln!(
-        "paused at 0; holder told lost at {:?}; waiter acquired at {:?}",
-        lost_at - paused,
-        acquired_at - paused
-    );
-    assert!(
-        lost_at < acquired_at,
-        "the waiter acquired {:?} after the pause, before the holder was told lost ({:?})",
-        acquired_at - paused,
-        lost_at - paused
-    );
-    g.release().await.unwrap();
+    holder_on_a_follower_is_told_first("cut-off", Outage::pause).await;
 }
 
 /// A holder whose only server, a follower, is cut off from the rest of the ensemble (its
@@ -151,6 +97,14 @@ async fn holder_cut_off_by_a_hung_server_is_told_before_the_lock_moves_on() {
 /// guard Held that much past the session's end on the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_on_an_isolated_follower_is_told_before_the_lock_moves_on() {
+    holder_on_a_follower_is_told_first("isolated-follower", Outage::isolate).await;
+}
+
+/// A holder that knows only a follower F, a waiter that knows only the other two members (10 s
+/// sessions, where the client notices a silence late, 5 s or more), and `fault` done to F: the
+/// holder must be told `lost()` before the waiter gets the lock. F serves again before the next
+/// test, which may talk to it alone.
+async fn holder_on_a_follower_is_told_first(case: &str, fault: fn(&str) -> Outage) {
     let Some(url) = CLUSTER.url() else {
         return;
     };
@@ -165,7 +119,7 @@ async fn holder_on_an_isolated_follower_is_told_before_the_lock_moves_on() {
         .collect();
     let holder = connect(format!("zk://{}?session_timeout=10s", hosts[f])).await;
     let waiter = connect(format!("zk://{}?session_timeout=10s", others.join(","))).await;
-    let name = unique_name("isolated-follower");
+    let name = unique_name(case);
     let guard = holder.mutex(&name).unwrap().lock().await.unwrap();
     let lost = guard.lost();
     let lost_at = tokio::spawn(async move {
@@ -180,9 +134,9 @@ async fn holder_on_an_isolated_follower_is_told_before_the_lock_moves_on() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let cut = Instant::now();
-    let isolated = Outage::isolate(CLUSTER.members[f]);
+    let outage = fault(CLUSTER.members[f]);
     let waited = tokio::time::timeout(Duration::from_secs(30), waiting).await;
-    isolated.end();
+    outage.end();
     let (acquired_at, g) = waited.expect("waiter finished").unwrap();
     let g = g
         .unwrap()
@@ -192,18 +146,17 @@ async fn holder_on_an_isolated_follower_is_told_before_the_lock_moves_on() {
         .expect("lost() resolved")
         .unwrap();
     eprintln!(
-        "cut off at 0; holder told lost at {:?}; waiter acquired at {:?}",
+        "{case} at 0; holder told lost at {:?}; waiter acquired at {:?}",
         lost_at - cut,
         acquired_at - cut
     );
     assert!(
         lost_at < acquired_at,
-        "the waiter acquired {:?} after the cut, before the holder was told lost ({:?})",
+        "the waiter acquired {:?} after the fault, before the holder was told lost ({:?})",
         acquired_at - cut,
         lost_at - cut
     );
     g.release().await.unwrap();
-    // The follower rejoins before the next test, which may talk to it alone.
     let f_url = format!("zk://{}", hosts[f]);
     let back = async {
         while lockkit_zk::connect(&LockConfig::new(&f_url)).await.is_err() {
