@@ -240,7 +240,12 @@ async fn force_unlock_leaves_a_foreign_key_at_the_readers_key() {
     let mut admin = admin(&url).await;
     let name = unique_name("rw-foreign-holders");
     let key = lockkit_redis::LockKeys::rwlock("lockkit", &name).holders;
-    let set = redis::cmd("SET").arg(&key).arg("precious").clone();
+    let set = redis::cmd("SET")
+        .arg(&key)
+        .arg("precious")
+        .arg("EX")
+        .arg(60)
+        .clone();
     let rw = locks.rwlock(&name).unwrap();
     common::foreign_value_survives(&mut admin, &key, &set, async {
         let e = rw.force_unlock().await.unwrap_err();

@@ -176,6 +176,7 @@ async fn take(
             client,
             cleanup,
             nodes.iter().map(|(path, ..)| path.as_str()),
+            until,
         )
         .await;
         return Ok(Taken::Busy);
@@ -223,12 +224,13 @@ async fn take(
     ))
 }
 
-/// Deletes our nodes `paths` in one `multi`; what it does not delete goes to the reaper (by
-/// their protected prefixes, as `cleanup` holds them).
+/// Deletes our nodes `paths` in one `multi` (by `until`); what it does not delete goes to the
+/// reaper (by their protected prefixes, as `cleanup` holds them).
 async fn give_back<'p>(
     client: &zk::Client,
     cleanup: Cleanup,
     paths: impl Iterator<Item = &'p str>,
+    until: Instant,
 ) {
     let mut multi = client.new_multi_writer();
     for path in paths {
@@ -236,7 +238,7 @@ async fn give_back<'p>(
             return; // the drop hands them to the reaper
         }
     }
-    if multi.commit().await.is_ok() {
+    if let Ok(Ok(_)) = tokio::time::timeout_at(until, multi.commit()).await {
         cleanup.disarm();
     }
 }

@@ -2,11 +2,11 @@
 //! that turns session events into guard states; and the heartbeat that keeps the session's lease
 //! clock.
 //!
-//! The guards of a session share its [`LeaseClock`]: the instant before the last request the
-//! server answered was sent, plus the negotiated session timeout, less the core's margin. The
-//! server cannot expire the session before then (it counts from the last packet it heard), so a
+//! The guards of a session share its [`LeaseClock`]: the instant before the last heartbeat the
+//! server answered was sent, plus three quarters of the negotiated session timeout, less the
+//! core's margin. The leader cannot expire the session before then (see [`heartbeat`]), so a
 //! guard reads Lost in time even when the process was paused or the connection went silent,
-//! whatever this task saw. A heartbeat request every quarter of the timeout moves the clock on.
+//! whatever this task saw. A heartbeat request every eighth of the timeout moves the clock on.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -272,16 +272,18 @@ async fn connect(cfg: &ZkConfig) -> Result<Current> {
     Ok(Current { client, clock })
 }
 
-/// Keeps the current session's lease clock: a `sync` every quarter of the session timeout.
+/// Keeps the current session's lease clock: a `sync` every eighth of the session timeout.
 /// A sync is answered only once the server has reached the leader: a plain read is answered by
 /// a follower cut off from the leader too, for as long as it takes to notice (`syncLimit`
 /// ticks), while the leader counts the session down and hands its locks on. Still, the leader
-/// hears of a request only at its next ping of the follower (every half tick), which a cut just
-/// after the answer forestalls: what it last heard may be the beat before. A tick is at most
-/// half the session timeout, so that beat, a quarter of the timeout earlier, was heard; each
-/// answer moves the deadline to the request's send time plus the timeout less that quarter.
-/// A failed request is tried again soon, with backoff, until the deadline passes. After an
-/// answer it deletes the nodes that creates whose reply it never saw made late (`late`).
+/// learns that a follower's client is alive only from the follower's answer to its next ping
+/// (every half tick), which a cut just after our answer forestalls. A tick is at most half the
+/// session timeout (ZooKeeper's own floor, unless `minSessionTimeout` is set lower), so a ping
+/// came within the quarter of the timeout before an answered beat, while the link was up, and
+/// carried the beats before it: each answer moves the deadline to the request's send time plus
+/// the timeout less that quarter. A failed request is tried again soon, with backoff, until the
+/// deadline passes. After an answer it deletes the nodes that creates whose reply it never saw
+/// made late (`late`).
 async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
     let mut retry = Backoff::WATCH.start();
     loop {
@@ -290,14 +292,14 @@ async fn heartbeat(session: Weak<Session>, late: Arc<LateCreates>) {
             return;
         };
         let timeout = client.session_timeout();
-        let period = (timeout / 4).max(Duration::from_millis(50));
+        let period = (timeout / 8).max(Duration::from_millis(50));
         let limit = s.cfg.command_timeout.min(period * 2);
         drop(s);
         let sent = Instant::now();
         match tokio::time::timeout(limit, client.sync("/")).await {
             Ok(Ok(_)) => {
                 lockkit_core::telemetry::renewal("zk", true, sent.elapsed());
-                clock.renewed(sent, timeout.saturating_sub(period));
+                clock.renewed(sent, timeout - timeout / 4);
                 retry.reset();
                 // Done by the next beat, which must not be late; what is left is looked for then.
                 let swept = tokio::time::timeout_at(sent + period, late.sweep(&client, limit));
