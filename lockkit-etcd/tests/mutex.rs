@@ -377,10 +377,7 @@ async fn remaining_lease_reports_the_holders_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_whose_turn_comes_on_a_lagging_watch_confirms_it_first() {
     let Some(url) = url() else { return };
-    let server = lockkit_core::ServerUrl::parse_for(&url, &lockkit_etcd::INFO)
-        .unwrap()
-        .hosts[0]
-        .to_string();
+    let server = common::server(&url);
     let proxy = common::lagging_proxy(&server, Duration::from_millis(100)).await;
     let lagging = format!("etcd://{}", proxy.addr());
     let (h, w) = (connect(&url, "").await, connect(&url, "").await);
@@ -437,10 +434,7 @@ async fn waiter_whose_turn_comes_on_a_lagging_watch_confirms_it_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_whose_watch_lags_past_its_budget_still_takes_its_turn() {
     let Some(url) = url() else { return };
-    let server = lockkit_core::ServerUrl::parse_for(&url, &lockkit_etcd::INFO)
-        .unwrap()
-        .hosts[0]
-        .to_string();
+    let server = common::server(&url);
     let proxy = common::lagging_proxy(&server, Duration::from_millis(800)).await;
     let h = connect(&url, "").await;
     let b = connect(&format!("etcd://{}", proxy.addr()), "").await;

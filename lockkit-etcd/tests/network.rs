@@ -35,18 +35,12 @@ async fn a_fixed_lease_waiter_bears_a_read_cut_off_in_flight() {
     read_cut_off(opts).await;
 }
 
-/// The `host:port` of an `etcd://` URL.
-fn authority(url: &str) -> &str {
-    let authority = url.trim_start_matches("etcd://");
-    &authority[..authority.find(['/', '?']).unwrap_or(authority.len())]
-}
-
 /// A proxy to the test server and a handle whose first endpoint it is, the server itself the
 /// second, with `query` set (a request the proxy holds past the command timeout is sent again
 /// to the server).
 async fn proxy_first(url: &str, query: &str) -> (Proxy, lockkit_core::Locks) {
-    let proxy = Proxy::start(authority(url)).await.unwrap();
-    let endpoints = format!("etcd://{},{}", proxy.addr(), authority(url));
+    let proxy = Proxy::start(common::server(url)).await.unwrap();
+    let endpoints = format!("etcd://{},{}", proxy.addr(), common::server(url));
     let locks = common::connect(&endpoints, query).await.locks().clone();
     (proxy, locks)
 }
@@ -59,7 +53,7 @@ async fn waiter_behind_a_proxy(url: &str) -> (Proxy, lockkit_core::Locks, lockki
         lockkit_testing::spans::capture(),
         "lockkit's events are seen"
     );
-    let proxy = Proxy::start(authority(url)).await.unwrap();
+    let proxy = Proxy::start(common::server(url)).await.unwrap();
     let waiter_locks = common::connect(
         &format!("etcd://{}", proxy.addr()),
         "lease_ttl=10s&command_timeout=5s",

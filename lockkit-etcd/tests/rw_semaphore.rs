@@ -123,10 +123,7 @@ async fn semaphore_is_fifo() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_watch_never_decides_a_semaphore_size() {
     let Some(url) = url() else { return };
-    let server = lockkit_core::ServerUrl::parse_for(&url, &lockkit_etcd::INFO)
-        .unwrap()
-        .hosts[0]
-        .to_string();
+    let server = common::server(&url);
     let proxy = common::lagging_proxy(&server, Duration::from_millis(500)).await;
     let a = connect(&url, "").await;
     let b = connect(&format!("etcd://{}", proxy.addr()), "").await;
@@ -229,10 +226,7 @@ async fn a_foreign_size_key_is_refused_and_kept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shrink_as_a_turn_comes_keeps_the_waiters_place() {
     let Some(url) = url() else { return };
-    let server = lockkit_core::ServerUrl::parse_for(&url, &lockkit_etcd::INFO)
-        .unwrap()
-        .hosts[0]
-        .to_string();
+    let server = common::server(&url);
     let proxy = common::lagging_proxy(&server, Duration::from_millis(500)).await;
     let a = connect(&url, "").await;
     let b = connect(&format!("etcd://{}", proxy.addr()), "").await;

@@ -26,6 +26,14 @@ pub async fn connect(url: &str, query: &str) -> EtcdLocks {
         .expect("connect to etcd")
 }
 
+/// The `host:port` of the first endpoint of an `etcd://` URL.
+pub fn server(url: &str) -> String {
+    lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO)
+        .unwrap()
+        .hosts[0]
+        .to_string()
+}
+
 /// A plain etcd client on the same server, for looking behind lockkit's back.
 pub async fn raw(url: &str) -> Client {
     let u = lockkit_core::ServerUrl::parse_for(url, &lockkit_etcd::INFO).unwrap();
