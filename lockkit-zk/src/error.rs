@@ -43,3 +43,12 @@ pub(crate) fn dropped_connection(e: &Error) -> bool {
         .and_then(|s| s.downcast_ref::<zk::Error>())
         .is_some_and(is_transient)
 }
+
+/// Whether `e` (as [`map`] made it), from a request of `client`, failed because the client's
+/// session ended: its ephemeral nodes went with it.
+pub(crate) fn session_ended(client: &zk::Client, e: &Error) -> bool {
+    client.state().is_terminated()
+        || std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<zk::Error>())
+            .is_some_and(|z| matches!(z, zk::Error::SessionExpired))
+}

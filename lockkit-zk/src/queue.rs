@@ -9,7 +9,7 @@ use lockkit_core::{async_trait, Error, ErrorKind, Result};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::error::{dropped_connection, is_transient, map};
+use crate::error::{dropped_connection, is_transient, map, session_ended};
 use crate::node::{self, Participant};
 use crate::ops::{delete_node, find_protected, list_or_empty, retry, within, TRANSIENT};
 use crate::session::Session;
@@ -415,8 +415,9 @@ impl Queue for ZkQueue<'_> {
     type Claim = Claim;
     type Output = Node;
 
-    async fn claim(&self, _req: &Request) -> Result<Claim> {
-        let client = self.session.client()?;
+    /// On the current session, or on the one that replaces an ended one.
+    async fn claim(&self, req: &Request) -> Result<Claim> {
+        let client = self.session.live_client(req).await?;
         Ok(Claim {
             cleanup: Some(Unclaimed::armed(self.session, client.clone())),
             client,
@@ -428,7 +429,7 @@ impl Queue for ZkQueue<'_> {
 
     async fn enqueue(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
         let client = c.client.clone();
-        let (node, children) = create(
+        let created = create(
             self.session,
             &client,
             c.cleanup(),
@@ -436,10 +437,15 @@ impl Queue for ZkQueue<'_> {
             self.spec.marker,
             self.spec.data,
         )
-        .await?;
+        .await;
+        let (node, children) = match created {
+            Ok(made) => made,
+            Err(e) => return gone_if_ended(&client, Err(e)),
+        };
         c.node = Some(node);
         c.children = children;
-        self.settle(c).await
+        let settled = self.settle(c).await;
+        gone_if_ended(&client, settled)
     }
 
     /// Watches the node ahead of ours until it changes or goes, or until the deadline. A
@@ -450,20 +456,27 @@ impl Queue for ZkQueue<'_> {
         };
         let path = format!("{}/{other}", self.spec.dir);
         let until = Instant::now() + self.session.cfg.command_timeout;
-        let (_, _, watcher) = match within(until, c.client.get_and_watch_data(&path)).await {
+        let watched = match within(until, c.client.get_and_watch_data(&path)).await {
             Err(zk::Error::NoNode) => return Ok(Woken::Look),
-            other => other.map_err(|e| map(e, "cannot watch the node ahead"))?,
+            Ok((_, _, watcher)) => watch_fired(self.session, watcher, req).await,
+            Err(e) => Err(map(e, "cannot watch the node ahead")),
         };
-        watch_fired(self.session, watcher, req).await?;
-        Ok(Woken::Look)
+        woken_unless_failed(&c.client, watched)
     }
 
+    /// `Gone` once the claim's session ended.
     async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
+        if c.client.state().is_terminated() {
+            return Ok(Standing::Gone);
+        }
         let limit = Instant::now() + self.session.cfg.command_timeout;
-        c.children = within(limit, c.client.list_children(self.spec.dir))
-            .await
-            .map_err(|e| map(e, "list"))?;
-        self.settle(c).await
+        let listed = within(limit, c.client.list_children(self.spec.dir)).await;
+        c.children = match listed {
+            Ok(children) => children,
+            Err(e) => return gone_if_ended(&c.client, Err(map(e, "list"))),
+        };
+        let settled = self.settle(c).await;
+        gone_if_ended(&c.client, settled)
     }
 
     /// While only the connection is down (the client reconnects within the session, and our
@@ -499,6 +512,24 @@ impl Queue for ZkQueue<'_> {
     /// The claim's cleanup hands its nodes to the reaper as it drops.
     fn abandon(&self, c: Claim) {
         drop(c);
+    }
+}
+
+/// A step of a claim on `client`: `Gone` if it failed because the claim's session ended (its
+/// nodes went with it), so that the driver queues again on the session that replaces it.
+pub(crate) fn gone_if_ended(client: &zk::Client, step: Result<Standing>) -> Result<Standing> {
+    match step {
+        Err(e) if session_ended(client, &e) => Ok(Standing::Gone),
+        step => step,
+    }
+}
+
+/// A wait of a claim on `client`: a look if it failed because the claim's session ended (the
+/// look then finds the claim gone).
+pub(crate) fn woken_unless_failed(client: &zk::Client, wait: Result<()>) -> Result<Woken> {
+    match wait {
+        Err(e) if session_ended(client, &e) => Ok(Woken::Look),
+        wait => wait.map(|()| Woken::Look),
     }
 }
 

@@ -88,7 +88,7 @@ impl ZkSemaphore {
     async fn acquire_permits(&self, n: u32, req: &Request) -> Result<Option<GuardParts>> {
         let session = &self.sessions.for_lease(req.lease().duration()).await?;
         // Refused before joining the queue when the size refuses us now.
-        let client = session.client()?;
+        let client = session.live_client(req).await?;
         sem_size::settle(session, &client, &self.dir, &self.name, self.permits, n).await?;
         let (locks_dir, leases_dir) = (self.locks_dir(), self.leases_dir());
         let queue = SemQueue {
@@ -145,6 +145,12 @@ struct SemClaim {
 }
 
 impl SemQueue<'_> {
+    /// [`fit`](Self::fit), or `Gone` once the claim's session ended (its leases went with it).
+    async fn fit_unless_ended(&self, c: &mut SemClaim) -> Result<Standing> {
+        let fitted = self.fit(c).await;
+        queue::gone_if_ended(c.entry.client(), fitted)
+    }
+
     /// The entry is ours: adds our leases (once) and tells whether they fit.
     async fn fit(&self, c: &mut SemClaim) -> Result<Standing> {
         c.fitting = true;
@@ -210,7 +216,7 @@ impl Queue for SemQueue<'_> {
 
     async fn enqueue(&self, c: &mut SemClaim, req: &Request) -> Result<Standing> {
         match self.entry.enqueue(&mut c.entry, req).await? {
-            Standing::Owner => self.fit(c).await,
+            Standing::Owner => self.fit_unless_ended(c).await,
             other => Ok(other),
         }
     }
@@ -220,21 +226,21 @@ impl Queue for SemQueue<'_> {
             return self.entry.wait(&mut c.entry, req).await;
         };
         let session = self.entry.session;
-        tokio::select! {
-            r = queue::watch_fired(session, leases, req) => r?,
-            r = queue::watch_fired(session, size, req) => r?,
-        }
-        Ok(Woken::Look)
+        let fired = tokio::select! {
+            r = queue::watch_fired(session, leases, req) => r,
+            r = queue::watch_fired(session, size, req) => r,
+        };
+        queue::woken_unless_failed(c.entry.client(), fired)
     }
 
     async fn standing(&self, c: &mut SemClaim, req: &Request) -> Result<Standing> {
         if c.leases.is_empty() {
             match self.entry.standing(&mut c.entry, req).await? {
-                Standing::Owner => self.fit(c).await,
+                Standing::Owner => self.fit_unless_ended(c).await,
                 other => Ok(other),
             }
         } else {
-            self.fit(c).await
+            self.fit_unless_ended(c).await
         }
     }
 

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockkit_core::spi::{Attempt, Guards, LeaseClock, Pooled, Reaper, StateCell};
+use lockkit_core::spi::{Attempt, Guards, LeaseClock, Pooled, Reaper, Request, StateCell};
 use lockkit_core::{Backoff, Error, ErrorKind, LostReason, Result};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
@@ -42,6 +42,8 @@ pub(crate) struct Session {
     /// The handle's reaper (shared by its sessions): deletes retried until done.
     pub reaper: Reaper,
     current: Mutex<Option<Current>>,
+    /// Told when `current` changes: a new session replaced an ended one, or the handle closed.
+    replaced: Notify,
     live: Guards<Tracked>,
     /// Watch events delivered to waiters (predecessor or lease-set watches), for the herd test.
     wakes: AtomicU64,
@@ -87,6 +89,7 @@ impl Session {
             acls,
             reaper,
             current: Mutex::new(Some(current.clone())),
+            replaced: Notify::new(),
             live: Guards::default(),
             wakes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
@@ -129,6 +132,29 @@ impl Session {
     /// The current client (a new one after a session expiry).
     pub(crate) fn client(&self) -> Result<zk::Client> {
         Ok(self.current()?.client)
+    }
+
+    /// The current client once its session is live, for a new claim. After an expiry that is
+    /// the client the session task opens in its place, waited for within `req`'s budget and
+    /// one command timeout (the server may be out of reach); then a retryable `Connection`
+    /// error.
+    pub(crate) async fn live_client(&self, req: &Request) -> Result<zk::Client> {
+        let until = req.bound(Instant::now() + self.cfg.command_timeout);
+        loop {
+            // Registered before the look, so a replacement between the two is not missed.
+            let replaced = self.replaced.notified();
+            let client = self.client()?;
+            if !client.state().is_terminated() {
+                return Ok(client);
+            }
+            if tokio::time::timeout_at(until, replaced).await.is_err() {
+                return Err(Error::new(
+                    ErrorKind::Connection,
+                    "zookeeper: the session ended and no new one is open yet",
+                )
+                .with_retryable(true));
+            }
+        }
     }
 
     /// The current client and its session's lease clock.
@@ -205,6 +231,7 @@ impl Session {
             state.mark_lost(LostReason::Closed);
         }
         let current = lock(&self.current).take();
+        self.replaced.notify_waiters();
         let mut first_error = None;
         for (_, t) in live {
             // The nodes of an earlier session went with it.
@@ -372,6 +399,8 @@ async fn watch_session(session: Weak<Session>, mut client: zk::Client) {
         }
         client = current.client.clone();
         *slot = Some(current);
+        drop(slot);
+        s.replaced.notify_waiters();
         lockkit_core::telemetry::reconnected("zk");
     }
 }

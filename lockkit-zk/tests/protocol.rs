@@ -7,6 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use futures::FutureExt;
 use lockkit_core::{AcquireOptions, ErrorKind, LockConfig, Primitive};
 use lockkit_testing::proxy::Proxy;
 use zookeeper_client as zk;
@@ -635,6 +636,82 @@ async fn a_waiter_whose_node_is_deleted_queues_again() {
     g.release().await.unwrap();
 }
 
+/// A waiter whose session ends while it waits (cut off for longer than the session timeout:
+/// its node went with the session) queues again on the session the handle opens in its place,
+/// and gets the lock once the holder gives it back, as a waiter whose lease ended does on etcd.
+/// It used to fail with a `Connection` error "session ended while waiting".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_session_ends_queues_again_on_a_new_one() {
+    session_ends_while_waiting(false).await;
+}
+
+/// The same for a semaphore acquirer waiting for a permit with its lease nodes made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_waiter_whose_session_ends_starts_over_on_a_new_one() {
+    session_ends_while_waiting(true).await;
+}
+
+/// A holder on a direct session, and a waiter (a mutex, or a semaphore of one permit) through a
+/// proxy whose connection is cut for longer than its 1 s session; then the holder gives back.
+async fn session_ends_while_waiting(semaphore: bool) {
+    let Some(url) = url() else { return };
+    let pre = prefix();
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
+    let a = backend(&with_params(&url, &format!("prefix={pre}"))).await;
+    let params = format!("prefix={pre}&session_timeout=1s&command_timeout=10s");
+    let b = backend(&with_params(&format!("zk://{}", proxy.addr()), &params)).await;
+    let wait = Duration::from_secs(30);
+    let (first, release, dir, waiting) = if semaphore {
+        let held = a.semaphore("session-ends", 1).unwrap().acquire_one().await;
+        let sem = b.semaphore("session-ends", 1).unwrap();
+        let opts = AcquireOptions::new().wait(wait);
+        let waiting = tokio::spawn(async move {
+            let Some(p) = sem.acquire(1, &opts).await? else {
+                return Ok(None);
+            };
+            let token = p.token();
+            p.release().await.map(|()| Some(token))
+        });
+        let leases = format!("{}/leases", a.semaphore_path("session-ends"));
+        let held = held.unwrap();
+        let (first, release) = (held.token(), held.release().boxed());
+        (first, release, leases, waiting)
+    } else {
+        let held = a.mutex("session-ends").unwrap().lock().await.unwrap();
+        let m = b.mutex("session-ends").unwrap();
+        let waiting = tokio::spawn(async move {
+            let Some(g) = m.lock_for(wait).await? else {
+                return Ok(None);
+            };
+            let token = g.token();
+            g.release().await.map(|()| Some(token))
+        });
+        let (first, release) = (held.token(), held.release().boxed());
+        (first, release, a.mutex_path("session-ends"), waiting)
+    };
+    let client = a.zk_client().unwrap();
+    let before = until_queued(&client, &dir, 2).await;
+    proxy.cut(); // the waiter's session expires on the server, and its node goes with it
+    until_queued(&client, &dir, 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.heal(); // the client learns its session expired; the handle opens a new one
+    if !semaphore {
+        let after = until_queued(&client, &dir, 2).await;
+        assert_ne!(after[1], before[1], "queued again with a new node");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "{:?}", waiting.await);
+    release.await.unwrap();
+    let token = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .expect("queued again on a new session, not a Connection error")
+        .expect("within its wait");
+    assert!(token > first, "a token after the holder's");
+    assert!(children(&a, &dir).await.is_empty(), "a node left behind");
+}
+
 /// `command_timeout` bounds every request, also while the client waits for its connection to
 /// come back: with the server cut off, `try_lock`, `is_locked` and `release` fail with `Timeout`
 /// after about that long. The client kept them queued until it gave the session up itself,
@@ -706,10 +783,10 @@ async fn a_semaphore_waiter_whose_lease_is_deleted_starts_over() {
     p.release().await.unwrap();
 }
 
-/// The `n` nodes of `dir` in sequence order, once there are that many (within 2 s).
+/// The `n` nodes of `dir` in sequence order, once there are that many (within 5 s).
 async fn until_queued(client: &zk::Client, dir: &str, n: usize) -> Vec<String> {
     let mut names = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..250 {
         names = client.list_children(dir).await.unwrap_or_default();
         if names.len() == n {
             break;
