@@ -45,6 +45,19 @@ impl Attempt {
     }
 }
 
+/// How long a cleanup of something that lapses on the server by itself is worth trying, the one
+/// rule for cleanups that have no session or lease to ask whether they are moot: until the
+/// longest of what it may have left there (`lives`: a lease an unanswered attempt may have
+/// taken, the timeout of a place in a queue) has lapsed, plus the core's [`margin`] for the
+/// server's clock running slower than ours, plus a second for a request of the attempt still in
+/// flight.
+///
+/// [`margin`]: crate::clock::margin
+pub fn moot_after(lives: &[Duration]) -> Duration {
+    let longest = lives.iter().copied().max().unwrap_or_default();
+    longest + crate::clock::margin(longest) + Duration::from_secs(1)
+}
+
 /// The cleanup work of one handle, in the background.
 #[derive(Clone)]
 pub struct Reaper {
@@ -136,6 +149,19 @@ impl Reaper {
         });
     }
 
+    /// [`retry`](Self::retry) for a `job` that is moot once `until` has passed (see
+    /// [`moot_after`]): a failed try is tried again until then.
+    pub fn retry_until<F, Fut>(&self, what: &'static str, until: tokio::time::Instant, mut job: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        self.retry(what, move || {
+            let work = job();
+            async move { Attempt::of(work.await, async { tokio::time::Instant::now() >= until }).await }
+        });
+    }
+
     /// The reaper, its events naming `kind` as their backend (the first kind given stays).
     pub(crate) fn tagged(self, kind: BackendKind) -> Self {
         let _ = self.shared.backend.set(kind.as_str());
@@ -220,5 +246,19 @@ mod tests {
         assert_eq!(reaper.drain(Duration::from_secs(1)).await, 1);
         reaper.finish(async {});
         assert_eq!(reaper.pending(), 1, "inline work is done at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cleanup_by_the_clock_ends_once_moot() {
+        let reaper = Reaper::default();
+        let lives = [Duration::from_secs(30), Duration::from_secs(6)];
+        let moot = moot_after(&lives);
+        assert_eq!(moot, Duration::from_millis(30_000 + 502 + 1_000));
+        let until = tokio::time::Instant::now() + moot;
+        reaper.retry_until("never", until, || async {
+            Err(Error::new(crate::ErrorKind::Connection, "away"))
+        });
+        assert_eq!(reaper.drain(moot - Duration::from_secs(1)).await, 1);
+        assert_eq!(reaper.drain(Duration::from_secs(60)).await, 0);
     }
 }

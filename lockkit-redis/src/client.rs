@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{Armed, Attempt, Reaper, Request, StateCell, Undo};
+use lockkit_core::spi::{moot_after, Armed, Reaper, Request, StateCell, Undo};
 use lockkit_core::{Backoff, Budget, Error, Result};
 use redis::{FromRedisValue, ScriptInvocation};
 
@@ -333,7 +333,8 @@ impl Inner {
 
     /// Hands cleanup the server did not take (or that a context that cannot wait, such as
     /// `Drop`, starts) to the reaper: `job` is tried until it succeeds, or until `moot_after`
-    /// has passed, by when what it cleans up has expired on the server anyway.
+    /// (the core's [`moot_after`](lockkit_core::spi::moot_after)) has passed, by when what it
+    /// cleans up has expired on the server anyway.
     pub(crate) fn reap<F, Fut>(self: &Arc<Self>, what: &'static str, moot_after: Duration, job: F)
     where
         F: Fn(Arc<Inner>) -> Fut + Send + 'static,
@@ -341,10 +342,8 @@ impl Inner {
     {
         let until = tokio::time::Instant::now() + moot_after;
         let inner = self.clone();
-        self.reaper.retry(what, move || {
-            let work = job(inner.clone());
-            async move { Attempt::of(work.await, async { tokio::time::Instant::now() >= until }).await }
-        });
+        self.reaper
+            .retry_until(what, until, move || job(inner.clone()));
     }
 }
 
@@ -422,14 +421,13 @@ pub(crate) fn wake_at(most: Duration, pttl: i64, req: &Request) -> tokio::time::
     req.bound(tokio::time::Instant::now() + after)
 }
 
-/// How long after a release whose reply never came the released key can still be on the
-/// server: a renewal or extend whose answer was lost (the guard's deadline did not move) may
-/// have set a whole lease just before the release ([`LeaseClock::server_bound`]), and a
-/// second more.
+/// How long a cleanup after a release whose reply never came is worth trying: a renewal or
+/// extend whose answer was lost (the guard's deadline did not move) may have set a whole lease
+/// just before the release ([`LeaseClock::server_bound`]).
 ///
 /// [`LeaseClock::server_bound`]: lockkit_core::spi::LeaseClock::server_bound
 pub(crate) fn expiry_bound(state: &StateCell) -> Duration {
-    state.clock().server_bound() + Duration::from_secs(1)
+    moot_after(&[state.clock().server_bound()])
 }
 
 /// Adds an election's leader hash and channel to a native mutex script's keys (see

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::spi::{Armed, GuardParts, Request, Taken, Undo};
+use lockkit_core::spi::{moot_after, Armed, GuardParts, Request, Taken, Undo};
 use lockkit_core::{ErrorKind, Member, Result};
 use tokio::time::Instant;
 
@@ -48,8 +48,9 @@ pub(crate) async fn take_all(
         mutexes,
         owner,
         wait,
-        // A member ours lasts the lease: giving it back is worth trying that long.
-        moot_after: lease.max(wait * 2),
+        // A member ours lasts the lease, a place in a member's queue twice the wait (see
+        // `leave_later`): giving them back is worth trying that long.
+        moot_after: moot_after(&[lease, wait * 2]),
     });
     let sent_at = Instant::now();
     let epoch = inner.replicas.ticket(&unseen.mutexes[0].keys.lock);

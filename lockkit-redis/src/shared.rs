@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{
-    drive, no_size, settle_size, size_mismatch, too_many, Exit, GuardParts, Held, Queue, RawRwLock,
-    RawSemaphore, Request, Standing, StateCell, Woken,
+    drive, moot_after, no_size, settle_size, size_mismatch, too_many, Exit, GuardParts, Held,
+    Queue, RawRwLock, RawSemaphore, Request, Standing, StateCell, Woken,
 };
 use lockkit_core::{async_trait, Error, ErrorKind, Lease, Result};
 use tokio::time::Instant;
@@ -36,7 +36,7 @@ fn undo_later(core: &Core, member: &str, mode: Mode, lease: Duration) {
     let layout = core.layout;
     let inner = &core.inner;
     // What this attempt may have taken lives at most a lease; an intent, a heartbeat timeout.
-    let moot = lease.max(inner.settings.waiter_timeout()) + Duration::from_secs(1);
+    let moot = moot_after(&[lease, inner.settings.waiter_timeout()]);
     inner.reap("undo an unanswered acquire", moot, move |inner| {
         let (keys, member) = (keys.clone(), member.clone());
         async move {

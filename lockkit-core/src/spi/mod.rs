@@ -24,6 +24,6 @@ pub use size::{no_size, own_size, settle_size, size_mismatch, too_many};
 pub use crate::clock::{margin, LeaseClock};
 pub use crate::driver::{drive, Exit, Failures, Queue, Standing, Woken};
 pub use crate::lease::{Got, Guards, KeepAlive, Pooled, SessionPool, SharedLease};
-pub use crate::reaper::{Attempt, Reaper};
+pub use crate::reaper::{moot_after, Attempt, Reaper};
 pub use crate::state::StateCell;
 pub use crate::watchdog::{Due, Renew, Renewed, Watchdog, Watched, BATCH};

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::spi::{GuardParts, Watched};
+use lockkit_core::spi::{moot_after, GuardParts, Watched};
 use lockkit_core::{Lease, Result};
 use redis::{Script, ScriptInvocation};
 use tokio::time::Instant;
@@ -52,7 +52,7 @@ impl RedisMutex {
     pub(crate) fn leave_later(&self, owner: &str, wait: Duration, lease: Duration) {
         // A waiter that never left is skipped once its place lapses, and natively a lock
         // handed to it lapses after as long; one its own attempt took lasts that lease.
-        self.leave_within(owner, wait, lease.max(wait * 2) + Duration::from_secs(1));
+        self.leave_within(owner, wait, moot_after(&[lease, wait * 2]));
     }
 
     /// [`leave_later`](Self::leave_later), tried for `moot_after` (for a lock `owner` may have

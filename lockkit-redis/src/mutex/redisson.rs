@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::spi::{drive, Exit, GuardParts, Queue, Request, Standing, Woken};
+use lockkit_core::spi::{drive, moot_after, Exit, GuardParts, Queue, Request, Standing, Woken};
 use lockkit_core::{async_trait, ErrorKind, Result};
 use tokio::time::Instant;
 
@@ -23,7 +23,7 @@ const BARGED_BACKOFF: Duration = Duration::from_millis(1);
 /// what it took can live.
 fn undo_later(m: &RedisMutex, owner: &str, fair: Option<Duration>, lease: Duration) {
     let (keys, owner) = (m.keys.clone(), owner.to_string());
-    let moot = lease.max(fair.unwrap_or_default()) + Duration::from_secs(1);
+    let moot = moot_after(&[lease, fair.unwrap_or_default()]);
     m.inner
         .reap("undo an unanswered acquire", moot, move |inner| {
             let (keys, owner) = (keys.clone(), owner.clone());

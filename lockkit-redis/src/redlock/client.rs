@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use futures::future::join_all;
-use lockkit_core::spi::{Attempt, Reaper, Watchdog};
+use lockkit_core::spi::{Reaper, Watchdog};
 use lockkit_core::{Error, ErrorKind};
 use redis::Script;
 use tokio::time::Instant;
@@ -224,20 +224,20 @@ impl Client {
         }
         let client = self.clone();
         let left = Arc::new(std::sync::Mutex::new(on));
-        self.reaper.retry("release a Redlock lock", move || {
-            let (client, keys, release, left) =
-                (client.clone(), keys.clone(), release.clone(), left.clone());
-            async move {
-                let on = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let released = client.release_on(&keys, &release, Some(&on)).await;
-                *left.lock().unwrap_or_else(|e| e.into_inner()) = released.failed;
-                let result = match released.cause {
-                    Some(e) => Err(e),
-                    None => Ok(()),
-                };
-                Attempt::of(result, async { Instant::now() >= expires }).await
-            }
-        });
+        self.reaper
+            .retry_until("release a Redlock lock", expires, move || {
+                let (client, keys, release, left) =
+                    (client.clone(), keys.clone(), release.clone(), left.clone());
+                async move {
+                    let on = left.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let released = client.release_on(&keys, &release, Some(&on)).await;
+                    *left.lock().unwrap_or_else(|e| e.into_inner()) = released.failed;
+                    match released.cause {
+                        Some(e) => Err(e),
+                        None => Ok(()),
+                    }
+                }
+            });
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockkit_core::spi::{margin, Held, Renewed};
+use lockkit_core::spi::{moot_after, Held, Renewed};
 use lockkit_core::{async_trait, Error, Result};
 use tokio::time::Instant;
 
@@ -30,7 +30,7 @@ impl RedlockHeld {
     /// for the masters' clocks.
     fn expires(&self) -> Instant {
         let lease = *self.lease.lock().unwrap_or_else(|e| e.into_inner());
-        Instant::now() + lease + margin(lease)
+        Instant::now() + moot_after(&[lease])
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 use lockkit_core::spi::{
-    drive, margin, Exit, GuardParts, Queue, RawMutex, Request, Standing, Watched, Woken,
+    drive, margin, moot_after, Exit, GuardParts, Queue, RawMutex, Request, Standing, Watched, Woken,
 };
 use lockkit_core::{async_trait, Backoff, Error, ErrorKind, Result, Retry};
 use tokio::time::Instant;
@@ -433,7 +433,7 @@ impl Claim {
 
 /// When whatever the claim's last round set has certainly expired on every master.
 fn expired_by(claim: &Claim) -> Instant {
-    claim.sent_at + claim.expiry + margin(claim.expiry)
+    claim.sent_at + moot_after(&[claim.expiry])
 }
 
 #[async_trait]
@@ -564,7 +564,7 @@ impl Queue for RedlockMutex {
                 waiter: claim.id.clone(),
                 tell: false,
             };
-            let until = Instant::now() + self.place();
+            let until = Instant::now() + moot_after(&[self.place()]);
             self.client
                 .release_later(self.keys.clone(), release, claim.missed.clone(), until);
         }
