@@ -58,7 +58,12 @@ impl Pool {
             .with_keep_alive(Duration::from_secs(5), timeout)
             .with_tcp_keepalive(Duration::from_secs(10));
         if let Some((u, p)) = &user {
-            options = options.with_user(u.clone(), p.clone());
+            // etcd forgets a token unused for `--auth-token-ttl` (5 minutes by default): a
+            // request it refuses as `invalid auth token` logs in again and is sent once more,
+            // as etcd's Go client does.
+            options = options
+                .with_user(u.clone(), p.clone())
+                .with_auto_token_refresh(true);
         }
         if let Some(tls) = &tls {
             options = options.with_tls(tls.clone());

@@ -53,6 +53,8 @@ async fn start() -> Option<PrivateEtcd> {
             "new",
             "--logger=zap",
             "--log-outputs=stderr",
+            // Tokens lapse after 2 s unused (etcd's default is 5 minutes).
+            "--auth-token-ttl=2",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -78,11 +80,7 @@ async fn start() -> Option<PrivateEtcd> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn user_and_password() {
     let Some(etcd) = start().await else { return };
-    let ep = format!("127.0.0.1:{}", etcd.port);
-    let mut c = Client::connect([ep.as_str()], None).await.unwrap();
-    c.user_add("root", "s3cret", None).await.unwrap();
-    c.user_grant_role("root", "root").await.unwrap();
-    c.auth_enable().await.unwrap();
+    let ep = enable_auth(&etcd).await;
 
     let bad = lockkit_etcd::connect(&LockConfig::new(format!("etcd://root:wrong@{ep}")))
         .await
@@ -100,13 +98,70 @@ async fn user_and_password() {
         Err(e) => assert_eq!(e.kind(), ErrorKind::Auth, "{e}"),
     }
 
-    let mut cfg = LockConfig::new(format!("etcd://{ep}?lease_ttl=2s"));
-    cfg.username = Some("root".into());
-    cfg.password = Some(lockkit_core::Secret::new("s3cret"));
-    let locks = lockkit_etcd::connect(&cfg).await.unwrap();
+    let locks = lockkit_etcd::connect(&as_root(format!("etcd://{ep}?lease_ttl=2s")))
+        .await
+        .unwrap();
     let m = locks.mutex("authed").unwrap();
     let g = m.lock().await.unwrap();
     assert!(m.try_lock().await.unwrap().is_none());
     g.release().await.unwrap();
     locks.close().await.unwrap();
+}
+
+/// `root` with password `s3cret` and auth enabled on `etcd`; returns its endpoint.
+async fn enable_auth(etcd: &PrivateEtcd) -> String {
+    let ep = format!("127.0.0.1:{}", etcd.port);
+    let mut c = Client::connect([ep.as_str()], None).await.unwrap();
+    c.user_add("root", "s3cret", None).await.unwrap();
+    c.user_grant_role("root", "root").await.unwrap();
+    c.auth_enable().await.unwrap();
+    ep
+}
+
+/// A lockkit config for `url` as `root`.
+fn as_root(url: String) -> LockConfig {
+    let mut cfg = LockConfig::new(url);
+    cfg.username = Some("root".into());
+    cfg.password = Some(lockkit_core::Secret::new("s3cret"));
+    cfg
+}
+
+/// etcd forgets an auth token unused for its `--auth-token-ttl` (5 minutes by default): a
+/// handle then logs in again and goes on, as etcd's Go client does. Each endpoint's client kept
+/// the token it got when it connected, so once a handle had sat idle that long every request
+/// failed with `Auth` (not retryable), a holder's release included: nothing could be acquired
+/// or released until the process restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_idle_past_the_token_ttl_logs_in_again() {
+    let Some(etcd) = start().await else { return };
+    let ep = enable_auth(&etcd).await;
+    let locks = lockkit_etcd::connect(&as_root(format!("etcd://{ep}?lease_ttl=10s")))
+        .await
+        .unwrap();
+    let waiter = lockkit_etcd::connect(&as_root(format!("etcd://{ep}?lease_ttl=10s")))
+        .await
+        .unwrap();
+    let m = locks.mutex("idle").unwrap();
+    let w = waiter.mutex("idle").unwrap();
+    let g = m.try_lock().await.unwrap().expect("free");
+    // The waiter's watch stream is open, and stays so through the idle time.
+    let short = w.lock_for(Duration::from_millis(200)).await.unwrap();
+    assert!(short.is_none(), "held by the other handle");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = tokio::spawn(async move { w.lock_for(Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    g.release().await.expect("a release after the token lapsed");
+    let g = waiting
+        .await
+        .unwrap()
+        .expect("a wait after the token lapsed");
+    g.expect("handed on").release().await.unwrap();
+    let g = m
+        .try_lock()
+        .await
+        .expect("an acquire after the token lapsed");
+    g.expect("free").release().await.unwrap();
+    assert!(!m.is_locked().await.unwrap());
+    locks.close().await.unwrap();
+    waiter.close().await.unwrap();
 }
