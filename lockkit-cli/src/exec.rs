@@ -6,7 +6,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use clap::Args;
-use lockkit::{AcquireOptions, LockState};
+use lockkit::{AcquireOptions, LockConfig, LockState, Locks};
 use rustix::process::{kill_process, Pid, Signal};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
@@ -127,6 +127,11 @@ pub(crate) async fn run(target: &Target, args: ExecArgs) -> u8 {
     run_as(target, args, None).await
 }
 
+/// How long the handle's close may take at the end: what it gives back (a place in the queue
+/// a signal left, a release the server did not take yet) is otherwise dropped with the
+/// runtime, and waits for its lease or session to end on the server.
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
+
 /// `exec`, or with `leader` (the value to campaign with) `elect`: the command runs while this
 /// process leads the election NAME, with `LOCKKIT_TERM` in its environment.
 pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<String>) -> u8 {
@@ -134,6 +139,15 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
         Ok(c) => c,
         Err(code) => return code,
     };
+    let status = hold(&cfg, &locks, args, leader).await;
+    // Every way out ends here, a signal that dropped the acquire included: its claim (a place
+    // in the queue, or a lock granted just then) is in the reaper, which `close` waits for.
+    let _ = tokio::time::timeout(CLOSE_WITHIN, locks.close()).await;
+    status
+}
+
+/// Takes the lock and runs the command under it: the exit code.
+async fn hold(cfg: &LockConfig, locks: &Locks, args: ExecArgs, leader: Option<String>) -> u8 {
     let (kind, permits) = args.hold_kind();
     if kind == HoldKind::Permit && permits == 0 {
         complain("--semaphore needs at least one permit");
@@ -150,8 +164,8 @@ pub(crate) async fn run_as(target: &Target, args: ExecArgs, leader: Option<Strin
     }
     let is_leader = leader.is_some();
     let made = match leader {
-        Some(value) => AnyLock::leader(&locks, &args.name, value),
-        None => AnyLock::new(&locks, &args.name, kind, permits),
+        Some(value) => AnyLock::leader(locks, &args.name, value),
+        None => AnyLock::new(locks, &args.name, kind, permits),
     };
     let what = if is_leader { "election" } else { "lock" };
     let lock = match made {

@@ -19,9 +19,12 @@ pub(crate) mod code {
     pub const NOT_FOUND: u8 = 127;
 }
 
-/// Prints an error the same way everywhere.
+/// Prints an error the same way everywhere. A stderr nobody reads any more (a closed pipe)
+/// drops the message: `eprintln!` would panic, and on the lost-lock path skip the release and
+/// the command's grace.
 pub(crate) fn complain(msg: impl std::fmt::Display) {
-    eprintln!("lockkit: {msg}");
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "lockkit: {msg}");
 }
 
 /// The exit code for a lockkit error.

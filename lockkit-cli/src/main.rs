@@ -171,7 +171,8 @@ fn main() -> ExitCode {
         }
     };
     let status = runtime.block_on(run(cli));
-    // Background release tasks and the like get a moment, then the runtime is torn down.
+    // The commands that hold locks closed their handle (which waits for their cleanup): what a
+    // spawned task still does now is dropped at its next await; blocking threads get a moment.
     runtime.shutdown_timeout(Duration::from_millis(500));
     ExitCode::from(status)
 }

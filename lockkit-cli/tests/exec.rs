@@ -241,6 +241,19 @@ fn shared_and_semaphore_modes() {
     assert_eq!(code(&o), 75, "a third permit out of two");
 }
 
+/// A message to a stderr nobody reads any more (a closed pipe) is dropped, not a panic: the
+/// exit code stays the one the message is about (here 64, a usage error). On the lost-lock
+/// path a panic there skipped the awaited release and the command's grace.
+#[test]
+fn a_closed_stderr_does_not_change_the_exit_code() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut c = lockkit("mem://", &["exec", "x", "--semaphore", "0", "--", "true"]);
+    c.stdout(std::process::Stdio::null()).stderr(writer);
+    let status = c.status().unwrap();
+    assert_eq!(status.code(), Some(64));
+}
+
 #[test]
 fn usage_errors_and_missing_command() {
     let o = run(

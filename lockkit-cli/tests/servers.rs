@@ -36,6 +36,7 @@ async fn exec_on(backend: &str) {
         suite::exit_status_and_env(&url);
         suite::crash_releases_and_busy_code(&url);
         suite::sigint_is_forwarded(&url);
+        suite::a_signalled_waiter_leaves_the_queue(&url);
         suite::lost_lock_terminates_command(&url, "3s");
         suite::killed_lockkit_takes_its_command_along(&url, std::time::Duration::from_secs(2));
         suite::leftovers_die_with_the_command(&url);

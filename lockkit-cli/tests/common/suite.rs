@@ -110,6 +110,32 @@ pub fn sigint_is_forwarded(url: &str) {
     assert_eq!(wait_file(&got, LIMIT), "term");
 }
 
+/// A lockkit waiting for the lock that gets SIGINT leaves the queue before it exits: the next
+/// one gets the lock once the holder is done, not once the interrupted one's lease or session
+/// ends (30 s by default). Its place used to be handed to a cleanup task that died with the
+/// runtime.
+pub fn a_signalled_waiter_leaves_the_queue(url: &str) {
+    let n = name("int-waiter");
+    let dir = TempDir::new("int-waiter");
+    let ready = dir.path("ready");
+    let hold = format!("echo held > {}; sleep 2", ready.display());
+    let mut holder = Bg::spawn(exec(url, &n, &[], &["sh", "-c", &hold]));
+    wait_file(&ready, LIMIT);
+    let mut waiter = Bg::spawn(exec(url, &n, &["--wait", "60s"], &["true"]));
+    // Time to connect and queue behind the holder.
+    std::thread::sleep(Duration::from_millis(1000));
+    waiter.signal("INT");
+    assert_eq!(waiter.wait(LIMIT).code(), Some(130), "{}", waiter.stderr());
+    let o = run(exec(url, &n, &["--wait", "10s"], &["true"]), LIMIT);
+    assert_eq!(
+        code(&o),
+        0,
+        "the interrupted waiter's place was left in the queue: {:?}",
+        text(&o)
+    );
+    assert_eq!(holder.wait(LIMIT).code(), Some(0), "{}", holder.stderr());
+}
+
 /// Another process force-unlocks: the holder's command gets SIGTERM and lockkit exits 70.
 pub fn lost_lock_terminates_command(url: &str, lease: &str) {
     let n = name("lost");
