@@ -238,3 +238,25 @@ async fn inspect_tells_readers_from_a_lock_named_after_them() {
     w.release().await.unwrap();
     r.release().await.unwrap();
 }
+
+/// A semaphore's size is written aside and renamed over the old one; a file planted where it
+/// is written aside (a symlink to someone else's file, in a directory other users may write)
+/// is replaced, never written through. The temporary file used to be opened with `create`,
+/// which follows a symlink and truncates its target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_size_is_never_written_through_a_planted_link() {
+    let d = dir("sem-size-link");
+    let locks = locks(&d).await;
+    let s = locks.semaphore("pool", 2).unwrap();
+    assert_eq!(s.available().await.unwrap(), 2);
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::os::unix::fs::symlink(&victim, d.path().join("sem.pool.size.tmp~")).unwrap();
+    s.set_permits(3).await.unwrap();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert_eq!(s.size().await.unwrap(), Some(3));
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("sem.pool.size")).unwrap(),
+        "3\n"
+    );
+}

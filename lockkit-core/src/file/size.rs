@@ -32,10 +32,17 @@ pub(super) fn read(path: &Path) -> io::Result<Option<u32>> {
     }
 }
 
-/// Stores `size` at `path` (written aside, synced when `sync`, then renamed over it).
+/// Stores `size` at `path` (written aside, synced when `sync`, then renamed over it). Only one
+/// writer at a time (under the exclusive gate), so the file aside has a fixed name; whatever
+/// is found there (left by a crash, or a symlink planted in a directory others may write) is
+/// removed, and the new one is created afresh, never opened through a link.
 pub(super) fn write(path: &Path, size: u32, sync: bool) -> io::Result<()> {
     let tmp = path.with_extension(format!("size{}", super::sidecar::TMP_SUFFIX));
-    let mut f = std::fs::File::create(&tmp)?;
+    super::oslock::remove(&tmp)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)?;
     f.write_all(format!("{size}\n").as_bytes())?;
     if sync {
         f.sync_data()?;
