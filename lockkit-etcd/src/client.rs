@@ -21,6 +21,9 @@ pub(crate) struct Pool {
     /// (opened on first use): a member cut off from the quorum ends them instead of keeping
     /// them open and silent. Other requests keep working through an election.
     watchers: Vec<tokio::sync::OnceCell<Client>>,
+    /// Per endpoint, when its watch client last logged in again (see
+    /// [`relogin_watcher`](Pool::relogin_watcher)); only with a user.
+    relogins: Option<Vec<std::sync::Mutex<Option<tokio::time::Instant>>>>,
     options: ConnectOptions,
     connect_timeout: Duration,
     current: AtomicUsize,
@@ -39,6 +42,10 @@ impl std::fmt::Debug for Pool {
             .finish()
     }
 }
+
+/// How often at most a watch client logs in again after a refusal (each login costs the server
+/// a password hash).
+const RELOGIN_EVERY: Duration = Duration::from_secs(10);
 
 impl Pool {
     /// Builds one client per endpoint. etcd-client connects lazily, so nothing fails here for a
@@ -98,6 +105,7 @@ impl Pool {
                 .iter()
                 .map(|_| tokio::sync::OnceCell::new())
                 .collect(),
+            relogins: user.map(|_| clients.iter().map(|_| Default::default()).collect()),
             clients,
             options,
             connect_timeout,
@@ -140,6 +148,34 @@ impl Pool {
             })
             .await?;
         Ok((i, client.clone()))
+    }
+
+    /// A watch create on endpoint `idx`'s watch stream was refused for authorization: whether
+    /// that stream's token may have lapsed (etcd forgets a token unused for
+    /// `--auth-token-ttl`, and checks a stream's at each create), in which case the watch client
+    /// has just logged in again and the stream is to be opened again with the new token. No
+    /// when the handle has no user, or its watch client logged in again within the last
+    /// [`RELOGIN_EVERY`]: the refusal stands then (the user may not read the key).
+    pub(crate) async fn relogin_watcher(&self, idx: usize) -> bool {
+        let (Some(relogins), Some(client)) = (&self.relogins, self.watchers[idx].get()) else {
+            return false;
+        };
+        {
+            let mut last = relogins[idx].lock().unwrap_or_else(|e| e.into_inner());
+            let now = tokio::time::Instant::now();
+            if last.is_some_and(|at| now < at + RELOGIN_EVERY) {
+                return false;
+            }
+            *last = Some(now);
+        }
+        match tokio::time::timeout(self.timeout, client.refresh_token()).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::debug!(backend = "etcd", error = %e, "lockkit: cannot log the watch client in again");
+                false
+            }
+            Err(_) => false,
+        }
     }
 
     /// Moves to the next endpoint if `failed` is still the current one.

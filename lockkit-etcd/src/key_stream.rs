@@ -376,7 +376,9 @@ async fn life(
             life.send_held(&k).await?;
             match answer.id {
                 Some(ours) => id = ours,
-                None if r.canceled() => return Err(cancelled(r.cancel_reason())),
+                None if r.canceled() => {
+                    return Err(stream::refusal(pool, idx, r.cancel_reason()).await)
+                }
                 None => continue,
             }
             if answer.cancel.is_some() || (refused && !life.live.contains(&id)) {
@@ -401,9 +403,16 @@ async fn life(
         if id <= 0 {
             // A progress report, or a refusal of a create we cannot place.
             if r.canceled() {
-                return Err(cancelled(r.cancel_reason()));
+                return Err(stream::refusal(pool, idx, r.cancel_reason()).await);
             }
             continue;
+        }
+        // A stream whose token lapsed is opened again once logged in.
+        if r.canceled()
+            && stream::auth_refused(r.cancel_reason())
+            && pool.relogin_watcher(idx).await
+        {
+            return Err(stream::relogged_in());
         }
         let mut found = Vec::new();
         {

@@ -189,6 +189,32 @@ pub(crate) fn refused(reason: &str) -> bool {
     reason.contains("permission denied")
 }
 
+/// Whether etcd cancelled a watch for authorization: the user may not read the key, or (to
+/// etcd 3.4 the same) the stream's token lapsed; etcd 3.5 says the latter apart.
+pub(crate) fn auth_refused(reason: &str) -> bool {
+    refused(reason) || reason.contains("invalid auth token")
+}
+
+/// The error for a watch create etcd cancelled on endpoint `idx`'s stream: a retryable one when
+/// the stream's token may have lapsed and the watch client logged in again
+/// ([`Pool::relogin_watcher`]: the stream is to be opened again), else [`cancelled`].
+pub(crate) async fn refusal(pool: &Pool, idx: usize, reason: &str) -> Error {
+    if auth_refused(reason) && pool.relogin_watcher(idx).await {
+        return relogged_in();
+    }
+    cancelled(reason)
+}
+
+/// The error that ends a watch stream whose token lapsed once its client logged in again: the
+/// stream is opened again (retryable).
+pub(crate) fn relogged_in() -> Error {
+    Error::new(
+        ErrorKind::Connection,
+        "etcd refused a watch on a stream whose token had lapsed; logged in again",
+    )
+    .with_retryable(true)
+}
+
 /// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.
 pub(crate) fn cancelled(reason: &str) -> Error {
     if refused(reason) {

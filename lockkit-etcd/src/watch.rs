@@ -752,7 +752,7 @@ async fn session_of_watch(
     // numbers watches itself (and answers no progress request: the stream is probed instead).
     let main = match tokio::time::timeout(limit, stream.message()).await {
         Ok(Ok(Some(r))) if r.created() && r.canceled() => {
-            return Err(cancelled(r.cancel_reason()));
+            return Err(stream::refusal(pool, idx, r.cancel_reason()).await);
         }
         Ok(Ok(Some(r))) if r.created() => r.watch_id(),
         _ => {

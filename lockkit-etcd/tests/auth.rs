@@ -147,7 +147,8 @@ async fn a_handle_idle_past_the_token_ttl_logs_in_again() {
     // The waiter's watch stream is open, and stays so through the idle time.
     let short = w.lock_for(Duration::from_millis(200)).await.unwrap();
     assert!(short.is_none(), "held by the other handle");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // etcd looks for lapsed tokens every second.
+    tokio::time::sleep(Duration::from_secs(4)).await;
     let waiting = tokio::spawn(async move { w.lock_for(Duration::from_secs(10)).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     g.release().await.expect("a release after the token lapsed");
@@ -162,6 +163,13 @@ async fn a_handle_idle_past_the_token_ttl_logs_in_again() {
         .expect("an acquire after the token lapsed");
     g.expect("free").release().await.unwrap();
     assert!(!m.is_locked().await.unwrap());
+    // A new name's watch, on the watch stream the waiter opened before the token lapsed.
+    let r = waiter.rwlock("fresh").unwrap();
+    let read = r
+        .read_lock()
+        .await
+        .expect("a new watch after the token lapsed");
+    read.release().await.unwrap();
     locks.close().await.unwrap();
     waiter.close().await.unwrap();
 }

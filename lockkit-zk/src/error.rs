@@ -45,9 +45,10 @@ pub(crate) fn dropped_connection(e: &Error) -> bool {
 }
 
 /// Whether `e` (as [`map`] made it), from a request of `client`, failed because the client's
-/// session ended: its ephemeral nodes went with it.
+/// session expired: its ephemeral nodes went with it, and the handle opens a new session. Not
+/// a closed handle or a refused authentication: those are the acquire's answer.
 pub(crate) fn session_ended(client: &zk::Client, e: &Error) -> bool {
-    client.state().is_terminated()
+    client.state() == zk::SessionState::Expired
         || std::error::Error::source(e)
             .and_then(|s| s.downcast_ref::<zk::Error>())
             .is_some_and(|z| matches!(z, zk::Error::SessionExpired))

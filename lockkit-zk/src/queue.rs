@@ -427,7 +427,9 @@ impl Queue for ZkQueue<'_> {
         })
     }
 
-    async fn enqueue(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
+    /// `Gone` when the session expired meanwhile and `req` may wait (a new claim follows); an
+    /// acquire that may not wait answers the error, not "busy".
+    async fn enqueue(&self, c: &mut Claim, req: &Request) -> Result<Standing> {
         let client = c.client.clone();
         let created = create(
             self.session,
@@ -440,6 +442,7 @@ impl Queue for ZkQueue<'_> {
         .await;
         let (node, children) = match created {
             Ok(made) => made,
+            Err(e) if !req.waits() => return Err(e),
             Err(e) => return gone_if_ended(&client, Err(e)),
         };
         c.node = Some(node);
@@ -464,9 +467,9 @@ impl Queue for ZkQueue<'_> {
         woken_unless_failed(&c.client, watched)
     }
 
-    /// `Gone` once the claim's session ended.
+    /// `Gone` once the claim's session expired.
     async fn standing(&self, c: &mut Claim, _req: &Request) -> Result<Standing> {
-        if c.client.state().is_terminated() {
+        if c.client.state() == zk::SessionState::Expired {
             return Ok(Standing::Gone);
         }
         let limit = Instant::now() + self.session.cfg.command_timeout;

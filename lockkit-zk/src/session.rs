@@ -134,7 +134,7 @@ impl Session {
         Ok(self.current()?.client)
     }
 
-    /// The current client once its session is live, for a new claim. After an expiry that is
+    /// The current client unless its session expired, for a new claim. After an expiry that is
     /// the client the session task opens in its place, waited for within `req`'s budget and
     /// one command timeout (the server may be out of reach); then a retryable `Connection`
     /// error.
@@ -144,7 +144,8 @@ impl Session {
             // Registered before the look, so a replacement between the two is not missed.
             let replaced = self.replaced.notified();
             let client = self.client()?;
-            if !client.state().is_terminated() {
+            // A client that failed authentication is no session to wait for: its requests say so.
+            if client.state() != zk::SessionState::Expired {
                 return Ok(client);
             }
             if tokio::time::timeout_at(until, replaced).await.is_err() {

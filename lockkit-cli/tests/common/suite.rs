@@ -118,15 +118,23 @@ pub fn a_signalled_waiter_leaves_the_queue(url: &str) {
     let n = name("int-waiter");
     let dir = TempDir::new("int-waiter");
     let ready = dir.path("ready");
-    let hold = format!("echo held > {}; sleep 2", ready.display());
+    let hold = format!("echo held > {}; sleep 5", ready.display());
     let mut holder = Bg::spawn(exec(url, &n, &[], &["sh", "-c", &hold]));
     wait_file(&ready, LIMIT);
     let mut waiter = Bg::spawn(exec(url, &n, &["--wait", "60s"], &["true"]));
-    // Time to connect and queue behind the holder.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Signalled once it waits behind the holder (its signal handlers are in place by then).
+    let queued = Instant::now();
+    loop {
+        let o = run(lockkit(url, &["inspect", &n]), LIMIT);
+        if text(&o).0.contains("waiters (in queue order)") {
+            break;
+        }
+        assert!(queued.elapsed() < LIMIT, "never queued: {:?}", text(&o));
+        std::thread::sleep(Duration::from_millis(50));
+    }
     waiter.signal("INT");
     assert_eq!(waiter.wait(LIMIT).code(), Some(130), "{}", waiter.stderr());
-    let o = run(exec(url, &n, &["--wait", "10s"], &["true"]), LIMIT);
+    let o = run(exec(url, &n, &["--wait", "20s"], &["true"]), LIMIT);
     assert_eq!(
         code(&o),
         0,
