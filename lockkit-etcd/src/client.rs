@@ -21,9 +21,9 @@ pub(crate) struct Pool {
     /// (opened on first use): a member cut off from the quorum ends them instead of keeping
     /// them open and silent. Other requests keep working through an election.
     watchers: Vec<tokio::sync::OnceCell<Client>>,
-    /// Per endpoint, when its watch client last logged in again (see
-    /// [`relogin_watcher`](Pool::relogin_watcher)); only with a user.
-    relogins: Option<Vec<std::sync::Mutex<Option<tokio::time::Instant>>>>,
+    /// Per endpoint, its watch client's logins (see [`relogin_watcher`](Pool::relogin_watcher));
+    /// only with a user.
+    logins: Option<Vec<std::sync::Mutex<Login>>>,
     options: ConnectOptions,
     connect_timeout: Duration,
     current: AtomicUsize,
@@ -46,6 +46,17 @@ impl std::fmt::Debug for Pool {
 /// How often at most a watch client logs in again after a refusal (each login costs the server
 /// a password hash).
 const RELOGIN_EVERY: Duration = Duration::from_secs(10);
+
+/// One endpoint's watch client's logins after the first: how many, and when the last was.
+#[derive(Debug, Default)]
+struct Login {
+    generation: u64,
+    at: Option<tokio::time::Instant>,
+}
+
+fn lock_login(m: &std::sync::Mutex<Login>) -> std::sync::MutexGuard<'_, Login> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl Pool {
     /// Builds one client per endpoint. etcd-client connects lazily, so nothing fails here for a
@@ -105,7 +116,7 @@ impl Pool {
                 .iter()
                 .map(|_| tokio::sync::OnceCell::new())
                 .collect(),
-            relogins: user.map(|_| clients.iter().map(|_| Default::default()).collect()),
+            logins: user.map(|_| clients.iter().map(|_| Default::default()).collect()),
             clients,
             options,
             connect_timeout,
@@ -150,26 +161,47 @@ impl Pool {
         Ok((i, client.clone()))
     }
 
-    /// A watch create on endpoint `idx`'s watch stream was refused for authorization: whether
-    /// that stream's token may have lapsed (etcd forgets a token unused for
-    /// `--auth-token-ttl`, and checks a stream's at each create), in which case the watch client
-    /// has just logged in again and the stream is to be opened again with the new token. No
-    /// when the handle has no user, or its watch client logged in again within the last
-    /// [`RELOGIN_EVERY`]: the refusal stands then (the user may not read the key).
-    pub(crate) async fn relogin_watcher(&self, idx: usize) -> bool {
-        let (Some(relogins), Some(client)) = (&self.relogins, self.watchers[idx].get()) else {
+    /// Which login of endpoint `idx`'s watch client a stream opened now carries the token of:
+    /// noted before the open, for [`relogin_watcher`](Pool::relogin_watcher).
+    pub(crate) fn watcher_login(&self, idx: usize) -> u64 {
+        self.logins
+            .as_ref()
+            .map_or(0, |l| lock_login(&l[idx]).generation)
+    }
+
+    /// A watch create on endpoint `idx`'s watch stream, opened with login `opened` (see
+    /// [`watcher_login`](Pool::watcher_login)), was refused for authorization: whether the
+    /// stream is to be opened again with a newer token. etcd forgets a token unused for
+    /// `--auth-token-ttl`, and checks a stream's at each create. Yes when the watch client
+    /// logged in again since the stream opened, or does so now (at most once every
+    /// [`RELOGIN_EVERY`]). No when the handle has no user, the login fails, or the stream
+    /// already carries a token that recent: the refusal stands then (the user may not read the
+    /// key).
+    pub(crate) async fn relogin_watcher(&self, idx: usize, opened: u64) -> bool {
+        let (Some(logins), Some(client)) = (&self.logins, self.watchers[idx].get()) else {
             return false;
         };
         {
-            let mut last = relogins[idx].lock().unwrap_or_else(|e| e.into_inner());
-            let now = tokio::time::Instant::now();
-            if last.is_some_and(|at| now < at + RELOGIN_EVERY) {
+            let login = lock_login(&logins[idx]);
+            if login.generation != opened {
+                return true;
+            }
+            if login
+                .at
+                .is_some_and(|at| tokio::time::Instant::now() < at + RELOGIN_EVERY)
+            {
                 return false;
             }
-            *last = Some(now);
         }
         match tokio::time::timeout(self.timeout, client.refresh_token()).await {
-            Ok(Ok(())) => true,
+            Ok(Ok(())) => {
+                let mut login = lock_login(&logins[idx]);
+                if login.generation == opened {
+                    login.generation += 1;
+                }
+                login.at = Some(tokio::time::Instant::now());
+                true
+            }
             Ok(Err(e)) => {
                 tracing::debug!(backend = "etcd", error = %e, "lockkit: cannot log the watch client in again");
                 false

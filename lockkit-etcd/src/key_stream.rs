@@ -298,6 +298,8 @@ async fn life(
             return Err(e);
         }
     };
+    // The login whose token the stream carries (noted before it opens).
+    let login = pool.watcher_login(idx);
     let mut life = Life {
         pool,
         strays,
@@ -377,7 +379,7 @@ async fn life(
             match answer.id {
                 Some(ours) => id = ours,
                 None if r.canceled() => {
-                    return Err(stream::refusal(pool, idx, r.cancel_reason()).await)
+                    return Err(stream::refusal(pool, idx, login, r.cancel_reason()).await)
                 }
                 None => continue,
             }
@@ -403,14 +405,14 @@ async fn life(
         if id <= 0 {
             // A progress report, or a refusal of a create we cannot place.
             if r.canceled() {
-                return Err(stream::refusal(pool, idx, r.cancel_reason()).await);
+                return Err(stream::refusal(pool, idx, login, r.cancel_reason()).await);
             }
             continue;
         }
         // A stream whose token lapsed is opened again once logged in.
         if r.canceled()
             && stream::auth_refused(r.cancel_reason())
-            && pool.relogin_watcher(idx).await
+            && pool.relogin_watcher(idx, login).await
         {
             return Err(stream::relogged_in());
         }

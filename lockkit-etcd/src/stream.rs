@@ -190,16 +190,20 @@ pub(crate) fn refused(reason: &str) -> bool {
 }
 
 /// Whether etcd cancelled a watch for authorization: the user may not read the key, or (to
-/// etcd 3.4 the same) the stream's token lapsed; etcd 3.5 says the latter apart.
+/// etcd 3.4 the same) the stream's token lapsed, or (etcd 3.5, JWT) it predates a change of the
+/// users and roles; etcd 3.5 says the latter two apart.
 pub(crate) fn auth_refused(reason: &str) -> bool {
-    refused(reason) || reason.contains("invalid auth token")
+    refused(reason)
+        || reason.contains("invalid auth token")
+        || reason.contains("revision of auth store is old")
 }
 
-/// The error for a watch create etcd cancelled on endpoint `idx`'s stream: a retryable one when
-/// the stream's token may have lapsed and the watch client logged in again
-/// ([`Pool::relogin_watcher`]: the stream is to be opened again), else [`cancelled`].
-pub(crate) async fn refusal(pool: &Pool, idx: usize, reason: &str) -> Error {
-    if auth_refused(reason) && pool.relogin_watcher(idx).await {
+/// The error for a watch create etcd cancelled on endpoint `idx`'s stream, opened with the watch
+/// client's login `login`: a retryable one when the stream's token may have lapsed and a newer
+/// one is there ([`Pool::relogin_watcher`]: the stream is to be opened again), else
+/// [`cancelled`].
+pub(crate) async fn refusal(pool: &Pool, idx: usize, login: u64, reason: &str) -> Error {
+    if auth_refused(reason) && pool.relogin_watcher(idx, login).await {
         return relogged_in();
     }
     cancelled(reason)

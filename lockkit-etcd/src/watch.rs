@@ -744,6 +744,8 @@ async fn session_of_watch(
             return Err(e);
         }
     };
+    // The login whose token the stream carries (noted before it opens).
+    let login = pool.watcher_login(idx);
     let opts = WatchOptions::new()
         .with_prefix()
         .with_watch_id(PREFIX_WATCH);
@@ -752,7 +754,7 @@ async fn session_of_watch(
     // numbers watches itself (and answers no progress request: the stream is probed instead).
     let main = match tokio::time::timeout(limit, stream.message()).await {
         Ok(Ok(Some(r))) if r.created() && r.canceled() => {
-            return Err(stream::refusal(pool, idx, r.cancel_reason()).await);
+            return Err(stream::refusal(pool, idx, login, r.cancel_reason()).await);
         }
         Ok(Ok(Some(r))) if r.created() => r.watch_id(),
         _ => {
