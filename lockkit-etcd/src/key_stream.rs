@@ -410,11 +410,10 @@ async fn life(
             continue;
         }
         // A stream whose token lapsed is opened again once logged in.
-        if r.canceled()
-            && stream::auth_refused(r.cancel_reason())
-            && pool.relogin_watcher(idx, login).await
-        {
-            return Err(stream::relogged_in());
+        if r.canceled() {
+            if let Some(e) = stream::lapsed(pool, idx, login, r.cancel_reason()).await {
+                return Err(e);
+            }
         }
         let mut found = Vec::new();
         {

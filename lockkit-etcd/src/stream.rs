@@ -192,31 +192,36 @@ pub(crate) fn refused(reason: &str) -> bool {
 /// Whether etcd cancelled a watch for authorization: the user may not read the key, or (to
 /// etcd 3.4 the same) the stream's token lapsed, or (etcd 3.5, JWT) it predates a change of the
 /// users and roles; etcd 3.5 says the latter two apart.
-pub(crate) fn auth_refused(reason: &str) -> bool {
+fn auth_refused(reason: &str) -> bool {
     refused(reason)
         || reason.contains("invalid auth token")
         || reason.contains("revision of auth store is old")
 }
 
-/// The error for a watch create etcd cancelled on endpoint `idx`'s stream, opened with the watch
-/// client's login `login`: a retryable one when the stream's token may have lapsed and a newer
-/// one is there ([`Pool::relogin_watcher`]: the stream is to be opened again), else
-/// [`cancelled`].
-pub(crate) async fn refusal(pool: &Pool, idx: usize, login: u64, reason: &str) -> Error {
-    if auth_refused(reason) && pool.relogin_watcher(idx, login).await {
-        return relogged_in();
+/// A watch create etcd cancelled with `reason` on endpoint `idx`'s stream, opened with the watch
+/// client's login `login`: the retryable error that ends the stream when its token may have
+/// lapsed and a newer one is there ([`Pool::relogin_watcher`]: the stream is opened again with
+/// it); `None` when the refusal stands.
+pub(crate) async fn lapsed(pool: &Pool, idx: usize, login: u64, reason: &str) -> Option<Error> {
+    if !(auth_refused(reason) && pool.relogin_watcher(idx, login).await) {
+        return None;
     }
-    cancelled(reason)
+    Some(
+        Error::new(
+            ErrorKind::Connection,
+            "etcd refused a watch on a stream whose token had lapsed; logged in again",
+        )
+        .with_retryable(true),
+    )
 }
 
-/// The error that ends a watch stream whose token lapsed once its client logged in again: the
-/// stream is opened again (retryable).
-pub(crate) fn relogged_in() -> Error {
-    Error::new(
-        ErrorKind::Connection,
-        "etcd refused a watch on a stream whose token had lapsed; logged in again",
-    )
-    .with_retryable(true)
+/// The error for a watch create etcd cancelled on endpoint `idx`'s stream (see [`lapsed`]),
+/// else [`cancelled`].
+pub(crate) async fn refusal(pool: &Pool, idx: usize, login: u64, reason: &str) -> Error {
+    match lapsed(pool, idx, login, reason).await {
+        Some(e) => e,
+        None => cancelled(reason),
+    }
 }
 
 /// The error for a watch etcd cancelled: `Auth` when the user may not read the prefix.
