@@ -260,3 +260,35 @@ async fn a_semaphore_size_is_never_written_through_a_planted_link() {
         "3\n"
     );
 }
+
+/// A process stopped mid-draw keeps a token counter locked. Another reader, which holds its
+/// shared lock already, waits for the counter at most `command_timeout`, then fails with
+/// `Timeout` and lets go of its read lock. The draw used to block on the counter with no bound,
+/// so even a `try_read` hung for as long as the stopped process did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_counter_locked_by_a_stopped_process_bounds_the_acquire() {
+    let d = dir("counter-held");
+    let locks = lockkit::connect(&format!("{}?command_timeout=300ms", d.url()))
+        .await
+        .unwrap();
+    let rw = locks.rwlock("rw").unwrap();
+    rw.read_lock().await.unwrap().release().await.unwrap();
+    // The stopped process: it holds the counter's lock and never finishes.
+    let counter = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.path().join("rw.rw.token"))
+        .unwrap();
+    counter.lock().unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), rw.try_read())
+        .await
+        .expect("the draw waits at most command_timeout")
+        .unwrap_err();
+    assert_eq!(e.kind(), lockkit::ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains("command_timeout"), "{e}");
+    // The failed reader let go: a writer gets in once the counter is free again.
+    counter.unlock().unwrap();
+    let w = rw.try_write().await.unwrap().expect("nothing left held");
+    w.release().await.unwrap();
+    locks.close().await.unwrap();
+}

@@ -20,6 +20,8 @@ pub(super) struct Inner {
     pub(super) dir: PathBuf,
     pub(super) sync: bool,
     pub(super) lease: Duration,
+    /// The longest wait for a token counter's lock.
+    pub(super) command_timeout: Duration,
     pub(super) reaper: Reaper,
     pub(super) id: String,
     /// Whether the directory's file system folds case: names that differ only in case are one
@@ -98,12 +100,12 @@ impl Inner {
     /// is ever below one drawn after it took the lock (an election's term is the last drawn).
     /// `close` waits for such draws ([`Inner::draws_done`]).
     pub(super) async fn finish(&self, counter: PathBuf, a: Acquired) -> Result<GuardParts> {
-        let sync = self.sync;
+        let (sync, within) = (self.sync, self.command_timeout);
         let files = a.files;
         // Counted until the files are let go, by this future or (dropped) by the task's output.
         let drawing = Drawing::start(&self.draws);
         let (files, token, drawing) = tokio::task::spawn_blocking(move || {
-            let token = token::next_token(&counter, sync);
+            let token = token::next_token(&counter, sync, within);
             (files, token, drawing)
         })
         .await

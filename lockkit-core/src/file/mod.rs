@@ -47,6 +47,8 @@
 //!
 //! URL: `file:///var/lock/myapp` (the directory is created if missing). Option `sync=false`
 //! skips the `fdatasync` of the token counter (faster; tokens may go back after a power loss).
+//! `command_timeout` (5 s) bounds the wait for a token counter that another process is drawing
+//! from: one stopped mid-draw keeps it locked, and the acquire fails with `Timeout` then.
 //!
 //! Files are never deleted (except by `force_unlock`): the token counter must outlive every
 //! holder, or tokens would start again from 1. A directory holds about three small files per
@@ -83,7 +85,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::inspect::{LockEntry, LockInfo, Primitive};
 use crate::kind::BackendKind;
 use crate::options::DEFAULT_LEASE;
-use crate::settings::Settings;
+use crate::settings::{Settings, DEFAULT_COMMAND_TIMEOUT};
 use crate::spi::{Backend, RawElection, RawMutex, RawRwLock, RawSemaphore, Reaper};
 use crate::{LockConfig, Locks};
 use inner::Inner;
@@ -112,7 +114,8 @@ pub static INFO: BackendInfo = BackendInfo {
 
 /// Opens the lock directory named by `cfg`'s `file://` URL, creating it if missing. With an
 /// explicit `prefix`, the locks live in the subdirectory of that name. `lease` sets the default
-/// lease; `connect_timeout` and `command_timeout` are accepted and have nothing to bound.
+/// lease; `command_timeout` bounds the wait for a token counter that another process is
+/// drawing from; `connect_timeout` is accepted and has nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
     let settings = Settings::<FileKey>::parse(cfg, &INFO)?;
     settings.refuse_credentials("file")?;
@@ -128,7 +131,8 @@ pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
     }
     let backend = FileBackend::open(&dir)?
         .with_sync(sync)
-        .with_lease(settings.lease());
+        .with_lease(settings.lease())
+        .with_command_timeout(settings.command_timeout());
     Ok(Locks::new(backend))
 }
 
@@ -167,6 +171,7 @@ impl FileBackend {
                 dir: dir.to_path_buf(),
                 sync: true,
                 lease: DEFAULT_LEASE,
+                command_timeout: DEFAULT_COMMAND_TIMEOUT,
                 reaper: Reaper::default(),
                 folds_case: paths::folds_case(dir, &id),
                 id,
@@ -182,6 +187,7 @@ impl FileBackend {
             dir: self.inner.dir.clone(),
             sync: self.inner.sync,
             lease: self.inner.lease,
+            command_timeout: self.inner.command_timeout,
             reaper: self.inner.reaper.clone(),
             id: fresh_id(),
             folds_case: self.inner.folds_case,
@@ -203,6 +209,13 @@ impl FileBackend {
     /// The default lease (30 s unless set).
     pub fn with_lease(self, lease: Duration) -> Self {
         self.rebuild(|i| i.lease = lease)
+    }
+
+    /// How long an acquire waits for a token counter that another process is drawing from
+    /// (5 s unless set): a process stopped mid-draw keeps the counter locked. Past it, the
+    /// acquire fails with [`ErrorKind::Timeout`] and lets go of what it took.
+    pub fn with_command_timeout(self, within: Duration) -> Self {
+        self.rebuild(|i| i.command_timeout = within)
     }
 
     /// The lock directory.

@@ -277,7 +277,11 @@ pub(crate) fn io_error(e: io::Error) -> Error {
         Ok(refused) => return refused,
         Err(e) => e,
     };
-    Error::new(ErrorKind::Backend, format!("lock directory: {e}")).with_source(e)
+    let kind = match e.kind() {
+        io::ErrorKind::TimedOut => ErrorKind::Timeout,
+        _ => ErrorKind::Backend,
+    };
+    Error::new(kind, format!("lock directory: {e}")).with_source(e)
 }
 
 /// A lockkit error (a refusal: no I/O failed) through an attempt that returns `io::Result`;

@@ -6,20 +6,22 @@
 //! the file's length and a torn write cannot shorten it. A counter that does not parse is an
 //! error, never a reset: going back would break fencing.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
-/// The next token of the counter at `path`. Blocks on the counter's lock: call it from
-/// `spawn_blocking`.
-pub(crate) fn next_token(path: &Path, sync: bool) -> io::Result<u64> {
+/// The next token of the counter at `path`. Waits at most `within` for the counter's lock (a
+/// draw takes it for a write and a sync; a process stopped mid-draw keeps it), so it blocks:
+/// call it from `spawn_blocking`.
+pub(crate) fn next_token(path: &Path, sync: bool, within: Duration) -> io::Result<u64> {
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    f.lock()?;
+    lock_within(&f, path, within)?;
     let mut text = String::new();
     f.read_to_string(&mut text)?;
     let current = match text.trim() {
@@ -40,6 +42,32 @@ pub(crate) fn next_token(path: &Path, sync: bool) -> io::Result<u64> {
     Ok(next)
 }
 
+/// Takes `f`'s exclusive lock, polling (1 ms, doubling to 10 ms) until `within` has passed.
+fn lock_within(f: &File, path: &Path, within: Duration) -> io::Result<()> {
+    let until = Instant::now() + within;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::Error(e)) => return Err(e),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        let now = Instant::now();
+        if now >= until {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "fencing counter {} stayed locked for {within:?} (command_timeout): a \
+                     process holding it has not finished its draw",
+                    path.display()
+                ),
+            ));
+        }
+        std::thread::sleep(pause.min(until - now));
+        pause = (pause * 2).min(Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,10 +78,11 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c.token");
         let _ = std::fs::remove_file(&p);
-        assert_eq!(next_token(&p, true).unwrap(), 1);
-        assert_eq!(next_token(&p, false).unwrap(), 2);
+        let within = Duration::from_secs(1);
+        assert_eq!(next_token(&p, true, within).unwrap(), 1);
+        assert_eq!(next_token(&p, false, within).unwrap(), 2);
         std::fs::write(&p, "garbage").unwrap();
-        assert!(next_token(&p, true).is_err());
+        assert!(next_token(&p, true, within).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
