@@ -115,8 +115,7 @@ impl LockConfig {
 
     /// Reads a TOML document (the fields of this struct).
     pub fn from_toml_str(s: &str) -> Result<Self> {
-        let cfg: LockConfig = toml::from_str(s)
-            .map_err(|e| Error::config(format!("bad lockkit TOML config: {e}")))?;
+        let cfg: LockConfig = toml::from_str(s).map_err(|e| toml_error(s, &e))?;
         cfg.check()?;
         Ok(cfg)
     }
@@ -211,6 +210,53 @@ const OTHER_VARS: &[&str] = &[
     "CHILD",
 ];
 
+/// A TOML error without the values it would quote: the parser shows the line it stopped at and
+/// names the value it refused, which may be a password or a URL holding one. Field names stay.
+fn toml_error(doc: &str, e: &toml::de::Error) -> Error {
+    let message = e.message().trim_end();
+    let message = if message.starts_with("unknown field") || message.starts_with("missing field") {
+        message.to_string()
+    } else {
+        hide_quoted(message)
+    };
+    let at = match e.span() {
+        Some(span) => {
+            let before = &doc[..span.start.min(doc.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!(" at line {line}, column {column}")
+        }
+        None => String::new(),
+    };
+    Error::config(format!("bad lockkit TOML config{at}: {message}"))
+}
+
+/// `message` with every `` `quoted` `` or `"quoted"` part replaced by `…`.
+fn hide_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut open: Option<char> = None;
+    for c in message.chars() {
+        match open {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                open = None;
+            }
+            Some(_) => {}
+            None => {
+                out.push(c);
+                if c == '`' || c == '"' {
+                    open = Some(c);
+                }
+            }
+        }
+    }
+    if open.is_some() {
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +300,24 @@ mod tests {
                 ErrorKind::Config
             );
         }
+    }
+
+    /// The TOML parser's own message quotes the line it stopped at and the value it refused: a
+    /// password, or a URL with one, was printed.
+    #[test]
+    fn a_bad_toml_config_does_not_show_its_values() {
+        for (doc, says) in [
+            ("url = \"redis://h\"\npassword = 123456\n", "line 2"),
+            ("url = \"redis://h\"\npassword = \"123456\n", "line 2"),
+            ("url = \"redis://u:123456@h\nlease = \"2s\"\n", "line 1"),
+            ("url = 123456\n", "line 1"),
+        ] {
+            let e = LockConfig::from_toml_str(doc).unwrap_err().to_string();
+            assert!(!e.contains("123456"), "{doc}: {e}");
+            assert!(e.contains(says), "{doc}: {e}");
+        }
+        let e = LockConfig::from_toml_str("url = \"mem://\"\nbogus = 1").unwrap_err();
+        assert!(e.to_string().contains("`bogus`"), "{e}");
     }
 
     #[test]

@@ -107,6 +107,14 @@ impl<K: OptionKey> Settings<K> {
         let mut common: Vec<(CommonKey, String)> = Vec::new();
         let mut own: Vec<(K, String)> = Vec::new();
         let mut tls: Vec<(TlsKey, String)> = Vec::new();
+        // A key given twice in the URL would have one of its values never read, not even checked.
+        for (i, (k, _)) in url.params.iter().enumerate() {
+            if url.params[..i].iter().any(|(seen, _)| seen == k) {
+                return Err(Error::config(format!(
+                    "option {k:?} is given twice in the URL; give it once"
+                )));
+            }
+        }
         // Config options first: they win over the URL's.
         let pairs = cfg
             .options
@@ -417,5 +425,19 @@ mod tests {
         );
         assert!(parse("zk://h?lease=1ms").is_err());
         assert!(parse("zk://h?command_timeout=0s").is_err());
+    }
+
+    /// Only one of a key's values was ever read: `soon` was not even parsed.
+    #[test]
+    fn a_key_given_twice_in_the_url_is_refused() {
+        for url in [
+            "zk://h?session_timeout=soon&session_timeout=10s",
+            "zk://h?lease=3s&lease=3s",
+            "zk://h?acl=open&prefix=p&acl=creator",
+        ] {
+            let e = parse(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}");
+            assert!(e.to_string().contains("given twice"), "{url}: {e}");
+        }
     }
 }

@@ -85,6 +85,10 @@ impl ServerUrl {
         };
         let (userinfo, hostlist) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
+            // An `@` past the host most likely ends a password with a raw `/` or `?` in it,
+            // which would otherwise be read as a host, a port or a path (and echoed back, or
+            // connected to without credentials).
+            None if rest.contains('@') => return Err(stray_at(url)),
             None => (None, authority),
         };
         let (username, password) = match userinfo {
@@ -209,6 +213,16 @@ pub fn redact(url: &str) -> String {
         Ok(u) if u.username.is_some() || u.password.is_some() || !has_at(url) => u.to_string(),
         _ => redact_raw(url),
     }
+}
+
+/// The refusal of an `@` that does not end the authority; the URL is shown with everything up to
+/// its last `@` hidden.
+fn stray_at(url: &str) -> Error {
+    Error::config(format!(
+        "{} has an `@` after its host: in a password, percent-encode `/`, `?` and `#` \
+         (%2F, %3F, %23); anywhere else, write `@` as %40",
+        redact_raw(url)
+    ))
 }
 
 /// Whether `url` has an `@` after its `://`.
@@ -470,6 +484,39 @@ mod tests {
             let shown = redact(url);
             assert!(!shown.contains("hunter2"), "{url}: {shown}");
         }
+    }
+
+    /// A password with a raw `/` or `?` used to be read as a host and a path (or a query): its
+    /// first part turned up in a "bad port" or "bad db" error, or the URL parsed, connecting
+    /// without credentials to a host named by the user name, with the rest in the path.
+    #[test]
+    fn an_at_past_the_host_is_refused_without_showing_the_password() {
+        for url in [
+            "redis://default:Ab3/xYz@h:6379",
+            "redis://default:123/hunter2@h",
+            "zk://alice:42/s3cret@zk1",
+            "zk://alice:42?s3cret@zk1",
+            "etcd://u:p#1/x@h",
+            "zk://zk1:2181/app@v2",
+        ] {
+            let e = ServerUrl::parse(url).unwrap_err();
+            let shown = e.to_string();
+            assert_eq!(e.kind(), ErrorKind::Config, "{url}");
+            assert!(shown.contains("percent-encode"), "{url}: {shown}");
+            for secret in [
+                "Ab3", "xYz", "123", "hunter2", "s3cret", "alice", "p#1", "app",
+            ] {
+                assert!(!shown.contains(secret), "{url}: {shown}");
+            }
+        }
+        // Escaped, each is what it says.
+        let u = ServerUrl::parse("redis://default:Ab3%2FxYz@h:6379").unwrap();
+        assert_eq!(u.password.as_ref().map(|p| p.expose()), Some("Ab3/xYz"));
+        let u = ServerUrl::parse("zk://zk1:2181/app%40v2?tls_ca=%2Fa%40b").unwrap();
+        assert_eq!(
+            (u.path.as_str(), u.param("tls_ca")),
+            ("app@v2", Some("/a@b"))
+        );
     }
 
     #[test]

@@ -90,7 +90,12 @@ pub async fn connect_etcd(cfg: &LockConfig) -> Result<EtcdLocks> {
     let user = match (&url.username, &url.password) {
         (Some(u), Some(p)) => Some((u.clone(), p.expose().to_string())),
         (Some(u), None) => Some((u.clone(), String::new())),
-        _ => None,
+        (None, Some(_)) => {
+            return Err(Error::config(
+                "an etcd user needs a name, not only a password (etcd://user:password@host)",
+            ))
+        }
+        (None, None) => None,
     };
     let tls_on = tls.is_some();
     let connected = async {

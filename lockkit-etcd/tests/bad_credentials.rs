@@ -50,3 +50,17 @@ async fn expired_server_certificate_is_refused() {
     let e = refused(bad, &pw).await;
     assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
 }
+
+/// A password with no user name used to be dropped without a word, and the handle connected
+/// unauthenticated; ZooKeeper refuses the same URL.
+#[tokio::test]
+async fn a_password_without_a_user_is_refused() {
+    let mut set = LockConfig::new("etcd://127.0.0.1:1");
+    set.password = Some(lockkit_core::Secret::new("hunter2"));
+    for cfg in [LockConfig::new("etcd://:hunter2@127.0.0.1:1"), set] {
+        let e = lockkit_etcd::connect(&cfg).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+        assert!(e.to_string().contains("needs a name"), "{e}");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+}

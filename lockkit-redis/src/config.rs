@@ -263,11 +263,18 @@ impl Settings {
                 .duration(RedisKey::FenceTtl)?
                 .unwrap_or(Duration::from_secs(3600)),
             // `fair_heartbeat`: its name from when only fair waiters had one.
-            waiter_heartbeat: match common.duration(RedisKey::WaiterHeartbeat)? {
-                Some(d) => d,
-                None => common
-                    .duration(RedisKey::FairHeartbeat)?
-                    .unwrap_or(Duration::from_secs(1)),
+            waiter_heartbeat: match (
+                common.duration(RedisKey::WaiterHeartbeat)?,
+                common.duration(RedisKey::FairHeartbeat)?,
+            ) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(Error::config(format!(
+                        "waiter_heartbeat {a:?} and fair_heartbeat {b:?} disagree; they are \
+                         the same setting: give one"
+                    )))
+                }
+                (Some(d), _) | (None, Some(d)) => d,
+                (None, None) => Duration::from_secs(1),
             },
             tls: common.tls().cloned(),
             redisson_compat: common.flag(RedisKey::RedissonCompat)?.unwrap_or(false),
@@ -374,6 +381,19 @@ mod tests {
 
     fn parse(url: &str) -> Result<Settings> {
         Settings::from_config(&LockConfig::new(url), &crate::INFO)
+    }
+
+    /// `fair_heartbeat` is `waiter_heartbeat`'s older name: given both, one was never read.
+    #[test]
+    fn the_heartbeat_and_its_old_name_must_agree() {
+        let e = parse("redis://h?waiter_heartbeat=2s&fair_heartbeat=banana").unwrap_err();
+        assert_eq!(e.kind(), lockkit_core::ErrorKind::Config, "{e}");
+        let e = parse("redis://h?waiter_heartbeat=2s&fair_heartbeat=3s").unwrap_err();
+        assert!(e.to_string().contains("disagree"), "{e}");
+        let s = parse("redis://h?waiter_heartbeat=2s&fair_heartbeat=2s").unwrap();
+        assert_eq!(s.waiter_heartbeat, Duration::from_secs(2));
+        let s = parse("redis://h?fair_heartbeat=3s").unwrap();
+        assert_eq!(s.waiter_heartbeat, Duration::from_secs(3));
     }
 
     #[test]
