@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::spi::{
-    drive, moot_after, no_size, settle_size, size_mismatch, too_many, Exit, GuardParts, Held,
-    Queue, RawRwLock, RawSemaphore, Request, Standing, StateCell, Woken,
+    drive, moot_after, no_size, settle_size, size_mismatch, too_many, Armed, Exit, GuardParts,
+    Held, Queue, RawRwLock, RawSemaphore, Request, Standing, StateCell, Undo, Woken,
 };
 use lockkit_core::{async_trait, Error, ErrorKind, Lease, Result};
 use tokio::time::Instant;
@@ -509,6 +509,40 @@ impl RawSemaphore for RedisSemaphore {
     }
 }
 
+/// A downgrade whose answer was not seen: the server may have turned the write hold into a read
+/// hold. The write hold is released first, so a downgrade that reaches the server later finds
+/// nothing to turn, then the read hold.
+struct UnseenDowngrade {
+    inner: Arc<Inner>,
+    layout: Layout,
+    keys: Arc<LockKeys>,
+    writer: String,
+    reader: String,
+    /// How long either hold may live on the server.
+    moot: Duration,
+}
+
+impl Undo for UnseenDowngrade {
+    fn undo(self) {
+        let UnseenDowngrade {
+            inner,
+            layout,
+            keys,
+            writer,
+            reader,
+            moot,
+        } = self;
+        inner.reap("undo an unanswered downgrade", moot, move |inner| {
+            let (keys, writer, reader) = (keys.clone(), writer.clone(), reader.clone());
+            async move {
+                release(&inner, layout, &keys, &writer, "w").await?;
+                release(&inner, layout, &keys, &reader, "s").await?;
+                Ok(())
+            }
+        });
+    }
+}
+
 /// One held write lock, read lock or set of permits.
 #[derive(Debug)]
 struct SharedHeld {
@@ -614,8 +648,21 @@ impl Held for SharedHeld {
                 .arg(&self.keys.holders)
                 .arg(&self.keys.channel),
         };
+        // Armed until the answer is seen: a downgrade the server took while its reply was lost
+        // (or this future dropped) leaves a read hold no guard owns, which kept writers out
+        // for a whole lease.
+        let unseen = Armed::new(UnseenDowngrade {
+            inner: self.inner.clone(),
+            layout: self.layout,
+            keys: self.keys.clone(),
+            writer: self.member.clone(),
+            reader: reader.clone(),
+            moot: moot_after(&[lease.duration(), self.state.clock().server_bound()]),
+        });
         let sent_at = Instant::now();
-        if self.inner.invoke::<i64>(&inv, "downgrade").await? != 1 {
+        let answer = self.inner.invoke::<i64>(&inv, "downgrade").await?;
+        unseen.disarm();
+        if answer != 1 {
             self.inner.watchdog.lost(self.id);
             return Err(Error::lost(&self.name));
         }

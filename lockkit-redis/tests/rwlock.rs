@@ -324,3 +324,36 @@ async fn a_short_heartbeat_does_not_expire_another_clients_intent() {
     r.release().await.unwrap();
     writer.await.unwrap().release().await.unwrap();
 }
+
+/// A downgrade the server takes while its caller has given up on it (a dropped future here; a
+/// lost reply is the same) used to leave a read hold no guard owned: writers were kept out for
+/// the whole lease. The undo releases the write hold, then the read hold, on both layouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_whose_answer_is_not_seen_leaves_no_read_hold() {
+    let server = PrivateRedis::start(&[]);
+    for compat in ["false", "true"] {
+        let locks = connect(&server.url(), &[("redisson_compat", compat)]).await;
+        let other = connect(&server.url(), &[("redisson_compat", compat)]).await;
+        // The scripts are loaded before the server stops.
+        let warm = locks.rwlock(&unique_name("warm")).unwrap();
+        let r = warm.write_lock().await.unwrap().downgrade().await.unwrap();
+        r.release().await.unwrap();
+
+        let name = unique_name("unseen-downgrade");
+        let w = locks.rwlock(&name).unwrap().write_lock().await.unwrap();
+        server.pause();
+        let gave_up = tokio::time::timeout(Duration::from_millis(200), w.downgrade()).await;
+        assert!(gave_up.is_err(), "{compat}: the server is stopped");
+        server.resume();
+        let got = other
+            .rwlock(&name)
+            .unwrap()
+            .write(&AcquireOptions::new().wait(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        let w2 = got.unwrap_or_else(|| panic!("{compat}: an orphan read hold kept the writer out"));
+        w2.release().await.unwrap();
+        locks.close().await.unwrap();
+        other.close().await.unwrap();
+    }
+}
