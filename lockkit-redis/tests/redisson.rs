@@ -175,6 +175,36 @@ async fn compat_mutex_tokens_share_rfencedlocks_counter() {
     let _: i64 = raw(&mut admin, &["DEL", &counter]).await;
 }
 
+/// `extend` to a shorter lease moves the server's TTL of a write lock, as RedissonWriteLock's own
+/// renewal sets it: the renewal raised a Redisson RW hash's TTL only (right for a reader, whose
+/// hash lives as long as its longest holder), so a writer that died after `extend(2s)` kept the
+/// lock for the 60 s it had asked for first. A reader's shorter extend moves its own timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_extend_to_a_shorter_lease_moves_the_servers_ttl() {
+    let Some(url) = shared_url() else { return };
+    let locks = connect(&url, &[("redisson_compat", "true")]).await;
+    let mut admin = admin(&url).await;
+    let name = compat_name("rs-rw-shorter");
+    let long = AcquireOptions::new().fixed_lease(Duration::from_secs(60));
+    let rw = locks.rwlock(&name).unwrap();
+    let w = rw.write(&long).await.unwrap().unwrap();
+    assert!(raw::<i64>(&mut admin, &["PTTL", &name]).await > 50_000);
+    w.extend(Duration::from_secs(2)).await.unwrap();
+    let left = raw::<i64>(&mut admin, &["PTTL", &name]).await;
+    assert!((1..=2_000).contains(&left), "the write hash lives {left} ms more");
+    w.release().await.unwrap();
+
+    let r = rw.read(&long).await.unwrap().unwrap();
+    r.extend(Duration::from_secs(2)).await.unwrap();
+    let fields: std::collections::HashMap<String, String> =
+        raw(&mut admin, &["HGETALL", &name]).await;
+    let field = fields.keys().find(|k| *k != "mode").unwrap();
+    let timeout = format!("{{{name}}}:{field}:rwlock_timeout:1");
+    let left = raw::<i64>(&mut admin, &["PTTL", &timeout]).await;
+    assert!((1..=2_000).contains(&left), "the read hold lives {left} ms more");
+    r.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compat_rwlock_speaks_redissons_layout_and_messages() {
     let Some(url) = shared_url() else { return };
