@@ -6,6 +6,7 @@
 //! its ownerships a force-unlock took (`<owner> <key>`, [`Subscriptions::hear_holder`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -38,6 +39,9 @@ enum HolderState {
 pub(crate) struct Slot {
     notify: Notify,
     grant: Mutex<Option<u64>>,
+    /// Counts the messages that woke this slot: a wake-up is passed on once per message by
+    /// each waiter ([`Subscription::pass_on`]).
+    messages: AtomicU64,
 }
 
 impl Slot {
@@ -45,11 +49,13 @@ impl Slot {
         if grant.is_some() {
             *self.grant.lock().unwrap_or_else(|e| e.into_inner()) = grant;
         }
+        self.messages.fetch_add(1, Ordering::Relaxed);
         self.notify.notify_one();
     }
 
     /// Wakes every waiter of this slot (and the next one to wait on it).
     fn wake_every(&self) {
+        self.messages.fetch_add(1, Ordering::Relaxed);
         self.notify.notify_waiters();
         self.notify.notify_one();
     }
@@ -140,6 +146,18 @@ impl Subscription {
     /// Passes a wake-up on to another local waiter (this one took it but did not use it).
     pub(crate) fn forward(&self) {
         self.slot.notify.notify_one();
+    }
+
+    /// Passes on a wake-up this waiter took and found no use for, unless it passed one on since
+    /// the last message (`passed`: the message count it last passed on at). Waiters are woken
+    /// in the order they wait, so a wake-up goes round every waiter once and stops, instead of
+    /// going back and forth between two that cannot use it.
+    pub(crate) fn pass_on(&self, passed: &mut u64) {
+        let messages = self.slot.messages.load(Ordering::Relaxed);
+        if *passed != messages {
+            *passed = messages;
+            self.slot.notify.notify_one();
+        }
     }
 }
 

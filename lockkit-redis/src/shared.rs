@@ -282,6 +282,8 @@ struct SharedClaim {
     sub: Option<crate::pubsub::Subscription>,
     /// Whether the last wait ended with a message.
     woken: bool,
+    /// The message count of the channel when this waiter last passed a wake-up on.
+    passed: u64,
     /// The holder's remaining lease at the last attempt (ms).
     pttl: i64,
     won: Option<(u64, Instant, crate::replicas::Ticket)>,
@@ -357,6 +359,7 @@ impl Queue for SharedQueue<'_> {
             intent: false,
             sub: None,
             woken: false,
+            passed: 0,
             pttl: -1,
             won: None,
             tried: false,
@@ -368,8 +371,15 @@ impl Queue for SharedQueue<'_> {
     }
 
     /// Bounded by the holder's remaining lease and, since intents and blocked readers have no
-    /// lease to wait for, by the heartbeat.
+    /// lease to wait for, by the heartbeat. A wake-up the last look found no use for goes to
+    /// the next local waiter first: a release wakes one waiter per client, and another may fit
+    /// where this one did not (fewer permits, or a reader behind a writer's intent).
     async fn wait(&self, c: &mut SharedClaim, req: &Request) -> Result<Woken> {
+        if std::mem::take(&mut c.woken) {
+            if let Some(s) = c.sub.as_ref() {
+                s.pass_on(&mut c.passed);
+            }
+        }
         let inner = &self.core.inner;
         let wake = wake_at(inner.settings.waiter_heartbeat, c.pttl, req);
         // Just subscribed (`None`): a release before that sent no message we saw; look again.

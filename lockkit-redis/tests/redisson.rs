@@ -191,7 +191,10 @@ async fn compat_extend_to_a_shorter_lease_moves_the_servers_ttl() {
     assert!(raw::<i64>(&mut admin, &["PTTL", &name]).await > 50_000);
     w.extend(Duration::from_secs(2)).await.unwrap();
     let left = raw::<i64>(&mut admin, &["PTTL", &name]).await;
-    assert!((1..=2_000).contains(&left), "the write hash lives {left} ms more");
+    assert!(
+        (1..=2_000).contains(&left),
+        "the write hash lives {left} ms more"
+    );
     w.release().await.unwrap();
 
     let r = rw.read(&long).await.unwrap().unwrap();
@@ -201,7 +204,10 @@ async fn compat_extend_to_a_shorter_lease_moves_the_servers_ttl() {
     let field = fields.keys().find(|k| *k != "mode").unwrap();
     let timeout = format!("{{{name}}}:{field}:rwlock_timeout:1");
     let left = raw::<i64>(&mut admin, &["PTTL", &timeout]).await;
-    assert!((1..=2_000).contains(&left), "the read hold lives {left} ms more");
+    assert!(
+        (1..=2_000).contains(&left),
+        "the read hold lives {left} ms more"
+    );
     r.release().await.unwrap();
 }
 

@@ -160,3 +160,68 @@ async fn a_foreign_size_key_is_refused_typed_and_kept() {
             .unwrap();
     }
 }
+
+/// A release wakes one waiter of each client. One that still does not fit passes the wake on
+/// to the client's next waiter, which may: that one used to sleep until its heartbeat, the
+/// permit free all along. A wake that went round every waiter stops (no ping-pong between two
+/// waiters that both do not fit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_a_waiter_cannot_use_goes_to_the_next_waiter() {
+    let server = PrivateRedis::start(&[]);
+    let url = server.url();
+    let name = unique_name("sem-pass-on");
+    let (y, z) = (connect(&url, &[]).await, connect(&url, &[]).await);
+    let x = connect(&url, &[("waiter_heartbeat", "10s")]).await;
+    let one = |locks: &lockkit_core::Locks| {
+        let s = locks.semaphore(&name, 2).unwrap();
+        async move { s.acquire(1, &AcquireOptions::new()).await.unwrap().unwrap() }
+    };
+    let (py, pz) = (one(&y).await, one(&z).await);
+    let wait = AcquireOptions::new().wait(Duration::from_secs(30));
+    let (big, small) = (
+        x.semaphore(&name, 2).unwrap(),
+        x.semaphore(&name, 2).unwrap(),
+    );
+    let (w1, w2) = (wait, wait);
+    let two = tokio::spawn(async move { big.acquire(2, &w1).await.unwrap().map(drop) });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let single = tokio::spawn(async move {
+        let p = small.acquire(1, &w2).await.unwrap().unwrap();
+        (Instant::now(), p)
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    py.release().await.unwrap();
+    let (got, p) = tokio::time::timeout(Duration::from_secs(20), single)
+        .await
+        .unwrap()
+        .unwrap();
+    let took = got - released;
+    assert!(
+        took < Duration::from_secs(3),
+        "the 1-permit waiter got the free permit {took:?} after the release (heartbeat 10 s)"
+    );
+
+    // Two waiters for 2 permits, one free after this release: the wake goes round once.
+    let other = x.semaphore(&name, 2).unwrap();
+    let w3 = wait;
+    let two_more = tokio::spawn(async move { other.acquire(2, &w3).await.unwrap().map(drop) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut admin = admin(&url).await;
+    let scripts = ["evalsha", "eval"];
+    let before = command_calls(&mut admin, &scripts).await;
+    p.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ran = command_calls(&mut admin, &scripts).await - before;
+    assert!(
+        ran < 20,
+        "{ran} scripts for one release and two waiters that do not fit"
+    );
+    assert!(!two.is_finished() && !two_more.is_finished());
+    two.abort();
+    two_more.abort();
+    pz.release().await.unwrap();
+    for l in [x, y, z] {
+        l.close().await.unwrap();
+    }
+}
