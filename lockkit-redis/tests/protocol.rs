@@ -1046,3 +1046,69 @@ async fn a_resent_downgrade_finds_its_read_hold() {
     assert_eq!(raw_rs_rw_release(&mut admin, &k, reader, "s").await, 1);
     assert!(!exists(&mut admin, &k.lock).await);
 }
+
+/// A Redlock release whose reply was lost is sent once more. The second run found the key gone
+/// and answered "not ours", so a release that reached a bare quorum was reported `LockLost`.
+/// The release that deletes the key now leaves a latch for a while, and a resend answers 1.
+#[tokio::test]
+async fn a_resent_redlock_release_finds_its_latch() {
+    let Some(url) = shared_url() else { return };
+    let mut admin = admin(&url).await;
+    let name = unique_name("resend-redlock");
+    let lock = format!("lockkit:redlock:{{{name}}}");
+    let waiters = format!("lockkit:redlock-waiters:{{{name}}}");
+    let deadlines = format!("lockkit:redlock-deadlines:{{{name}}}");
+    let owner = "resend-client:12";
+    let latch = format!("lockkit:redlock-released:{{{name}}}:{owner}");
+    let release = |admin: &mut redis::aio::MultiplexedConnection, owner: &'static str| {
+        let keys = [
+            lock.clone(),
+            waiters.clone(),
+            deadlines.clone(),
+            latch.clone(),
+        ];
+        let mut admin = admin.clone();
+        async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let args = [owner, "ch", "", "1", "10000"];
+            run::<i64>(
+                &mut admin,
+                lockkit_redis::scripts::REDLOCK_RELEASE,
+                &keys,
+                &args,
+            )
+            .await
+        }
+    };
+    let _: () = redis::cmd("SET")
+        .arg(&lock)
+        .arg(owner)
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(release(&mut admin, "someone-else:1").await, 0);
+    assert_eq!(release(&mut admin, owner).await, 1);
+    assert_eq!(
+        release(&mut admin, owner).await,
+        1,
+        "a resent release read as lost"
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&latch)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!((1..=10_000).contains(&ttl), "the latch lives {ttl} ms");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&latch)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        release(&mut admin, owner).await,
+        0,
+        "gone without a latch: lost"
+    );
+}

@@ -32,12 +32,15 @@ pub(crate) struct Keys {
     pub(crate) waiters: Arc<str>,
     pub(crate) deadlines: Arc<str>,
     pub(crate) channel: Arc<str>,
+    /// The stem of an owner's release latch (`<prefix>:redlock-released:{<name>}:`).
+    released: Arc<str>,
 }
 
 impl Keys {
     /// `<prefix>:redlock:{<name>}`, `<prefix>:redlock-fence:{<name>}`,
-    /// `<prefix>:redlock-waiters:{<name>}`, `<prefix>:redlock-deadlines:{<name>}` and the
-    /// channel `<prefix>:redlock-channel:{<name>}`.
+    /// `<prefix>:redlock-waiters:{<name>}`, `<prefix>:redlock-deadlines:{<name>}`, the
+    /// channel `<prefix>:redlock-channel:{<name>}` and the release latches
+    /// `<prefix>:redlock-released:{<name>}:<owner>`.
     pub(crate) fn of(prefix: &str, name: &str) -> Keys {
         let tag = crate::keys::tag(name);
         Keys {
@@ -46,7 +49,14 @@ impl Keys {
             waiters: format!("{prefix}:redlock-waiters:{tag}").into(),
             deadlines: format!("{prefix}:redlock-deadlines:{tag}").into(),
             channel: format!("{prefix}:redlock-channel:{tag}").into(),
+            released: format!("{prefix}:redlock-released:{tag}:").into(),
         }
+    }
+
+    /// `owner`'s release latch: set for a while by the release that deleted its key, so a
+    /// release sent again finds that it was released, not lost.
+    pub(crate) fn released(&self, owner: &str) -> String {
+        format!("{}{owner}", self.released)
     }
 }
 
@@ -175,10 +185,12 @@ impl Client {
         inv.key(&*keys.lock)
             .key(&*keys.waiters)
             .key(&*keys.deadlines)
+            .key(keys.released(&release.owner))
             .arg(&*release.owner)
             .arg(&*keys.channel)
             .arg(&*release.waiter)
-            .arg(if release.tell { "1" } else { "0" });
+            .arg(if release.tell { "1" } else { "0" })
+            .arg(self.settings.latch_ttl().as_millis() as u64);
         let inv = &inv;
         let limit = self.settings.node_timeout;
         let answers = join_all((0..self.masters.len()).map(|i| async move {

@@ -48,6 +48,12 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
+    /// How long a release latch lives: a release whose reply was lost is sent again within the
+    /// same node timeout, so ten seconds is plenty.
+    pub(crate) fn latch_ttl(&self) -> Duration {
+        (self.node_timeout * 8).max(Duration::from_secs(10))
+    }
+
     /// Reads `cfg`, whose URL has one of `backend`'s schemes. Two names of one server are
     /// found at connect (`Masters::connect` compares their `run_id`s), not here.
     pub(crate) fn from_config(cfg: &LockConfig, backend: &BackendInfo) -> Result<Settings> {

@@ -1,13 +1,20 @@
 -- Redlock: release the lock on this master if ARGV[1] holds it (as every Redlock client does),
 -- and tell the first lockkit waiter that the lock is free (see redlock_acquire.lua).
--- KEYS[1] lock, KEYS[2] waiters, KEYS[3] their deadlines; ARGV[1] owner, ARGV[2] the lock's
--- channel, ARGV[3] the id of a waiter that leaves (its place goes with it) or '', ARGV[4] '1' to
--- tell the first waiter when the lock is free here, '0' when the sender knows that someone else
--- holds it on a quorum (a word would only send the waiter on a round that fails).
--- Returns 1 when deleted, 0 when not ours (or absent).
+-- KEYS[1] lock, KEYS[2] waiters, KEYS[3] their deadlines, KEYS[4] the release latch of this
+-- owner; ARGV[1] owner, ARGV[2] the lock's channel, ARGV[3] the id of a waiter that leaves (its
+-- place goes with it) or '', ARGV[4] '1' to tell the first waiter when the lock is free here,
+-- '0' when the sender knows that someone else holds it on a quorum (a word would only send the
+-- waiter on a round that fails), ARGV[5] the latch's TTL in ms.
+-- Returns 1 when deleted (now, or by an earlier run of this release: the latch says so, since a
+-- release whose reply was lost is sent again), 0 when not ours (or absent).
 local released = 0
 if redis.pcall('get', KEYS[1]) == ARGV[1] then
   released = redis.call('del', KEYS[1])
+  if released == 1 then
+    redis.call('set', KEYS[4], '1', 'px', ARGV[5])
+  end
+elseif redis.call('exists', KEYS[4]) == 1 then
+  released = 1
 end
 local function zset(key)
   local kind = redis.call('type', key).ok
