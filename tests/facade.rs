@@ -211,3 +211,26 @@ fn optional_schemes_match_the_backends_descriptors() {
         assert_eq!(ours, theirs, "{feature}");
     }
 }
+
+/// A `mem://` semaphore sized near `u32::MAX` (a common "unbounded"): permits in use plus a
+/// request were added in `u32`, which panicked in a debug build and wrapped in a release one,
+/// granting past the size.
+#[tokio::test]
+async fn a_mem_semaphore_near_u32_max_neither_panics_nor_overgrants() {
+    let locks = lockkit::connect("mem://").await.unwrap();
+    let s = locks.semaphore("huge", u32::MAX).unwrap();
+    let most = s.try_acquire(u32::MAX - 1).await.unwrap().expect("fits");
+    assert!(
+        s.try_acquire(2).await.unwrap().is_none(),
+        "granted past the size"
+    );
+    let last = s
+        .try_acquire(1)
+        .await
+        .unwrap()
+        .expect("the last permit fits");
+    assert_eq!(s.available().await.unwrap(), 0);
+    last.release().await.unwrap();
+    most.release().await.unwrap();
+    assert_eq!(s.available().await.unwrap(), u32::MAX);
+}

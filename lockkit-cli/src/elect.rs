@@ -6,7 +6,7 @@ use lockkit::Leader;
 use serde::Serialize;
 
 use crate::exec::{self, ExecArgs, Holding};
-use crate::exit::{complain, error_code};
+use crate::exit::{complain, error_code, say};
 use crate::target::Target;
 
 /// Arguments of `lockkit elect`.
@@ -62,7 +62,8 @@ struct LeaderView {
     term: u64,
 }
 
-fn print(name: &str, leader: Option<&Leader>, json: bool) {
+/// Prints the leader; `false` once stdout is closed.
+fn print(name: &str, leader: Option<&Leader>, json: bool) -> bool {
     if json {
         let view = View {
             name,
@@ -71,14 +72,14 @@ fn print(name: &str, leader: Option<&Leader>, json: bool) {
                 term: l.term().0,
             }),
         };
-        println!(
+        say!(
             "{}",
             serde_json::to_string(&view).expect("a view serializes")
-        );
+        )
     } else {
         match leader {
-            Some(l) => println!("{} (term {})", l.value_str(), l.term()),
-            None => println!("no leader"),
+            Some(l) => say!("{} (term {})", l.value_str(), l.term()),
+            None => say!("no leader"),
         }
     }
 }
@@ -118,7 +119,12 @@ pub(crate) async fn leader(target: &Target, name: &str, watch: bool, json: bool)
     };
     while let Some(change) = changes.next().await {
         match change {
-            Ok(l) => print(name, l.as_ref(), json),
+            // Nobody reads any more (`| head -1`): done.
+            Ok(l) => {
+                if !print(name, l.as_ref(), json) {
+                    break;
+                }
+            }
             // The backend lost track for a while; the next item is the state as it then is.
             Err(e) => complain(format!("following {name:?}: {e}")),
         }

@@ -27,6 +27,21 @@ pub(crate) fn complain(msg: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "lockkit: {msg}");
 }
 
+/// Prints a line on stdout, as `println!` does, but answers `false` once nobody reads it (a
+/// closed pipe: `lockkit leader NAME --watch | head -1`) where `println!` would panic.
+pub(crate) fn say_line(line: std::fmt::Arguments<'_>) -> bool {
+    use std::io::Write;
+    writeln!(std::io::stdout().lock(), "{line}").is_ok()
+}
+
+/// `println!` through [`say_line`]: `false` once stdout is closed.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::exit::say_line(format_args!($($arg)*))
+    };
+}
+pub(crate) use say;
+
 /// The exit code for a lockkit error.
 pub(crate) fn error_code(e: &lockkit::Error) -> u8 {
     match e.kind() {

@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use lockkit::{LockInfo, Primitive};
 use serde::Serialize;
 
-use crate::exit::{code, complain, error_code};
+use crate::exit::{code, complain, error_code, say};
 use crate::target::Target;
 
 /// Which primitive a name refers to.
@@ -79,12 +79,15 @@ fn print_human(name: &str, kind: Kind, backend: &str, size: Option<Option<u32>>,
         Some(None) => " (no size stored)".to_string(),
         None => String::new(),
     };
-    println!("{} {name:?} on {backend}: {state}{size}", kind_name(kind));
+    say!("{} {name:?} on {backend}: {state}{size}", kind_name(kind));
     if !info.holders.is_empty() {
-        println!("holders:");
-        println!(
+        say!("holders:");
+        say!(
             "  {:<40} {:<12} {:>10} {:>12}",
-            "OWNER", "MODE", "TOKEN", "LEASE LEFT"
+            "OWNER",
+            "MODE",
+            "TOKEN",
+            "LEASE LEFT"
         );
         for h in &info.holders {
             let token = h.token.map_or("-".to_string(), |t| t.0.to_string());
@@ -92,15 +95,15 @@ fn print_human(name: &str, kind: Kind, backend: &str, size: Option<Option<u32>>,
                 humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
                     .to_string()
             });
-            println!("  {:<40} {:<12} {token:>10} {lease:>12}", h.owner, h.mode);
+            say!("  {:<40} {:<12} {token:>10} {lease:>12}", h.owner, h.mode);
         }
     }
     if info.waiters.is_empty() {
-        println!("waiters: none");
+        say!("waiters: none");
     } else {
-        println!("waiters (in queue order):");
+        say!("waiters (in queue order):");
         for (i, w) in info.waiters.iter().enumerate() {
-            println!("  {:>3}. {:<40} {}", i + 1, w.owner, w.mode);
+            say!("  {:>3}. {:<40} {}", i + 1, w.owner, w.mode);
         }
     }
 }
@@ -120,7 +123,7 @@ pub(crate) async fn inspect(target: &Target, name: &str, kind: Kind, json: bool)
     match viewed {
         Ok((info, size)) => {
             if json {
-                println!("{}", to_json(name, kind, &backend, size, &info));
+                say!("{}", to_json(name, kind, &backend, size, &info));
             } else {
                 print_human(name, kind, &backend, size, &info);
             }
@@ -216,19 +219,19 @@ pub(crate) async fn force_unlock(target: &Target, name: &str, kind: Kind, yes: b
     };
     match (result, kind) {
         (Ok(true), Kind::Election) => {
-            println!("election {name:?} had a leader; demoted it");
+            say!("election {name:?} had a leader; demoted it");
             0
         }
         (Ok(false), Kind::Election) => {
-            println!("election {name:?} had no leader");
+            say!("election {name:?} had no leader");
             0
         }
         (Ok(true), _) => {
-            println!("{} {name:?} was held; released it", kind_name(kind));
+            say!("{} {name:?} was held; released it", kind_name(kind));
             0
         }
         (Ok(false), _) => {
-            println!("{} {name:?} was not held", kind_name(kind));
+            say!("{} {name:?} was not held", kind_name(kind));
             0
         }
         (Err(e), _) => {

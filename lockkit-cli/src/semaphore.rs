@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::exit::{complain, error_code};
+use crate::exit::{complain, error_code, say};
 use crate::target::Target;
 
 /// What `lockkit semaphore --json` prints.
@@ -56,7 +56,7 @@ pub(crate) async fn run(target: &Target, name: &str, set: Option<u32>, json: boo
             previous,
             available,
         };
-        println!(
+        say!(
             "{}",
             serde_json::to_string(&view).expect("a view serializes")
         );
@@ -64,16 +64,18 @@ pub(crate) async fn run(target: &Target, name: &str, set: Option<u32>, json: boo
     }
     if let Some(before) = previous {
         let before = before.map_or("none".to_string(), |n| n.to_string());
-        println!(
+        say!(
             "semaphore {name:?} on {backend}: size {before} -> {}",
             set.unwrap_or(0)
         );
     }
     match (size, available) {
         (Some(size), Some(free)) => {
-            println!("semaphore {name:?} on {backend}: {size} permits, {free} free")
+            say!("semaphore {name:?} on {backend}: {size} permits, {free} free");
         }
-        _ => println!("semaphore {name:?} on {backend}: no size stored yet"),
+        _ => {
+            say!("semaphore {name:?} on {backend}: no size stored yet");
+        }
     }
     0
 }

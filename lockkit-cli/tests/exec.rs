@@ -254,6 +254,42 @@ fn a_closed_stderr_does_not_change_the_exit_code() {
     assert_eq!(status.code(), Some(64));
 }
 
+/// A stdout nobody reads any more (`lockkit leader NAME --watch | head -1`, `lockkit inspect X
+/// | true`) ends the command quietly with its own exit code: `println!` panicked (exit 101).
+#[test]
+fn a_closed_stdout_ends_a_command_quietly() {
+    let d = TempDir::new("closed-stdout");
+    for args in [
+        &["leader", "e", "--watch"][..],
+        &["inspect", "x"],
+        &["leader", "e"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut c = lockkit(&d.url(), args);
+        let mut child = c
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{args:?} went on with its stdout closed");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn usage_errors_and_missing_command() {
     let o = run(

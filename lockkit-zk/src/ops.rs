@@ -28,6 +28,22 @@ where
         .map_err(|e| map(e, what))
 }
 
+/// [`retry`], telling `op` whether this is a try after one that went unanswered (`true`), which
+/// the server may have applied: a delete sent again then finds no node, a create finds the node
+/// it made, a versioned set finds the version it made.
+pub(crate) async fn retry_resent<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, zk::Error>>,
+{
+    let mut tries = 0u32;
+    retry(limit, what, || {
+        tries += 1;
+        op(tries > 1)
+    })
+    .await
+}
+
 /// `request`, or `zk::Error::Timeout` (transient, like a lost reply) once `until` has come.
 pub(crate) async fn within<T>(
     until: Instant,
@@ -38,12 +54,14 @@ pub(crate) async fn within<T>(
         .unwrap_or(Err(zk::Error::Timeout))
 }
 
-/// Deletes `path`; `Ok(false)` when it was already gone.
+/// Deletes `path`; `Ok(false)` when it was already gone. A node found gone by a delete sent
+/// again after one that went unanswered counts as deleted by that one: a release whose reply was
+/// lost is not a lost lock, and a force-unlock does not go on to the next holder.
 pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration) -> Result<bool> {
-    let r = retry(limit, "delete", || async {
+    let r = retry_resent(limit, "delete", |resent| async move {
         match client.delete(path, None).await {
             Ok(()) => Ok(true),
-            Err(zk::Error::NoNode) => Ok(false),
+            Err(zk::Error::NoNode) => Ok(resent),
             Err(e) => Err(e),
         }
     })

@@ -14,7 +14,7 @@ use lockkit_core::spi::{settle_size, too_many};
 use lockkit_core::{Error, ErrorKind, Result};
 use zookeeper_client as zk;
 
-use crate::ops::retry;
+use crate::ops::{retry, retry_resent};
 use crate::session::Session;
 
 /// The size node of the semaphore in `dir`.
@@ -121,12 +121,22 @@ async fn create(session: &Session, client: &zk::Client, dir: &str, size: u32) ->
     let data = encode(size)?;
     let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&session.acls));
     for _ in 0..3 {
-        let made = retry(limit, "store the semaphore size", || async {
-            match client.create(&path, &data, &options).await {
-                Ok(_) => Ok(Some(true)),
-                Err(zk::Error::NodeExists) => Ok(Some(false)),
-                Err(zk::Error::NoNode) => Ok(None),
-                Err(e) => Err(e),
+        let made = retry_resent(limit, "store the semaphore size", |resent| {
+            let (path, data, options) = (&path, &data, &options);
+            async move {
+                match client.create(path, data, options).await {
+                    Ok(_) => Ok(Some(true)),
+                    // Sent again after a try that went unanswered: it may be ours, if it holds
+                    // our size and was never set since.
+                    Err(zk::Error::NodeExists) if resent => match client.get_data(path).await {
+                        Ok((held, stat)) => Ok(Some(held == *data && stat.version == 0)),
+                        Err(zk::Error::NoNode) => Ok(None),
+                        Err(e) => Err(e),
+                    },
+                    Err(zk::Error::NodeExists) => Ok(Some(false)),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(e) => Err(e),
+                }
             }
         })
         .await?;
@@ -167,11 +177,21 @@ pub(crate) async fn set(
             continue;
         };
         let before = decode(&path, &data)?;
-        let set = retry(limit, "set the semaphore size", || async {
-            match client.set_data(&path, &new, Some(version)).await {
-                Ok(_) => Ok(true),
-                Err(zk::Error::BadVersion | zk::Error::NoNode) => Ok(false),
-                Err(e) => Err(e),
+        let set = retry_resent(limit, "set the semaphore size", |resent| {
+            let (path, new) = (&path, &new);
+            async move {
+                match client.set_data(path, new, Some(version)).await {
+                    Ok(_) => Ok(true),
+                    // Sent again after a try that went unanswered: ours if the node holds our
+                    // size at the version our set made.
+                    Err(zk::Error::BadVersion) if resent => match client.get_data(path).await {
+                        Ok((held, stat)) => Ok(held == *new && stat.version == version + 1),
+                        Err(zk::Error::NoNode) => Ok(false),
+                        Err(e) => Err(e),
+                    },
+                    Err(zk::Error::BadVersion | zk::Error::NoNode) => Ok(false),
+                    Err(e) => Err(e),
+                }
             }
         })
         .await?;

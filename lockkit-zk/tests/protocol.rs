@@ -808,3 +808,50 @@ async fn until_queued_within(
     names.sort_by_key(|n| n.rsplit('-').next().unwrap_or_default().to_string());
     names
 }
+
+/// Runs `call` while the server's replies to the proxied handle are held, then resets the
+/// connection (the reply is lost, the session lives on) and heals it: the client sends the
+/// request again on its new connection.
+async fn with_reply_lost<T: Send + 'static>(
+    proxy: &Proxy,
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    proxy.update(|t| t.hold_down = true);
+    let running = tokio::spawn(call);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.reset();
+    proxy.heal();
+    tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("answered once the connection is back")
+        .unwrap()
+}
+
+/// A release whose reply was lost is sent again, and the second try found the node gone: it
+/// answered `LockLost` (and `exec` exited 70 after its command succeeded). A delete after one
+/// that went unanswered now counts a node found gone as its own doing. (A force-unlock and a
+/// size set resent the same way take the same path; their first request is a read, which is
+/// the one this proxy can hold.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_a_lost_reply_is_not_lost() {
+    let Some(url) = url() else { return };
+    let pre = prefix();
+    let proxy = Proxy::start(server_addr(&url)).await.unwrap();
+    let direct = backend(&with_params(&url, &format!("prefix={pre}"))).await;
+    let params = format!("prefix={pre}&session_timeout=20s");
+    let b = backend(&with_params(&format!("zk://{}", proxy.addr()), &params)).await;
+
+    let g = b.mutex("lost-reply").unwrap().lock().await.unwrap();
+    let released = with_reply_lost(&proxy, async move { g.release().await }).await;
+    assert!(released.is_ok(), "{released:?}");
+    assert!(!direct
+        .mutex("lost-reply")
+        .unwrap()
+        .is_locked()
+        .await
+        .unwrap());
+
+    for l in [b, direct] {
+        l.close().await.unwrap();
+    }
+}

@@ -209,7 +209,7 @@ pub(crate) async fn run(target: &Target, args: BenchArgs) -> u8 {
             complain(format!("cannot write {}: {e}", path.display()));
             return code::FAILURE;
         }
-        eprintln!("lockkit: wrote {}", path.display());
+        crate::exit::complain(format_args!("wrote {}", path.display()));
     }
     let violations: u64 = report.rows.iter().map(|r| r.violations).sum();
     let errors = report.rows.iter().filter(|r| r.status == "error").count();

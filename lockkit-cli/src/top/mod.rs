@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::exit::{complain, error_code};
+use crate::exit::{complain, error_code, say};
 use crate::target::Target;
 use model::{arrange, cells, snapshot, Sort, Tracker, COLUMNS, HEADER};
 
@@ -66,13 +66,18 @@ pub(crate) async fn run(target: &Target, args: TopArgs) -> u8 {
             ));
         }
         if args.json {
-            println!(
+            say!(
                 "{}",
                 serde_json::to_string(&first.locks).expect("lock views serialize")
             );
         } else {
             let rows = Tracker::default().update(Instant::now(), first.locks);
-            print!("{}", plain(&arrange(rows, Sort::Name, "")));
+            use std::io::Write;
+            let _ = write!(
+                std::io::stdout().lock(),
+                "{}",
+                plain(&arrange(rows, Sort::Name, ""))
+            );
         }
         return 0;
     }

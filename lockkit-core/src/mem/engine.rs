@@ -164,15 +164,16 @@ impl Resource {
         match mode {
             Mode::Exclusive => self.holders.is_empty(),
             Mode::Shared => self.holders.values().all(|h| h.mode == Mode::Shared),
-            Mode::Permits(k) => self.permits_in_use() + k <= capacity,
+            Mode::Permits(k) => self.permits_in_use() + u64::from(k) <= u64::from(capacity),
         }
     }
 
-    fn permits_in_use(&self) -> u32 {
+    /// Counted in `u64`: sizes near `u32::MAX` (an "unbounded" semaphore) must not wrap.
+    fn permits_in_use(&self) -> u64 {
         self.holders
             .values()
             .map(|h| match h.mode {
-                Mode::Permits(k) => k,
+                Mode::Permits(k) => u64::from(k),
                 _ => 1,
             })
             .sum()
@@ -598,7 +599,8 @@ impl Engine {
         let t = self.lock();
         let (size, _) = settle_size(&key.2, size, t.sizes.get(key).copied())?;
         let used = t.resources.get(key).map_or(0, Resource::permits_in_use);
-        Ok(size.saturating_sub(used))
+        // At most `size`, so it fits.
+        Ok(u64::from(size).saturating_sub(used) as u32)
     }
 
     /// A semaphore's stored size.
