@@ -645,13 +645,15 @@ async fn turn_on_server(
     let limit = if need == Need::Exclusive { 1 } else { 0 };
     let mut size_read = 0;
     for _ in 0..3 {
+        // A size that refuses us now, told once we know our key is not marked holding.
+        let mut refused = None;
         let (resp, stored, size_rev) = if let Need::Permits { n, .. } = need {
             let (resp, (size_rev, stored)) = read_queue_and_size(inner, prefix).await?;
             // Our key was created with the size stored: a waiter counts against whatever
             // size is stored now.
             let size = stored.ok_or_else(|| no_size(w.name))?;
             if n > size {
-                return Err(too_many(w.name, n, size));
+                refused = Some(too_many(w.name, n, size));
             }
             size_read = size_rev;
             (resp, stored, size_rev)
@@ -677,6 +679,9 @@ async fn turn_on_server(
             // Marked by an earlier try whose answer was lost: we were let in then, and everyone
             // counts our permits as held, whatever the size has become since.
             return Ok((Standing::Owner, size_read));
+        }
+        if let Some(e) = refused {
+            return Err(e);
         }
         let (before, held_after) = ranked(kvs, rev, kind);
         if !need.holds(before.iter(), held_after, stored) {
@@ -903,15 +908,31 @@ impl Claim {
             KeyLease::Session(s) => return Ok(Some(s.id())),
             KeyLease::Fixed(id) => *id,
         };
-        let s = match self.parking.clone().filter(|s| s.is_alive()) {
-            Some(s) => s,
-            None => inner.session(inner.lease).await?,
+        let mut renewed = false;
+        let (s, id) = loop {
+            let s = match self.parking.clone().filter(|s| s.is_alive()) {
+                Some(s) => s,
+                None => inner.session(inner.lease).await?,
+            };
+            self.parking = Some(s.clone());
+            let id = s.id();
+            match move_to_lease(inner, &self.key, self.rev, Some(fixed), id).await {
+                Ok(true) => break (s, id),
+                Ok(false) => return Ok(None),
+                // A lease the server does not know: nothing moved. The session's (revoked
+                // before its keepalive noticed) is replaced once, as a create on it does; the
+                // fixed one gone took our key with it.
+                Err(e) if is_lease_not_found(&e) => {
+                    self.parking = None;
+                    if renewed {
+                        return Ok(None);
+                    }
+                    inner.drop_session(&s).await;
+                    renewed = true;
+                }
+                Err(e) => return Err(e),
+            }
         };
-        self.parking = Some(s.clone());
-        let id = s.id();
-        if !move_to_lease(inner, &self.key, self.rev, Some(fixed), id).await? {
-            return Ok(None);
-        }
         self.parking = None;
         self.lease = KeyLease::Session(s);
         // Nothing is on it any more.
@@ -996,7 +1017,7 @@ impl Claim {
             lease: Mutex::new(self.lease.clone()),
             slot: Mutex::new(self.slot.take()),
             state,
-            guard_lease,
+            guard_lease: Mutex::new(guard_lease),
         });
         EtcdHeld::new(shared)
     }

@@ -26,8 +26,9 @@ pub(crate) struct HeldShared {
     pub(crate) lease: Mutex<KeyLease>,
     pub(crate) slot: Mutex<Option<Slot>>,
     pub(crate) state: StateCell,
-    /// The lease the guard was acquired with (reported by the guard).
-    pub(crate) guard_lease: lockkit_core::Lease,
+    /// The lease the guard was acquired with, or the last `extend` set (reported by the guard,
+    /// and by the read guard a downgrade makes).
+    pub(crate) guard_lease: Mutex<lockkit_core::Lease>,
 }
 
 impl HeldShared {
@@ -131,6 +132,7 @@ impl Held for EtcdHeld {
         // The read ownership keeps the write ownership's deadline.
         let state = StateCell::new(s.state.clock().clone());
         let lease = s.lease.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let guard_lease = *s.guard_lease.lock().unwrap_or_else(|e| e.into_inner());
         if let KeyLease::Session(sess) = &lease {
             sess.track(&state);
         }
@@ -145,12 +147,12 @@ impl Held for EtcdHeld {
             lease: Mutex::new(lease),
             slot: Mutex::new(s.slot.lock().unwrap_or_else(|e| e.into_inner()).take()),
             state: state.clone(),
-            guard_lease: s.guard_lease,
+            guard_lease: Mutex::new(guard_lease),
         });
         let held = EtcdHeld::new(shared);
         Ok(GuardParts::new(
             lockkit_core::FencingToken(rev as u64),
-            s.guard_lease,
+            guard_lease,
             state,
             Box::new(held),
         ))
@@ -199,6 +201,8 @@ impl Held for EtcdHeld {
         };
         if moved {
             *s.lease.lock().unwrap_or_else(|e| e.into_inner()) = KeyLease::Fixed(new);
+            *s.guard_lease.lock().unwrap_or_else(|e| e.into_inner()) =
+                lockkit_core::Lease::Fixed(lease);
             // Nothing is on the old lease any more.
             reap_lease(&s.inner, old);
             Ok(())

@@ -108,7 +108,7 @@ pub(crate) async fn take_all(
                 lease: Mutex::new(KeyLease::Session(session.clone())),
                 slot: Mutex::new(Some(slot)),
                 state: state.clone(),
-                guard_lease: req.lease(),
+                guard_lease: Mutex::new(req.lease()),
             });
             GuardParts::new(
                 FencingToken(rev as u64),

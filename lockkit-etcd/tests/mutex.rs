@@ -571,3 +571,37 @@ async fn extend_moves_a_key_a_late_move_put_on_another_lease() {
     g.release().await.unwrap();
     raw.lease_revoke(other).await.unwrap();
 }
+
+/// A fixed-lease waiter parks its key on the handle's session lease while it waits. With that
+/// lease revoked on the server before the keepalive noticed, the move failed with "lease not
+/// found", a non-retryable error: the acquire failed instead of waiting. It now takes a new
+/// session, as a create on a dead lease does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_waiter_outlives_a_revoked_session_lease() {
+    let Some(url) = url() else { return };
+    let mut r = raw(&url).await;
+    let (a, b) = (connect(&url, "").await, connect(&url, "").await);
+    let n = name("park-revoked");
+    let probe = format!("{n}-probe");
+    let g = a.mutex(&probe).unwrap().lock().await.unwrap();
+    let session = keys(&mut r, &probe).await[0].2;
+    g.release().await.unwrap();
+    let held = b.mutex(&n).unwrap().lock().await.unwrap();
+    r.lease_revoke(session).await.unwrap();
+    let m = a.mutex(&n).unwrap();
+    let opts = lockkit_core::AcquireOptions::new()
+        .fixed_lease(Duration::from_secs(5))
+        .wait(Duration::from_secs(20));
+    let waiting = tokio::spawn(async move { m.acquire(&opts).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(25), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let g = got
+        .expect("waits through the revoked session")
+        .expect("the lock");
+    g.release().await.unwrap();
+    assert!(keys(&mut r, &n).await.is_empty());
+}

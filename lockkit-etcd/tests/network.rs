@@ -193,6 +193,21 @@ async fn a_release_whose_answer_is_lost_is_a_release() {
 /// waiter ranked before it (which counts those permits) could wait on it for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_mark_whose_answer_is_lost_holds() {
+    lost_mark(1, 1, 2, 1).await;
+}
+
+/// The same with a shrink below what the waiter asked for: the size check came before the
+/// look at our key's mark, so the waiter was refused (`InvalidArgument`) while every other
+/// client counted its permits as held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_mark_whose_answer_is_lost_holds_through_a_shrink_below_it() {
+    lost_mark(2, 2, 3, 1).await;
+}
+
+/// A waiter for `n` permits of a semaphore of `size` (one held by another client) is let in
+/// when the size grows to `grown`; its mark's answer is lost while the size shrinks to
+/// `shrunk`.
+async fn lost_mark(size: u32, n: u32, grown: u32, shrunk: u32) {
     use lockkit_etcd::etcd_client::{EventType, WatchOptions};
 
     let Some(url) = common::url() else { return };
@@ -202,7 +217,7 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
     let name = common::name("lost-mark");
     let prefix = format!("lockkit/%sem/{}/", lockkit_core::encode_name(&name));
     let first = other
-        .semaphore(&name, 1)
+        .semaphore(&name, size)
         .unwrap()
         .acquire_one()
         .await
@@ -210,7 +225,7 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
 
     let sem = waiter.open_semaphore(&name).unwrap();
     let opts = AcquireOptions::new().wait(Duration::from_secs(8));
-    let acquire = tokio::spawn(async move { sem.acquire(1, &opts).await });
+    let acquire = tokio::spawn(async move { sem.acquire(n, &opts).await });
     let mut events = raw
         .watch(prefix.clone(), Some(WatchOptions::new().with_prefix()))
         .await
@@ -228,7 +243,7 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
     // sees the mark on the server before the waiter does.
     proxy.latency(Duration::from_millis(300), Duration::ZERO);
     let admin = other.open_semaphore(&name).unwrap();
-    assert_eq!(admin.set_permits(2).await.unwrap(), Some(1));
+    assert_eq!(admin.set_permits(grown).await.unwrap(), Some(size));
     'marked: while let Some(resp) = events.message().await.unwrap() {
         for e in resp.events() {
             let kv = e.kv().unwrap();
@@ -239,7 +254,7 @@ async fn a_semaphore_mark_whose_answer_is_lost_holds() {
     }
     // The mark's answer is lost: the waiter resends it to the server, after a shrink.
     proxy.update(|t| t.hold_down = true);
-    assert_eq!(admin.set_permits(1).await.unwrap(), Some(2));
+    assert_eq!(admin.set_permits(shrunk).await.unwrap(), Some(grown));
     let second = acquire
         .await
         .unwrap()

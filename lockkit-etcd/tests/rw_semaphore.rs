@@ -303,3 +303,28 @@ async fn a_shrink_as_a_turn_comes_keeps_the_waiters_place() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// The read guard a downgrade makes reports the lease the write guard had last: the one
+/// `extend` set, not the one it was acquired with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_after_an_extend_reports_the_extended_lease() {
+    let Some(url) = url() else { return };
+    let a = connect(&url, "").await;
+    let rw = a.rwlock(&name("downgrade-extended")).unwrap();
+    let w = rw
+        .write(&AcquireOptions::new().fixed_lease(Duration::from_secs(2)))
+        .await
+        .unwrap()
+        .unwrap();
+    w.extend(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        w.lease(),
+        lockkit_core::Lease::Fixed(Duration::from_secs(30))
+    );
+    let r = w.downgrade().await.unwrap();
+    assert_eq!(
+        r.lease(),
+        lockkit_core::Lease::Fixed(Duration::from_secs(30))
+    );
+    r.release().await.unwrap();
+}
