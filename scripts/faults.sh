@@ -17,7 +17,8 @@
 #       --faults KIND,... (the process faults: kill-holder, pause-holder, kill-leader, stop-leader,
 #       pause-server, restart-server; the network faults, which put a proxy on every worker's
 #       links: partition-holder, slow-holder, half-open-holder, reset-clients)
-#       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL)
+#       --wait-ms N (each acquire's wait budget, 3000)  --url-opts K=V[&K=V...] (added to the URL;
+#       a key given twice is refused, so not lease_ttl/session_timeout: use --lease)
 #       --require-pause (with --strict: fail unless a paused holder was mid-hold)
 #       --require-timeouts (fail unless an acquire timed out while a fault was in effect)
 #       --primitive mutex|election|rwlock|semaphore|multi (what the workers contend for; a

@@ -264,7 +264,8 @@ async fn a_semaphore_size_is_never_written_through_a_planted_link() {
 /// A process stopped mid-draw keeps a token counter locked. Another reader, which holds its
 /// shared lock already, waits for the counter at most `command_timeout`, then fails with
 /// `Timeout` and lets go of its read lock. The draw used to block on the counter with no bound,
-/// so even a `try_read` hung for as long as the stopped process did.
+/// so even a `try_read` hung for as long as the stopped process did. `set_permits` waits for
+/// the size's gate the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_counter_locked_by_a_stopped_process_bounds_the_acquire() {
     let d = dir("counter-held");
@@ -290,5 +291,28 @@ async fn a_token_counter_locked_by_a_stopped_process_bounds_the_acquire() {
     counter.unlock().unwrap();
     let w = rw.try_write().await.unwrap().expect("nothing left held");
     w.release().await.unwrap();
+
+    // The same for an admin's `set_permits` behind a process stopped while admitting itself.
+    let sem = locks.semaphore("pool", 2).unwrap();
+    assert_eq!(sem.available().await.unwrap(), 2);
+    let gate = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(d.path().join("sem.pool.size-gate"))
+        .unwrap();
+    gate.lock_shared().unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), sem.set_permits(3))
+        .await
+        .expect("set_permits waits at most command_timeout")
+        .unwrap_err();
+    assert_eq!(e.kind(), lockkit::ErrorKind::Timeout, "{e}");
+    gate.unlock().unwrap();
+    assert_eq!(
+        sem.set_permits(3).await.unwrap(),
+        None,
+        "no size was stored before"
+    );
     locks.close().await.unwrap();
 }

@@ -28,10 +28,19 @@ pub(crate) fn complain(msg: impl std::fmt::Display) {
 }
 
 /// Prints a line on stdout, as `println!` does, but answers `false` once nobody reads it (a
-/// closed pipe: `lockkit leader NAME --watch | head -1`) where `println!` would panic.
+/// closed pipe: `lockkit leader NAME --watch | head -1`) where `println!` would panic. Any
+/// other failure (a full disk behind a redirect) is said on stderr and ends the process with
+/// [`code::FAILURE`]: the output is incomplete.
 pub(crate) fn say_line(line: std::fmt::Arguments<'_>) -> bool {
     use std::io::Write;
-    writeln!(std::io::stdout().lock(), "{line}").is_ok()
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => false,
+        Err(e) => {
+            complain(format_args!("cannot write to stdout: {e}"));
+            std::process::exit(i32::from(code::FAILURE));
+        }
+    }
 }
 
 /// `println!` through [`say_line`]: `false` once stdout is closed.

@@ -288,6 +288,20 @@ fn a_closed_stdout_ends_a_command_quietly() {
         assert_eq!(status.code(), Some(0), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
+    // A stdout that fails otherwise (a full disk) is an error: the output is incomplete.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut c = lockkit(&d.url(), &["inspect", "x"]);
+    let o = c
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write to stdout"), "{err}");
 }
 
 #[test]

@@ -219,11 +219,11 @@ fn toml_error(doc: &str, e: &toml::de::Error) -> Error {
     } else {
         hide_quoted(message)
     };
-    let at = match e.span() {
-        Some(span) => {
-            let before = &doc[..span.start.min(doc.len())];
+    let at = match e.span().and_then(|span| doc.get(..span.start)) {
+        Some(before) => {
             let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            let column = before[line_start..].chars().count() + 1;
             format!(" at line {line}, column {column}")
         }
         None => String::new(),

@@ -195,7 +195,9 @@ impl WriteGuard {
     /// # Cancel safety
     /// Dropping the future gives the lock up: the write lock is released in the background, and
     /// a read hold the server may still create for it is removed by the backend's cleanup
-    /// (ZooKeeper) or ends with its lease, which nothing renews any more.
+    /// (ZooKeeper, and Redis, which releases the write hold first so that a downgrade arriving
+    /// late finds nothing to turn), goes with the write lock's key (etcd, where both are one
+    /// key), or ends with its lease, which nothing renews any more.
     pub async fn downgrade(self) -> Result<ReadGuard> {
         Ok(ReadGuard {
             core: self.core.downgrade().await?,

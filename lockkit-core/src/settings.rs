@@ -26,6 +26,21 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Refuses a configured lease that is too short, as a `Config` error.
+/// One setting given under two names (`a` and `b`): the value, refused when they disagree.
+fn agreeing(
+    a_name: &str,
+    a: Option<Duration>,
+    b_name: &str,
+    b: Option<Duration>,
+) -> Result<Option<Duration>> {
+    match (a, b) {
+        (Some(a), Some(b)) if a != b => Err(Error::config(format!(
+            "{a_name} {a:?} and {b_name} {b:?} disagree; they are the same setting here: give one"
+        ))),
+        (a, b) => Ok(a.or(b)),
+    }
+}
+
 fn check_lease(lease: Duration) -> Result<()> {
     lease_problem(lease).map_or(Ok(()), |why| Err(Error::config(why)))
 }
@@ -239,17 +254,20 @@ impl<K: OptionKey> Settings<K> {
     /// are given.
     pub fn lease_or_alias(&self, alias: K) -> Result<Duration> {
         let aliased = self.duration(alias)?;
-        match (self.lease, aliased) {
-            (Some(a), Some(b)) if a != b => Err(Error::config(format!(
-                "lease {a:?} and {} {b:?} disagree; they are the same setting here: give one",
-                alias.as_str()
-            ))),
-            (Some(l), _) | (None, Some(l)) => {
+        match agreeing("lease", self.lease, alias.as_str(), aliased)? {
+            Some(l) => {
                 check_lease(l)?;
                 Ok(l)
             }
-            (None, None) => Ok(DEFAULT_LEASE),
+            None => Ok(DEFAULT_LEASE),
         }
+    }
+
+    /// The backend duration option `key`, which also goes by an older name `alias`: the two
+    /// must agree when both are given.
+    pub fn duration_or_alias(&self, key: K, alias: K) -> Result<Option<Duration>> {
+        let (a, b) = (self.duration(key)?, self.duration(alias)?);
+        agreeing(key.as_str(), a, alias.as_str(), b)
     }
 
     /// How long to wait for a connection.

@@ -919,15 +919,16 @@ impl Claim {
             match move_to_lease(inner, &self.key, self.rev, Some(fixed), id).await {
                 Ok(true) => break (s, id),
                 Ok(false) => return Ok(None),
-                // A lease the server does not know: nothing moved. The session's (revoked
-                // before its keepalive noticed) is replaced once, as a create on it does; the
-                // fixed one gone took our key with it.
+                // The session lease is unknown to the server (revoked before its keepalive
+                // noticed; the move's compare found our key on the fixed lease): nothing moved.
+                // It is replaced once, as a create on it is; a new one unknown too is the
+                // acquire's error.
                 Err(e) if is_lease_not_found(&e) => {
                     self.parking = None;
-                    if renewed {
-                        return Ok(None);
-                    }
                     inner.drop_session(&s).await;
+                    if renewed {
+                        return Err(e);
+                    }
                     renewed = true;
                 }
                 Err(e) => return Err(e),

@@ -263,19 +263,9 @@ impl Settings {
                 .duration(RedisKey::FenceTtl)?
                 .unwrap_or(Duration::from_secs(3600)),
             // `fair_heartbeat`: its name from when only fair waiters had one.
-            waiter_heartbeat: match (
-                common.duration(RedisKey::WaiterHeartbeat)?,
-                common.duration(RedisKey::FairHeartbeat)?,
-            ) {
-                (Some(a), Some(b)) if a != b => {
-                    return Err(Error::config(format!(
-                        "waiter_heartbeat {a:?} and fair_heartbeat {b:?} disagree; they are \
-                         the same setting: give one"
-                    )))
-                }
-                (Some(d), _) | (None, Some(d)) => d,
-                (None, None) => Duration::from_secs(1),
-            },
+            waiter_heartbeat: common
+                .duration_or_alias(RedisKey::WaiterHeartbeat, RedisKey::FairHeartbeat)?
+                .unwrap_or(Duration::from_secs(1)),
             tls: common.tls().cloned(),
             redisson_compat: common.flag(RedisKey::RedissonCompat)?.unwrap_or(false),
             fair_lock_wait: common

@@ -28,9 +28,10 @@ where
         .map_err(|e| map(e, what))
 }
 
-/// [`retry`], telling `op` whether this is a try after one that went unanswered (`true`), which
-/// the server may have applied: a delete sent again then finds no node, a create finds the node
-/// it made, a versioned set finds the version it made.
+/// [`retry`], telling `op` whether this is a try after one that failed (`true`): its reply lost,
+/// which the server may have applied (a delete sent again then finds no node, a create finds
+/// the node it made, a versioned set finds the version it made), or never sent, which the
+/// client cannot tell apart.
 pub(crate) async fn retry_resent<T, F, Fut>(limit: Duration, what: &str, mut op: F) -> Result<T>
 where
     F: FnMut(bool) -> Fut,
@@ -54,9 +55,10 @@ pub(crate) async fn within<T>(
         .unwrap_or(Err(zk::Error::Timeout))
 }
 
-/// Deletes `path`; `Ok(false)` when it was already gone. A node found gone by a delete sent
-/// again after one that went unanswered counts as deleted by that one: a release whose reply was
-/// lost is not a lost lock, and a force-unlock does not go on to the next holder.
+/// Deletes `path`; `Ok(false)` when it was already gone. A node found gone by a delete tried
+/// again after one that failed counts as deleted by that one, as Curator's release counts every
+/// node it finds gone: a release whose reply was lost is not a lost lock, and a force-unlock does
+/// not go on to the next holder.
 pub(crate) async fn delete_node(client: &zk::Client, path: &str, limit: Duration) -> Result<bool> {
     let r = retry_resent(limit, "delete", |resent| async move {
         match client.delete(path, None).await {

@@ -48,7 +48,9 @@
 //! URL: `file:///var/lock/myapp` (the directory is created if missing). Option `sync=false`
 //! skips the `fdatasync` of the token counter (faster; tokens may go back after a power loss).
 //! `command_timeout` (5 s) bounds the wait for a token counter that another process is drawing
-//! from: one stopped mid-draw keeps it locked, and the acquire fails with `Timeout` then.
+//! from and that stays unchanged (one stopped mid-draw keeps it locked: the acquire fails with
+//! `Timeout` then; draws that go on only make it wait), and `set_permits`' wait for acquirers
+//! admitting themselves against the size.
 //!
 //! Files are never deleted (except by `force_unlock`): the token counter must outlive every
 //! holder, or tokens would start again from 1. A directory holds about three small files per
@@ -115,7 +117,8 @@ pub static INFO: BackendInfo = BackendInfo {
 /// Opens the lock directory named by `cfg`'s `file://` URL, creating it if missing. With an
 /// explicit `prefix`, the locks live in the subdirectory of that name. `lease` sets the default
 /// lease; `command_timeout` bounds the wait for a token counter that another process is
-/// drawing from; `connect_timeout` is accepted and has nothing to bound.
+/// drawing from (see [`FileBackend::with_command_timeout`]); `connect_timeout` is accepted and
+/// has nothing to bound.
 pub async fn connect(cfg: &LockConfig) -> Result<Locks> {
     let settings = Settings::<FileKey>::parse(cfg, &INFO)?;
     settings.refuse_credentials("file")?;
@@ -212,8 +215,9 @@ impl FileBackend {
     }
 
     /// How long an acquire waits for a token counter that another process is drawing from
-    /// (5 s unless set): a process stopped mid-draw keeps the counter locked. Past it, the
-    /// acquire fails with [`ErrorKind::Timeout`] and lets go of what it took.
+    /// while the counter does not change (5 s unless set): a process stopped mid-draw keeps it
+    /// locked. Past it, the acquire fails with [`ErrorKind::Timeout`] and lets go of what it
+    /// took. It also bounds `set_permits`' wait for acquirers admitting themselves.
     pub fn with_command_timeout(self, within: Duration) -> Self {
         self.rebuild(|i| i.command_timeout = within)
     }

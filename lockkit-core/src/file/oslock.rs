@@ -105,6 +105,36 @@ pub(crate) fn try_lock_path(path: &Path, mode: LockMode) -> io::Result<Option<Lo
     Ok(None)
 }
 
+/// Takes `f`'s exclusive lock, blocking the thread: polls every millisecond, growing to 4 ms,
+/// and gives up (`false`) once `within` has passed with no progress. `progressed` tells whether
+/// the holders moved on since the last poll (a token counter that changed), which starts the
+/// wait over, so only a holder that stopped (a process stopped mid-draw) makes it fail. A
+/// `within` too long to add to now waits with no bound.
+pub(crate) fn lock_within(
+    f: &File,
+    within: Duration,
+    mut progressed: impl FnMut() -> bool,
+) -> io::Result<bool> {
+    let Some(mut until) = std::time::Instant::now().checked_add(within) else {
+        f.lock()?;
+        return Ok(true);
+    };
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if try_lock_file(f, LockMode::Exclusive)? {
+            return Ok(true);
+        }
+        let now = std::time::Instant::now();
+        if progressed() {
+            until = now.checked_add(within).unwrap_or(until);
+        } else if now >= until {
+            return Ok(false);
+        }
+        std::thread::sleep(pause.min(until.saturating_duration_since(now)));
+        pause = (pause * 2).min(Duration::from_millis(4));
+    }
+}
+
 /// Whether someone holds `path` in a mode that conflicts with `mode`, without creating it.
 /// The probe holds the lock for an instant when it is free.
 pub(crate) fn is_held(path: &Path, mode: LockMode) -> io::Result<bool> {
@@ -288,4 +318,31 @@ pub(crate) fn io_error(e: io::Error) -> Error {
 /// [`io_error`] gives it back as it was.
 pub(crate) fn refusal(e: Error) -> io::Error {
     io::Error::other(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A holder that keeps making progress is waited for past `within`; one that stopped is
+    /// given up on `within` after its last progress; a free lock is taken.
+    #[test]
+    fn lock_within_waits_while_the_holder_moves_on() {
+        let dir = std::env::temp_dir().join(format!("lockkit-within-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.token");
+        let holder = open(&path, true).unwrap();
+        holder.lock().unwrap();
+        let f = open(&path, false).unwrap();
+        let started = std::time::Instant::now();
+        let moving = Duration::from_millis(300);
+        let within = Duration::from_millis(50);
+        assert!(!lock_within(&f, within, || started.elapsed() < moving).unwrap());
+        assert!(started.elapsed() >= moving);
+        assert!(!lock_within(&f, Duration::ZERO, || false).unwrap());
+        holder.unlock().unwrap();
+        assert!(lock_within(&f, within, || false).unwrap());
+        drop(f);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -64,8 +64,12 @@ impl RawSemaphore for FileSemaphore {
     }
 
     async fn set_size(&self, permits: u32) -> Result<Option<u32>> {
-        let (paths, sync) = (self.paths.clone(), self.inner.sync);
-        tokio::task::spawn_blocking(move || size::set(&paths, permits, sync))
+        let (paths, sync, within) = (
+            self.paths.clone(),
+            self.inner.sync,
+            self.inner.command_timeout,
+        );
+        tokio::task::spawn_blocking(move || size::set(&paths, permits, sync, within))
             .await
             .map_err(|e| Error::new(ErrorKind::Backend, format!("set_permits: {e}")))?
             .map_err(io_error)

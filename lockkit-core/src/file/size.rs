@@ -11,7 +11,7 @@
 use std::io::{self, Write};
 use std::path::Path;
 
-use super::oslock::{is_held, refusal, try_lock_path, LockMode, Locked};
+use super::oslock::{is_held, lock_within, refusal, try_lock_path, LockMode, Locked};
 use super::paths::LockPaths;
 use crate::error::{Error, ErrorKind};
 use crate::spi::{settle_size, too_many};
@@ -124,22 +124,37 @@ pub(super) fn admit(
         write(&p.size(), size, sync)?;
     }
     *asked = None;
-    if in_use(p)? + n > size {
+    if u64::from(in_use(p)?) + u64::from(n) > u64::from(size) {
         return Ok(None);
     }
     take(p, n, size)
 }
 
-/// Admin: stores `size` for every handle under the exclusive gate (waiting for acquirers that
-/// are admitting themselves); the size before. Blocks: call it from `spawn_blocking`.
-pub(super) fn set(p: &LockPaths, size: u32, sync: bool) -> io::Result<Option<u32>> {
+/// Admin: stores `size` for every handle under the exclusive gate (waiting, at most `within`,
+/// for acquirers that are admitting themselves); the size before. Blocks: call it from
+/// `spawn_blocking`.
+pub(super) fn set(
+    p: &LockPaths,
+    size: u32,
+    sync: bool,
+    within: std::time::Duration,
+) -> io::Result<Option<u32>> {
     let gate = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(p.size_gate())?;
-    gate.lock()?;
+    if !lock_within(&gate, within, || false)? {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{} stayed locked for {within:?} (command_timeout): a process admitting \
+                 itself has not finished",
+                p.size_gate().display()
+            ),
+        ));
+    }
     let before = read(&p.size())?;
     write(&p.size(), size, sync)?;
     Ok(before)

@@ -6,10 +6,12 @@
 //! the file's length and a torn write cannot shorten it. A counter that does not parse is an
 //! error, never a reset: going back would break fencing.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::OpenOptions;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::oslock::lock_within;
 
 /// The next token of the counter at `path`. Waits at most `within` for the counter's lock (a
 /// draw takes it for a write and a sync; a process stopped mid-draw keeps it), so it blocks:
@@ -21,7 +23,23 @@ pub(crate) fn next_token(path: &Path, sync: bool, within: Duration) -> io::Resul
         .create(true)
         .truncate(false)
         .open(path)?;
-    lock_within(&f, path, within)?;
+    // A draw in progress elsewhere leaves a new count when it is done: the wait starts over
+    // while the counter moves, and fails only on a holder that stopped.
+    let mut last = std::fs::read(path).ok();
+    let progressed = || {
+        let now = std::fs::read(path).ok();
+        std::mem::replace(&mut last, now.clone()) != now
+    };
+    if !lock_within(&f, within, progressed)? {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "fencing counter {} stayed locked and unchanged for {within:?} \
+                 (command_timeout): a process holding it has not finished its draw",
+                path.display()
+            ),
+        ));
+    }
     let mut text = String::new();
     f.read_to_string(&mut text)?;
     let current = match text.trim() {
@@ -40,32 +58,6 @@ pub(crate) fn next_token(path: &Path, sync: bool, within: Duration) -> io::Resul
         f.sync_data()?;
     }
     Ok(next)
-}
-
-/// Takes `f`'s exclusive lock, polling (1 ms, doubling to 10 ms) until `within` has passed.
-fn lock_within(f: &File, path: &Path, within: Duration) -> io::Result<()> {
-    let until = Instant::now() + within;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match f.try_lock() {
-            Ok(()) => return Ok(()),
-            Err(TryLockError::Error(e)) => return Err(e),
-            Err(TryLockError::WouldBlock) => {}
-        }
-        let now = Instant::now();
-        if now >= until {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!(
-                    "fencing counter {} stayed locked for {within:?} (command_timeout): a \
-                     process holding it has not finished its draw",
-                    path.display()
-                ),
-            ));
-        }
-        std::thread::sleep(pause.min(until - now));
-        pause = (pause * 2).min(Duration::from_millis(10));
-    }
 }
 
 #[cfg(test)]
