@@ -25,7 +25,6 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The default command timeout.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Refuses a configured lease that is too short, as a `Config` error.
 /// One setting given under two names (`a` and `b`): the value, refused when they disagree.
 fn agreeing(
     a_name: &str,
@@ -41,6 +40,7 @@ fn agreeing(
     }
 }
 
+/// Refuses a configured lease that is too short, as a `Config` error.
 fn check_lease(lease: Duration) -> Result<()> {
     lease_problem(lease).map_or(Ok(()), |why| Err(Error::config(why)))
 }

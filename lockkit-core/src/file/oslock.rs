@@ -105,30 +105,38 @@ pub(crate) fn try_lock_path(path: &Path, mode: LockMode) -> io::Result<Option<Lo
     Ok(None)
 }
 
-/// Takes `f`'s exclusive lock, blocking the thread: polls every millisecond, growing to 4 ms,
-/// and gives up (`false`) once `within` has passed with no progress. `progressed` tells whether
-/// the holders moved on since the last poll (a token counter that changed), which starts the
-/// wait over, so only a holder that stopped (a process stopped mid-draw) makes it fail. A
-/// `within` too long to add to now waits with no bound.
+/// Takes the exclusive lock of `f` (the file at `path`), blocking the thread: polls every
+/// millisecond, growing to 4 ms, and gives up with a `TimedOut` error once `within`
+/// (`command_timeout`) has passed with no progress. `progressed` tells whether the holders moved
+/// on since the last poll (a token counter that changed), which starts the wait over, so only a
+/// holder that stopped (a process stopped mid-draw) makes it fail. A `within` too long to add
+/// to now waits with no bound.
 pub(crate) fn lock_within(
     f: &File,
+    path: &Path,
     within: Duration,
     mut progressed: impl FnMut() -> bool,
-) -> io::Result<bool> {
+) -> io::Result<()> {
     let Some(mut until) = std::time::Instant::now().checked_add(within) else {
-        f.lock()?;
-        return Ok(true);
+        return f.lock();
     };
     let mut pause = Duration::from_millis(1);
     loop {
         if try_lock_file(f, LockMode::Exclusive)? {
-            return Ok(true);
+            return Ok(());
         }
         let now = std::time::Instant::now();
         if progressed() {
             until = now.checked_add(within).unwrap_or(until);
         } else if now >= until {
-            return Ok(false);
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{} stayed locked, with no progress, for {within:?} (command_timeout): a \
+                     process holding it has stopped",
+                    path.display()
+                ),
+            ));
         }
         std::thread::sleep(pause.min(until.saturating_duration_since(now)));
         pause = (pause * 2).min(Duration::from_millis(4));
@@ -337,11 +345,12 @@ mod tests {
         let started = std::time::Instant::now();
         let moving = Duration::from_millis(300);
         let within = Duration::from_millis(50);
-        assert!(!lock_within(&f, within, || started.elapsed() < moving).unwrap());
+        let e = lock_within(&f, &path, within, || started.elapsed() < moving).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= moving);
-        assert!(!lock_within(&f, Duration::ZERO, || false).unwrap());
+        assert!(lock_within(&f, &path, Duration::ZERO, || false).is_err());
         holder.unlock().unwrap();
-        assert!(lock_within(&f, within, || false).unwrap());
+        lock_within(&f, &path, within, || false).unwrap();
         drop(f);
         std::fs::remove_dir_all(&dir).unwrap();
     }
